@@ -1,0 +1,575 @@
+//! Command line and config file: clap and TOML types stop here and become a validated
+//! [`Config`].
+//!
+//! Precedence for every setting: flag > config file > environment > default. For the token:
+//! `--token` > `--token-file` > `server.token_file` in the file > `AGUI_TOKEN` > generated. An
+//! explicitly given but empty source is an error, never a fall-through.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use clap::{Parser, Subcommand};
+use serde::Deserialize;
+
+use crate::config::{
+    AcpConfig, AgentConfig, AgentKind, Auth, BearerToken, Config, ConfigError, Hitl, LogFormat,
+    Permissions, TlsMode, TokenSource, default_data_dir, normalize_path, parse_duration,
+    valid_agent_name,
+};
+
+/// Serve agent runtimes over the AG-UI protocol.
+#[derive(Debug, Parser)]
+#[command(name = "agui-serve", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub args: ServeArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Validate the configuration and print it resolved, secrets redacted.
+    CheckConfig,
+}
+
+#[derive(Debug, Default, clap::Args)]
+pub struct ServeArgs {
+    /// TOML configuration file; flags override it.
+    #[arg(long, env = "AGUI_CONFIG", global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Bind address.
+    #[arg(long, global = true)]
+    pub host: Option<IpAddr>,
+    /// Port; 0 picks a free one.
+    #[arg(long, global = true)]
+    pub port: Option<u16>,
+    /// Route namespace.
+    #[arg(long, global = true)]
+    pub path: Option<String>,
+    /// Bearer token (prefer --token-file: flags are visible in the process list).
+    #[arg(long, global = true, hide_env_values = true)]
+    pub token: Option<String>,
+    /// File holding the bearer token (trailing newline trimmed).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Allowed browser origin; repeatable; exact, case-insensitive, or `*`.
+    #[arg(long = "allowed-origin", global = true, value_name = "ORIGIN")]
+    pub allowed_origins: Vec<String>,
+    /// Serve plain HTTP.
+    #[arg(long, global = true)]
+    pub no_tls: bool,
+    /// PEM certificate chain (with --tls-key).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key (with --tls-cert).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// SQLite database and generated certificate.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Admission cap; a suspended run still holds its slot.
+    #[arg(long, global = true, value_name = "N")]
+    pub max_concurrent_runs: Option<usize>,
+    /// How long a run with no attached stream lives on.
+    #[arg(long, global = true, value_name = "DUR")]
+    pub disconnect_grace: Option<String>,
+    /// How long shutdown waits for running runs.
+    #[arg(long, global = true, value_name = "DUR")]
+    pub shutdown_grace: Option<String>,
+    /// SSE keep-alive comment after this much silence.
+    #[arg(long, global = true, value_name = "DUR")]
+    pub keep_alive: Option<String>,
+    /// How long a run waits on the client before failing closed.
+    #[arg(long, global = true, value_name = "DUR")]
+    pub suspend_timeout: Option<String>,
+    /// An ACP agent: NAME=COMMAND (shell-style words).
+    #[arg(long = "acp", global = true, value_name = "NAME=COMMAND")]
+    pub acp: Vec<String>,
+    /// Log format.
+    #[arg(long, global = true, value_enum)]
+    pub log_format: Option<LogFormatArg>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum LogFormatArg {
+    Text,
+    Json,
+}
+
+/// The config file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    #[serde(default)]
+    server: FileServer,
+    #[serde(default)]
+    agents: Vec<FileAgent>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileServer {
+    host: Option<IpAddr>,
+    port: Option<u16>,
+    path: Option<String>,
+    token_file: Option<PathBuf>,
+    #[serde(default)]
+    allowed_origins: Vec<String>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    no_tls: Option<bool>,
+    data_dir: Option<PathBuf>,
+    max_concurrent_runs: Option<usize>,
+    disconnect_grace: Option<String>,
+    shutdown_grace: Option<String>,
+    keep_alive: Option<String>,
+    suspend_timeout: Option<String>,
+    log_format: Option<LogFormat>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileAgent {
+    name: String,
+    kind: String,
+    #[serde(default)]
+    command: Vec<String>,
+    cwd: Option<PathBuf>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    description: Option<String>,
+    pool_size: Option<usize>,
+    idle_ttl: Option<String>,
+    permissions: Option<Permissions>,
+    hitl: Option<Hitl>,
+}
+
+/// The result of resolving a command line: the configuration and where the token came from.
+#[derive(Debug)]
+pub struct Resolved {
+    pub config: Config,
+    pub token_source: TokenSource,
+}
+
+impl ServeArgs {
+    /// Resolves flags, the config file and the environment into a validated [`Config`].
+    pub fn resolve(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<Resolved, ConfigError> {
+        let file = match &self.config {
+            Some(path) => read_file_config(path)?,
+            None => FileConfig::default(),
+        };
+        let server = &file.server;
+
+        let host = self
+            .host
+            .or(server.host)
+            .unwrap_or(IpAddr::from([127, 0, 0, 1]));
+        let port = self.port.or(server.port).unwrap_or(8443);
+        let path = normalize_path(
+            self.path
+                .as_deref()
+                .or(server.path.as_deref())
+                .unwrap_or("/agui"),
+        )?;
+
+        let (token, token_source) = self.resolve_token(server, env)?;
+
+        let mut allowed_origins = if self.allowed_origins.is_empty() {
+            server.allowed_origins.clone()
+        } else {
+            self.allowed_origins.clone()
+        };
+        for origin in &mut allowed_origins {
+            let trimmed = origin.trim().trim_end_matches('/').to_owned();
+            if trimmed.is_empty() {
+                return Err(ConfigError::new("allowed origin is empty"));
+            }
+            *origin = trimmed;
+        }
+
+        let no_tls = self.no_tls || server.no_tls.unwrap_or(false);
+        let cert = self.tls_cert.clone().or_else(|| server.tls_cert.clone());
+        let key = self.tls_key.clone().or_else(|| server.tls_key.clone());
+        let tls = match (no_tls, cert, key) {
+            (true, None, None) => TlsMode::Off,
+            (true, _, _) => {
+                return Err(ConfigError::new(
+                    "--no-tls cannot be combined with --tls-cert/--tls-key",
+                ));
+            }
+            (false, None, None) => TlsMode::SelfSigned,
+            (false, Some(cert), Some(key)) => TlsMode::Files { cert, key },
+            (false, _, _) => {
+                return Err(ConfigError::new(
+                    "--tls-cert and --tls-key must be given together",
+                ));
+            }
+        };
+
+        let data_dir = self
+            .data_dir
+            .clone()
+            .or_else(|| server.data_dir.clone())
+            .unwrap_or_else(|| default_data_dir(env));
+
+        let max_concurrent_runs = self
+            .max_concurrent_runs
+            .or(server.max_concurrent_runs)
+            .unwrap_or(64);
+        if max_concurrent_runs == 0 {
+            return Err(ConfigError::new("max_concurrent_runs must be at least 1"));
+        }
+
+        let duration = |flag: &Option<String>, key: &Option<String>, default: &str, name: &str| {
+            let text = flag.as_deref().or(key.as_deref()).unwrap_or(default);
+            parse_duration(text).map_err(|e| ConfigError::new(format!("{name}: {e}")))
+        };
+        let disconnect_grace = duration(
+            &self.disconnect_grace,
+            &server.disconnect_grace,
+            "30s",
+            "disconnect_grace",
+        )?;
+        let shutdown_grace = duration(
+            &self.shutdown_grace,
+            &server.shutdown_grace,
+            "10s",
+            "shutdown_grace",
+        )?;
+        let keep_alive = duration(&self.keep_alive, &server.keep_alive, "15s", "keep_alive")?;
+        if keep_alive.is_zero() {
+            return Err(ConfigError::new("keep_alive must be greater than zero"));
+        }
+        let suspend_timeout = duration(
+            &self.suspend_timeout,
+            &server.suspend_timeout,
+            "15m",
+            "suspend_timeout",
+        )?;
+
+        let log_format = match self.log_format {
+            Some(LogFormatArg::Text) => LogFormat::Text,
+            Some(LogFormatArg::Json) => LogFormat::Json,
+            None => server.log_format.unwrap_or(LogFormat::Text),
+        };
+
+        let mut agents = Vec::new();
+        for agent in file.agents {
+            agents.push(agent_from_file(agent)?);
+        }
+        for spec in &self.acp {
+            agents.push(agent_from_flag(spec)?);
+        }
+        if agents.is_empty() {
+            agents.push(AgentConfig::demo());
+        }
+        for (i, agent) in agents.iter().enumerate() {
+            if agents[..i].iter().any(|a| a.name == agent.name) {
+                return Err(ConfigError::new(format!(
+                    "agent {:?} is configured twice",
+                    agent.name
+                )));
+            }
+        }
+
+        Ok(Resolved {
+            config: Config {
+                host,
+                port,
+                path,
+                auth: Auth::Token(token),
+                allowed_origins,
+                tls,
+                data_dir,
+                max_concurrent_runs,
+                disconnect_grace,
+                shutdown_grace,
+                keep_alive,
+                suspend_timeout,
+                log_format,
+                agents,
+            },
+            token_source,
+        })
+    }
+
+    fn resolve_token(
+        &self,
+        server: &FileServer,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<(BearerToken, TokenSource), ConfigError> {
+        if let Some(token) = &self.token {
+            let token = BearerToken::new(token.clone())
+                .map_err(|e| ConfigError::new(format!("--token: {e}")))?;
+            return Ok((token, TokenSource::Flag));
+        }
+        if let Some(path) = self.token_file.as_ref().or(server.token_file.as_ref()) {
+            return Ok((read_token_file(path)?, TokenSource::File));
+        }
+        if let Some(value) = env("AGUI_TOKEN") {
+            let token = BearerToken::new(value.trim_end_matches(['\n', '\r']))
+                .map_err(|e| ConfigError::new(format!("AGUI_TOKEN: {e}")))?;
+            return Ok((token, TokenSource::Environment));
+        }
+        Ok((BearerToken::generate(), TokenSource::Generated))
+    }
+}
+
+fn read_file_config(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigError::new(format!("cannot read config file {}: {e}", path.display()))
+    })?;
+    toml::from_str(&text).map_err(|e| {
+        let detail = e.message().to_owned();
+        ConfigError::new(format!("config file {}: {detail}", path.display()))
+    })
+}
+
+fn read_token_file(path: &Path) -> Result<BearerToken, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::new(format!("cannot read token file {}: {e}", path.display())))?;
+    let value = text.strip_suffix('\n').unwrap_or(&text);
+    let value = value.strip_suffix('\r').unwrap_or(value);
+    BearerToken::new(value)
+        .map_err(|e| ConfigError::new(format!("token file {}: {e}", path.display())))
+}
+
+fn agent_from_file(agent: FileAgent) -> Result<AgentConfig, ConfigError> {
+    if !valid_agent_name(&agent.name) {
+        return Err(ConfigError::new(format!(
+            "invalid agent name {:?}: use letters, digits, '-', '_' or '.'",
+            agent.name
+        )));
+    }
+    let hitl = agent.hitl.unwrap_or(Hitl::Tool);
+    let kind = match agent.kind.as_str() {
+        "demo" => {
+            if !agent.command.is_empty() || agent.pool_size.is_some() || agent.idle_ttl.is_some() {
+                return Err(ConfigError::new(format!(
+                    "agent {:?}: kind \"demo\" takes no command, pool_size or idle_ttl",
+                    agent.name
+                )));
+            }
+            AgentKind::Demo
+        }
+        "acp" => {
+            if agent.command.is_empty() {
+                return Err(ConfigError::new(format!(
+                    "agent {:?}: kind \"acp\" needs a command",
+                    agent.name
+                )));
+            }
+            let idle_ttl = match &agent.idle_ttl {
+                Some(text) => parse_duration(text).map_err(|e| {
+                    ConfigError::new(format!("agent {:?}: idle_ttl: {e}", agent.name))
+                })?,
+                None => std::time::Duration::from_secs(600),
+            };
+            let pool_size = agent.pool_size.unwrap_or(1);
+            if pool_size == 0 {
+                return Err(ConfigError::new(format!(
+                    "agent {:?}: pool_size must be at least 1",
+                    agent.name
+                )));
+            }
+            AgentKind::Acp(AcpConfig {
+                command: agent.command,
+                cwd: agent.cwd,
+                env: agent.env,
+                pool_size,
+                idle_ttl,
+                permissions: agent.permissions.unwrap_or(Permissions::Ask),
+            })
+        }
+        other => {
+            return Err(ConfigError::new(format!(
+                "agent {:?}: unknown kind {other:?} (expected \"demo\" or \"acp\")",
+                agent.name
+            )));
+        }
+    };
+    Ok(AgentConfig {
+        description: agent.description.unwrap_or_else(|| match kind {
+            AgentKind::Demo => AgentConfig::demo().description,
+            AgentKind::Acp(_) => format!("ACP agent {}", agent.name),
+        }),
+        name: agent.name,
+        hitl,
+        kind,
+    })
+}
+
+fn agent_from_flag(spec: &str) -> Result<AgentConfig, ConfigError> {
+    let (name, command) = spec
+        .split_once('=')
+        .ok_or_else(|| ConfigError::new(format!("--acp {spec:?}: expected NAME=COMMAND")))?;
+    let words = shlex::split(command)
+        .filter(|w| !w.is_empty())
+        .ok_or_else(|| ConfigError::new(format!("--acp {name}: cannot split the command")))?;
+    agent_from_file(FileAgent {
+        name: name.to_owned(),
+        kind: "acp".to_owned(),
+        command: words,
+        cwd: None,
+        env: BTreeMap::new(),
+        description: None,
+        pool_size: None,
+        idle_ttl: None,
+        permissions: None,
+        hitl: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("agui-serve").chain(args.iter().copied()))
+            .expect("parses")
+    }
+
+    #[test]
+    fn defaults_match_the_contract() {
+        let resolved = parse(&[]).args.resolve(&no_env).expect("valid");
+        let config = resolved.config;
+        assert_eq!(config.socket_addr().to_string(), "127.0.0.1:8443");
+        assert_eq!(config.path, "/agui");
+        assert_eq!(config.tls, TlsMode::SelfSigned);
+        assert_eq!(config.max_concurrent_runs, 64);
+        assert_eq!(resolved.token_source, TokenSource::Generated);
+        assert_eq!(config.agents.len(), 1);
+        assert_eq!(config.agents[0].name, "demo");
+    }
+
+    #[test]
+    fn token_precedence() {
+        let dir = std::env::temp_dir().join(format!("agui-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("t");
+        std::fs::write(&file, "from-file\n").expect("write");
+        let env = |k: &str| (k == "AGUI_TOKEN").then(|| "from-env".to_owned());
+        let file_arg = file.to_str().expect("utf8");
+
+        let r = parse(&["--token", "from-flag", "--token-file", file_arg])
+            .args
+            .resolve(&env)
+            .expect("valid");
+        assert_eq!(r.token_source, TokenSource::Flag);
+        let r = parse(&["--token-file", file_arg])
+            .args
+            .resolve(&env)
+            .expect("valid");
+        assert_eq!(r.token_source, TokenSource::File);
+        match r.config.auth {
+            Auth::Token(t) => assert_eq!(t.expose(), "from-file"),
+            Auth::Misconfigured => panic!("token expected"),
+        }
+        let r = parse(&[]).args.resolve(&env).expect("valid");
+        assert_eq!(r.token_source, TokenSource::Environment);
+    }
+
+    #[test]
+    fn empty_token_sources_are_errors_not_fall_through() {
+        let dir = std::env::temp_dir().join(format!("agui-cli-empty-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("empty");
+        std::fs::write(&file, "\n").expect("write");
+        let env_empty = |k: &str| (k == "AGUI_TOKEN").then(String::new);
+        assert!(parse(&["--token", ""]).args.resolve(&no_env).is_err());
+        assert!(
+            parse(&["--token-file", file.to_str().expect("utf8")])
+                .args
+                .resolve(&no_env)
+                .is_err()
+        );
+        assert!(parse(&[]).args.resolve(&env_empty).is_err());
+    }
+
+    #[test]
+    fn tls_flags_must_pair() {
+        assert!(parse(&["--tls-cert", "c"]).args.resolve(&no_env).is_err());
+        assert!(
+            parse(&["--no-tls", "--tls-cert", "c", "--tls-key", "k"])
+                .args
+                .resolve(&no_env)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn config_file_unknown_keys_are_errors() {
+        let dir = std::env::temp_dir().join(format!("agui-cli-toml-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("c.toml");
+        std::fs::write(&file, "[server]\nprot = 1\n").expect("write");
+        let err = parse(&["--config", file.to_str().expect("utf8")])
+            .args
+            .resolve(&no_env)
+            .expect_err("unknown key");
+        assert!(err.to_string().contains("prot"), "{err}");
+    }
+
+    #[test]
+    fn config_file_and_flags_merge() {
+        let dir = std::env::temp_dir().join(format!("agui-cli-merge-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("c.toml");
+        std::fs::write(
+            &file,
+            r#"
+[server]
+port = 9000
+path = "/x/"
+disconnect_grace = "5s"
+allowed_origins = ["https://a.example"]
+
+[[agents]]
+name = "echo"
+kind = "demo"
+hitl = "interrupt"
+
+[[agents]]
+name = "claude"
+kind = "acp"
+command = ["npx", "-y", "pkg"]
+env = { KEY = "secret" }
+pool_size = 2
+idle_ttl = "10m"
+permissions = "allow"
+"#,
+        )
+        .expect("write");
+        let r = parse(&["--config", file.to_str().expect("utf8"), "--port", "9001"])
+            .args
+            .resolve(&no_env)
+            .expect("valid");
+        let c = r.config;
+        assert_eq!(c.port, 9001);
+        assert_eq!(c.path, "/x");
+        assert_eq!(c.disconnect_grace.as_secs(), 5);
+        assert_eq!(c.agents.len(), 2);
+        assert_eq!(c.agents[0].hitl, Hitl::Interrupt);
+        assert!(!format!("{c:?}").contains("secret"));
+        assert!(!c.redacted_json().to_string().contains("secret"));
+    }
+
+    #[test]
+    fn acp_flag_splits_shell_words() {
+        let r = parse(&["--acp", "claude=npx -y '@scope/pkg' --flag"])
+            .args
+            .resolve(&no_env)
+            .expect("valid");
+        match &r.config.agents[0].kind {
+            AgentKind::Acp(acp) => assert_eq!(acp.command, ["npx", "-y", "@scope/pkg", "--flag"]),
+            AgentKind::Demo => panic!("acp expected"),
+        }
+        assert!(parse(&["--acp", "noequals"]).args.resolve(&no_env).is_err());
+    }
+}

@@ -1,0 +1,457 @@
+//! Typed, validated configuration: parse (TOML file, flags, environment) -> validate -> typed.
+//!
+//! Nothing downstream of this module sees clap or TOML types. The bearer token lives in a
+//! [`BearerToken`] whose `Debug` is redacted, so a `{config:?}` can never leak it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::json;
+
+/// Everything the daemon needs to run.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub host: IpAddr,
+    pub port: u16,
+    /// Route namespace, normalized: starts with `/`, no trailing `/` (`""` for the root).
+    pub path: String,
+    pub auth: Auth,
+    pub allowed_origins: Vec<String>,
+    pub tls: TlsMode,
+    pub data_dir: PathBuf,
+    pub max_concurrent_runs: usize,
+    pub disconnect_grace: Duration,
+    pub shutdown_grace: Duration,
+    pub keep_alive: Duration,
+    pub suspend_timeout: Duration,
+    pub log_format: LogFormat,
+    pub agents: Vec<AgentConfig>,
+}
+
+/// How requests are authenticated.
+#[derive(Debug, Clone)]
+pub enum Auth {
+    /// Every authenticated route requires this token.
+    Token(BearerToken),
+    /// A token is required but none could be configured: every authenticated route fails
+    /// closed with 500. Only reachable through the library API.
+    Misconfigured,
+}
+
+/// Where the token came from; only a generated token is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenSource {
+    Flag,
+    File,
+    Environment,
+    Generated,
+}
+
+/// A bearer token. Its `Debug` and `Display` never show the value.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BearerToken(String);
+
+impl BearerToken {
+    /// Wraps a token value; rejects empty and whitespace-bearing values.
+    pub fn new(value: impl Into<String>) -> Result<BearerToken, ConfigError> {
+        let value = value.into();
+        if value.is_empty() {
+            return Err(ConfigError::new("token is empty"));
+        }
+        if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(ConfigError::new("token contains whitespace"));
+        }
+        Ok(BearerToken(value))
+    }
+
+    /// A fresh random token: 32 bytes from the OS generator, hex encoded.
+    pub fn generate() -> BearerToken {
+        let bytes: [u8; 32] = rand::random();
+        BearerToken(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    }
+
+    /// The secret itself. Call sites are few and reviewed: comparison and printing a
+    /// generated token once.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for BearerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("BearerToken(<redacted>)")
+    }
+}
+
+impl fmt::Display for BearerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TlsMode {
+    /// Plain HTTP (for loopback behind a TLS-terminating proxy).
+    Off,
+    /// A self-signed certificate generated into the data directory on first start.
+    SelfSigned,
+    /// The operator's own PEM certificate chain and key.
+    Files { cert: PathBuf, key: PathBuf },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// One configured agent.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub name: String,
+    pub description: String,
+    pub hitl: Hitl,
+    pub kind: AgentKind,
+}
+
+#[derive(Debug, Clone)]
+pub enum AgentKind {
+    /// The built-in deterministic agent.
+    Demo,
+    /// An Agent Client Protocol agent started as a child process.
+    Acp(AcpConfig),
+}
+
+#[derive(Clone)]
+pub struct AcpConfig {
+    pub command: Vec<String>,
+    pub cwd: Option<PathBuf>,
+    pub env: BTreeMap<String, String>,
+    pub pool_size: usize,
+    pub idle_ttl: Duration,
+    pub permissions: Permissions,
+}
+
+impl fmt::Debug for AcpConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Environment values are usually credentials: show only the names.
+        f.debug_struct("AcpConfig")
+            .field("command", &self.command)
+            .field("cwd", &self.cwd)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("pool_size", &self.pool_size)
+            .field("idle_ttl", &self.idle_ttl)
+            .field("permissions", &self.permissions)
+            .finish()
+    }
+}
+
+/// How an agent's permission requests are answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Permissions {
+    Ask,
+    Allow,
+    Deny,
+}
+
+/// How a human-in-the-loop question reaches the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Hitl {
+    /// A call of the frontend tool `agui_permission_request`.
+    Tool,
+    /// `RUN_FINISHED{outcome:{type:"interrupt"}}` answered by `resume[]` (AG-UI 1.0).
+    Interrupt,
+}
+
+/// A configuration problem: exit code 2 with a one-line reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(String);
+
+impl ConfigError {
+    pub fn new(message: impl Into<String>) -> ConfigError {
+        ConfigError(message.into())
+    }
+}
+
+/// Parses `500ms`, `30s`, `10m`, `1h` (also `2h30m`-style sums and bare `0`).
+pub fn parse_duration(text: &str) -> Result<Duration, ConfigError> {
+    let bad = || {
+        ConfigError::new(format!(
+            "invalid duration {text:?}: expected e.g. 500ms, 30s, 10m, 1h"
+        ))
+    };
+    let text = text.trim();
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if text.is_empty() {
+        return Err(bad());
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        if digits == 0 {
+            return Err(bad());
+        }
+        let value: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let unit = &rest[..unit_len];
+        rest = &rest[unit_len..];
+        let part = match unit {
+            "ms" => Duration::from_millis(value),
+            "s" => Duration::from_secs(value),
+            "m" => Duration::from_secs(value.checked_mul(60).ok_or_else(bad)?),
+            "h" => Duration::from_secs(value.checked_mul(3600).ok_or_else(bad)?),
+            _ => return Err(bad()),
+        };
+        total = total.checked_add(part).ok_or_else(bad)?;
+    }
+    Ok(total)
+}
+
+/// Formats a duration the way [`parse_duration`] reads it.
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms == 0 {
+        "0".to_owned()
+    } else if ms % 3_600_000 == 0 {
+        format!("{}h", ms / 3_600_000)
+    } else if ms % 60_000 == 0 {
+        format!("{}m", ms / 60_000)
+    } else if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+/// Normalizes a route namespace: `/agui/` -> `/agui`, `agui` -> `/agui`, `/` -> ``.
+pub fn normalize_path(path: &str) -> Result<String, ConfigError> {
+    let trimmed = path.trim().trim_end_matches('/');
+    if trimmed.contains(['?', '#', ' ']) {
+        return Err(ConfigError::new(format!("invalid path {path:?}")));
+    }
+    if trimmed.is_empty() {
+        return Ok(String::new());
+    }
+    if trimmed.starts_with('/') {
+        Ok(trimmed.to_owned())
+    } else {
+        Ok(format!("/{trimmed}"))
+    }
+}
+
+/// The default data directory: `$STATE_DIRECTORY`, else `$XDG_STATE_HOME/agui-serve`, else
+/// `~/.local/state/agui-serve`.
+pub fn default_data_dir(env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
+    if let Some(dir) = env("STATE_DIRECTORY").filter(|d| !d.is_empty()) {
+        // systemd may pass several colon-separated directories; the first is ours.
+        let first = dir.split(':').next().unwrap_or(&dir).to_owned();
+        return PathBuf::from(first);
+    }
+    if let Some(xdg) = env("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
+        return Path::new(&xdg).join("agui-serve");
+    }
+    let home = env("HOME").unwrap_or_else(|| ".".to_owned());
+    Path::new(&home).join(".local/state/agui-serve")
+}
+
+impl Config {
+    /// A configuration for tests and embedders: loopback, port 0, no TLS, the demo agent,
+    /// the given token, short graces.
+    pub fn for_tests(token: &str, data_dir: PathBuf) -> Config {
+        Config {
+            host: IpAddr::from([127, 0, 0, 1]),
+            port: 0,
+            path: "/agui".to_owned(),
+            auth: match BearerToken::new(token) {
+                Ok(token) => Auth::Token(token),
+                Err(_) => Auth::Misconfigured,
+            },
+            allowed_origins: Vec::new(),
+            tls: TlsMode::Off,
+            data_dir,
+            max_concurrent_runs: 64,
+            disconnect_grace: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(10),
+            keep_alive: Duration::from_secs(15),
+            suspend_timeout: Duration::from_secs(15 * 60),
+            log_format: LogFormat::Text,
+            agents: vec![AgentConfig::demo()],
+        }
+    }
+
+    pub fn socket_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.host, self.port)
+    }
+
+    /// The resolved configuration as JSON with secrets redacted (`check-config`).
+    pub fn redacted_json(&self) -> serde_json::Value {
+        let agents: Vec<_> = self
+            .agents
+            .iter()
+            .map(|agent| {
+                let mut value = json!({
+                    "name": agent.name,
+                    "description": agent.description,
+                    "hitl": format!("{:?}", agent.hitl).to_lowercase(),
+                });
+                match &agent.kind {
+                    AgentKind::Demo => value["kind"] = json!("demo"),
+                    AgentKind::Acp(acp) => {
+                        value["kind"] = json!("acp");
+                        value["command"] = json!(acp.command);
+                        value["cwd"] = json!(acp.cwd);
+                        value["env"] = acp
+                            .env
+                            .keys()
+                            .map(|k| (k.clone(), json!("<redacted>")))
+                            .collect::<serde_json::Map<_, _>>()
+                            .into();
+                        value["pool_size"] = json!(acp.pool_size);
+                        value["idle_ttl"] = json!(format_duration(acp.idle_ttl));
+                        value["permissions"] =
+                            json!(format!("{:?}", acp.permissions).to_lowercase());
+                    }
+                }
+                value
+            })
+            .collect();
+        let tls = match &self.tls {
+            TlsMode::Off => json!("off"),
+            TlsMode::SelfSigned => json!("self-signed"),
+            TlsMode::Files { cert, key } => json!({"cert": cert, "key": key}),
+        };
+        json!({
+            "server": {
+                "host": self.host.to_string(),
+                "port": self.port,
+                "path": self.path,
+                "token": match self.auth { Auth::Token(_) => "<redacted>", Auth::Misconfigured => "<missing>" },
+                "allowed_origins": self.allowed_origins,
+                "tls": tls,
+                "data_dir": self.data_dir,
+                "max_concurrent_runs": self.max_concurrent_runs,
+                "disconnect_grace": format_duration(self.disconnect_grace),
+                "shutdown_grace": format_duration(self.shutdown_grace),
+                "keep_alive": format_duration(self.keep_alive),
+                "suspend_timeout": format_duration(self.suspend_timeout),
+                "log_format": format!("{:?}", self.log_format).to_lowercase(),
+            },
+            "agents": agents,
+        })
+    }
+}
+
+impl AgentConfig {
+    /// The built-in `demo` agent.
+    pub fn demo() -> AgentConfig {
+        AgentConfig {
+            name: "demo".to_owned(),
+            description: "Built-in deterministic demo agent".to_owned(),
+            hitl: Hitl::Tool,
+            kind: AgentKind::Demo,
+        }
+    }
+}
+
+/// Whether `name` can be an agent name (a single URL path segment).
+pub fn valid_agent_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        && !matches!(
+            name,
+            "info" | "healthz" | "readyz" | "threads" | "runs" | "." | ".."
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        for bad in ["", "10", "s", "10x", "-1s", "1.5s", "ms10"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn durations_format_round_trip() {
+        for text in ["500ms", "30s", "10m", "1h", "0"] {
+            let d = parse_duration(text).expect("valid");
+            assert_eq!(format_duration(d), text);
+        }
+    }
+
+    #[test]
+    fn token_debug_is_redacted() {
+        let token = BearerToken::new("s3cret-value").expect("valid");
+        assert!(!format!("{token:?}").contains("s3cret"));
+        assert!(!format!("{token}").contains("s3cret"));
+        let mut config = Config::for_tests("s3cret-value", PathBuf::from("/tmp"));
+        config.agents.push(AgentConfig::demo());
+        assert!(!format!("{config:?}").contains("s3cret"));
+        assert!(!config.redacted_json().to_string().contains("s3cret"));
+    }
+
+    #[test]
+    fn generated_tokens_differ_and_are_long() {
+        let a = BearerToken::generate();
+        let b = BearerToken::generate();
+        assert_ne!(a, b);
+        assert_eq!(a.expose().len(), 64);
+    }
+
+    #[test]
+    fn paths_normalize() {
+        assert_eq!(normalize_path("/agui/").as_deref(), Ok("/agui"));
+        assert_eq!(normalize_path("agui").as_deref(), Ok("/agui"));
+        assert_eq!(normalize_path("/").as_deref(), Ok(""));
+        assert!(normalize_path("/a?b").is_err());
+    }
+
+    #[test]
+    fn data_dir_precedence() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                vars.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        assert_eq!(
+            default_data_dir(&env(&[("STATE_DIRECTORY", "/var/lib/a:/var/lib/b")])),
+            PathBuf::from("/var/lib/a")
+        );
+        assert_eq!(
+            default_data_dir(&env(&[("XDG_STATE_HOME", "/x"), ("HOME", "/h")])),
+            PathBuf::from("/x/agui-serve")
+        );
+        assert_eq!(
+            default_data_dir(&env(&[("HOME", "/h")])),
+            PathBuf::from("/h/.local/state/agui-serve")
+        );
+    }
+}

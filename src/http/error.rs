@@ -1,0 +1,201 @@
+//! API errors before a stream starts, and the one place that picks their status codes.
+//!
+//! An [`ApiError`] carries its classification as data (pingora style): status, stable code,
+//! a public message, the field to blame, and whether retrying helps (`Retry-After`).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{ALLOW, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
+use http::{HeaderValue, Response, StatusCode};
+use serde_json::json;
+
+use super::body::{Body, full};
+use crate::protocol::InputError;
+use crate::runtime::StartError;
+
+/// An error answered with `{"code","message"[,"field"]}` before any stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    pub field: Option<String>,
+    pub retry_after: Option<Duration>,
+    pub allow: Option<&'static str>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            field: None,
+            retry_after: None,
+            allow: None,
+        }
+    }
+
+    pub fn not_found(what: &str) -> ApiError {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "NOT_FOUND",
+            format!("no such {what}"),
+        )
+    }
+
+    pub fn unknown_agent(name: &str) -> ApiError {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "UNKNOWN_AGENT",
+            format!("no agent named {name:?}"),
+        )
+    }
+
+    pub fn method_not_allowed(allow: &'static str) -> ApiError {
+        let mut e = ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "METHOD_NOT_ALLOWED",
+            format!("method not allowed; allowed: {allow}"),
+        );
+        e.allow = Some(allow);
+        e
+    }
+
+    pub fn unauthorized() -> ApiError {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "UNAUTHORIZED",
+            "missing or invalid bearer token",
+        )
+    }
+
+    pub fn forbidden_origin() -> ApiError {
+        ApiError::new(
+            StatusCode::FORBIDDEN,
+            "FORBIDDEN_ORIGIN",
+            "origin not allowed",
+        )
+    }
+
+    pub fn not_acceptable() -> ApiError {
+        ApiError::new(
+            StatusCode::NOT_ACCEPTABLE,
+            "NOT_ACCEPTABLE",
+            "this endpoint produces text/event-stream",
+        )
+    }
+
+    pub fn unsupported_media_type() -> ApiError {
+        ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UNSUPPORTED_MEDIA_TYPE",
+            "the request body must be application/json",
+        )
+    }
+
+    pub fn payload_too_large(limit: usize) -> ApiError {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "PAYLOAD_TOO_LARGE",
+            format!("request body exceeds {limit} bytes"),
+        )
+    }
+
+    pub fn invalid_input(message: impl Into<String>, field: Option<String>) -> ApiError {
+        let mut e = ApiError::new(StatusCode::BAD_REQUEST, "INVALID_INPUT", message);
+        e.field = field;
+        e
+    }
+
+    pub fn invalid_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "INVALID_INPUT", message)
+    }
+
+    /// A token is required but none is configured: fail closed.
+    pub fn auth_misconfigured() -> ApiError {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "AUTH_MISCONFIGURED",
+            "the server requires a token but none is configured",
+        )
+    }
+
+    pub fn internal() -> ApiError {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "INTERNAL",
+            "internal error",
+        )
+    }
+
+    pub fn draining() -> ApiError {
+        let mut e = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "DRAINING",
+            "the server is shutting down",
+        );
+        e.retry_after = Some(Duration::from_secs(5));
+        e
+    }
+
+    pub fn over_capacity() -> ApiError {
+        let mut e = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "OVER_CAPACITY",
+            "too many concurrent runs; retry later",
+        );
+        e.retry_after = Some(Duration::from_secs(1));
+        e
+    }
+
+    /// The response for this error.
+    pub fn into_response(self) -> Response<Body> {
+        let mut body = json!({"code": self.code, "message": self.message});
+        if let Some(field) = &self.field {
+            body["field"] = json!(field);
+        }
+        let mut response = Response::new(full(Bytes::from(body.to_string())));
+        *response.status_mut() = self.status;
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if self.status == StatusCode::UNAUTHORIZED {
+            headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let Some(retry) = self.retry_after {
+            headers.insert(RETRY_AFTER, HeaderValue::from(retry.as_secs().max(1)));
+        }
+        if let Some(allow) = self.allow {
+            headers.insert(ALLOW, HeaderValue::from_static(allow));
+        }
+        response
+    }
+}
+
+impl From<InputError> for ApiError {
+    fn from(e: InputError) -> ApiError {
+        ApiError::invalid_input(e.message, e.field)
+    }
+}
+
+impl From<StartError> for ApiError {
+    fn from(e: StartError) -> ApiError {
+        match e {
+            StartError::UnknownAgent => {
+                ApiError::new(StatusCode::NOT_FOUND, "UNKNOWN_AGENT", "no such agent")
+            }
+            StartError::Draining => ApiError::draining(),
+            StartError::OverCapacity => ApiError::over_capacity(),
+            StartError::RunInProgress => ApiError::new(
+                StatusCode::CONFLICT,
+                "RUN_IN_PROGRESS",
+                "a run is in progress on this thread; attach to it or wait for it to end",
+            ),
+            StartError::AgentMismatch(agent) => ApiError::invalid_input(
+                format!("thread belongs to agent {agent:?}"),
+                Some("threadId".to_owned()),
+            ),
+        }
+    }
+}

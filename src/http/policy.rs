@@ -1,0 +1,203 @@
+//! Who may call: bearer token (constant-time), origin allow-list, CORS.
+//!
+//! No `Origin` header: no check (server-to-server callers such as a reverse proxy). With one,
+//! it must equal an allowed origin (case-insensitive) or the list must hold `*`.
+
+use http::header::{
+    ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN,
+    ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE, AUTHORIZATION, ORIGIN, VARY,
+};
+use http::{HeaderMap, HeaderValue};
+use subtle::ConstantTimeEq;
+
+use super::error::ApiError;
+use crate::config::Auth;
+
+/// The allowed browser origins.
+#[derive(Debug, Clone)]
+pub struct OriginPolicy {
+    allowed: Vec<String>,
+    any: bool,
+}
+
+/// What the origin check decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OriginCheck {
+    /// No `Origin` header.
+    Absent,
+    /// Allowed; echo this value in `Access-Control-Allow-Origin`.
+    Allowed(HeaderValue),
+    Forbidden,
+}
+
+impl OriginPolicy {
+    pub fn new(allowed: &[String]) -> OriginPolicy {
+        OriginPolicy {
+            any: allowed.iter().any(|o| o == "*"),
+            allowed: allowed
+                .iter()
+                .filter(|o| *o != "*")
+                .map(|o| o.to_ascii_lowercase())
+                .collect(),
+        }
+    }
+
+    pub fn check(&self, headers: &HeaderMap) -> OriginCheck {
+        let Some(origin) = headers.get(ORIGIN) else {
+            return OriginCheck::Absent;
+        };
+        let Ok(text) = origin.to_str() else {
+            return OriginCheck::Forbidden;
+        };
+        let normalized = text.trim().trim_end_matches('/').to_ascii_lowercase();
+        if self.any || self.allowed.iter().any(|o| *o == normalized) {
+            OriginCheck::Allowed(origin.clone())
+        } else {
+            OriginCheck::Forbidden
+        }
+    }
+}
+
+/// Adds the CORS headers for an allowed origin to a response.
+pub fn cors_headers(headers: &mut HeaderMap, origin: &OriginCheck) {
+    if let OriginCheck::Allowed(origin) = origin {
+        headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
+        headers.append(VARY, HeaderValue::from_static("origin"));
+        headers.insert(
+            ACCESS_CONTROL_EXPOSE_HEADERS,
+            HeaderValue::from_static("agui-resume, retry-after"),
+        );
+    }
+}
+
+/// Adds the preflight answer headers.
+pub fn preflight_headers(headers: &mut HeaderMap) {
+    headers.insert(
+        ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
+    );
+    headers.insert(
+        ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static("Authorization, Content-Type, Accept, Last-Event-ID"),
+    );
+    headers.insert(ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
+}
+
+/// Checks the bearer token: `Authorization: Bearer T`, else `?token=T`.
+pub fn authenticate(auth: &Auth, headers: &HeaderMap, query: Option<&str>) -> Result<(), ApiError> {
+    let expected = match auth {
+        Auth::Token(token) => token.expose().as_bytes(),
+        Auth::Misconfigured => return Err(ApiError::auth_misconfigured()),
+    };
+    let presented = bearer_from_header(headers).or_else(|| token_from_query(query));
+    match presented {
+        Some(presented) if constant_time_eq(presented.as_bytes(), expected) => Ok(()),
+        _ => Err(ApiError::unauthorized()),
+    }
+}
+
+fn bearer_from_header(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(AUTHORIZATION)?.to_str().ok()?.trim();
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim().to_owned())
+}
+
+fn token_from_query(query: Option<&str>) -> Option<String> {
+    form_urlencoded::parse(query?.as_bytes())
+        .find(|(k, _)| k == "token")
+        .map(|(_, v)| v.into_owned())
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    // The length is not secret (tokens we generate have a fixed length); the content is.
+    a.len() == b.len() && bool::from(a.ct_eq(b))
+}
+
+/// A query string safe to log: the value of every `token` parameter replaced.
+pub fn scrub_query(query: &str) -> String {
+    query
+        .split('&')
+        .map(|pair| {
+            let key = pair.split('=').next().unwrap_or("");
+            let decoded: String = form_urlencoded::parse(key.as_bytes())
+                .map(|(k, _)| k.into_owned())
+                .next()
+                .unwrap_or_default();
+            if decoded.eq_ignore_ascii_case("token") {
+                format!("{key}=[redacted]")
+            } else {
+                pair.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::BearerToken;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_str(v).expect("header"));
+        }
+        h
+    }
+
+    #[test]
+    fn token_from_header_or_query() {
+        let auth = Auth::Token(BearerToken::new("abc").expect("token"));
+        assert!(authenticate(&auth, &headers(&[("authorization", "Bearer abc")]), None).is_ok());
+        assert!(authenticate(&auth, &headers(&[("authorization", "bearer abc")]), None).is_ok());
+        assert!(authenticate(&auth, &headers(&[]), Some("a=1&token=abc")).is_ok());
+        assert!(authenticate(&auth, &headers(&[("authorization", "Bearer abd")]), None).is_err());
+        assert!(authenticate(&auth, &headers(&[("authorization", "Basic abc")]), None).is_err());
+        assert!(authenticate(&auth, &headers(&[]), None).is_err());
+        assert!(authenticate(&auth, &headers(&[]), Some("token=ab")).is_err());
+    }
+
+    #[test]
+    fn misconfigured_auth_fails_closed() {
+        let e =
+            authenticate(&Auth::Misconfigured, &headers(&[]), Some("token=x")).expect_err("closed");
+        assert_eq!(e.status, http::StatusCode::INTERNAL_SERVER_ERROR);
+    }
+
+    #[test]
+    fn origins() {
+        let p = OriginPolicy::new(&["https://App.example".to_owned()]);
+        assert_eq!(p.check(&headers(&[])), OriginCheck::Absent);
+        assert!(matches!(
+            p.check(&headers(&[("origin", "https://app.EXAMPLE")])),
+            OriginCheck::Allowed(_)
+        ));
+        assert_eq!(
+            p.check(&headers(&[("origin", "https://evil.example")])),
+            OriginCheck::Forbidden
+        );
+        let any = OriginPolicy::new(&["*".to_owned()]);
+        assert!(matches!(
+            any.check(&headers(&[("origin", "https://x")])),
+            OriginCheck::Allowed(_)
+        ));
+        let none = OriginPolicy::new(&[]);
+        assert_eq!(
+            none.check(&headers(&[("origin", "https://x")])),
+            OriginCheck::Forbidden
+        );
+    }
+
+    #[test]
+    fn query_token_is_scrubbed() {
+        assert_eq!(
+            scrub_query("a=1&token=s3cret&b=2"),
+            "a=1&token=[redacted]&b=2"
+        );
+        assert_eq!(scrub_query("%74oken=s3cret"), "%74oken=[redacted]");
+        assert_eq!(scrub_query("limit=5"), "limit=5");
+    }
+}

@@ -1,0 +1,387 @@
+//! Routing and handlers. Every request passes, in order: route match (404) -> method (405)
+//! -> origin (403) -> token (401, or 500 when misconfigured) -> the handler's own checks
+//! (content type 415, `Accept` 406, body size 413, body shape 400, agent 404, admission
+//! 503, conflict 409).
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::header::{ACCEPT, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, HOST, VARY};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use percent_encoding::percent_decode_str;
+use serde_json::json;
+
+use super::App;
+use super::body::{Body, empty, event_stream, full};
+use super::error::ApiError;
+use super::policy::{self, OriginCheck};
+use crate::protocol::{decode_run_input, negotiate};
+use crate::runtime::{Attachment, CancelReason};
+
+/// Largest accepted request body.
+pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// A matched route (method not yet checked).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Route {
+    Run(String),
+    Info,
+    Healthz,
+    Readyz,
+    Threads,
+    Thread(String),
+    ThreadMessages(String),
+    ThreadStream(String),
+    Cancel(String),
+}
+
+impl Route {
+    fn parse(namespace: &str, path: &str) -> Option<Route> {
+        let rest = path.strip_prefix(namespace)?;
+        let rest = rest.strip_prefix('/')?;
+        let segments: Vec<String> = rest
+            .split('/')
+            .map(|s| percent_decode_str(s).decode_utf8_lossy().into_owned())
+            .collect();
+        let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
+        let route = match segs.as_slice() {
+            ["info"] => Route::Info,
+            ["healthz"] => Route::Healthz,
+            ["readyz"] => Route::Readyz,
+            ["threads"] => Route::Threads,
+            ["threads", id] if !id.is_empty() => Route::Thread((*id).to_owned()),
+            ["threads", id, "messages"] if !id.is_empty() => {
+                Route::ThreadMessages((*id).to_owned())
+            }
+            ["threads", id, "stream"] if !id.is_empty() => Route::ThreadStream((*id).to_owned()),
+            ["runs", id, "cancel"] if !id.is_empty() => Route::Cancel((*id).to_owned()),
+            [agent] if !agent.is_empty() => Route::Run((*agent).to_owned()),
+            _ => return None,
+        };
+        Some(route)
+    }
+
+    /// The methods this route answers (besides the CORS preflight).
+    fn allow(&self) -> &'static str {
+        match self {
+            Route::Run(_) | Route::Cancel(_) => "POST, OPTIONS",
+            Route::Thread(_) => "GET, DELETE, OPTIONS",
+            Route::Healthz | Route::Readyz => "GET, HEAD, OPTIONS",
+            _ => "GET, OPTIONS",
+        }
+    }
+
+    fn allows(&self, method: &Method) -> bool {
+        match self {
+            Route::Run(_) | Route::Cancel(_) => method == Method::POST,
+            Route::Thread(_) => method == Method::GET || method == Method::DELETE,
+            Route::Healthz | Route::Readyz => method == Method::GET || method == Method::HEAD,
+            _ => method == Method::GET,
+        }
+    }
+
+    fn authenticated(&self) -> bool {
+        !matches!(self, Route::Healthz | Route::Readyz)
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Route::Run(_) => "run",
+            Route::Info => "info",
+            Route::Healthz => "healthz",
+            Route::Readyz => "readyz",
+            Route::Threads => "threads",
+            Route::Thread(_) => "thread",
+            Route::ThreadMessages(_) => "thread_messages",
+            Route::ThreadStream(_) => "thread_stream",
+            Route::Cancel(_) => "cancel",
+        }
+    }
+}
+
+/// Handles one request; never fails (errors become responses).
+pub(super) async fn handle(app: &App, req: Request<Incoming>, tls: bool) -> Response<Body> {
+    let started = Instant::now();
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let query = req.uri().query().map(policy::scrub_query);
+    let origin = app.origins.check(req.headers());
+    let route = Route::parse(&app.path, &path);
+    let route_name = route.as_ref().map_or("none", Route::name);
+
+    let mut response = match route {
+        None => ApiError::not_found("route").into_response(),
+        Some(route) => match dispatch(app, route, req, tls, &origin).await {
+            Ok(response) => response,
+            Err(error) => {
+                if error.status.is_server_error() {
+                    tracing::warn!(code = error.code, "request failed");
+                }
+                error.into_response()
+            }
+        },
+    };
+    policy::cors_headers(response.headers_mut(), &origin);
+    tracing::info!(
+        method = %method,
+        path = %path,
+        query = query.as_deref().unwrap_or(""),
+        route = route_name,
+        status = response.status().as_u16(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "request"
+    );
+    response
+}
+
+async fn dispatch(
+    app: &App,
+    route: Route,
+    req: Request<Incoming>,
+    tls: bool,
+    origin: &OriginCheck,
+) -> Result<Response<Body>, ApiError> {
+    if req.method() == Method::OPTIONS {
+        return preflight(origin);
+    }
+    if !route.allows(req.method()) {
+        return Err(ApiError::method_not_allowed(route.allow()));
+    }
+    if route.authenticated() {
+        if *origin == OriginCheck::Forbidden {
+            return Err(ApiError::forbidden_origin());
+        }
+        policy::authenticate(&app.auth, req.headers(), req.uri().query())?;
+    }
+    match route {
+        Route::Run(agent) => run(app, &agent, req).await,
+        Route::Info => Ok(json_response(
+            StatusCode::OK,
+            info(app, req.headers(), req.uri(), tls),
+        )),
+        Route::Healthz => Ok(healthz(app)),
+        Route::Readyz => Ok(readyz(app)),
+        Route::Cancel(run_id) => {
+            if app.runtime.cancel_run(&run_id, CancelReason::Requested) {
+                Ok(json_response(
+                    StatusCode::ACCEPTED,
+                    json!({"runId": run_id, "status": "cancelling"}),
+                ))
+            } else {
+                Err(ApiError::not_found("live run"))
+            }
+        }
+        Route::Threads | Route::Thread(_) | Route::ThreadMessages(_) | Route::ThreadStream(_) => {
+            Err(ApiError::not_found("thread"))
+        }
+    }
+}
+
+fn preflight(origin: &OriginCheck) -> Result<Response<Body>, ApiError> {
+    match origin {
+        OriginCheck::Forbidden => Err(ApiError::forbidden_origin()),
+        OriginCheck::Absent | OriginCheck::Allowed(_) => {
+            let mut response = Response::new(empty());
+            *response.status_mut() = StatusCode::NO_CONTENT;
+            policy::preflight_headers(response.headers_mut());
+            Ok(response)
+        }
+    }
+}
+
+async fn run(app: &App, agent: &str, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    if !is_json(req.headers()) {
+        return Err(ApiError::unsupported_media_type());
+    }
+    let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok());
+    if negotiate(accept).is_none() {
+        return Err(ApiError::not_acceptable());
+    }
+    let body = read_body(req).await?;
+    let input = decode_run_input(&body)?;
+    if !app.runtime.has_agent(agent) {
+        return Err(ApiError::unknown_agent(agent));
+    }
+    let attachment = app.runtime.start_run(agent, input).await?;
+    Ok(stream_response(attachment))
+}
+
+/// The 200 event-stream response for an attachment.
+fn stream_response(attachment: Attachment) -> Response<Body> {
+    let resume = attachment.resume();
+    let mut response = Response::new(event_stream(attachment));
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(
+        CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, no-store, no-transform"),
+    );
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    headers.insert(VARY, HeaderValue::from_static("accept"));
+    headers.insert("agui-resume", HeaderValue::from_static(resume.as_str()));
+    response
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    let Some(value) = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let media = value
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    media == "application/json" || (media.starts_with("application/") && media.ends_with("+json"))
+}
+
+/// Reads the body up to [`MAX_BODY_BYTES`]; a declared or actual excess is 413 without
+/// reading further.
+async fn read_body(req: Request<Incoming>) -> Result<Bytes, ApiError> {
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
+        return Err(ApiError::payload_too_large(MAX_BODY_BYTES));
+    }
+    match Limited::new(req.into_body(), MAX_BODY_BYTES)
+        .collect()
+        .await
+    {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error) => {
+            if error
+                .downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                Err(ApiError::payload_too_large(MAX_BODY_BYTES))
+            } else {
+                Err(ApiError::invalid_request(
+                    "the request body could not be read",
+                ))
+            }
+        }
+    }
+}
+
+fn info(app: &App, headers: &HeaderMap, uri: &http::Uri, tls: bool) -> serde_json::Value {
+    let scheme = if tls {
+        "https"
+    } else {
+        match headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.trim().to_ascii_lowercase())
+            .as_deref()
+        {
+            Some("https") => "https",
+            _ => "http",
+        }
+    };
+    let host = headers
+        .get(HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| uri.authority().map(|a| a.as_str().to_owned()))
+        .filter(|h| valid_host(h));
+    let agents: Vec<_> = app
+        .agents
+        .iter()
+        .map(|(name, description)| {
+            let mut agent = json!({"name": name, "description": description});
+            if let Some(host) = &host {
+                let encoded =
+                    percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC);
+                agent["url"] = json!(format!("{scheme}://{host}{}/{encoded}", app.path));
+            }
+            agent
+        })
+        .collect();
+    json!({
+        "protocol": "ag-ui",
+        "protocolVersion": crate::protocol::PROTOCOL_VERSION,
+        "version": env!("CARGO_PKG_VERSION"),
+        "path": app.path,
+        "agents": agents,
+        "capabilities": {
+            "frontendTools": false,
+            "humanInTheLoop": false,
+            "sharedState": false,
+            "interrupts": false,
+            "reattach": false,
+        },
+    })
+}
+
+/// A `Host` value we are willing to echo into URLs.
+fn valid_host(host: &str) -> bool {
+    !host.is_empty()
+        && host.len() <= 255
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']' | '_'))
+}
+
+fn healthz(app: &App) -> Response<Body> {
+    let gauge = app.runtime.gauge();
+    let draining = app.runtime.is_draining();
+    json_response(
+        StatusCode::OK,
+        json!({
+            "status": if draining { "draining" } else { "ok" },
+            "version": env!("CARGO_PKG_VERSION"),
+            "uptimeSeconds": app.runtime.uptime().as_secs(),
+            "runs": {"active": gauge.active, "capacity": gauge.capacity},
+            "draining": draining,
+        }),
+    )
+}
+
+fn readyz(app: &App) -> Response<Body> {
+    if app.runtime.is_draining() {
+        return json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"status": "unavailable"}),
+        );
+    }
+    json_response(StatusCode::OK, json!({"status": "ready"}))
+}
+
+fn json_response(status: StatusCode, value: serde_json::Value) -> Response<Body> {
+    let mut response = Response::new(full(Bytes::from(value.to_string())));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_parse() {
+        assert_eq!(
+            Route::parse("/agui", "/agui/demo"),
+            Some(Route::Run("demo".into()))
+        );
+        assert_eq!(Route::parse("/agui", "/agui/info"), Some(Route::Info));
+        assert_eq!(
+            Route::parse("/agui", "/agui/threads/a%20b/stream"),
+            Some(Route::ThreadStream("a b".into()))
+        );
+        assert_eq!(
+            Route::parse("/agui", "/agui/runs/r1/cancel"),
+            Some(Route::Cancel("r1".into()))
+        );
+        assert_eq!(Route::parse("/agui", "/agui"), None);
+        assert_eq!(Route::parse("/agui", "/aguix/demo"), None);
+        assert_eq!(Route::parse("/agui", "/agui/demo/extra"), None);
+        assert_eq!(Route::parse("", "/demo"), Some(Route::Run("demo".into())));
+    }
+}

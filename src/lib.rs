@@ -1,0 +1,24 @@
+//! agui-serve: puts agent runtimes behind the AG-UI protocol.
+//!
+//! # Layout
+//!
+//! Modules in reading order:
+//! - [`protocol`]: AG-UI wire types, request decoding, SSE framing, negotiation. No I/O.
+//! - [`config`] / [`cli`]: typed configuration; clap and TOML stop at `cli`.
+//! - [`agent`]: the backend seam ([`agent::Agent`]) and the built-in demo agent.
+//! - [`runtime`]: runs, threads, the replay journal, admission and shutdown.
+//! - [`http`]: the only code that knows hyper: listener, TLS, routes, policy, errors.
+//!
+//! [`serve`] ties them together: bind, serve until a shutdown future resolves, drain.
+
+#![forbid(unsafe_code)]
+
+pub mod agent;
+pub mod cli;
+pub mod config;
+pub mod http;
+pub mod protocol;
+pub mod runtime;
+mod server;
+
+pub use server::{Server, serve};

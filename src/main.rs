@@ -1,0 +1,109 @@
+//! The `agui-serve` binary: parse the command line, set up logging, run. Exit codes: 0 clean
+//! shutdown, 2 bad configuration or arguments, 1 anything else.
+
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+
+use agui_serve::cli::{Cli, Command};
+use agui_serve::config::{Auth, LogFormat, TokenSource};
+use agui_serve::{Server, config::Config};
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let env = |name: &str| std::env::var(name).ok();
+    let resolved = match cli.args.resolve(&env) {
+        Ok(resolved) => resolved,
+        Err(error) => {
+            eprintln!("agui-serve: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(Command::CheckConfig) = cli.command {
+        let text = serde_json::to_string_pretty(&resolved.config.redacted_json())
+            .unwrap_or_else(|_| "{}".to_owned());
+        println!("{text}");
+        return ExitCode::SUCCESS;
+    }
+    init_tracing(resolved.config.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("agui-serve: cannot start the async runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(run(resolved.config, resolved.token_source))
+}
+
+async fn run(config: Config, token_source: TokenSource) -> ExitCode {
+    let generated = match (&config.auth, token_source) {
+        (Auth::Token(token), TokenSource::Generated) => Some(token.expose().to_owned()),
+        _ => None,
+    };
+    let server = match Server::bind(config).await {
+        Ok(server) => server,
+        Err(error) => {
+            eprintln!("agui-serve: {error}");
+            tracing::error!(%error, "startup failed");
+            return ExitCode::from(1);
+        }
+    };
+    let url = server.url();
+    tracing::info!(url = %url, "listening");
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "agui-serve listening on {url}");
+    if let Some(token) = generated {
+        // The only place a token is ever printed: one the operator could not know.
+        let _ = writeln!(stdout, "token: {token}");
+    }
+    let _ = stdout.flush();
+    drop(stdout);
+    server.run(shutdown_signal()).await;
+    ExitCode::SUCCESS
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(error) => {
+            tracing::error!(%error, "cannot listen for SIGTERM; only SIGINT will stop the server");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // Transport crates log raw frames at debug/trace; those may hold request headers (and
+    // so a bearer token). They are capped whatever RUST_LOG asks for.
+    for directive in [
+        "h2=info",
+        "hyper=info",
+        "hyper_util=info",
+        "rustls=info",
+        "tokio_rustls=info",
+    ] {
+        if let Ok(directive) = directive.parse() {
+            filter = filter.add_directive(directive);
+        }
+    }
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

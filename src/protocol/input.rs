@@ -1,0 +1,421 @@
+//! `RunAgentInput`, the body of `POST {path}/{agent}`, with every message role and content
+//! part, decoded with errors that name the offending field (`messages[2].role`).
+//!
+//! Unknown fields are tolerated, as the protocol asks. Messages serialize back to the AG-UI
+//! `Message` shape (for transcripts and `MESSAGES_SNAPSHOT`).
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+/// The decoded body of a run request.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunAgentInput {
+    pub thread_id: String,
+    pub run_id: String,
+    pub messages: Vec<Message>,
+    #[serde(default)]
+    pub parent_run_id: Option<String>,
+    /// `null` is the same as absent.
+    #[serde(default)]
+    pub state: Option<Value>,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub tools: Vec<Tool>,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub context: Vec<Context>,
+    #[serde(default)]
+    pub forwarded_props: Option<Value>,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub resume: Vec<Resume>,
+    /// Sent by 1.0 clients as `"1.0"`; absent from pre-1.0 clients.
+    #[serde(default)]
+    pub protocol_version: Option<String>,
+}
+
+/// A frontend tool the client offers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tool {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<Value>,
+}
+
+/// A piece of application context the client shares.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Context {
+    pub description: String,
+    pub value: String,
+}
+
+/// The answer to one interrupt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Resume {
+    pub interrupt_id: String,
+    pub status: ResumeStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<Value>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResumeStatus {
+    Resolved,
+    Cancelled,
+}
+
+/// An AG-UI message, by `role`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub enum Message {
+    Developer(TextMessage),
+    System(TextMessage),
+    Assistant(AssistantMessage),
+    User(UserMessage),
+    Tool(ToolMessage),
+    #[serde(rename_all = "camelCase")]
+    Activity {
+        id: String,
+        activity_type: String,
+        content: Value,
+    },
+    Reasoning(TextMessage),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TextMessage {
+    pub id: String,
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AssistantMessage {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub tool_calls: Vec<ToolCall>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserMessage {
+    pub id: String,
+    pub content: Content,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolMessage {
+    pub id: String,
+    pub content: Content,
+    pub tool_call_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: FunctionKind,
+    pub function: FunctionCall,
+}
+
+/// The constant `type:"function"` of a tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FunctionKind {
+    Function,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunctionCall {
+    pub name: String,
+    /// JSON text.
+    pub arguments: String,
+}
+
+/// Message content: a string, or a list of parts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+/// One part of multimodal content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum ContentPart {
+    Text {
+        text: String,
+    },
+    Image(MediaPart),
+    Audio(MediaPart),
+    Video(MediaPart),
+    Document(MediaPart),
+    /// The pre-1.0 part (`@ag-ui/client` 0.0.59).
+    #[serde(rename_all = "camelCase")]
+    Binary {
+        mime_type: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        data: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        url: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        filename: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MediaPart {
+    pub source: MediaSource,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum MediaSource {
+    #[serde(rename_all = "camelCase")]
+    Data { value: String, mime_type: String },
+    #[serde(rename_all = "camelCase")]
+    Url {
+        value: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mime_type: Option<String>,
+    },
+    #[serde(rename_all = "camelCase")]
+    File {
+        value: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mime_type: Option<String>,
+    },
+}
+
+/// Why a body is not a valid `RunAgentInput`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct InputError {
+    /// The JSON path of the offending field (`messages[0].content`), when there is one.
+    pub field: Option<String>,
+    pub message: String,
+}
+
+/// Decodes a request body, naming the offending field on failure.
+pub fn decode_run_input(body: &[u8]) -> Result<RunAgentInput, InputError> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let input: RunAgentInput = serde_path_to_error::deserialize(&mut de).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.into_inner();
+        let field = missing_field(&inner.to_string())
+            .map(|name| {
+                if path == "." || path.is_empty() {
+                    name.to_owned()
+                } else {
+                    format!("{path}.{name}")
+                }
+            })
+            .or_else(|| (path != "." && !path.is_empty()).then_some(path));
+        let detail = strip_position(&inner.to_string());
+        let message = match &field {
+            Some(field) => format!("invalid RunAgentInput at `{field}`: {detail}"),
+            None => format!("invalid RunAgentInput: {detail}"),
+        };
+        InputError { field, message }
+    })?;
+    de.end().map_err(|_| InputError {
+        field: None,
+        message: "invalid RunAgentInput: trailing characters after the JSON body".to_owned(),
+    })?;
+    input.validate()?;
+    Ok(input)
+}
+
+impl RunAgentInput {
+    fn validate(&self) -> Result<(), InputError> {
+        let empty = |field: &str| InputError {
+            field: Some(field.to_owned()),
+            message: format!("invalid RunAgentInput at `{field}`: must not be empty"),
+        };
+        if self.thread_id.is_empty() {
+            return Err(empty("threadId"));
+        }
+        if self.run_id.is_empty() {
+            return Err(empty("runId"));
+        }
+        for (i, tool) in self.tools.iter().enumerate() {
+            if tool.name.is_empty() {
+                return Err(empty(&format!("tools[{i}].name")));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Message {
+    /// The message id.
+    pub fn id(&self) -> &str {
+        match self {
+            Message::Developer(m) | Message::System(m) | Message::Reasoning(m) => &m.id,
+            Message::Assistant(m) => &m.id,
+            Message::User(m) => &m.id,
+            Message::Tool(m) => &m.id,
+            Message::Activity { id, .. } => id,
+        }
+    }
+}
+
+impl Content {
+    /// The text of this content: the string itself, or its text parts joined by newlines.
+    pub fn text(&self) -> String {
+        match self {
+            Content::Text(text) => text.clone(),
+            Content::Parts(parts) => parts
+                .iter()
+                .filter_map(|part| match part {
+                    ContentPart::Text { text } => Some(text.as_str()),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+        }
+    }
+}
+
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// The field name in serde's "missing field `x`" message.
+fn missing_field(message: &str) -> Option<&str> {
+    let rest = message.strip_prefix("missing field `")?;
+    rest.split('`').next()
+}
+
+/// Drops serde_json's " at line L column C" suffix: positions mean nothing to a client that
+/// built the body as an object.
+fn strip_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(at) => message[..at].to_owned(),
+        None => message.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(body: &str) -> InputError {
+        match decode_run_input(body.as_bytes()) {
+            Ok(input) => panic!("expected an error, got {input:?}"),
+            Err(err) => err,
+        }
+    }
+
+    #[test]
+    fn minimal_input_decodes() {
+        let input =
+            decode_run_input(br#"{"threadId":"t","runId":"r","messages":[]}"#).expect("valid");
+        assert_eq!(input.thread_id, "t");
+        assert!(input.protocol_version.is_none());
+        assert!(input.tools.is_empty());
+    }
+
+    #[test]
+    fn nulls_are_absent() {
+        let input = decode_run_input(
+            br#"{"threadId":"t","runId":"r","messages":[],"state":null,"tools":null,"context":null,"resume":null,"forwardedProps":null}"#,
+        )
+        .expect("valid");
+        assert!(input.state.is_none());
+    }
+
+    #[test]
+    fn missing_top_level_field_is_named() {
+        let e = err(r#"{"threadId":"t","messages":[]}"#);
+        assert_eq!(e.field.as_deref(), Some("runId"));
+        assert!(e.message.contains("runId"), "{}", e.message);
+    }
+
+    #[test]
+    fn bad_message_role_is_named_with_its_index() {
+        let e = err(
+            r#"{"threadId":"t","runId":"r","messages":[{"id":"1","role":"user","content":"x"},{"id":"2","role":"wizard","content":"x"}]}"#,
+        );
+        assert_eq!(e.field.as_deref(), Some("messages[1]"), "{}", e.message);
+        assert!(e.message.contains("wizard"), "{}", e.message);
+    }
+
+    #[test]
+    fn missing_nested_field_is_named() {
+        let e = err(
+            r#"{"threadId":"t","runId":"r","messages":[{"id":"1","role":"tool","content":"x"}]}"#,
+        );
+        assert_eq!(
+            e.field.as_deref(),
+            Some("messages[0].toolCallId"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn every_role_and_part_decodes_and_round_trips() {
+        let body = r#"{"threadId":"t","runId":"r","protocolVersion":"1.0","messages":[
+            {"id":"d","role":"developer","content":"dev"},
+            {"id":"s","role":"system","content":"sys"},
+            {"id":"u","role":"user","content":[
+                {"type":"text","text":"hi"},
+                {"type":"image","source":{"type":"data","value":"AAAA","mimeType":"image/png"}},
+                {"type":"audio","source":{"type":"url","value":"https://x/a.mp3"}},
+                {"type":"video","source":{"type":"file","value":"f1"}},
+                {"type":"document","source":{"type":"url","value":"https://x/d.pdf","mimeType":"application/pdf"}},
+                {"type":"binary","mimeType":"image/png","data":"AAAA"}
+            ]},
+            {"id":"a","role":"assistant","toolCalls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},
+            {"id":"tm","role":"tool","content":"ok","toolCallId":"c1"},
+            {"id":"ac","role":"activity","activityType":"progress","content":{"p":1}},
+            {"id":"re","role":"reasoning","content":"hmm"}
+        ],"tools":[{"name":"f","description":"d","parameters":{"type":"object"}}],
+        "context":[{"description":"c","value":"v"}],
+        "resume":[{"interruptId":"i","status":"resolved","payload":{"ok":true}}],
+        "unknownField":1}"#;
+        let input = decode_run_input(body.as_bytes()).expect("valid");
+        assert_eq!(input.messages.len(), 7);
+        let round = serde_json::to_value(&input.messages).expect("serializes");
+        let original: Value = serde_json::from_str(body).expect("json");
+        assert_eq!(round, original["messages"]);
+    }
+
+    #[test]
+    fn empty_thread_id_is_rejected() {
+        let e = err(r#"{"threadId":"","runId":"r","messages":[]}"#);
+        assert_eq!(e.field.as_deref(), Some("threadId"));
+    }
+
+    #[test]
+    fn not_json_is_rejected_without_a_field() {
+        let e = err("nope");
+        assert_eq!(e.field, None);
+    }
+}

@@ -1,0 +1,71 @@
+//! The AG-UI wire format and nothing else: typed events, request decoding, SSE framing and
+//! content negotiation.
+//!
+//! Architecture invariant: this module does no I/O and knows nothing of tokio or hyper. It is
+//! the one place that knows what bytes go on the wire.
+
+pub mod accept;
+pub mod events;
+pub mod input;
+pub mod sse;
+
+pub use accept::{Negotiated, negotiate};
+pub use events::{Event, Outcome, TextRole};
+pub use input::{InputError, Message, RunAgentInput, decode_run_input};
+pub use sse::{KEEP_ALIVE, encode_event, sse_frame};
+
+/// The AG-UI protocol version this server speaks.
+pub const PROTOCOL_VERSION: &str = "1.0";
+
+/// Which client generation a stream is encoded for.
+///
+/// A request body without `protocolVersion` comes from a pre-1.0 client (CopilotKit pins
+/// `@ag-ui/client` 0.0.59). Its stream never carries `outcome:{type:"cancelled"}` (it gets
+/// `RUN_ERROR{code:"cancelled"}` instead) nor `pendingToolCallIds`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Profile {
+    V1,
+    Legacy,
+}
+
+impl Profile {
+    /// The profile implied by a request's `protocolVersion` field.
+    pub fn from_protocol_version(version: Option<&str>) -> Profile {
+        match version {
+            None => Profile::Legacy,
+            Some(_) => Profile::V1,
+        }
+    }
+
+    /// Rewrites `event` into what this profile accepts; `None` when it needs no change.
+    pub fn adapt(self, event: &Event) -> Option<Event> {
+        if self == Profile::V1 {
+            return None;
+        }
+        match event {
+            Event::RunFinished {
+                outcome: Some(Outcome::Cancelled),
+                usage,
+                ..
+            } => Some(Event::RunError {
+                message: "run cancelled".to_owned(),
+                code: Some("cancelled".to_owned()),
+                usage: usage.clone(),
+            }),
+            Event::RunFinished {
+                thread_id,
+                run_id,
+                result,
+                outcome: Some(Outcome::Success { .. }),
+                usage,
+            } => Some(Event::RunFinished {
+                thread_id: thread_id.clone(),
+                run_id: run_id.clone(),
+                result: result.clone(),
+                outcome: None,
+                usage: usage.clone(),
+            }),
+            _ => None,
+        }
+    }
+}

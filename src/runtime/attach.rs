@@ -1,0 +1,164 @@
+//! A stream attached to a thread's journal: what an HTTP response body reads from.
+//!
+//! An [`Attachment`] yields encoded SSE frames strictly after its cursor, then waits for new
+//! ones, sending a keep-alive comment after a period of silence. It ends after the segment's
+//! terminal frame, when it falls out of the journal's window (it is cut, never silently
+//! skipped), or when the server stops streams. Dropping it detaches from the run, which arms
+//! the disconnect grace once nobody is attached.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::journal::Frame;
+use super::{LiveRun, Thread};
+use crate::protocol::{KEEP_ALIVE, Profile};
+
+/// Whether a reattach replays exactly or had to resynchronise (`agui-resume` header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resume {
+    Exact,
+    Resync,
+}
+
+impl Resume {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Resume::Exact => "exact",
+            Resume::Resync => "resync",
+        }
+    }
+}
+
+/// One reader of one thread's journal.
+pub struct Attachment {
+    thread: Arc<Thread>,
+    cursor: u64,
+    profile: Profile,
+    latest: watch::Receiver<u64>,
+    keep_alive: Duration,
+    stop: CancellationToken,
+    preamble: VecDeque<Bytes>,
+    pending: VecDeque<Frame>,
+    done: bool,
+    resume: Resume,
+    _guard: Option<AttachGuard>,
+}
+
+impl std::fmt::Debug for Attachment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attachment")
+            .field("thread", &self.thread.id)
+            .field("cursor", &self.cursor)
+            .field("profile", &self.profile)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Attachment {
+    pub(super) fn new(
+        thread: Arc<Thread>,
+        cursor: u64,
+        profile: Profile,
+        keep_alive: Duration,
+        stop: CancellationToken,
+        run: Option<Arc<LiveRun>>,
+    ) -> Attachment {
+        let latest = thread.journal.subscribe();
+        Attachment {
+            thread,
+            cursor,
+            profile,
+            latest,
+            keep_alive,
+            stop,
+            preamble: VecDeque::new(),
+            pending: VecDeque::new(),
+            done: false,
+            resume: Resume::Exact,
+            _guard: run.map(AttachGuard::new),
+        }
+    }
+
+    pub fn resume(&self) -> Resume {
+        self.resume
+    }
+
+    pub fn thread_id(&self) -> &str {
+        &self.thread.id
+    }
+
+    /// The next chunk of the response body, or `None` when the stream is over.
+    pub async fn next(&mut self) -> Option<Bytes> {
+        loop {
+            if let Some(bytes) = self.preamble.pop_front() {
+                return Some(bytes);
+            }
+            if self.done {
+                return None;
+            }
+            if let Some(frame) = self.pending.pop_front() {
+                self.cursor = frame.seq;
+                if frame.ends_segment {
+                    self.done = true;
+                }
+                return Some(frame.bytes(self.profile));
+            }
+            // Mark the current value seen before reading so no append is missed.
+            self.latest.borrow_and_update();
+            match self.thread.journal.replay_after(self.cursor) {
+                Ok(frames) if !frames.is_empty() => {
+                    self.pending.extend(frames);
+                    continue;
+                }
+                Ok(_) => {}
+                Err(_gap) => {
+                    tracing::warn!(
+                        thread.id = %self.thread.id,
+                        cursor = self.cursor,
+                        "stream fell behind the journal window; cut so it can reattach"
+                    );
+                    self.done = true;
+                    return None;
+                }
+            }
+            tokio::select! {
+                changed = self.latest.changed() => {
+                    if changed.is_err() {
+                        self.done = true;
+                        return None;
+                    }
+                }
+                () = tokio::time::sleep(self.keep_alive) => {
+                    return Some(Bytes::from_static(KEEP_ALIVE));
+                }
+                () = self.stop.cancelled() => {
+                    self.done = true;
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// Counts a stream as attached to a run for as long as it lives.
+struct AttachGuard {
+    run: Arc<LiveRun>,
+}
+
+impl AttachGuard {
+    fn new(run: Arc<LiveRun>) -> AttachGuard {
+        run.attached.send_modify(|n| *n += 1);
+        AttachGuard { run }
+    }
+}
+
+impl Drop for AttachGuard {
+    fn drop(&mut self) {
+        self.run.attached.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}

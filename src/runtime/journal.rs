@@ -1,0 +1,308 @@
+//! The per-thread replay journal: a bounded ring of encoded SSE frames.
+//!
+//! One writer (the run's pump) appends; any number of readers follow by cursor. A reader
+//! never blocks the writer: the ring drops its oldest frames when it exceeds its count or
+//! byte bound, and a reader whose cursor fell out of the retained window gets a [`Gap`]
+//! instead of a silent skip.
+//!
+//! Frame ids carry the daemon's boot epoch and a per-thread sequence number, so they are
+//! strictly increasing within a thread and an id from an earlier boot is recognisable.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use tokio::sync::watch;
+
+use crate::protocol::{Event, Profile, encode_event, sse_frame};
+
+/// Bounds of one thread's journal.
+#[derive(Debug, Clone, Copy)]
+pub struct JournalLimits {
+    pub max_frames: usize,
+    pub max_bytes: usize,
+}
+
+impl Default for JournalLimits {
+    fn default() -> Self {
+        JournalLimits {
+            max_frames: 4096,
+            max_bytes: 4 * 1024 * 1024,
+        }
+    }
+}
+
+/// An event id: boot epoch and per-thread sequence, written `<epoch hex>-<seq hex>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EventId {
+    pub epoch: u64,
+    pub seq: u64,
+}
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:x}-{:08x}", self.epoch, self.seq)
+    }
+}
+
+impl EventId {
+    /// Parses an id as written by `Display`; `None` when malformed.
+    pub fn parse(text: &str) -> Option<EventId> {
+        let (epoch, seq) = text.trim().split_once('-')?;
+        if epoch.is_empty() || seq.is_empty() || epoch.len() > 16 || seq.len() > 16 {
+            return None;
+        }
+        Some(EventId {
+            epoch: u64::from_str_radix(epoch, 16).ok()?,
+            seq: u64::from_str_radix(seq, 16).ok()?,
+        })
+    }
+}
+
+/// One journal entry: the frame as each client profile receives it.
+#[derive(Debug, Clone)]
+pub struct Frame {
+    pub seq: u64,
+    v1: Bytes,
+    /// The pre-1.0 encoding, when it differs.
+    legacy: Option<Bytes>,
+    /// This frame is a segment's terminal event: a stream following the segment ends here.
+    pub ends_segment: bool,
+}
+
+impl Frame {
+    /// The bytes for a client of `profile`.
+    pub fn bytes(&self, profile: Profile) -> Bytes {
+        match (profile, &self.legacy) {
+            (Profile::Legacy, Some(legacy)) => legacy.clone(),
+            _ => self.v1.clone(),
+        }
+    }
+}
+
+/// The requested position is no longer (or never was) in the journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gap;
+
+/// A thread's journal.
+#[derive(Debug)]
+pub struct Journal {
+    epoch: u64,
+    limits: JournalLimits,
+    inner: Mutex<Inner>,
+    /// The sequence number of the newest frame; readers wait on it.
+    latest: watch::Sender<u64>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    frames: VecDeque<Frame>,
+    bytes: usize,
+    next_seq: u64,
+    /// Frames with a sequence at or below this were evicted.
+    evicted_through: u64,
+}
+
+impl Journal {
+    pub fn new(epoch: u64, limits: JournalLimits) -> Journal {
+        Journal {
+            epoch,
+            limits,
+            inner: Mutex::new(Inner {
+                frames: VecDeque::new(),
+                bytes: 0,
+                next_seq: 1,
+                evicted_through: 0,
+            }),
+            latest: watch::Sender::new(0),
+        }
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Encodes and appends one event; returns its id.
+    pub fn push(&self, event: &Event, timestamp_ms: u64) -> EventId {
+        let mut inner = self.lock();
+        let seq = inner.next_seq;
+        inner.next_seq += 1;
+        let id = EventId {
+            epoch: self.epoch,
+            seq,
+        }
+        .to_string();
+        let v1 = sse_frame(&id, &encode_event(event, Some(timestamp_ms)));
+        let legacy = Profile::Legacy
+            .adapt(event)
+            .map(|adapted| sse_frame(&id, &encode_event(&adapted, Some(timestamp_ms))));
+        let size = v1.len() + legacy.as_ref().map_or(0, Bytes::len);
+        inner.frames.push_back(Frame {
+            seq,
+            v1,
+            legacy,
+            ends_segment: event.is_terminal(),
+        });
+        inner.bytes += size;
+        while inner.frames.len() > self.limits.max_frames
+            || (inner.bytes > self.limits.max_bytes && inner.frames.len() > 1)
+        {
+            let Some(old) = inner.frames.pop_front() else {
+                break;
+            };
+            inner.bytes -= old.v1.len() + old.legacy.as_ref().map_or(0, Bytes::len);
+            inner.evicted_through = old.seq;
+        }
+        drop(inner);
+        self.latest.send_replace(seq);
+        EventId {
+            epoch: self.epoch,
+            seq,
+        }
+    }
+
+    /// The sequence number the next frame will get.
+    pub fn next_seq(&self) -> u64 {
+        self.lock().next_seq
+    }
+
+    /// Every retained frame strictly after `after` (a sequence number of this journal), or
+    /// [`Gap`] when some of them were evicted.
+    pub fn replay_after(&self, after: u64) -> Result<Vec<Frame>, Gap> {
+        let inner = self.lock();
+        if after < inner.evicted_through || after >= inner.next_seq {
+            return Err(Gap);
+        }
+        let start = inner.frames.partition_point(|f| f.seq <= after);
+        Ok(inner.frames.range(start..).cloned().collect())
+    }
+
+    /// Resolves a client-supplied id to a cursor in this journal, or [`Gap`] when it cannot
+    /// be honoured (another boot, evicted, or in the future).
+    pub fn cursor_for(&self, id: EventId) -> Result<u64, Gap> {
+        if id.epoch != self.epoch {
+            return Err(Gap);
+        }
+        let inner = self.lock();
+        if id.seq < inner.evicted_through || id.seq >= inner.next_seq {
+            return Err(Gap);
+        }
+        Ok(id.seq)
+    }
+
+    /// A receiver that changes whenever a frame is appended.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.latest.subscribe()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A poisoned lock means a panic while appending; the ring itself is still
+        // consistent (every mutation above is completed before any call that can panic).
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(n: usize) -> Event {
+        Event::TextMessageContent {
+            message_id: "m".into(),
+            delta: "x".repeat(n),
+        }
+    }
+
+    #[test]
+    fn ids_round_trip_and_reject_garbage() {
+        let id = EventId {
+            epoch: 0x18f3a,
+            seq: 42,
+        };
+        assert_eq!(EventId::parse(&id.to_string()), Some(id));
+        for bad in ["", "-", "x-1", "1-", "1-zz", "12", "1-2-3"] {
+            assert_eq!(EventId::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn replay_returns_exactly_the_frames_after() {
+        let j = Journal::new(7, JournalLimits::default());
+        for _ in 0..5 {
+            j.push(&text(1), 0);
+        }
+        let seqs: Vec<u64> = j
+            .replay_after(2)
+            .expect("retained")
+            .iter()
+            .map(|f| f.seq)
+            .collect();
+        assert_eq!(seqs, [3, 4, 5]);
+        assert!(j.replay_after(5).expect("retained").is_empty());
+        assert_eq!(j.replay_after(0).expect("retained").len(), 5);
+        assert_eq!(j.replay_after(6).err(), Some(Gap));
+    }
+
+    #[test]
+    fn eviction_by_count_is_a_gap() {
+        let j = Journal::new(
+            1,
+            JournalLimits {
+                max_frames: 3,
+                max_bytes: usize::MAX,
+            },
+        );
+        for _ in 0..5 {
+            j.push(&text(1), 0);
+        }
+        assert_eq!(j.replay_after(1).err(), Some(Gap));
+        assert_eq!(j.replay_after(2).expect("retained").len(), 3);
+    }
+
+    #[test]
+    fn eviction_by_bytes_is_a_gap() {
+        let j = Journal::new(
+            1,
+            JournalLimits {
+                max_frames: 100,
+                max_bytes: 300,
+            },
+        );
+        for _ in 0..5 {
+            j.push(&text(100), 0);
+        }
+        assert!(j.replay_after(0).is_err());
+        assert!(j.replay_after(4).is_ok());
+    }
+
+    #[test]
+    fn foreign_epoch_is_a_gap() {
+        let j = Journal::new(2, JournalLimits::default());
+        j.push(&text(1), 0);
+        assert_eq!(j.cursor_for(EventId { epoch: 1, seq: 1 }), Err(Gap));
+        assert_eq!(j.cursor_for(EventId { epoch: 2, seq: 1 }), Ok(1));
+    }
+
+    #[test]
+    fn frames_are_profile_specific_only_where_needed() {
+        let j = Journal::new(1, JournalLimits::default());
+        j.push(
+            &Event::RunFinished {
+                thread_id: "t".into(),
+                run_id: "r".into(),
+                result: None,
+                outcome: Some(crate::protocol::Outcome::Cancelled),
+                usage: None,
+            },
+            5,
+        );
+        let f = &j.replay_after(0).expect("retained")[0];
+        assert!(f.ends_segment);
+        let v1 = String::from_utf8(f.bytes(Profile::V1).to_vec()).expect("utf8");
+        let legacy = String::from_utf8(f.bytes(Profile::Legacy).to_vec()).expect("utf8");
+        assert!(v1.contains(r#""outcome":{"type":"cancelled"}"#), "{v1}");
+        assert!(legacy.contains(r#""type":"RUN_ERROR""#), "{legacy}");
+        assert!(legacy.contains(r#""code":"cancelled""#), "{legacy}");
+    }
+}

@@ -1,0 +1,582 @@
+//! Turns an agent's domain events into a valid AG-UI event sequence for one run segment.
+//!
+//! The translator owns the lifecycle rules the official clients enforce (fatal when broken):
+//! - `RUN_STARTED` (with `protocolVersion`) first, exactly one terminal event last;
+//! - every message, reasoning block, tool call and step opened is closed before the
+//!   terminal event;
+//! - no CONTENT/ARGS/END for an id that is not open, no second START for an open id, no
+//!   `TOOL_CALL_RESULT` for a tool call never opened;
+//! - no empty deltas.
+//!
+//! An agent that breaks a rule is corrected (a delta for an unopened message opens it) or,
+//! when no correction exists, the event is dropped with a warning in the log.
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+
+use crate::agent::AgentEvent;
+use crate::protocol::PROTOCOL_VERSION;
+use crate::protocol::events::{Event, Outcome, ReasoningRole, TextRole, ToolRole};
+
+/// How a segment ends.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ending {
+    Finished { result: Option<Value> },
+    Cancelled,
+    Error { code: String, message: String },
+}
+
+/// One run segment's lifecycle state.
+#[derive(Debug)]
+pub struct Translator {
+    thread_id: String,
+    run_id: String,
+    started: bool,
+    ended: bool,
+    open_text: Vec<String>,
+    open_reasoning: Vec<String>,
+    open_tools: Vec<String>,
+    open_steps: Vec<String>,
+    /// Tool calls opened in this thread that a result may answer.
+    known_tools: HashSet<String>,
+    /// Tool calls already answered by a `TOOL_CALL_RESULT`.
+    answered_tools: HashSet<String>,
+    /// Assistant text accumulated per message, for the transcript.
+    transcript: Vec<Produced>,
+}
+
+/// A message the agent produced in this segment, as it would appear in the transcript.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Produced {
+    Text {
+        id: String,
+        content: String,
+    },
+    Reasoning {
+        id: String,
+        content: String,
+    },
+    ToolCall {
+        id: String,
+        name: String,
+        arguments: String,
+        parent_message_id: Option<String>,
+    },
+    ToolResult {
+        id: String,
+        tool_call_id: String,
+        content: String,
+    },
+}
+
+impl Translator {
+    pub fn new(thread_id: &str, run_id: &str) -> Translator {
+        Translator {
+            thread_id: thread_id.to_owned(),
+            run_id: run_id.to_owned(),
+            started: false,
+            ended: false,
+            open_text: Vec::new(),
+            open_reasoning: Vec::new(),
+            open_tools: Vec::new(),
+            open_steps: Vec::new(),
+            known_tools: HashSet::new(),
+            answered_tools: HashSet::new(),
+            transcript: Vec::new(),
+        }
+    }
+
+    /// Marks a tool call from an earlier segment as one a result may answer.
+    pub fn know_tool_call(&mut self, tool_call_id: &str) {
+        self.known_tools.insert(tool_call_id.to_owned());
+    }
+
+    /// `RUN_STARTED`, exactly once, first.
+    pub fn start(&mut self, parent_run_id: Option<String>) -> Option<Event> {
+        if self.started {
+            return None;
+        }
+        self.started = true;
+        Some(Event::RunStarted {
+            thread_id: self.thread_id.clone(),
+            run_id: self.run_id.clone(),
+            protocol_version: Some(PROTOCOL_VERSION.to_owned()),
+            parent_run_id,
+            input: None,
+        })
+    }
+
+    /// Whether the terminal event has been produced.
+    pub fn is_ended(&self) -> bool {
+        self.ended
+    }
+
+    /// What the agent produced so far in this segment.
+    pub fn produced(&self) -> &[Produced] {
+        &self.transcript
+    }
+
+    /// Translates one agent event, appending the AG-UI events it yields to `out`.
+    pub fn translate(&mut self, event: AgentEvent, out: &mut Vec<Event>) {
+        if self.ended {
+            tracing::warn!(event = ?event_kind(&event), "agent event after the terminal event dropped");
+            return;
+        }
+        if let Some(start) = self.start(None) {
+            out.push(start);
+        }
+        match event {
+            AgentEvent::TextStart { message_id } => self.open_text_message(message_id, out),
+            AgentEvent::TextDelta { message_id, delta } => {
+                if delta.is_empty() {
+                    return;
+                }
+                if !self.open_text.contains(&message_id) {
+                    self.open_text_message(message_id.clone(), out);
+                }
+                self.append(&message_id, &delta, false);
+                out.push(Event::TextMessageContent { message_id, delta });
+            }
+            AgentEvent::TextEnd { message_id } => {
+                if remove(&mut self.open_text, &message_id) {
+                    out.push(Event::TextMessageEnd { message_id });
+                } else {
+                    tracing::warn!(message.id = %message_id, "end of a text message that is not open dropped");
+                }
+            }
+            AgentEvent::ReasoningStart { message_id } => self.open_reasoning_block(message_id, out),
+            AgentEvent::ReasoningDelta { message_id, delta } => {
+                if delta.is_empty() {
+                    return;
+                }
+                if !self.open_reasoning.contains(&message_id) {
+                    self.open_reasoning_block(message_id.clone(), out);
+                }
+                self.append(&message_id, &delta, true);
+                out.push(Event::ReasoningMessageContent { message_id, delta });
+            }
+            AgentEvent::ReasoningEnd { message_id } => {
+                if remove(&mut self.open_reasoning, &message_id) {
+                    close_reasoning(message_id, out);
+                } else {
+                    tracing::warn!(message.id = %message_id, "end of a reasoning block that is not open dropped");
+                }
+            }
+            AgentEvent::ToolCallStart {
+                tool_call_id,
+                name,
+                parent_message_id,
+            } => {
+                if self.open_tools.contains(&tool_call_id) {
+                    tracing::warn!(tool_call.id = %tool_call_id, "second start of an open tool call dropped");
+                    return;
+                }
+                self.open_tools.push(tool_call_id.clone());
+                self.known_tools.insert(tool_call_id.clone());
+                self.transcript.push(Produced::ToolCall {
+                    id: tool_call_id.clone(),
+                    name: name.clone(),
+                    arguments: String::new(),
+                    parent_message_id: parent_message_id.clone(),
+                });
+                out.push(Event::ToolCallStart {
+                    tool_call_id,
+                    tool_call_name: name,
+                    parent_message_id,
+                });
+            }
+            AgentEvent::ToolCallArgs {
+                tool_call_id,
+                delta,
+            } => {
+                if delta.is_empty() {
+                    return;
+                }
+                if !self.open_tools.contains(&tool_call_id) {
+                    tracing::warn!(tool_call.id = %tool_call_id, "arguments for a tool call that is not open dropped");
+                    return;
+                }
+                for produced in self.transcript.iter_mut().rev() {
+                    if let Produced::ToolCall { id, arguments, .. } = produced
+                        && *id == tool_call_id
+                    {
+                        arguments.push_str(&delta);
+                        break;
+                    }
+                }
+                out.push(Event::ToolCallArgs {
+                    tool_call_id,
+                    delta,
+                });
+            }
+            AgentEvent::ToolCallEnd { tool_call_id } => {
+                if remove(&mut self.open_tools, &tool_call_id) {
+                    out.push(Event::ToolCallEnd { tool_call_id });
+                } else {
+                    tracing::warn!(tool_call.id = %tool_call_id, "end of a tool call that is not open dropped");
+                }
+            }
+            AgentEvent::ToolCallResult {
+                tool_call_id,
+                message_id,
+                content,
+            } => {
+                if !self.known_tools.contains(&tool_call_id) {
+                    tracing::warn!(tool_call.id = %tool_call_id, "result for a tool call never opened dropped");
+                    return;
+                }
+                if !self.answered_tools.insert(tool_call_id.clone()) {
+                    tracing::warn!(tool_call.id = %tool_call_id, "second result for a tool call dropped");
+                    return;
+                }
+                if remove(&mut self.open_tools, &tool_call_id) {
+                    out.push(Event::ToolCallEnd {
+                        tool_call_id: tool_call_id.clone(),
+                    });
+                }
+                self.transcript.push(Produced::ToolResult {
+                    id: message_id.clone(),
+                    tool_call_id: tool_call_id.clone(),
+                    content: content.clone(),
+                });
+                out.push(Event::ToolCallResult {
+                    message_id,
+                    tool_call_id,
+                    content,
+                    role: Some(ToolRole::Tool),
+                });
+            }
+            AgentEvent::StepStarted { name } => {
+                if self.open_steps.contains(&name) {
+                    tracing::warn!(step = %name, "second start of an open step dropped");
+                    return;
+                }
+                self.open_steps.push(name.clone());
+                out.push(Event::StepStarted { step_name: name });
+            }
+            AgentEvent::StepFinished { name } => {
+                if remove(&mut self.open_steps, &name) {
+                    out.push(Event::StepFinished { step_name: name });
+                } else {
+                    tracing::warn!(step = %name, "finish of a step that is not open dropped");
+                }
+            }
+            AgentEvent::Custom { name, value } => out.push(Event::Custom { name, value }),
+        }
+    }
+
+    /// Closes everything still open and produces the one terminal event.
+    pub fn finish(&mut self, ending: Ending, out: &mut Vec<Event>) {
+        if self.ended {
+            return;
+        }
+        if let Some(start) = self.start(None) {
+            out.push(start);
+        }
+        for tool_call_id in self.open_tools.drain(..) {
+            out.push(Event::ToolCallEnd { tool_call_id });
+        }
+        for message_id in self.open_text.drain(..) {
+            out.push(Event::TextMessageEnd { message_id });
+        }
+        for message_id in self.open_reasoning.drain(..) {
+            close_reasoning(message_id, out);
+        }
+        for step_name in self.open_steps.drain(..).rev() {
+            out.push(Event::StepFinished { step_name });
+        }
+        self.ended = true;
+        out.push(match ending {
+            Ending::Finished { result } => Event::RunFinished {
+                thread_id: self.thread_id.clone(),
+                run_id: self.run_id.clone(),
+                result,
+                outcome: None,
+                usage: None,
+            },
+            Ending::Cancelled => Event::RunFinished {
+                thread_id: self.thread_id.clone(),
+                run_id: self.run_id.clone(),
+                result: None,
+                outcome: Some(Outcome::Cancelled),
+                usage: None,
+            },
+            Ending::Error { code, message } => Event::RunError {
+                message,
+                code: Some(code),
+                usage: None,
+            },
+        });
+    }
+
+    fn open_text_message(&mut self, message_id: String, out: &mut Vec<Event>) {
+        if self.open_text.contains(&message_id) {
+            tracing::warn!(message.id = %message_id, "second start of an open text message dropped");
+            return;
+        }
+        self.open_text.push(message_id.clone());
+        self.transcript.push(Produced::Text {
+            id: message_id.clone(),
+            content: String::new(),
+        });
+        out.push(Event::TextMessageStart {
+            message_id,
+            role: Some(TextRole::Assistant),
+            name: None,
+        });
+    }
+
+    fn open_reasoning_block(&mut self, message_id: String, out: &mut Vec<Event>) {
+        if self.open_reasoning.contains(&message_id) {
+            tracing::warn!(message.id = %message_id, "second start of an open reasoning block dropped");
+            return;
+        }
+        self.open_reasoning.push(message_id.clone());
+        self.transcript.push(Produced::Reasoning {
+            id: message_id.clone(),
+            content: String::new(),
+        });
+        out.push(Event::ReasoningStart {
+            message_id: message_id.clone(),
+        });
+        out.push(Event::ReasoningMessageStart {
+            message_id,
+            role: ReasoningRole::Reasoning,
+        });
+    }
+
+    fn append(&mut self, message_id: &str, delta: &str, reasoning: bool) {
+        for produced in self.transcript.iter_mut().rev() {
+            match produced {
+                Produced::Text { id, content } if !reasoning && id == message_id => {
+                    content.push_str(delta);
+                    return;
+                }
+                Produced::Reasoning { id, content } if reasoning && id == message_id => {
+                    content.push_str(delta);
+                    return;
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+fn close_reasoning(message_id: String, out: &mut Vec<Event>) {
+    out.push(Event::ReasoningMessageEnd {
+        message_id: message_id.clone(),
+    });
+    out.push(Event::ReasoningEnd { message_id });
+}
+
+fn remove(list: &mut Vec<String>, id: &str) -> bool {
+    match list.iter().position(|x| x == id) {
+        Some(i) => {
+            list.remove(i);
+            true
+        }
+        None => false,
+    }
+}
+
+fn event_kind(event: &AgentEvent) -> &'static str {
+    match event {
+        AgentEvent::TextStart { .. } => "text_start",
+        AgentEvent::TextDelta { .. } => "text_delta",
+        AgentEvent::TextEnd { .. } => "text_end",
+        AgentEvent::ReasoningStart { .. } => "reasoning_start",
+        AgentEvent::ReasoningDelta { .. } => "reasoning_delta",
+        AgentEvent::ReasoningEnd { .. } => "reasoning_end",
+        AgentEvent::ToolCallStart { .. } => "tool_call_start",
+        AgentEvent::ToolCallArgs { .. } => "tool_call_args",
+        AgentEvent::ToolCallEnd { .. } => "tool_call_end",
+        AgentEvent::ToolCallResult { .. } => "tool_call_result",
+        AgentEvent::StepStarted { .. } => "step_started",
+        AgentEvent::StepFinished { .. } => "step_finished",
+        AgentEvent::Custom { .. } => "custom",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn types(events: &[Event]) -> Vec<&'static str> {
+        events.iter().map(Event::type_name).collect()
+    }
+
+    fn run(events: Vec<AgentEvent>, ending: Ending) -> Vec<Event> {
+        let mut t = Translator::new("t", "r");
+        let mut out = Vec::new();
+        for e in events {
+            t.translate(e, &mut out);
+        }
+        t.finish(ending, &mut out);
+        out
+    }
+
+    #[test]
+    fn unclosed_things_are_closed_before_the_terminal_event() {
+        let out = run(
+            vec![
+                AgentEvent::StepStarted { name: "s".into() },
+                AgentEvent::ReasoningDelta {
+                    message_id: "r1".into(),
+                    delta: "hm".into(),
+                },
+                AgentEvent::TextDelta {
+                    message_id: "m1".into(),
+                    delta: "hi".into(),
+                },
+                AgentEvent::ToolCallStart {
+                    tool_call_id: "c1".into(),
+                    name: "f".into(),
+                    parent_message_id: None,
+                },
+            ],
+            Ending::Cancelled,
+        );
+        assert_eq!(
+            types(&out),
+            [
+                "RUN_STARTED",
+                "STEP_STARTED",
+                "REASONING_START",
+                "REASONING_MESSAGE_START",
+                "REASONING_MESSAGE_CONTENT",
+                "TEXT_MESSAGE_START",
+                "TEXT_MESSAGE_CONTENT",
+                "TOOL_CALL_START",
+                "TOOL_CALL_END",
+                "TEXT_MESSAGE_END",
+                "REASONING_MESSAGE_END",
+                "REASONING_END",
+                "STEP_FINISHED",
+                "RUN_FINISHED",
+            ]
+        );
+    }
+
+    #[test]
+    fn bare_ends_results_and_empty_deltas_are_dropped() {
+        let out = run(
+            vec![
+                AgentEvent::TextEnd {
+                    message_id: "x".into(),
+                },
+                AgentEvent::ToolCallEnd {
+                    tool_call_id: "x".into(),
+                },
+                AgentEvent::ToolCallArgs {
+                    tool_call_id: "x".into(),
+                    delta: "{}".into(),
+                },
+                AgentEvent::ToolCallResult {
+                    tool_call_id: "never".into(),
+                    message_id: "m".into(),
+                    content: "r".into(),
+                },
+                AgentEvent::StepFinished { name: "x".into() },
+                AgentEvent::TextStart {
+                    message_id: "m1".into(),
+                },
+                AgentEvent::TextDelta {
+                    message_id: "m1".into(),
+                    delta: String::new(),
+                },
+                AgentEvent::TextStart {
+                    message_id: "m1".into(),
+                },
+            ],
+            Ending::Finished { result: None },
+        );
+        assert_eq!(
+            types(&out),
+            [
+                "RUN_STARTED",
+                "TEXT_MESSAGE_START",
+                "TEXT_MESSAGE_END",
+                "RUN_FINISHED"
+            ]
+        );
+    }
+
+    #[test]
+    fn exactly_one_terminal_event() {
+        let mut t = Translator::new("t", "r");
+        let mut out = Vec::new();
+        t.finish(
+            Ending::Error {
+                code: "E".into(),
+                message: "m".into(),
+            },
+            &mut out,
+        );
+        t.finish(Ending::Finished { result: None }, &mut out);
+        t.translate(
+            AgentEvent::TextDelta {
+                message_id: "m".into(),
+                delta: "late".into(),
+            },
+            &mut out,
+        );
+        assert_eq!(types(&out), ["RUN_STARTED", "RUN_ERROR"]);
+    }
+
+    #[test]
+    fn result_closes_its_open_tool_call_first() {
+        let out = run(
+            vec![
+                AgentEvent::ToolCallStart {
+                    tool_call_id: "c".into(),
+                    name: "f".into(),
+                    parent_message_id: None,
+                },
+                AgentEvent::ToolCallResult {
+                    tool_call_id: "c".into(),
+                    message_id: "m".into(),
+                    content: "ok".into(),
+                },
+                AgentEvent::ToolCallResult {
+                    tool_call_id: "c".into(),
+                    message_id: "m2".into(),
+                    content: "again".into(),
+                },
+            ],
+            Ending::Finished { result: None },
+        );
+        assert_eq!(
+            types(&out),
+            [
+                "RUN_STARTED",
+                "TOOL_CALL_START",
+                "TOOL_CALL_END",
+                "TOOL_CALL_RESULT",
+                "RUN_FINISHED"
+            ]
+        );
+    }
+
+    #[test]
+    fn produced_transcript_accumulates_text() {
+        let mut t = Translator::new("t", "r");
+        let mut out = Vec::new();
+        for d in ["a", "b"] {
+            t.translate(
+                AgentEvent::TextDelta {
+                    message_id: "m".into(),
+                    delta: d.into(),
+                },
+                &mut out,
+            );
+        }
+        assert_eq!(
+            t.produced(),
+            [Produced::Text {
+                id: "m".into(),
+                content: "ab".into()
+            }]
+        );
+    }
+}

@@ -1,0 +1,212 @@
+//! Ties configuration, runtime and HTTP together: bind, serve until the shutdown future
+//! resolves, then the one shutdown sequence:
+//!
+//! 1. stop accepting connections;
+//! 2. drain: new runs get `503 DRAINING`;
+//! 3. wait for running runs until `shutdown_grace` minus a flush margin;
+//! 4. cancel the rest: each attached stream gets its terminal event (`RUN_ERROR` with code
+//!    `SHUTDOWN`);
+//! 5. end every stream and let connections finish, bounded by what is left of the grace.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::Agent;
+use crate::agent::demo::DemoAgent;
+use crate::config::{AgentKind, Auth, Config, TlsMode};
+use crate::http::tls::{self, TlsError};
+use crate::http::{self as web, App, Limits};
+use crate::runtime::{CancelReason, JournalLimits, Runtime, RuntimeOptions};
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot bind {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot create data directory {path}: {source}")]
+    DataDir {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error("agent {0:?}: ACP agents are not supported by this build yet")]
+    Unsupported(String),
+}
+
+/// A bound, ready-to-run server.
+pub struct Server {
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    app: Arc<App>,
+    runtime: Runtime,
+    limits: Limits,
+    shutdown_grace: Duration,
+    local_addr: SocketAddr,
+    path: String,
+}
+
+impl Server {
+    /// Binds the configured address and prepares TLS and the agents.
+    pub async fn bind(config: Config) -> Result<Server, ServeError> {
+        let listener = TcpListener::bind(config.socket_addr())
+            .await
+            .map_err(|source| ServeError::Bind {
+                addr: config.socket_addr(),
+                source,
+            })?;
+        Server::from_listener(listener, config)
+    }
+
+    /// Uses an already bound listener (tests bind port 0 and pass it in).
+    pub fn from_listener(listener: TcpListener, config: Config) -> Result<Server, ServeError> {
+        let local_addr = listener.local_addr().map_err(|source| ServeError::Bind {
+            addr: config.socket_addr(),
+            source,
+        })?;
+        let tls = match &config.tls {
+            TlsMode::Off => None,
+            TlsMode::SelfSigned => {
+                ensure_dir(&config.data_dir)?;
+                Some(tls::self_signed_acceptor(&config.data_dir)?)
+            }
+            TlsMode::Files { cert, key } => Some(tls::acceptor_from_files(cert, key)?),
+        };
+        let mut agents: BTreeMap<String, Arc<dyn Agent>> = BTreeMap::new();
+        for agent in &config.agents {
+            match &agent.kind {
+                AgentKind::Demo => {
+                    agents.insert(agent.name.clone(), Arc::new(DemoAgent));
+                }
+                AgentKind::Acp(_) => return Err(ServeError::Unsupported(agent.name.clone())),
+            }
+        }
+        let secrets = match &config.auth {
+            Auth::Token(token) => vec![token.expose().to_owned()],
+            Auth::Misconfigured => Vec::new(),
+        };
+        let runtime = Runtime::new(
+            agents,
+            RuntimeOptions {
+                max_concurrent_runs: config.max_concurrent_runs,
+                disconnect_grace: config.disconnect_grace,
+                keep_alive: config.keep_alive,
+                suspend_timeout: config.suspend_timeout,
+                journal: JournalLimits::default(),
+                secrets,
+            },
+        );
+        let app = Arc::new(App::new(
+            runtime.clone(),
+            config.path.clone(),
+            config.auth.clone(),
+            &config.allowed_origins,
+            config
+                .agents
+                .iter()
+                .map(|a| (a.name.clone(), a.description.clone()))
+                .collect(),
+        ));
+        Ok(Server {
+            listener,
+            tls,
+            app,
+            runtime,
+            limits: Limits::default(),
+            shutdown_grace: config.shutdown_grace,
+            local_addr,
+            path: config.path,
+        })
+    }
+
+    /// Overrides the per-connection limits.
+    pub fn with_limits(mut self, limits: Limits) -> Server {
+        self.limits = limits;
+        self
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The base URL of the route namespace, e.g. `https://127.0.0.1:8443/agui`.
+    pub fn url(&self) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}{}", self.local_addr, self.path)
+    }
+
+    /// Serves until `shutdown` resolves, then shuts down within the grace.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let stop_accepting = CancellationToken::new();
+        let accept = tokio::spawn(web::accept_loop(
+            self.listener,
+            self.tls,
+            self.app,
+            self.limits,
+            stop_accepting.clone(),
+        ));
+        shutdown.await;
+        let begun = Instant::now();
+        let deadline = begun + self.shutdown_grace;
+        // Leave part of the grace for terminal events to reach the clients.
+        let margin = (self.shutdown_grace / 4).min(Duration::from_secs(2));
+        tracing::info!(
+            grace_ms = self.shutdown_grace.as_millis() as u64,
+            "shutting down: no new connections, draining runs"
+        );
+        stop_accepting.cancel();
+        self.runtime.drain();
+        let graceful = match accept.await {
+            Ok(graceful) => Some(graceful),
+            Err(error) => {
+                tracing::error!(%error, "accept loop failed");
+                None
+            }
+        };
+        if !self.runtime.wait_runs(deadline - margin).await {
+            let gauge = self.runtime.gauge();
+            tracing::info!(
+                remaining = gauge.active,
+                "grace ending; cancelling remaining runs"
+            );
+            self.runtime.cancel_all(CancelReason::Shutdown);
+            self.runtime.wait_runs(deadline).await;
+        }
+        self.runtime.stop_streams();
+        if let Some(graceful) = graceful
+            && tokio::time::timeout_at(deadline.into(), graceful.shutdown())
+                .await
+                .is_err()
+        {
+            tracing::info!("connections still open at the end of the grace; closing them");
+        }
+        tracing::info!(
+            elapsed_ms = begun.elapsed().as_millis() as u64,
+            "shutdown complete"
+        );
+    }
+}
+
+/// Binds and serves `config` until `shutdown` resolves.
+pub async fn serve(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), ServeError> {
+    let server = Server::bind(config).await?;
+    server.run(shutdown).await;
+    Ok(())
+}
+
+fn ensure_dir(path: &std::path::Path) -> Result<(), ServeError> {
+    std::fs::create_dir_all(path).map_err(|source| ServeError::DataDir {
+        path: path.to_owned(),
+        source,
+    })
+}
