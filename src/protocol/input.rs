@@ -362,7 +362,12 @@ mod tests {
         let e = err(
             r#"{"threadId":"t","runId":"r","messages":[{"id":"1","role":"user","content":"x"},{"id":"2","role":"wizard","content":"x"}]}"#,
         );
-        assert_eq!(e.field.as_deref(), Some("messages[1]"), "{}", e.message);
+        assert_eq!(
+            e.field.as_deref(),
+            Some("messages[1].role"),
+            "{}",
+            e.message
+        );
         assert!(e.message.contains("wizard"), "{}", e.message);
     }
 

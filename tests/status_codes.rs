@@ -1,0 +1,408 @@
+//! Every row of the status-code table in the interface contract, over a real socket.
+
+mod support;
+
+use std::time::Duration;
+
+use agui_serve::config::Auth;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+async fn error_body(
+    response: reqwest::Response,
+) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+    let status = response.status();
+    let headers = response.headers().clone();
+    assert_eq!(
+        headers.get("content-type").and_then(|v| v.to_str().ok()),
+        Some("application/json"),
+        "error bodies are JSON"
+    );
+    let body: Value = response.json().await.expect("json body");
+    assert!(
+        body["code"].is_string() && body["message"].is_string(),
+        "{body}"
+    );
+    (status, headers, body)
+}
+
+#[tokio::test]
+async fn invalid_input_is_400_naming_the_field() {
+    let server = TestServer::start().await;
+    let response = client()
+        .post(server.url("/demo"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"threadId": "t", "messages": []}))
+        .send()
+        .await
+        .expect("request");
+    let (status, _, body) = error_body(response).await;
+    assert_eq!(status, 400);
+    assert_eq!(body["code"], "INVALID_INPUT");
+    assert_eq!(body["field"], "runId");
+
+    let response = client()
+        .post(server.url("/demo"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"threadId": "t", "runId": "r", "messages": [{"id": "1", "role": "user"}]}))
+        .send()
+        .await
+        .expect("request");
+    let (status, _, body) = error_body(response).await;
+    assert_eq!(status, 400);
+    assert_eq!(body["field"], "messages[0].content");
+
+    let response = client()
+        .post(server.url("/demo"))
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .expect("request");
+    let (status, _, body) = error_body(response).await;
+    assert_eq!(status, 400);
+    assert_eq!(body["code"], "INVALID_INPUT");
+}
+
+#[tokio::test]
+async fn missing_or_wrong_token_is_401_with_challenge() {
+    let server = TestServer::start().await;
+    for auth in [None, Some("Bearer wrong"), Some("Basic dGVzdA==")] {
+        let mut request = client()
+            .post(server.url("/demo"))
+            .json(&run_body("t", "r", "hi"));
+        if let Some(auth) = auth {
+            request = request.header("authorization", auth);
+        }
+        let (status, headers, body) = error_body(request.send().await.expect("request")).await;
+        assert_eq!(status, 401, "{auth:?}");
+        assert_eq!(body["code"], "UNAUTHORIZED");
+        assert_eq!(headers["www-authenticate"], "Bearer");
+    }
+    // The query fallback works, for EventSource.
+    let response = client()
+        .get(server.url(&format!("/info?token={TOKEN}")))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn foreign_origin_is_403_and_allowed_origin_gets_cors() {
+    let server = TestServer::with(|c| c.allowed_origins = vec!["https://app.example".into()]).await;
+    let response = client()
+        .get(server.url("/info"))
+        .bearer_auth(TOKEN)
+        .header("origin", "https://evil.example")
+        .send()
+        .await
+        .expect("request");
+    let (status, _, body) = error_body(response).await;
+    assert_eq!(status, 403);
+    assert_eq!(body["code"], "FORBIDDEN_ORIGIN");
+
+    let response = client()
+        .get(server.url("/info"))
+        .bearer_auth(TOKEN)
+        .header("origin", "https://APP.example")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["access-control-allow-origin"],
+        "https://APP.example"
+    );
+
+    // Preflight: answered for allowed origins without a token, refused for others.
+    let response = client()
+        .request(reqwest::Method::OPTIONS, server.url("/demo"))
+        .header("origin", "https://app.example")
+        .header("access-control-request-method", "POST")
+        .header(
+            "access-control-request-headers",
+            "authorization,content-type",
+        )
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 204);
+    let allow_headers = response.headers()["access-control-allow-headers"]
+        .to_str()
+        .expect("ascii")
+        .to_ascii_lowercase();
+    for h in ["authorization", "content-type", "accept", "last-event-id"] {
+        assert!(allow_headers.contains(h), "{allow_headers}");
+    }
+    let response = client()
+        .request(reqwest::Method::OPTIONS, server.url("/demo"))
+        .header("origin", "https://evil.example")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 403);
+
+    // No Origin header at all: no origin check (server-to-server).
+    let response = client()
+        .get(server.url("/info"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn unknown_route_and_agent_are_404() {
+    let server = TestServer::start().await;
+    let response = client()
+        .get(format!("http://{}/elsewhere", server.addr))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("request");
+    let (status, _, body) = error_body(response).await;
+    assert_eq!(status, 404);
+    assert_eq!(body["code"], "NOT_FOUND");
+
+    let response = post_run(&server, "nobody", &run_body("t", "r", "hi")).await;
+    let (status, _, body) = error_body(response).await;
+    assert_eq!(status, 404);
+    assert_eq!(body["code"], "UNKNOWN_AGENT");
+
+    let response = client()
+        .post(server.url("/runs/no-such-run/cancel"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("request");
+    let (status, _, body) = error_body(response).await;
+    assert_eq!(status, 404);
+    assert_eq!(body["code"], "NOT_FOUND");
+}
+
+#[tokio::test]
+async fn wrong_method_is_405_with_allow() {
+    let server = TestServer::start().await;
+    let response = client()
+        .get(server.url("/demo"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("request");
+    let (status, headers, body) = error_body(response).await;
+    assert_eq!(status, 405);
+    assert_eq!(body["code"], "METHOD_NOT_ALLOWED");
+    assert!(headers["allow"].to_str().expect("ascii").contains("POST"));
+
+    let response = client()
+        .post(server.url("/info"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("request");
+    let (status, headers, _) = error_body(response).await;
+    assert_eq!(status, 405);
+    assert!(headers["allow"].to_str().expect("ascii").contains("GET"));
+}
+
+#[tokio::test]
+async fn unacceptable_accept_is_406() {
+    let server = TestServer::start().await;
+    for accept in ["*/*;q=0", "application/xml"] {
+        let response = client()
+            .post(server.url("/demo"))
+            .bearer_auth(TOKEN)
+            .header("accept", accept)
+            .json(&run_body("t", "r", "hi"))
+            .send()
+            .await
+            .expect("request");
+        let (status, _, body) = error_body(response).await;
+        assert_eq!(status, 406, "{accept}");
+        assert_eq!(body["code"], "NOT_ACCEPTABLE");
+    }
+}
+
+#[tokio::test]
+async fn new_input_while_running_is_409() {
+    let server = TestServer::start().await;
+    let first = post_run(&server, "demo", &run_body("busy", "r1", "/slow 50 20")).await;
+    assert_eq!(first.status(), 200);
+    let mut reader = SseReader::new(first);
+    assert_eq!(reader.next().await.expect("frame").kind(), "RUN_STARTED");
+
+    let response = post_run(&server, "demo", &run_body("busy", "r2", "again")).await;
+    let (status, _, body) = error_body(response).await;
+    assert_eq!(status, 409);
+    assert_eq!(body["code"], "RUN_IN_PROGRESS");
+    // The first run is unaffected.
+    let rest = reader.collect().await;
+    assert_eq!(
+        rest.last().map(|f| f.kind().to_owned()).as_deref(),
+        Some("RUN_FINISHED")
+    );
+}
+
+#[tokio::test]
+async fn oversized_body_is_413_without_reading_it() {
+    let server = TestServer::start().await;
+    // Declared length over the limit: refused from the headers alone.
+    let mut stream = tokio::net::TcpStream::connect(server.addr)
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST /agui/demo HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {TOKEN}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        9 * 1024 * 1024
+    );
+    stream.write_all(head.as_bytes()).await.expect("write");
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+        .await
+        .expect("answered before the body was sent")
+        .expect("read");
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert!(text.contains("PAYLOAD_TOO_LARGE"), "{text}");
+
+    // Chunked with no declared length: cut off at the limit.
+    let big = vec![b' '; 8 * 1024 * 1024 + 10];
+    let body = reqwest::Body::wrap_stream(futures_util::stream::iter(
+        big.chunks(64 * 1024)
+            .map(|c| Ok::<_, std::io::Error>(c.to_vec()))
+            .collect::<Vec<_>>(),
+    ));
+    let response = client()
+        .post(server.url("/demo"))
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("request");
+    let (status, _, body) = error_body(response).await;
+    assert_eq!(status, 413);
+    assert_eq!(body["code"], "PAYLOAD_TOO_LARGE");
+}
+
+#[tokio::test]
+async fn non_json_content_type_is_415() {
+    let server = TestServer::start().await;
+    for content_type in [Some("text/plain"), None] {
+        let mut request = client()
+            .post(server.url("/demo"))
+            .bearer_auth(TOKEN)
+            .body(run_body("t", "r", "hi").to_string());
+        if let Some(ct) = content_type {
+            request = request.header("content-type", ct);
+        }
+        let (status, _, body) = error_body(request.send().await.expect("request")).await;
+        assert_eq!(status, 415, "{content_type:?}");
+        assert_eq!(body["code"], "UNSUPPORTED_MEDIA_TYPE");
+    }
+}
+
+#[tokio::test]
+async fn over_capacity_is_503_with_retry_after() {
+    let server = TestServer::with(|c| c.max_concurrent_runs = 1).await;
+    let first = post_run(&server, "demo", &run_body("a", "r1", "/slow 30 20")).await;
+    assert_eq!(first.status(), 200);
+    let response = post_run(&server, "demo", &run_body("b", "r2", "hi")).await;
+    let (status, headers, body) = error_body(response).await;
+    assert_eq!(status, 503);
+    assert_eq!(body["code"], "OVER_CAPACITY");
+    assert!(headers.contains_key("retry-after"));
+    // The slot frees when the run ends.
+    SseReader::new(first).collect().await;
+    support::eventually("slot released", || true).await;
+    let mut ok = false;
+    for _ in 0..50 {
+        let response = post_run(&server, "demo", &run_body("b", "r3", "hi")).await;
+        if response.status() == 200 {
+            ok = true;
+            SseReader::new(response).collect().await;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(ok, "slot was not released");
+}
+
+#[tokio::test]
+async fn draining_is_503_with_retry_after() {
+    let server = TestServer::with(|c| c.shutdown_grace = Duration::from_secs(5)).await;
+    let http = client();
+    // Open a keep-alive connection first; the accept loop stops at shutdown, existing
+    // connections go on being served until the runs are done.
+    let slow = http
+        .post(server.url("/demo"))
+        .bearer_auth(TOKEN)
+        .json(&run_body("d", "r1", "/slow 40 25"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(slow.status(), 200);
+    let warm = http
+        .get(server.url("/healthz"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(warm.status(), 200);
+    warm.bytes().await.expect("body");
+    server.shutdown.cancel();
+    let mut saw_draining = false;
+    for _ in 0..50 {
+        let response = http
+            .post(server.url("/demo"))
+            .bearer_auth(TOKEN)
+            .json(&run_body("d2", "r2", "hi"))
+            .send()
+            .await;
+        match response {
+            Ok(response) if response.status() == 503 => {
+                let (_, headers, body) = error_body(response).await;
+                assert_eq!(body["code"], "DRAINING");
+                assert!(headers.contains_key("retry-after"));
+                saw_draining = true;
+                break;
+            }
+            Ok(response) => {
+                response.bytes().await.ok();
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(saw_draining, "no DRAINING answer during shutdown");
+    let frames = SseReader::new(slow).collect().await;
+    assert_eq!(
+        frames.last().map(|f| f.kind().to_owned()).as_deref(),
+        Some("RUN_FINISHED")
+    );
+}
+
+#[tokio::test]
+async fn missing_token_configuration_fails_closed_with_500() {
+    let server = TestServer::with(|c| c.auth = Auth::Misconfigured).await;
+    let response = client()
+        .post(server.url("/demo"))
+        .bearer_auth("anything")
+        .json(&run_body("t", "r", "hi"))
+        .send()
+        .await
+        .expect("request");
+    let (status, _, body) = error_body(response).await;
+    assert_eq!(status, 500);
+    assert_eq!(body["code"], "AUTH_MISCONFIGURED");
+    // Unauthenticated routes still answer.
+    let response = client()
+        .get(server.url("/healthz"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200);
+}

@@ -1,0 +1,316 @@
+//! Runs streamed over real sockets: lifecycle, framing, headers, profiles, HTTP/2 over TLS,
+//! keep-alives, cancel, and the header-read timeout.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use agui_serve::config::TlsMode;
+use agui_serve::http::Limits;
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[tokio::test]
+async fn plain_run_streams_a_valid_segment_with_stream_headers() {
+    let server = TestServer::start().await;
+    let response = post_run(&server, "demo", &run_body("t1", "r1", "hello world")).await;
+    assert_eq!(response.status(), 200);
+    let h = response.headers();
+    assert_eq!(h["content-type"], "text/event-stream");
+    assert_eq!(h["cache-control"], "no-cache, no-store, no-transform");
+    assert_eq!(h["x-accel-buffering"], "no");
+    assert_eq!(h["vary"], "accept");
+    assert!(h.get("content-encoding").is_none());
+    let frames = SseReader::new(response).collect().await;
+    assert_valid_segment(&frames);
+    let text: String = frames
+        .iter()
+        .filter(|f| f.kind() == "TEXT_MESSAGE_CONTENT")
+        .map(|f| f.data["delta"].as_str().expect("delta").to_owned())
+        .collect();
+    assert_eq!(text, "You said: hello world");
+    assert!(
+        frames
+            .iter()
+            .filter(|f| f.kind() == "TEXT_MESSAGE_CONTENT")
+            .count()
+            > 1,
+        "several deltas"
+    );
+    assert_eq!(frames[0].data["threadId"], "t1");
+    assert_eq!(frames[0].data["runId"], "r1");
+    for f in &frames {
+        assert!(f.data["timestamp"].is_u64(), "integer ms timestamp");
+    }
+}
+
+#[tokio::test]
+async fn event_ids_strictly_increase_within_a_thread_across_runs() {
+    let server = TestServer::start().await;
+    let a = SseReader::new(post_run(&server, "demo", &run_body("same", "r1", "one")).await)
+        .collect()
+        .await;
+    let mut body = run_body("same", "r2", "two");
+    body["messages"] = serde_json::json!([
+        {"id": "r1-u", "role": "user", "content": "one"},
+        {"id": "r2-u", "role": "user", "content": "two"}
+    ]);
+    let b = SseReader::new(post_run(&server, "demo", &body).await)
+        .collect()
+        .await;
+    let ids: Vec<(u64, u64)> = a
+        .iter()
+        .chain(b.iter())
+        .map(|f| {
+            let id = f.id.as_deref().expect("id");
+            let (e, s) = id.split_once('-').expect("epoch-seq");
+            (
+                u64::from_str_radix(e, 16).expect("hex"),
+                u64::from_str_radix(s, 16).expect("hex"),
+            )
+        })
+        .collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    assert!(ids.iter().all(|(e, _)| *e == ids[0].0), "one boot epoch");
+}
+
+#[tokio::test]
+async fn think_streams_reasoning_then_reply() {
+    let server = TestServer::start().await;
+    let frames = SseReader::new(post_run(&server, "demo", &run_body("t", "r", "/think why")).await)
+        .collect()
+        .await;
+    assert_valid_segment(&frames);
+    let k = kinds(&frames);
+    let reasoning = k
+        .iter()
+        .position(|t| t == "REASONING_START")
+        .expect("reasoning");
+    let text = k
+        .iter()
+        .position(|t| t == "TEXT_MESSAGE_START")
+        .expect("text");
+    assert!(reasoning < text);
+    assert!(k.contains(&"REASONING_MESSAGE_CONTENT".to_owned()));
+}
+
+#[tokio::test]
+async fn fail_ends_with_run_error_carrying_the_text() {
+    let server = TestServer::start().await;
+    let frames =
+        SseReader::new(post_run(&server, "demo", &run_body("t", "r", "/fail it broke")).await)
+            .collect()
+            .await;
+    assert_valid_segment(&frames);
+    let last = frames.last().expect("frame");
+    assert_eq!(last.kind(), "RUN_ERROR");
+    assert_eq!(last.data["message"], "it broke");
+    assert!(last.data["code"].is_string());
+}
+
+#[tokio::test]
+async fn slow_chunks_arrive_as_they_are_produced() {
+    let server = TestServer::start().await;
+    let response = post_run(&server, "demo", &run_body("t", "r", "/slow 8 100")).await;
+    let mut reader = SseReader::new(response);
+    let mut arrivals = Vec::new();
+    while let Some(frame) = reader.next().await {
+        if frame.kind() == "TEXT_MESSAGE_CONTENT" {
+            arrivals.push(Instant::now());
+        }
+    }
+    assert_eq!(arrivals.len(), 8);
+    // Produced 100 ms apart: a buffered response would deliver them all at once.
+    let spread = arrivals[7] - arrivals[0];
+    assert!(spread >= Duration::from_millis(350), "spread {spread:?}");
+}
+
+#[tokio::test]
+async fn keep_alive_comment_after_silence() {
+    let server = TestServer::with(|c| c.keep_alive = Duration::from_millis(40)).await;
+    let response = post_run(&server, "demo", &run_body("t", "r", "/slow 3 300")).await;
+    let mut reader = SseReader::new(response);
+    let mut frames = Vec::new();
+    while let Some(f) = reader.next().await {
+        frames.push(f);
+    }
+    assert_valid_segment(&frames);
+    assert!(
+        reader.keep_alives >= 2,
+        "keep-alives: {}",
+        reader.keep_alives
+    );
+}
+
+#[tokio::test]
+async fn legacy_client_gets_its_profile() {
+    let server = TestServer::start().await;
+    let frames = SseReader::new(post_run(&server, "demo", &legacy_body("t", "r", "hi")).await)
+        .collect()
+        .await;
+    let last = frames.last().expect("frame");
+    assert_eq!(last.kind(), "RUN_FINISHED");
+    assert!(last.data.get("outcome").is_none());
+}
+
+#[tokio::test]
+async fn cancel_from_another_connection_ends_the_stream_per_profile() {
+    let server = TestServer::start().await;
+    for (body, legacy) in [
+        (run_body("c1", "run-v1", "/slow 200 20"), false),
+        (legacy_body("c2", "run-legacy", "/slow 200 20"), true),
+    ] {
+        let run_id = body["runId"].as_str().expect("run id").to_owned();
+        let mut reader = SseReader::new(post_run(&server, "demo", &body).await);
+        assert_eq!(reader.next().await.expect("frame").kind(), "RUN_STARTED");
+        let response = client()
+            .post(server.url(&format!("/runs/{run_id}/cancel")))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(response.status(), 202);
+        let mut rest = vec![];
+        while let Some(f) = reader.next().await {
+            rest.push(f);
+        }
+        let last = rest.last().expect("terminal");
+        if legacy {
+            assert_eq!(last.kind(), "RUN_ERROR");
+            assert_eq!(last.data["code"], "cancelled");
+        } else {
+            assert_eq!(last.kind(), "RUN_FINISHED");
+            assert_eq!(last.data["outcome"]["type"], "cancelled");
+        }
+        assert!(
+            !kinds(&rest).contains(&"TEXT_MESSAGE_START".to_owned())
+                || kinds(&rest).contains(&"TEXT_MESSAGE_END".to_owned())
+        );
+    }
+}
+
+#[tokio::test]
+async fn http2_over_tls_with_a_self_signed_certificate_kept_across_restarts() {
+    let data_dir = temp_dir("tls");
+    let dir = data_dir.clone();
+    let server = TestServer::with(move |c| {
+        c.tls = TlsMode::SelfSigned;
+        c.data_dir = dir;
+    })
+    .await;
+    assert!(server.base.starts_with("https://"));
+    let http = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .build()
+        .expect("client");
+    let response = http
+        .post(server.url("/demo"))
+        .bearer_auth(TOKEN)
+        .json(&run_body("t", "r", "over h2"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.version(), reqwest::Version::HTTP_2);
+    let frames = SseReader::new(response).collect().await;
+    assert_valid_segment(&frames);
+    let cert = data_dir.join("tls/cert.pem");
+    let first = std::fs::read(&cert).expect("certificate written");
+    server.stop().await;
+
+    let dir = data_dir.clone();
+    let again = TestServer::with(move |c| {
+        c.tls = TlsMode::SelfSigned;
+        c.data_dir = dir;
+    })
+    .await;
+    assert_eq!(std::fs::read(&cert).expect("certificate"), first, "reused");
+    let response = http
+        .get(again.url("/healthz"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200);
+}
+
+async fn closed_within(stream: &mut (impl AsyncReadExt + Unpin), bound: Duration) -> bool {
+    let mut buf = [0u8; 1024];
+    let deadline = Instant::now() + bound;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => continue,
+            Err(_) => return false,
+        }
+    }
+}
+
+#[tokio::test]
+async fn connections_that_never_finish_their_headers_are_closed() {
+    let limits = Limits {
+        header_read_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let server = TestServer::with_limits(|_| {}, limits).await;
+
+    // Partial headers, then silence.
+    let mut partial = tokio::net::TcpStream::connect(server.addr)
+        .await
+        .expect("connect");
+    partial
+        .write_all(b"POST /agui/demo HTTP/1.1\r\nhost: x\r\nx-slow: ")
+        .await
+        .expect("write");
+    assert!(
+        closed_within(&mut partial, Duration::from_secs(5)).await,
+        "partial headers"
+    );
+
+    // Nothing at all.
+    let mut silent = tokio::net::TcpStream::connect(server.addr)
+        .await
+        .expect("connect");
+    assert!(
+        closed_within(&mut silent, Duration::from_secs(5)).await,
+        "silent"
+    );
+
+    // A second request on a kept-alive connection that stalls mid-headers.
+    let mut keep = tokio::net::TcpStream::connect(server.addr)
+        .await
+        .expect("connect");
+    keep.write_all(b"GET /agui/healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .expect("write");
+    let mut buf = [0u8; 2048];
+    let n = keep.read(&mut buf).await.expect("read");
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    keep.write_all(b"GET /agui/healthz HTTP/1.1\r\nho")
+        .await
+        .expect("write");
+    assert!(
+        closed_within(&mut keep, Duration::from_secs(5)).await,
+        "second request"
+    );
+}
+
+#[tokio::test]
+async fn tls_connections_that_never_handshake_are_closed() {
+    let limits = Limits {
+        header_read_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let dir = temp_dir("tls-slow");
+    let server = TestServer::with_limits(
+        move |c| {
+            c.tls = TlsMode::SelfSigned;
+            c.data_dir = dir;
+        },
+        limits,
+    )
+    .await;
+    let mut silent = tokio::net::TcpStream::connect(server.addr)
+        .await
+        .expect("connect");
+    assert!(closed_within(&mut silent, Duration::from_secs(5)).await);
+}

@@ -1,0 +1,263 @@
+//! Test helpers: an in-process server on a real loopback socket, and an SSE reader.
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use agui_serve::Server;
+use agui_serve::config::Config;
+use agui_serve::http::Limits;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub const TOKEN: &str = "test-token-0123456789";
+
+/// A server bound to 127.0.0.1:0, stopped (gracefully) when dropped or by `shutdown`.
+pub struct TestServer {
+    pub base: String,
+    pub addr: std::net::SocketAddr,
+    pub shutdown: CancellationToken,
+    pub task: Option<JoinHandle<()>>,
+    pub data_dir: PathBuf,
+}
+
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "agui-test-{tag}-{}-{}",
+        std::process::id(),
+        uuid::Uuid::new_v4()
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+impl TestServer {
+    pub async fn start() -> TestServer {
+        TestServer::with(|_| {}).await
+    }
+
+    pub async fn with(adjust: impl FnOnce(&mut Config)) -> TestServer {
+        TestServer::with_limits(adjust, Limits::default()).await
+    }
+
+    pub async fn with_limits(adjust: impl FnOnce(&mut Config), limits: Limits) -> TestServer {
+        let data_dir = temp_dir("srv");
+        let mut config = Config::for_tests(TOKEN, data_dir.clone());
+        adjust(&mut config);
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let server = Server::from_listener(listener, config)
+            .expect("server")
+            .with_limits(limits);
+        let base = server.url();
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        let task = tokio::spawn(server.run(async move { stop.cancelled().await }));
+        TestServer {
+            base,
+            addr,
+            shutdown,
+            task: Some(task),
+            data_dir,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// Signals shutdown and waits for the server to finish.
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            task.await.expect("server task");
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .build()
+        .expect("client")
+}
+
+pub fn run_body(thread: &str, run: &str, text: &str) -> Value {
+    json!({
+        "threadId": thread,
+        "runId": run,
+        "protocolVersion": "1.0",
+        "messages": [{"id": format!("{run}-u"), "role": "user", "content": text}],
+    })
+}
+
+pub fn legacy_body(thread: &str, run: &str, text: &str) -> Value {
+    json!({
+        "threadId": thread,
+        "runId": run,
+        "messages": [{"id": format!("{run}-u"), "role": "user", "content": text}],
+    })
+}
+
+pub async fn post_run(server: &TestServer, agent: &str, body: &Value) -> reqwest::Response {
+    client()
+        .post(server.url(&format!("/{agent}")))
+        .bearer_auth(TOKEN)
+        .header("accept", "text/event-stream")
+        .json(body)
+        .send()
+        .await
+        .expect("request")
+}
+
+/// One parsed SSE frame.
+#[derive(Debug, Clone)]
+pub struct SseFrame {
+    pub id: Option<String>,
+    pub data: Value,
+}
+
+impl SseFrame {
+    pub fn kind(&self) -> &str {
+        self.data["type"].as_str().unwrap_or("")
+    }
+}
+
+/// Reads SSE frames from a streaming response, checking the framing as it goes.
+pub struct SseReader {
+    response: reqwest::Response,
+    buf: Vec<u8>,
+    pub keep_alives: usize,
+}
+
+impl SseReader {
+    pub fn new(response: reqwest::Response) -> SseReader {
+        SseReader {
+            response,
+            buf: Vec::new(),
+            keep_alives: 0,
+        }
+    }
+
+    /// The next event frame, or `None` at the end of the body.
+    pub async fn next(&mut self) -> Option<SseFrame> {
+        loop {
+            if let Some(end) = find(&self.buf, b"\n\n") {
+                let block: Vec<u8> = self.buf.drain(..end + 2).collect();
+                let text = String::from_utf8(block).expect("utf8 frame");
+                assert!(!text.contains('\r'), "CR in SSE framing: {text:?}");
+                if text.starts_with(':') {
+                    self.keep_alives += 1;
+                    continue;
+                }
+                let mut id = None;
+                let mut data = None;
+                for line in text.trim_end_matches('\n').split('\n') {
+                    if let Some(v) = line.strip_prefix("id: ") {
+                        id = Some(v.to_owned());
+                    } else if let Some(v) = line.strip_prefix("data: ") {
+                        assert!(data.is_none(), "two data lines in one frame");
+                        data = Some(serde_json::from_str(v).expect("frame JSON"));
+                    } else {
+                        panic!("unexpected SSE line {line:?}");
+                    }
+                }
+                return Some(SseFrame {
+                    id,
+                    data: data.expect("data line"),
+                });
+            }
+            match self.response.chunk().await {
+                Ok(Some(chunk)) => self.buf.extend_from_slice(&chunk),
+                Ok(None) => {
+                    assert!(self.buf.is_empty(), "trailing partial frame");
+                    return None;
+                }
+                Err(e) => panic!("stream error: {e}"),
+            }
+        }
+    }
+
+    /// Every remaining frame.
+    pub async fn collect(mut self) -> Vec<SseFrame> {
+        let mut out = Vec::new();
+        while let Some(frame) = self.next().await {
+            out.push(frame);
+        }
+        out
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// The frame types of a run, in order.
+pub fn kinds(frames: &[SseFrame]) -> Vec<String> {
+    frames.iter().map(|f| f.kind().to_owned()).collect()
+}
+
+/// Asserts the AG-UI lifecycle rules on one segment's frames.
+pub fn assert_valid_segment(frames: &[SseFrame]) {
+    assert!(!frames.is_empty(), "empty stream");
+    assert_eq!(frames[0].kind(), "RUN_STARTED", "first frame");
+    assert_eq!(frames[0].data["protocolVersion"], "1.0");
+    let terminal: Vec<_> = frames
+        .iter()
+        .filter(|f| matches!(f.kind(), "RUN_FINISHED" | "RUN_ERROR"))
+        .collect();
+    assert_eq!(
+        terminal.len(),
+        1,
+        "exactly one terminal: {:?}",
+        kinds(frames)
+    );
+    assert!(
+        matches!(
+            frames.last().map(SseFrame::kind),
+            Some("RUN_FINISHED" | "RUN_ERROR")
+        ),
+        "terminal last"
+    );
+    let mut open = std::collections::HashSet::new();
+    for f in frames {
+        let id = |k: &str| f.data[k].as_str().unwrap_or("").to_owned();
+        match f.kind() {
+            "TEXT_MESSAGE_START" => assert!(open.insert(("text", id("messageId")))),
+            "TEXT_MESSAGE_CONTENT" => {
+                assert!(open.contains(&("text", id("messageId"))));
+                assert_ne!(f.data["delta"], "", "empty delta");
+            }
+            "TEXT_MESSAGE_END" => assert!(open.remove(&("text", id("messageId")))),
+            "REASONING_START" => assert!(open.insert(("reasoning", id("messageId")))),
+            "REASONING_END" => assert!(open.remove(&("reasoning", id("messageId")))),
+            "REASONING_MESSAGE_START" => assert!(open.insert(("rmsg", id("messageId")))),
+            "REASONING_MESSAGE_END" => assert!(open.remove(&("rmsg", id("messageId")))),
+            "TOOL_CALL_START" => assert!(open.insert(("tool", id("toolCallId")))),
+            "TOOL_CALL_END" => assert!(open.remove(&("tool", id("toolCallId")))),
+            "RUN_FINISHED" | "RUN_ERROR" => assert!(open.is_empty(), "open at end: {open:?}"),
+            _ => {}
+        }
+    }
+    let ids: Vec<_> = frames.iter().filter_map(|f| f.id.clone()).collect();
+    assert_eq!(ids.len(), frames.len(), "every frame has an id");
+}
+
+/// Waits until `check` holds, polling (bounded).
+pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if check() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
