@@ -1,0 +1,322 @@
+//! The built binary as an operator runs it: defaults, exit codes, check-config, secrets in
+//! logs, and SIGTERM with open streams.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_agui-serve");
+
+struct Daemon {
+    child: Child,
+    base: String,
+    token: Option<String>,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Daemon {
+    /// Starts the binary and waits for its "listening on" line.
+    fn start(args: &[&str], envs: &[(&str, &str)]) -> Daemon {
+        let home = temp_dir("home");
+        let mut command = Command::new(BIN);
+        command
+            .args(args)
+            .env_remove("AGUI_TOKEN")
+            .env_remove("AGUI_CONFIG")
+            .env_remove("STATE_DIRECTORY")
+            .env("HOME", &home)
+            .env("XDG_STATE_HOME", home.join("state"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in envs {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().expect("spawn agui-serve");
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = stderr.clone();
+        let mut err = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .expect("lock")
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut base = None;
+        let mut token = None;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            let mut line = String::new();
+            if out.read_line(&mut line).expect("stdout") == 0 {
+                break;
+            }
+            if let Some(url) = line.trim().strip_prefix("agui-serve listening on ") {
+                base = Some(url.to_owned());
+            }
+            if let Some(t) = line.trim().strip_prefix("token: ") {
+                token = Some(t.to_owned());
+            }
+            // The token line, when there is one, follows the listening line at once.
+            if base.is_some() && (token.is_some() || !args.is_empty()) {
+                break;
+            }
+        }
+        std::thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = out.read_to_string(&mut rest);
+        });
+        Daemon {
+            child,
+            base: base.expect("daemon printed its URL"),
+            token,
+            stderr,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    fn wait(&mut self, bound: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + bound;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    fn logs(&self) -> String {
+        self.stderr.lock().expect("lock").clone()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn quiet_port_args(extra: &[&str]) -> Vec<String> {
+    let mut args = vec!["--port".to_owned(), "0".to_owned()];
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    args
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_arguments_serves_tls_on_8443_with_a_printed_token() {
+    let mut daemon = Daemon::start(&[], &[]);
+    assert_eq!(daemon.base, "https://127.0.0.1:8443/agui");
+    let token = daemon.token.clone().expect("generated token printed");
+    assert_eq!(token.len(), 64);
+    let response = client()
+        .post(daemon.url("/demo"))
+        .bearer_auth(&token)
+        .json(&run_body("t", "r", "hi"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200);
+    let frames = SseReader::new(response).collect().await;
+    assert_valid_segment(&frames);
+    daemon.signal("TERM");
+    let status = daemon.wait(Duration::from_secs(15)).expect("exits");
+    assert!(status.success());
+    assert!(!daemon.logs().contains(&token), "generated token logged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_never_appears_in_logs_even_at_trace() {
+    let secret = "s3cret-token-for-log-test";
+    let args = quiet_port_args(&["--token", secret, "--data-dir"]);
+    let data = temp_dir("logs");
+    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    args.push(data.to_str().expect("utf8"));
+    let mut daemon = Daemon::start(&args, &[("RUST_LOG", "trace")]);
+    assert!(daemon.base.starts_with("https://"));
+    let h1 = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .http1_only()
+        .build()
+        .expect("client");
+    let h2 = client();
+    for http in [&h1, &h2] {
+        // As a header.
+        let r = http
+            .post(daemon.url("/demo"))
+            .bearer_auth(secret)
+            .json(&run_body(&uuid::Uuid::new_v4().to_string(), "r", "hi"))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(r.status(), 200);
+        SseReader::new(r).collect().await;
+        // As the query fallback.
+        let r = http
+            .get(daemon.url(&format!("/info?token={secret}&x=1")))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(r.status(), 200);
+        // A wrong token, echoed nowhere either.
+        let r = http
+            .get(daemon.url("/info?token=wrong-s3cret-guess"))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(r.status(), 401);
+        // An agent error that mentions the token is sanitized.
+        let r = http
+            .post(daemon.url("/demo"))
+            .bearer_auth(secret)
+            .json(&run_body(
+                &uuid::Uuid::new_v4().to_string(),
+                "r",
+                &format!("/fail leaked {secret} and password=hunter2"),
+            ))
+            .send()
+            .await
+            .expect("request");
+        let frames = SseReader::new(r).collect().await;
+        let last = frames.last().expect("frame");
+        assert_eq!(last.kind(), "RUN_ERROR");
+        let message = last.data["message"].as_str().expect("message");
+        assert!(!message.contains(secret) && !message.contains("hunter2"), "{message}");
+    }
+    daemon.signal("TERM");
+    daemon.wait(Duration::from_secs(15)).expect("exits");
+    let logs = daemon.logs();
+    assert!(logs.contains("TRACE") || logs.contains("trace"), "trace logging was on");
+    assert!(logs.contains("token=[redacted]"), "query logged, scrubbed");
+    assert!(!logs.contains(secret), "token found in logs");
+    assert!(!logs.contains("wrong-s3cret-guess"), "presented token found in logs");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_open_streams_with_a_terminal_event_and_exits_within_grace() {
+    let args = quiet_port_args(&["--no-tls", "--token", TOKEN, "--shutdown-grace", "2s"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut daemon = Daemon::start(&args, &[]);
+    let mut readers = Vec::new();
+    for i in 0..3 {
+        let body = if i == 2 {
+            legacy_body(&format!("t{i}"), &format!("r{i}"), "/slow 1000 50")
+        } else {
+            run_body(&format!("t{i}"), &format!("r{i}"), "/slow 1000 50")
+        };
+        let r = client()
+            .post(daemon.url("/demo"))
+            .bearer_auth(TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .expect("request");
+        let mut reader = SseReader::new(r);
+        assert_eq!(reader.next().await.expect("frame").kind(), "RUN_STARTED");
+        readers.push(reader);
+    }
+    let sent = Instant::now();
+    daemon.signal("TERM");
+    for reader in readers {
+        let frames = reader.collect().await;
+        let last = frames.last().expect("terminal event");
+        assert_eq!(last.kind(), "RUN_ERROR", "{:?}", kinds(&frames));
+        assert_eq!(last.data["code"], "SHUTDOWN");
+        let open_text = frames
+            .iter()
+            .filter(|f| f.kind() == "TEXT_MESSAGE_START")
+            .count();
+        let closed_text = frames
+            .iter()
+            .filter(|f| f.kind() == "TEXT_MESSAGE_END")
+            .count();
+        assert_eq!(open_text, closed_text, "message closed before the terminal");
+    }
+    let status = daemon.wait(Duration::from_secs(4)).expect("exited");
+    assert!(status.success(), "{status:?}");
+    assert!(sent.elapsed() < Duration::from_millis(2500), "{:?}", sent.elapsed());
+}
+
+#[test]
+fn bad_configuration_exits_2_with_one_line() {
+    for args in [
+        vec!["--token", ""],
+        vec!["--port", "notaport"],
+        vec!["--disconnect-grace", "soon"],
+        vec!["--tls-cert", "only-cert.pem"],
+        vec!["--token-file", "/nonexistent/token"],
+        vec!["--config", "/nonexistent/config.toml"],
+    ] {
+        let output = Command::new(BIN)
+            .args(&args)
+            .env_remove("AGUI_TOKEN")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run");
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!stderr.trim().is_empty(), "{args:?}: reason on stderr");
+    }
+    let output = Command::new(BIN)
+        .env("AGUI_TOKEN", "")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    assert_eq!(output.status.code(), Some(2), "empty AGUI_TOKEN");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}
+
+#[test]
+fn check_config_prints_the_resolved_configuration_redacted() {
+    let dir = temp_dir("check");
+    let config = dir.join("c.toml");
+    std::fs::write(
+        &config,
+        "[server]\nport = 9999\nkeep_alive = \"20s\"\n[[agents]]\nname = \"demo2\"\nkind = \"demo\"\n",
+    )
+    .expect("write");
+    let output = Command::new(BIN)
+        .args(["check-config", "--config", config.to_str().expect("utf8")])
+        .args(["--token", "very-secret-value"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    assert!(output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(!stdout.contains("very-secret-value"));
+    let value: serde_json::Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(value["server"]["port"], 9999);
+    assert_eq!(value["server"]["keep_alive"], "20s");
+    assert_eq!(value["server"]["token"], "<redacted>");
+    assert_eq!(value["agents"][0]["name"], "demo2");
+
+    std::fs::write(&config, "[server]\nbogus = 1\n").expect("write");
+    let output = Command::new(BIN)
+        .args(["check-config", "--config", config.to_str().expect("utf8")])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    assert_eq!(output.status.code(), Some(2));
+}
