@@ -202,15 +202,24 @@ async fn token_never_appears_in_logs_even_at_trace() {
         let last = frames.last().expect("frame");
         assert_eq!(last.kind(), "RUN_ERROR");
         let message = last.data["message"].as_str().expect("message");
-        assert!(!message.contains(secret) && !message.contains("hunter2"), "{message}");
+        assert!(
+            !message.contains(secret) && !message.contains("hunter2"),
+            "{message}"
+        );
     }
     daemon.signal("TERM");
     daemon.wait(Duration::from_secs(15)).expect("exits");
     let logs = daemon.logs();
-    assert!(logs.contains("TRACE") || logs.contains("trace"), "trace logging was on");
+    assert!(
+        logs.contains("TRACE") || logs.contains("trace"),
+        "trace logging was on"
+    );
     assert!(logs.contains("token=[redacted]"), "query logged, scrubbed");
     assert!(!logs.contains(secret), "token found in logs");
-    assert!(!logs.contains("wrong-s3cret-guess"), "presented token found in logs");
+    assert!(
+        !logs.contains("wrong-s3cret-guess"),
+        "presented token found in logs"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -255,7 +264,11 @@ async fn sigterm_ends_open_streams_with_a_terminal_event_and_exits_within_grace(
     }
     let status = daemon.wait(Duration::from_secs(4)).expect("exited");
     assert!(status.success(), "{status:?}");
-    assert!(sent.elapsed() < Duration::from_millis(2500), "{:?}", sent.elapsed());
+    assert!(
+        sent.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        sent.elapsed()
+    );
 }
 
 #[test]

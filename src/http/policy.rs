@@ -50,7 +50,7 @@ impl OriginPolicy {
             return OriginCheck::Forbidden;
         };
         let normalized = text.trim().trim_end_matches('/').to_ascii_lowercase();
-        if self.any || self.allowed.iter().any(|o| *o == normalized) {
+        if self.any || self.allowed.contains(&normalized) {
             OriginCheck::Allowed(origin.clone())
         } else {
             OriginCheck::Forbidden

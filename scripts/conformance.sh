@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Starts agui-serve (TLS, generated certificate, port 0) and drives it with the official
+# AG-UI clients (@ag-ui/client 1.0.0 and 0.0.59). Usage: scripts/conformance.sh [BINARY]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bin="${1:-$root/target/debug/agui-serve}"
+[ -x "$bin" ] || { echo "conformance: no binary at $bin (cargo build first)" >&2; exit 1; }
+
+(cd "$root/conformance" && npm ci --no-audit --no-fund --loglevel=error)
+
+work="$(mktemp -d)"
+token="conformance-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+"$bin" --port 0 --token "$token" --data-dir "$work/data" --disconnect-grace 2s \
+  >"$work/stdout" 2>"$work/stderr" &
+pid=$!
+cleanup() {
+  kill -TERM "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+url=""
+for _ in $(seq 1 200); do
+  url="$(sed -n 's/^agui-serve listening on //p' "$work/stdout" | head -n1)"
+  [ -n "$url" ] && break
+  kill -0 "$pid" 2>/dev/null || { cat "$work/stderr" >&2; exit 1; }
+  sleep 0.05
+done
+[ -n "$url" ] || { echo "conformance: daemon did not start" >&2; cat "$work/stderr" >&2; exit 1; }
+
+cd "$root/conformance"
+AGUI_URL="$url" AGUI_TOKEN="$token" NODE_EXTRA_CA_CERTS="$work/data/tls/cert.pem" node run.mjs

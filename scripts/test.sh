@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Every test: formatting, lints, unit and integration tests, and the conformance suite with
+# the official AG-UI clients. Installs what it needs (npm packages); needs cargo and node.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --all-targets --locked -- -D warnings
+echo "== cargo test"
+cargo test --locked --no-fail-fast
+echo "== conformance (official AG-UI clients)"
+cargo build --locked --bin agui-serve
+scripts/conformance.sh "$root/target/debug/agui-serve"
