@@ -7,6 +7,7 @@
 //! - [`config`] / [`cli`]: typed configuration; clap and TOML stop at `cli`.
 //! - [`agent`]: the backend seam ([`agent::Agent`]) and the built-in demo agent.
 //! - [`runtime`]: runs, threads, the replay journal, admission and shutdown.
+//! - [`store`]: durable threads, transcripts and runs in SQLite, on its own thread.
 //! - [`http`]: the only code that knows hyper: listener, TLS, routes, policy, errors.
 //!
 //! [`serve`] ties them together: bind, serve until a shutdown future resolves, drain.
@@ -20,5 +21,6 @@ pub mod http;
 pub mod protocol;
 pub mod runtime;
 mod server;
+pub mod store;
 
 pub use server::{Server, serve};

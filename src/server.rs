@@ -23,7 +23,8 @@ use crate::agent::demo::DemoAgent;
 use crate::config::{AgentKind, Auth, Config, TlsMode};
 use crate::http::tls::{self, TlsError};
 use crate::http::{self as web, App, Limits};
-use crate::runtime::{CancelReason, JournalLimits, Runtime, RuntimeOptions};
+use crate::runtime::{CancelReason, Runtime, RuntimeOptions};
+use crate::store::{Store, StoreError};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +41,8 @@ pub enum ServeError {
     },
     #[error(transparent)]
     Tls(#[from] TlsError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
     #[error("agent {0:?}: ACP agents are not supported by this build yet")]
     Unsupported(String),
 }
@@ -95,17 +98,14 @@ impl Server {
             Auth::Token(token) => vec![token.expose().to_owned()],
             Auth::Misconfigured => Vec::new(),
         };
-        let runtime = Runtime::new(
-            agents,
-            RuntimeOptions {
-                max_concurrent_runs: config.max_concurrent_runs,
-                disconnect_grace: config.disconnect_grace,
-                keep_alive: config.keep_alive,
-                suspend_timeout: config.suspend_timeout,
-                journal: JournalLimits::default(),
-                secrets,
-            },
-        );
+        ensure_dir(&config.data_dir)?;
+        let store = Store::open(&config.data_dir)?;
+        let mut options = RuntimeOptions::new(config.max_concurrent_runs);
+        options.disconnect_grace = config.disconnect_grace;
+        options.keep_alive = config.keep_alive;
+        options.suspend_timeout = config.suspend_timeout;
+        options.secrets = secrets;
+        let runtime = Runtime::new(agents, options, store);
         let app = Arc::new(App::new(
             runtime.clone(),
             config.path.clone(),
@@ -183,6 +183,7 @@ impl Server {
             self.runtime.wait_runs(deadline).await;
         }
         self.runtime.stop_streams();
+        self.runtime.flush_store().await;
         if let Some(graceful) = graceful
             && tokio::time::timeout_at(deadline.into(), graceful.shutdown())
                 .await

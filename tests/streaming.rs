@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use agui_serve::config::TlsMode;
 use agui_serve::http::Limits;
+use agui_serve::runtime::EventId;
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -58,20 +59,17 @@ async fn event_ids_strictly_increase_within_a_thread_across_runs() {
     let b = SseReader::new(post_run(&server, "demo", &body).await)
         .collect()
         .await;
-    let ids: Vec<(u64, u64)> = a
+    let ids: Vec<EventId> = a
         .iter()
         .chain(b.iter())
-        .map(|f| {
-            let id = f.id.as_deref().expect("id");
-            let (e, s) = id.split_once('-').expect("epoch-seq");
-            (
-                u64::from_str_radix(e, 16).expect("hex"),
-                u64::from_str_radix(s, 16).expect("hex"),
-            )
-        })
+        .map(|f| EventId::parse(f.id.as_deref().expect("id")).expect("well-formed id"))
         .collect();
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
-    assert!(ids.iter().all(|(e, _)| *e == ids[0].0), "one boot epoch");
+    assert!(
+        ids.iter()
+            .all(|id| id.epoch == ids[0].epoch && id.tag == ids[0].tag),
+        "one boot epoch, one thread"
+    );
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use http_body::Frame;
 use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
 
-use crate::runtime::Attachment;
+use tokio::sync::mpsc;
 
 /// Every response body this server sends.
 pub type Body = UnsyncBoxBody<Bytes, Infallible>;
@@ -21,13 +21,13 @@ pub fn empty() -> Body {
     full(Bytes::new())
 }
 
-/// The SSE body: each journal frame (or keep-alive comment) becomes one data frame, written
-/// as soon as hyper can take it. Dropping the body (client gone) detaches the stream; the
-/// run goes on.
-pub fn event_stream(attachment: Attachment) -> Body {
-    let stream = futures_util::stream::unfold(attachment, |mut attachment| async move {
-        let bytes = attachment.next().await?;
-        Some((Ok::<_, Infallible>(Frame::data(bytes)), attachment))
+/// The SSE body: each frame (or keep-alive comment) the stream's writer task hands over
+/// becomes one data frame, written as soon as hyper can take it. Dropping the body (client
+/// gone) detaches the stream; the run goes on.
+pub fn event_stream(frames: mpsc::Receiver<Bytes>) -> Body {
+    let stream = futures_util::stream::unfold(frames, |mut frames| async move {
+        let bytes = frames.recv().await?;
+        Some((Ok::<_, Infallible>(Frame::data(bytes)), frames))
     });
     StreamBody::new(stream).boxed_unsync()
 }

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::body::{Body, full};
 use crate::protocol::InputError;
-use crate::runtime::StartError;
+use crate::runtime::{ReattachError, StartError};
 
 /// An error answered with `{"code","message"[,"field"]}` before any stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,6 +130,14 @@ impl ApiError {
         )
     }
 
+    pub fn store_unavailable() -> ApiError {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "INTERNAL",
+            "the thread store is unavailable",
+        )
+    }
+
     pub fn draining() -> ApiError {
         let mut e = ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -192,10 +200,25 @@ impl From<StartError> for ApiError {
                 "RUN_IN_PROGRESS",
                 "a run is in progress on this thread; attach to it or wait for it to end",
             ),
+            StartError::RunIdInUse => ApiError::new(
+                StatusCode::CONFLICT,
+                "RUN_IN_PROGRESS",
+                "runId is already in use by a live run",
+            ),
+            StartError::Store => ApiError::store_unavailable(),
             StartError::AgentMismatch(agent) => ApiError::invalid_input(
                 format!("thread belongs to agent {agent:?}"),
                 Some("threadId".to_owned()),
             ),
+        }
+    }
+}
+
+impl From<ReattachError> for ApiError {
+    fn from(e: ReattachError) -> ApiError {
+        match e {
+            ReattachError::UnknownThread => ApiError::not_found("thread"),
+            ReattachError::Store => ApiError::store_unavailable(),
         }
     }
 }

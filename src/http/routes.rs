@@ -19,6 +19,7 @@ use super::error::ApiError;
 use super::policy::{self, OriginCheck};
 use crate::protocol::{decode_run_input, negotiate};
 use crate::runtime::{Attachment, CancelReason};
+use crate::store;
 
 /// Largest accepted request body.
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
@@ -173,9 +174,158 @@ async fn dispatch(
                 Err(ApiError::not_found("live run"))
             }
         }
-        Route::Threads | Route::Thread(_) | Route::ThreadMessages(_) | Route::ThreadStream(_) => {
-            Err(ApiError::not_found("thread"))
+        Route::Threads => list_threads(app, req.uri().query()).await,
+        Route::Thread(id) if req.method() == Method::DELETE => {
+            match app.runtime.delete_thread(&id).await {
+                Ok(true) => {
+                    let mut response = Response::new(empty());
+                    *response.status_mut() = StatusCode::NO_CONTENT;
+                    Ok(response)
+                }
+                Ok(false) => Err(ApiError::not_found("thread")),
+                Err(error) => {
+                    tracing::error!(%error, "thread delete failed");
+                    Err(ApiError::store_unavailable())
+                }
+            }
         }
+        Route::Thread(id) => match app.runtime.store().thread(&id).await {
+            Ok(Some(row)) => Ok(json_response(StatusCode::OK, thread_json(app, &row, true))),
+            Ok(None) => Err(ApiError::not_found("thread")),
+            Err(error) => {
+                tracing::error!(%error, "thread read failed");
+                Err(ApiError::store_unavailable())
+            }
+        },
+        Route::ThreadMessages(id) => {
+            let limit = query_usize(req.uri().query(), "limit", 1000, 10_000)?;
+            match app.runtime.store().messages(&id, limit).await {
+                Ok(Some((messages, truncated))) => Ok(json_response(
+                    StatusCode::OK,
+                    json!({"threadId": id, "messages": messages, "truncated": truncated}),
+                )),
+                Ok(None) => Err(ApiError::not_found("thread")),
+                Err(error) => {
+                    tracing::error!(%error, "messages read failed");
+                    Err(ApiError::store_unavailable())
+                }
+            }
+        }
+        Route::ThreadStream(id) => {
+            let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok());
+            if negotiate(accept).is_none() {
+                return Err(ApiError::not_acceptable());
+            }
+            let last_event_id = req
+                .headers()
+                .get("last-event-id")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+                .or_else(|| query_param(req.uri().query(), "lastEventId"));
+            let attachment = app.runtime.reattach(&id, last_event_id.as_deref()).await?;
+            Ok(stream_response(app, attachment))
+        }
+    }
+}
+
+async fn list_threads(app: &App, query: Option<&str>) -> Result<Response<Body>, ApiError> {
+    let limit = query_usize(query, "limit", 50, 200)?;
+    let cursor =
+        match query_param(query, "cursor") {
+            Some(cursor) => Some(store::decode_cursor(&cursor).ok_or_else(|| {
+                ApiError::invalid_input("invalid cursor", Some("cursor".to_owned()))
+            })?),
+            None => None,
+        };
+    let agent = query_param(query, "agent");
+    let page = app
+        .runtime
+        .store()
+        .list_threads(limit, cursor, agent)
+        .await
+        .map_err(|error| {
+            tracing::error!(%error, "thread listing failed");
+            ApiError::store_unavailable()
+        })?;
+    let threads: Vec<_> = page
+        .threads
+        .iter()
+        .map(|row| thread_json(app, row, false))
+        .collect();
+    let mut body = json!({"threads": threads});
+    if let Some(next) = page.next_cursor {
+        body["nextCursor"] = json!(next);
+    }
+    Ok(json_response(StatusCode::OK, body))
+}
+
+/// A thread as the API shows it; `detail` adds the last run and the session.
+fn thread_json(app: &App, row: &store::ThreadRow, detail: bool) -> serde_json::Value {
+    let status = app
+        .runtime
+        .live_status(&row.id)
+        .unwrap_or(row.status.as_str());
+    let mut value = json!({
+        "threadId": row.id,
+        "agent": row.agent,
+        "createdAt": rfc3339(row.created_at),
+        "updatedAt": rfc3339(row.updated_at),
+        "messageCount": row.message_count,
+        "status": status,
+    });
+    if let Some(title) = &row.title {
+        value["title"] = json!(title);
+    }
+    if detail {
+        if let Some(session) = &row.session_id {
+            value["sessionId"] = json!(session);
+        }
+        if let Some(metadata) = &row.metadata {
+            value["metadata"] = metadata.clone();
+        }
+        if let Some(run) = &row.last_run {
+            let mut last = json!({
+                "runId": run.id,
+                "startedAt": rfc3339(run.started_at),
+                "segments": run.segments,
+                "outcome": run.outcome.as_deref().unwrap_or("running"),
+            });
+            if let Some(ended) = run.ended_at {
+                last["endedAt"] = json!(rfc3339(ended));
+            }
+            value["lastRun"] = last;
+        }
+    }
+    value
+}
+
+fn rfc3339(ms: i64) -> String {
+    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(time).to_string()
+}
+
+fn query_param(query: Option<&str>, key: &str) -> Option<String> {
+    form_urlencoded::parse(query?.as_bytes())
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.into_owned())
+}
+
+/// A positive integer query parameter, defaulted and capped.
+fn query_usize(
+    query: Option<&str>,
+    key: &str,
+    default: usize,
+    max: usize,
+) -> Result<usize, ApiError> {
+    match query_param(query, key) {
+        None => Ok(default),
+        Some(text) => match text.parse::<usize>() {
+            Ok(n) if n >= 1 => Ok(n.min(max)),
+            _ => Err(ApiError::invalid_input(
+                format!("{key} must be a positive integer"),
+                Some(key.to_owned()),
+            )),
+        },
     }
 }
 
@@ -205,13 +355,13 @@ async fn run(app: &App, agent: &str, req: Request<Incoming>) -> Result<Response<
         return Err(ApiError::unknown_agent(agent));
     }
     let attachment = app.runtime.start_run(agent, input).await?;
-    Ok(stream_response(attachment))
+    Ok(stream_response(app, attachment))
 }
 
 /// The 200 event-stream response for an attachment.
-fn stream_response(attachment: Attachment) -> Response<Body> {
+fn stream_response(app: &App, attachment: Attachment) -> Response<Body> {
     let resume = attachment.resume();
-    let mut response = Response::new(event_stream(attachment));
+    let mut response = Response::new(event_stream(app.runtime.spawn_stream(attachment)));
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(
@@ -312,7 +462,7 @@ fn info(app: &App, headers: &HeaderMap, uri: &http::Uri, tls: bool) -> serde_jso
             "humanInTheLoop": false,
             "sharedState": false,
             "interrupts": false,
-            "reattach": false,
+            "reattach": true,
         },
     })
 }

@@ -281,6 +281,21 @@ impl Message {
     }
 }
 
+impl Message {
+    /// The wire name of this message's role.
+    pub fn role(&self) -> &'static str {
+        match self {
+            Message::Developer(_) => "developer",
+            Message::System(_) => "system",
+            Message::Assistant(_) => "assistant",
+            Message::User(_) => "user",
+            Message::Tool(_) => "tool",
+            Message::Activity { .. } => "activity",
+            Message::Reasoning(_) => "reasoning",
+        }
+    }
+}
+
 impl Content {
     /// The text of this content: the string itself, or its text parts joined by newlines.
     pub fn text(&self) -> String {

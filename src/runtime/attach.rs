@@ -34,8 +34,21 @@ impl Resume {
     }
 }
 
+/// When an attachment's stream ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// After the first terminal frame (a `POST` follows its own segment).
+    Segment,
+    /// After a terminal frame with nothing journaled after it (reattach: catches up over
+    /// any number of segments, then follows live).
+    Follow,
+    /// After the preamble (hydration); the journal is not read.
+    Preamble,
+}
+
 /// One reader of one thread's journal.
 pub struct Attachment {
+    mode: Mode,
     thread: Arc<Thread>,
     cursor: u64,
     profile: Profile,
@@ -64,12 +77,14 @@ impl Attachment {
         thread: Arc<Thread>,
         cursor: u64,
         profile: Profile,
+        mode: Mode,
         keep_alive: Duration,
         stop: CancellationToken,
         run: Option<Arc<LiveRun>>,
     ) -> Attachment {
         let latest = thread.journal.subscribe();
         Attachment {
+            mode,
             thread,
             cursor,
             profile,
@@ -82,6 +97,18 @@ impl Attachment {
             resume: Resume::Exact,
             _guard: run.map(AttachGuard::new),
         }
+    }
+
+    /// Frames sent before anything from the journal (a resync or hydration preamble).
+    pub(super) fn with_preamble(mut self, preamble: Vec<Bytes>, resume: Resume) -> Attachment {
+        self.preamble = preamble.into();
+        self.resume = resume;
+        self
+    }
+
+    pub(super) fn with_resume(mut self, resume: Resume) -> Attachment {
+        self.resume = resume;
+        self
     }
 
     pub fn resume(&self) -> Resume {
@@ -98,13 +125,18 @@ impl Attachment {
             if let Some(bytes) = self.preamble.pop_front() {
                 return Some(bytes);
             }
-            if self.done {
+            if self.done || self.mode == Mode::Preamble {
                 return None;
             }
             if let Some(frame) = self.pending.pop_front() {
                 self.cursor = frame.seq;
                 if frame.ends_segment {
-                    self.done = true;
+                    self.done = match self.mode {
+                        Mode::Segment | Mode::Preamble => true,
+                        Mode::Follow => {
+                            self.pending.is_empty() && self.thread.journal.last_seq() <= frame.seq
+                        }
+                    };
                 }
                 return Some(frame.bytes(self.profile));
             }

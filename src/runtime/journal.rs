@@ -33,29 +33,38 @@ impl Default for JournalLimits {
     }
 }
 
-/// An event id: boot epoch and per-thread sequence, written `<epoch hex>-<seq hex>`.
+/// An event id: boot epoch, the thread's journal tag, and the per-thread sequence, written
+/// `<epoch>-<tag>-<seq>` in hex. The tag (random per journal) makes an id from another
+/// thread, or from a journal that was dropped and rebuilt, unusable as a cursor here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct EventId {
     pub epoch: u64,
+    pub tag: u32,
     pub seq: u64,
 }
 
 impl fmt::Display for EventId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:x}-{:08x}", self.epoch, self.seq)
+        write!(f, "{:x}-{:08x}-{:08x}", self.epoch, self.tag, self.seq)
     }
 }
 
 impl EventId {
     /// Parses an id as written by `Display`; `None` when malformed.
     pub fn parse(text: &str) -> Option<EventId> {
-        let (epoch, seq) = text.trim().split_once('-')?;
-        if epoch.is_empty() || seq.is_empty() || epoch.len() > 16 || seq.len() > 16 {
+        let mut parts = text.trim().split('-');
+        let (epoch, tag, seq) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() {
             return None;
         }
+        fn field(s: &str, max: usize) -> Option<&str> {
+            (!s.is_empty() && s.len() <= max && s.bytes().all(|b| b.is_ascii_hexdigit()))
+                .then_some(s)
+        }
         Some(EventId {
-            epoch: u64::from_str_radix(epoch, 16).ok()?,
-            seq: u64::from_str_radix(seq, 16).ok()?,
+            epoch: u64::from_str_radix(field(epoch, 16)?, 16).ok()?,
+            tag: u32::from_str_radix(field(tag, 8)?, 16).ok()?,
+            seq: u64::from_str_radix(field(seq, 16)?, 16).ok()?,
         })
     }
 }
@@ -89,6 +98,7 @@ pub struct Gap;
 #[derive(Debug)]
 pub struct Journal {
     epoch: u64,
+    tag: u32,
     limits: JournalLimits,
     inner: Mutex<Inner>,
     /// The sequence number of the newest frame; readers wait on it.
@@ -108,6 +118,7 @@ impl Journal {
     pub fn new(epoch: u64, limits: JournalLimits) -> Journal {
         Journal {
             epoch,
+            tag: rand::random(),
             limits,
             inner: Mutex::new(Inner {
                 frames: VecDeque::new(),
@@ -128,11 +139,7 @@ impl Journal {
         let mut inner = self.lock();
         let seq = inner.next_seq;
         inner.next_seq += 1;
-        let id = EventId {
-            epoch: self.epoch,
-            seq,
-        }
-        .to_string();
+        let id = self.id(seq).to_string();
         let v1 = sse_frame(&id, &encode_event(event, Some(timestamp_ms)));
         let legacy = Profile::Legacy
             .adapt(event)
@@ -156,10 +163,31 @@ impl Journal {
         }
         drop(inner);
         self.latest.send_replace(seq);
+        self.id(seq)
+    }
+
+    /// The id of the frame with sequence `seq` in this journal.
+    pub fn id(&self, seq: u64) -> EventId {
         EventId {
             epoch: self.epoch,
+            tag: self.tag,
             seq,
         }
+    }
+
+    /// Encodes an event as a frame carrying the id of position `seq` without appending it
+    /// (resync preambles: a client that reconnects with that id resumes right after `seq`).
+    pub fn frame_at(&self, seq: u64, event: &Event, timestamp_ms: u64, profile: Profile) -> Bytes {
+        let event = profile.adapt(event).unwrap_or_else(|| event.clone());
+        sse_frame(
+            &self.id(seq).to_string(),
+            &encode_event(&event, Some(timestamp_ms)),
+        )
+    }
+
+    /// The sequence of the newest frame (0 when empty).
+    pub fn last_seq(&self) -> u64 {
+        self.lock().next_seq - 1
     }
 
     /// The sequence number the next frame will get.
@@ -181,7 +209,7 @@ impl Journal {
     /// Resolves a client-supplied id to a cursor in this journal, or [`Gap`] when it cannot
     /// be honoured (another boot, evicted, or in the future).
     pub fn cursor_for(&self, id: EventId) -> Result<u64, Gap> {
-        if id.epoch != self.epoch {
+        if id.epoch != self.epoch || id.tag != self.tag {
             return Err(Gap);
         }
         let inner = self.lock();
@@ -218,10 +246,22 @@ mod tests {
     fn ids_round_trip_and_reject_garbage() {
         let id = EventId {
             epoch: 0x18f3a,
+            tag: 0xdead_beef,
             seq: 42,
         };
         assert_eq!(EventId::parse(&id.to_string()), Some(id));
-        for bad in ["", "-", "x-1", "1-", "1-zz", "12", "1-2-3"] {
+        for bad in [
+            "",
+            "-",
+            "x-1-1",
+            "1--1",
+            "1-zz-1",
+            "12",
+            "1-2",
+            "1-2-3-4",
+            "1-+2-3",
+            "1-123456789-1",
+        ] {
             assert_eq!(EventId::parse(bad), None, "{bad}");
         }
     }
@@ -280,8 +320,23 @@ mod tests {
     fn foreign_epoch_is_a_gap() {
         let j = Journal::new(2, JournalLimits::default());
         j.push(&text(1), 0);
-        assert_eq!(j.cursor_for(EventId { epoch: 1, seq: 1 }), Err(Gap));
-        assert_eq!(j.cursor_for(EventId { epoch: 2, seq: 1 }), Ok(1));
+        assert_eq!(
+            j.cursor_for(EventId {
+                epoch: 1,
+                tag: j.tag,
+                seq: 1
+            }),
+            Err(Gap)
+        );
+        assert_eq!(
+            j.cursor_for(EventId {
+                epoch: 2,
+                tag: j.tag.wrapping_add(1),
+                seq: 1
+            }),
+            Err(Gap)
+        );
+        assert_eq!(j.cursor_for(j.id(1)), Ok(1));
     }
 
     #[test]

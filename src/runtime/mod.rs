@@ -6,6 +6,10 @@
 //! (new input while running), or starts a new run; a new run gets an admission slot and its
 //! own task, the *pump* (`pump.rs`), which drives the agent and is the only writer of the
 //! thread's journal. Responses only read the journal through an [`Attachment`].
+//! [`Runtime::reattach`] serves the stream route: exact replay after a client's last event
+//! id, or an explicit resynchronisation, or a short hydration run when nothing is live.
+//!
+//! Threads persist in the [`Store`]; a thread not in memory is loaded from it on first use.
 //!
 //! Shutdown sequence: [`Runtime::drain`] refuses new runs -> [`Runtime::wait_runs`] waits for
 //! running runs up to a deadline -> [`Runtime::cancel_all`] cancels the rest (each ends with
@@ -22,6 +26,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
+use serde_json::{Value, json};
+use tokio::sync::mpsc::{self, error::SendTimeoutError};
 use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -31,7 +38,12 @@ pub use journal::{EventId, Gap, Journal, JournalLimits};
 
 use crate::agent::Agent;
 use crate::protocol::input::Message;
-use crate::protocol::{Profile, RunAgentInput};
+use crate::protocol::{Event, Profile, RunAgentInput};
+use crate::store::{Store, StoreError};
+use translator::Translator;
+
+/// Frames buffered between a stream's writer task and its response body.
+const STREAM_BUFFER: usize = 16;
 
 /// Tunables of the runtime.
 #[derive(Debug, Clone)]
@@ -41,8 +53,30 @@ pub struct RuntimeOptions {
     pub keep_alive: Duration,
     pub suspend_timeout: Duration,
     pub journal: JournalLimits,
+    /// A stream that cannot take a frame for this long is cut (it can reattach).
+    pub stall_timeout: Duration,
+    /// Bounds of the in-band history snapshot sent on a pre-existing thread.
+    pub history_max_messages: usize,
+    pub history_max_bytes: usize,
     /// Literal secrets scrubbed from every error message (the daemon's token).
     pub secrets: Vec<String>,
+}
+
+impl RuntimeOptions {
+    /// Defaults matching the documented flags.
+    pub fn new(max_concurrent_runs: usize) -> RuntimeOptions {
+        RuntimeOptions {
+            max_concurrent_runs,
+            disconnect_grace: Duration::from_secs(30),
+            keep_alive: Duration::from_secs(15),
+            suspend_timeout: Duration::from_secs(15 * 60),
+            journal: JournalLimits::default(),
+            stall_timeout: Duration::from_secs(30),
+            history_max_messages: 500,
+            history_max_bytes: 2 * 1024 * 1024,
+            secrets: Vec::new(),
+        }
+    }
 }
 
 /// Why a run request was refused before any stream started.
@@ -58,6 +92,19 @@ pub enum StartError {
     RunInProgress,
     #[error("thread belongs to agent {0}")]
     AgentMismatch(String),
+    #[error("run id is already live on another thread")]
+    RunIdInUse,
+    #[error("store unavailable")]
+    Store,
+}
+
+/// Why a reattach was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReattachError {
+    #[error("no such thread")]
+    UnknownThread,
+    #[error("store unavailable")]
+    Store,
 }
 
 /// Why a run was cancelled; decides its terminal event.
@@ -90,10 +137,13 @@ struct Inner {
     runs: Mutex<HashMap<String, Arc<LiveRun>>>,
     slots: Arc<Semaphore>,
     options: RuntimeOptions,
+    store: Store,
     epoch: u64,
     draining: AtomicBool,
     /// Pumps and their watchers.
     run_tasks: TaskTracker,
+    /// Per-stream writer tasks.
+    stream_tasks: TaskTracker,
     /// Fires to end every open stream (last step of shutdown).
     stop_streams: CancellationToken,
     started_at: Instant,
@@ -104,18 +154,25 @@ pub(crate) struct Thread {
     pub(crate) id: String,
     pub(crate) agent: String,
     pub(crate) journal: Journal,
-    /// Serializes the decide-attach/refuse/start section.
+    /// Serializes the decide-attach/refuse/start section and reattach decisions.
     decide: tokio::sync::Mutex<()>,
     state: Mutex<ThreadState>,
 }
 
-#[derive(Default)]
 struct ThreadState {
     live: Option<Arc<LiveRun>>,
     /// Ids of every message the agent has been given or produced.
     seen: HashSet<String>,
     /// The transcript, in order.
     transcript: Vec<Message>,
+    /// The shared state document.
+    document: Value,
+    /// The first run this process serves on a stored thread starts with its history.
+    history_pending: bool,
+    /// The client profile of the last request on this thread (for reattach).
+    profile: Profile,
+    /// Whether the store has a row for this thread.
+    persisted: bool,
 }
 
 /// A run that has not ended.
@@ -129,11 +186,17 @@ pub(crate) struct LiveRun {
     segment_start: AtomicU64,
     /// Fires when the pump has finished (terminal event written, slot released).
     finished: CancellationToken,
+    /// The segment's lifecycle state; written by the pump only, read for resync.
+    translator: Mutex<Translator>,
 }
 
 impl Runtime {
-    /// A runtime serving `agents` (by name).
-    pub fn new(agents: BTreeMap<String, Arc<dyn Agent>>, options: RuntimeOptions) -> Runtime {
+    /// A runtime serving `agents` (by name), persisting to `store`.
+    pub fn new(
+        agents: BTreeMap<String, Arc<dyn Agent>>,
+        options: RuntimeOptions,
+        store: Store,
+    ) -> Runtime {
         let epoch = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
@@ -144,9 +207,11 @@ impl Runtime {
                 threads: Mutex::new(HashMap::new()),
                 runs: Mutex::new(HashMap::new()),
                 slots: Arc::new(Semaphore::new(options.max_concurrent_runs)),
+                store,
                 epoch,
                 draining: AtomicBool::new(false),
                 run_tasks: TaskTracker::new(),
+                stream_tasks: TaskTracker::new(),
                 stop_streams: CancellationToken::new(),
                 started_at: Instant::now(),
                 options,
@@ -161,6 +226,11 @@ impl Runtime {
 
     pub fn has_agent(&self, name: &str) -> bool {
         self.inner.agents.contains_key(name)
+    }
+
+    /// The store this runtime persists to.
+    pub fn store(&self) -> &Store {
+        &self.inner.store
     }
 
     /// This process's boot epoch (carried in every event id).
@@ -184,6 +254,13 @@ impl Runtime {
         }
     }
 
+    /// The status of a thread as this process sees it (`running` while a run is live).
+    pub fn live_status(&self, thread_id: &str) -> Option<&'static str> {
+        let thread = self.memory_thread(thread_id)?;
+        let state = lock(&thread.state);
+        state.live.as_ref().map(|_| "running")
+    }
+
     /// Starts a run for `input` on `agent`, or attaches to the thread's live run when the
     /// request carries no new input. Refusals happen before anything is created.
     pub async fn start_run(
@@ -196,7 +273,10 @@ impl Runtime {
             return Err(StartError::UnknownAgent);
         };
         let profile = Profile::from_protocol_version(input.protocol_version.as_deref());
-        let existing = self.thread(&input.thread_id);
+        let existing = self
+            .load_thread(&input.thread_id)
+            .await
+            .map_err(|_| StartError::Store)?;
         if let Some(thread) = &existing
             && thread.agent != agent
         {
@@ -209,7 +289,13 @@ impl Runtime {
         }
         let thread = match existing {
             Some(thread) => thread,
-            None => self.thread_or_insert(&input.thread_id, agent),
+            None => self.insert_thread(new_thread(
+                &input.thread_id,
+                agent,
+                inner.epoch,
+                inner.options.journal,
+                None,
+            )),
         };
         if thread.agent != agent {
             return Err(StartError::AgentMismatch(thread.agent.clone()));
@@ -217,7 +303,8 @@ impl Runtime {
 
         let _decide = thread.decide.lock().await;
         let (live, has_new_input) = {
-            let state = lock(&thread.state);
+            let mut state = lock(&thread.state);
+            state.profile = profile;
             let has_new_input = !input.resume.is_empty()
                 || input.messages.iter().any(|m| {
                     matches!(m, Message::User(_) | Message::Tool(_)) && !state.seen.contains(m.id())
@@ -231,23 +318,64 @@ impl Runtime {
             // Attach from the start of the live run's current segment: the journal replays
             // it and follows live.
             let cursor = run.segment_start.load(Ordering::SeqCst).saturating_sub(1);
-            return Ok(Attachment::new(
-                thread.clone(),
-                cursor,
-                profile,
-                inner.options.keep_alive,
-                inner.stop_streams.clone(),
-                Some(run),
-            ));
+            return Ok(self.attachment(&thread, cursor, profile, Some(run), attach::Mode::Segment));
         }
         if self.is_draining() {
             return Err(StartError::Draining);
+        }
+        if lock(&inner.runs).contains_key(&input.run_id) {
+            return Err(StartError::RunIdInUse);
         }
         let permit = match permit {
             Some(permit) => permit,
             None => self.admit()?,
         };
         Ok(pump::start(self, &thread, backend, input, profile, permit))
+    }
+
+    /// Attaches to a thread's stream after `last_event_id` (the stream route): exact replay
+    /// then live, or a resync preamble when the id cannot be honoured, or a hydration run
+    /// when nothing is live and nothing is left to replay.
+    pub async fn reattach(
+        &self,
+        thread_id: &str,
+        last_event_id: Option<&str>,
+    ) -> Result<Attachment, ReattachError> {
+        let thread = self
+            .load_thread(thread_id)
+            .await
+            .map_err(|_| ReattachError::Store)?
+            .ok_or(ReattachError::UnknownThread)?;
+        let _decide = thread.decide.lock().await;
+        let (live, profile) = {
+            let state = lock(&thread.state);
+            (state.live.clone(), state.profile)
+        };
+        let cursor = last_event_id
+            .and_then(EventId::parse)
+            .and_then(|id| thread.journal.cursor_for(id).ok());
+        match (cursor, live) {
+            (Some(cursor), Some(run)) => {
+                let attachment =
+                    self.attachment(&thread, cursor, profile, Some(run), attach::Mode::Follow);
+                Ok(attachment.with_resume(Resume::Exact))
+            }
+            (Some(cursor), None) if cursor < thread.journal.last_seq() => {
+                let attachment =
+                    self.attachment(&thread, cursor, profile, None, attach::Mode::Follow);
+                Ok(attachment.with_resume(Resume::Exact))
+            }
+            (Some(_), None) => Ok(self.hydration(&thread, profile, Resume::Exact)),
+            (None, Some(run)) => Ok(self.resync(&thread, run, profile, last_event_id.is_some())),
+            (None, None) => {
+                let resume = if last_event_id.is_some() {
+                    Resume::Resync
+                } else {
+                    Resume::Exact
+                };
+                Ok(self.hydration(&thread, profile, resume))
+            }
+        }
     }
 
     /// Cancels a live run by id. `false` when there is no such live run.
@@ -260,6 +388,24 @@ impl Runtime {
             }
             None => false,
         }
+    }
+
+    /// Cancels the thread's live run (waiting for it to end), then deletes the thread from
+    /// memory and the store. `false` when there was no such thread.
+    pub async fn delete_thread(&self, thread_id: &str) -> Result<bool, StoreError> {
+        let thread = self.memory_thread(thread_id);
+        if let Some(thread) = &thread {
+            let _decide = thread.decide.lock().await;
+            let live = lock(&thread.state).live.clone();
+            if let Some(run) = live {
+                run.cancel_with(CancelReason::Requested);
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(5), run.finished.cancelled()).await;
+            }
+            lock(&self.inner.threads).remove(thread_id);
+        }
+        let stored = self.inner.store.delete_thread(thread_id).await?;
+        Ok(stored || thread.is_some())
     }
 
     /// Refuses new runs from now on (`503 DRAINING`).
@@ -287,6 +433,46 @@ impl Runtime {
         self.inner.stop_streams.cancel();
     }
 
+    /// Moves `attachment` into its own task feeding a bounded channel; the receiver is the
+    /// response body. A receiver that takes nothing for the stall timeout is cut (it can
+    /// reattach with its last id); a dropped receiver detaches at once.
+    pub fn spawn_stream(&self, attachment: Attachment) -> mpsc::Receiver<Bytes> {
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let stall = self.inner.options.stall_timeout;
+        self.inner.stream_tasks.spawn(async move {
+            let mut attachment = attachment;
+            loop {
+                let bytes = tokio::select! {
+                    next = attachment.next() => match next {
+                        Some(bytes) => bytes,
+                        None => break,
+                    },
+                    () = tx.closed() => break,
+                };
+                match tx.send_timeout(bytes, stall).await {
+                    Ok(()) => {}
+                    Err(SendTimeoutError::Timeout(_)) => {
+                        tracing::warn!(
+                            thread.id = %attachment.thread_id(),
+                            stall_ms = stall.as_millis() as u64,
+                            "stream stopped draining; cut so it can reattach"
+                        );
+                        break;
+                    }
+                    Err(SendTimeoutError::Closed(_)) => break,
+                }
+            }
+        });
+        rx
+    }
+
+    /// Waits for pending store writes (end of shutdown).
+    pub async fn flush_store(&self) {
+        if let Err(error) = self.inner.store.flush().await {
+            tracing::warn!(%error, "store flush failed");
+        }
+    }
+
     fn admit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, StartError> {
         if self.is_draining() {
             return Err(StartError::Draining);
@@ -298,24 +484,163 @@ impl Runtime {
             .map_err(|_| StartError::OverCapacity)
     }
 
-    fn thread(&self, id: &str) -> Option<Arc<Thread>> {
+    fn memory_thread(&self, id: &str) -> Option<Arc<Thread>> {
         lock(&self.inner.threads).get(id).cloned()
     }
 
-    fn thread_or_insert(&self, id: &str, agent: &str) -> Arc<Thread> {
+    /// The thread from memory, else from the store, else `None`.
+    async fn load_thread(&self, id: &str) -> Result<Option<Arc<Thread>>, StoreError> {
+        if let Some(thread) = self.memory_thread(id) {
+            return Ok(Some(thread));
+        }
+        let Some(stored) = self.inner.store.load_thread(id).await? else {
+            return Ok(None);
+        };
+        let thread = new_thread(
+            id,
+            &stored.row.agent,
+            self.inner.epoch,
+            self.inner.options.journal,
+            Some(stored.transcript),
+        );
+        Ok(Some(self.insert_thread(thread)))
+    }
+
+    /// Inserts `thread` unless one with its id is already there; returns the one in place.
+    fn insert_thread(&self, thread: Thread) -> Arc<Thread> {
         lock(&self.inner.threads)
-            .entry(id.to_owned())
-            .or_insert_with(|| {
-                Arc::new(Thread {
-                    id: id.to_owned(),
-                    agent: agent.to_owned(),
-                    journal: Journal::new(self.inner.epoch, self.inner.options.journal),
-                    decide: tokio::sync::Mutex::new(()),
-                    state: Mutex::new(ThreadState::default()),
-                })
-            })
+            .entry(thread.id.clone())
+            .or_insert_with(|| Arc::new(thread))
             .clone()
     }
+
+    fn attachment(
+        &self,
+        thread: &Arc<Thread>,
+        cursor: u64,
+        profile: Profile,
+        run: Option<Arc<LiveRun>>,
+        mode: attach::Mode,
+    ) -> Attachment {
+        Attachment::new(
+            thread.clone(),
+            cursor,
+            profile,
+            mode,
+            self.inner.options.keep_alive,
+            self.inner.stop_streams.clone(),
+            run,
+        )
+    }
+
+    /// RUN_STARTED + MESSAGES_SNAPSHOT + STATE_SNAPSHOT + re-opened items, then live.
+    fn resync(
+        &self,
+        thread: &Arc<Thread>,
+        run: Arc<LiveRun>,
+        profile: Profile,
+        asked: bool,
+    ) -> Attachment {
+        // Lock order: translator, then thread state (the pump's order).
+        let translator = lock(&run.translator);
+        let cursor = thread.journal.last_seq();
+        let (messages, document) = {
+            let state = lock(&thread.state);
+            (transcript_json(&state.transcript), state.document.clone())
+        };
+        let mut events = vec![
+            Event::RunStarted {
+                thread_id: thread.id.clone(),
+                run_id: translator.run_id().to_owned(),
+                protocol_version: Some(crate::protocol::PROTOCOL_VERSION.to_owned()),
+                parent_run_id: None,
+                input: None,
+            },
+            Event::MessagesSnapshot { messages },
+            Event::StateSnapshot { snapshot: document },
+        ];
+        events.extend(translator.reopen());
+        drop(translator);
+        let now = now_ms();
+        let preamble = events
+            .iter()
+            .map(|e| thread.journal.frame_at(cursor, e, now, profile))
+            .collect();
+        let resume = if asked { Resume::Resync } else { Resume::Exact };
+        self.attachment(thread, cursor, profile, Some(run), attach::Mode::Follow)
+            .with_preamble(preamble, resume)
+    }
+
+    /// A short run that hands the client the thread as it is: RUN_STARTED,
+    /// MESSAGES_SNAPSHOT, STATE_SNAPSHOT, RUN_FINISHED.
+    fn hydration(&self, thread: &Arc<Thread>, profile: Profile, resume: Resume) -> Attachment {
+        let cursor = thread.journal.last_seq();
+        let (messages, document) = {
+            let state = lock(&thread.state);
+            (transcript_json(&state.transcript), state.document.clone())
+        };
+        let run_id = format!("hydrate-{}", uuid::Uuid::new_v4());
+        let events = [
+            Event::RunStarted {
+                thread_id: thread.id.clone(),
+                run_id: run_id.clone(),
+                protocol_version: Some(crate::protocol::PROTOCOL_VERSION.to_owned()),
+                parent_run_id: None,
+                input: None,
+            },
+            Event::MessagesSnapshot { messages },
+            Event::StateSnapshot { snapshot: document },
+            Event::RunFinished {
+                thread_id: thread.id.clone(),
+                run_id,
+                result: None,
+                outcome: None,
+                usage: None,
+            },
+        ];
+        let now = now_ms();
+        let preamble = events
+            .iter()
+            .map(|e| thread.journal.frame_at(cursor, e, now, profile))
+            .collect();
+        self.attachment(thread, cursor, profile, None, attach::Mode::Preamble)
+            .with_preamble(preamble, resume)
+    }
+}
+
+fn new_thread(
+    id: &str,
+    agent: &str,
+    epoch: u64,
+    limits: JournalLimits,
+    stored: Option<Vec<Message>>,
+) -> Thread {
+    let persisted = stored.is_some();
+    let transcript = stored.unwrap_or_default();
+    Thread {
+        id: id.to_owned(),
+        agent: agent.to_owned(),
+        journal: Journal::new(epoch, limits),
+        decide: tokio::sync::Mutex::new(()),
+        state: Mutex::new(ThreadState {
+            live: None,
+            seen: transcript.iter().map(|m| m.id().to_owned()).collect(),
+            history_pending: persisted,
+            transcript,
+            document: initial_document(agent),
+            profile: Profile::V1,
+            persisted,
+        }),
+    }
+}
+
+/// The shared state document of a fresh thread.
+fn initial_document(agent: &str) -> Value {
+    json!({"agent": agent, "todos": [], "usage": {}, "files": []})
+}
+
+fn transcript_json(transcript: &[Message]) -> Value {
+    serde_json::to_value(transcript).unwrap_or_else(|_| json!([]))
 }
 
 impl LiveRun {

@@ -17,16 +17,17 @@ use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::attach::Attachment;
+use serde_json::Value;
+
+use super::attach::{Attachment, Mode};
 use super::sanitize::sanitize;
 use super::translator::{Ending, Produced, Translator};
 use super::{CancelReason, LiveRun, Runtime, Thread, lock, now_ms};
 use crate::agent::{Agent, AgentError, AgentEvent, EventSink, Turn, TurnEnd};
 use crate::protocol::input::{
-    AssistantMessage, Content, FunctionCall, FunctionKind, Message, TextMessage, ToolCall,
-    ToolMessage,
+    AssistantMessage, Content, FunctionCall, FunctionKind, TextMessage, ToolCall, ToolMessage,
 };
-use crate::protocol::{Event, Profile, RunAgentInput};
+use crate::protocol::{Event, Message, Profile, RunAgentInput};
 
 /// How long an agent may take to stop after its run was cancelled before the pump gives up
 /// on it and ends the segment anyway.
@@ -52,8 +53,9 @@ pub(super) fn start(
         attached: watch::Sender::new(0),
         segment_start: AtomicU64::new(segment_start),
         finished: CancellationToken::new(),
+        translator: Mutex::new(Translator::new(&thread.id, &input.run_id)),
     });
-    let new_messages: Vec<Message> = {
+    let (new_messages, history) = {
         let mut state = lock(&thread.state);
         let new: Vec<Message> = input
             .messages
@@ -66,18 +68,40 @@ pub(super) fn start(
             state.transcript.push(message.clone());
         }
         state.live = Some(run.clone());
-        new
+        state.persisted = true;
+        if let Some(client) = &input.state {
+            state.document["client"] = client.clone();
+        }
+        let history = std::mem::take(&mut state.history_pending).then(|| {
+            capped_history(
+                &state.transcript,
+                inner.options.history_max_messages,
+                inner.options.history_max_bytes,
+            )
+        });
+        (new, history)
     };
+    let title = new_messages.iter().find_map(|m| match m {
+        Message::User(user) => Some(title_of(&user.content.text())),
+        _ => None,
+    });
+    inner.store.record_run_start(
+        &thread.id,
+        &thread.agent,
+        title,
+        &run.id,
+        new_messages.clone(),
+        now_ms() as i64,
+    );
     lock(&inner.runs).insert(run.id.clone(), run.clone());
 
     // Attached before the pump starts, so the disconnect watcher sees this stream.
-    let attachment = Attachment::new(
-        thread.clone(),
+    let attachment = rt.attachment(
+        thread,
         segment_start.saturating_sub(1),
         profile,
-        inner.options.keep_alive,
-        inner.stop_streams.clone(),
         Some(run.clone()),
+        Mode::Segment,
     );
 
     let turn = Turn {
@@ -95,16 +119,42 @@ pub(super) fn start(
         rt: rt.clone(),
         thread: thread.clone(),
         run: run.clone(),
-        translator: Translator::new(&thread.id, &run.id),
         permit: Some(permit),
     };
     inner
         .run_tasks
-        .spawn(drive(writer, agent, turn, input.parent_run_id).instrument(span.clone()));
+        .spawn(drive(writer, agent, turn, input.parent_run_id, history).instrument(span.clone()));
     inner
         .run_tasks
         .spawn(watch_disconnect(run, inner.options.disconnect_grace).instrument(span));
     attachment
+}
+
+/// The newest messages of `transcript` that fit both bounds, in order.
+fn capped_history(transcript: &[Message], max_messages: usize, max_bytes: usize) -> Value {
+    let mut kept = Vec::new();
+    let mut bytes = 0;
+    for message in transcript.iter().rev().take(max_messages) {
+        let value = serde_json::to_value(message).unwrap_or(Value::Null);
+        let size = value.to_string().len();
+        if bytes + size > max_bytes && !kept.is_empty() {
+            break;
+        }
+        bytes += size;
+        kept.push(value);
+    }
+    kept.reverse();
+    Value::Array(kept)
+}
+
+/// A thread title from its first user message: one line, at most 80 characters.
+fn title_of(text: &str) -> String {
+    let line = text.lines().next().unwrap_or("").trim();
+    let mut title: String = line.chars().take(80).collect();
+    if line.chars().count() > 80 {
+        title.push('…');
+    }
+    title
 }
 
 async fn drive(
@@ -112,10 +162,11 @@ async fn drive(
     agent: Arc<dyn Agent>,
     turn: Turn,
     parent_run_id: Option<String>,
+    history: Option<Value>,
 ) {
     tracing::info!("run started");
     let started = std::time::Instant::now();
-    writer.start(parent_run_id);
+    writer.start(parent_run_id, history);
     let run = writer.run.clone();
     let (sink, mut events) = EventSink::channel(SINK_CAPACITY);
     let mut turn_future = AssertUnwindSafe(agent.run(turn, sink)).catch_unwind();
@@ -194,34 +245,76 @@ struct SegmentWriter {
     rt: Runtime,
     thread: Arc<Thread>,
     run: Arc<LiveRun>,
-    translator: Translator,
     permit: Option<OwnedSemaphorePermit>,
 }
 
 impl SegmentWriter {
-    fn start(&mut self, parent_run_id: Option<String>) {
-        if let Some(event) = self.translator.start(parent_run_id) {
-            self.emit(&[event]);
+    /// `RUN_STARTED`, the history snapshot when due, and the state snapshot.
+    fn start(&mut self, parent_run_id: Option<String>, history: Option<Value>) {
+        let mut translator = lock(&self.run.translator);
+        let mut out: Vec<Event> = translator.start(parent_run_id).into_iter().collect();
+        if let Some(messages) = history {
+            out.push(Event::MessagesSnapshot { messages });
         }
+        out.push(Event::StateSnapshot {
+            snapshot: lock(&self.thread.state).document.clone(),
+        });
+        self.emit(&mut translator, &out);
     }
 
     fn translate(&mut self, event: AgentEvent) {
+        let mut translator = lock(&self.run.translator);
         let mut out = Vec::new();
-        self.translator.translate(event, &mut out);
-        self.emit(&out);
+        translator.translate(event, &mut out);
+        self.emit(&mut translator, &out);
     }
 
     fn finish(&mut self, ending: Ending) {
+        let outcome = match &ending {
+            Ending::Finished { .. } => "finished",
+            Ending::Cancelled => "cancelled",
+            Ending::Error { .. } => "error",
+        };
+        let mut translator = lock(&self.run.translator);
+        if translator.is_ended() {
+            return;
+        }
         let mut out = Vec::new();
-        self.translator.finish(ending, &mut out);
-        self.emit(&out);
+        translator.finish(ending, &mut out);
+        self.emit(&mut translator, &out);
+        self.rt.inner.store.record_run_end(
+            &self.thread.id,
+            &self.run.id,
+            outcome,
+            "idle",
+            now_ms() as i64,
+        );
     }
 
-    fn emit(&self, events: &[Event]) {
+    /// Appends events to the journal and records what they completed, while the translator
+    /// is locked, so a resync sees journal, transcript and open items at one position.
+    fn emit(&self, translator: &mut Translator, events: &[Event]) {
         for event in events {
             let id = self.thread.journal.push(event, now_ms());
             tracing::trace!(event = event.type_name(), id = %id, "event");
         }
+        let completed = translator.take_completed();
+        if completed.is_empty() {
+            return;
+        }
+        let mut changed = Vec::new();
+        {
+            let mut state = lock(&self.thread.state);
+            for produced in completed {
+                let message = absorb(&mut state.transcript, produced);
+                state.seen.insert(message.id().to_owned());
+                changed.push(message);
+            }
+        }
+        self.rt
+            .inner
+            .store
+            .record_messages(&self.thread.id, changed, now_ms() as i64);
     }
 
     fn ending_for(&self, result: Result<TurnEnd, AgentError>) -> Ending {
@@ -268,20 +361,15 @@ impl SegmentWriter {
 
 impl Drop for SegmentWriter {
     fn drop(&mut self) {
-        if !self.translator.is_ended() {
+        if !lock(&self.run.translator).is_ended() {
             tracing::error!("run ended without a terminal event; ending it with RUN_ERROR");
             self.finish(Ending::Error {
                 code: "INTERNAL".to_owned(),
                 message: "the run ended unexpectedly".to_owned(),
             });
         }
-        let produced = transcript_messages(self.translator.produced());
         {
             let mut state = lock(&self.thread.state);
-            for message in produced {
-                state.seen.insert(message.id().to_owned());
-                state.transcript.push(message);
-            }
             if state
                 .live
                 .as_ref()
@@ -297,63 +385,60 @@ impl Drop for SegmentWriter {
     }
 }
 
-/// The transcript form of what the agent produced in a segment.
-fn transcript_messages(produced: &[Produced]) -> Vec<Message> {
-    let mut out: Vec<Message> = Vec::new();
-    for item in produced {
-        match item {
-            Produced::Text { id, content } => out.push(Message::Assistant(AssistantMessage {
+/// Adds one completed item to the transcript; returns the message to persist (a tool call
+/// is merged into its parent assistant message when there is one).
+fn absorb(transcript: &mut Vec<Message>, produced: Produced) -> Message {
+    let message = match produced {
+        Produced::Text { id, content } => Message::Assistant(AssistantMessage {
+            id,
+            content: Some(content),
+            name: None,
+            tool_calls: Vec::new(),
+        }),
+        Produced::Reasoning { id, content } => Message::Reasoning(TextMessage {
+            id,
+            content,
+            name: None,
+        }),
+        Produced::ToolCall {
+            id,
+            name,
+            arguments,
+            parent_message_id,
+        } => {
+            let call = ToolCall {
                 id: id.clone(),
-                content: Some(content.clone()),
-                name: None,
-                tool_calls: Vec::new(),
-            })),
-            Produced::Reasoning { id, content } => out.push(Message::Reasoning(TextMessage {
-                id: id.clone(),
-                content: content.clone(),
-                name: None,
-            })),
-            Produced::ToolCall {
-                id,
-                name,
-                arguments,
-                parent_message_id,
-            } => {
-                let call = ToolCall {
-                    id: id.clone(),
-                    kind: FunctionKind::Function,
-                    function: FunctionCall {
-                        name: name.clone(),
-                        arguments: arguments.clone(),
-                    },
-                };
-                let parent = parent_message_id.as_ref().and_then(|pid| {
-                    out.iter_mut().rev().find_map(|m| match m {
-                        Message::Assistant(a) if &a.id == pid => Some(a),
-                        _ => None,
-                    })
-                });
-                match parent {
-                    Some(parent) => parent.tool_calls.push(call),
-                    None => out.push(Message::Assistant(AssistantMessage {
-                        id: parent_message_id.clone().unwrap_or_else(|| id.clone()),
-                        content: None,
-                        name: None,
-                        tool_calls: vec![call],
-                    })),
-                }
+                kind: FunctionKind::Function,
+                function: FunctionCall { name, arguments },
+            };
+            let parent = parent_message_id.as_ref().and_then(|pid| {
+                transcript.iter_mut().rev().find_map(|m| match m {
+                    Message::Assistant(a) if &a.id == pid => Some(a),
+                    _ => None,
+                })
+            });
+            if let Some(parent) = parent {
+                parent.tool_calls.push(call);
+                return Message::Assistant(parent.clone());
             }
-            Produced::ToolResult {
-                id,
-                tool_call_id,
-                content,
-            } => out.push(Message::Tool(ToolMessage {
-                id: id.clone(),
-                content: Content::Text(content.clone()),
-                tool_call_id: tool_call_id.clone(),
-                error: None,
-            })),
+            Message::Assistant(AssistantMessage {
+                id: parent_message_id.unwrap_or(id),
+                content: None,
+                name: None,
+                tool_calls: vec![call],
+            })
         }
-    }
-    out
+        Produced::ToolResult {
+            id,
+            tool_call_id,
+            content,
+        } => Message::Tool(ToolMessage {
+            id,
+            content: Content::Text(content),
+            tool_call_id,
+            error: None,
+        }),
+    };
+    transcript.push(message.clone());
+    message
 }

@@ -42,8 +42,10 @@ pub struct Translator {
     known_tools: HashSet<String>,
     /// Tool calls already answered by a `TOOL_CALL_RESULT`.
     answered_tools: HashSet<String>,
-    /// Assistant text accumulated per message, for the transcript.
+    /// What the agent produced in this segment, content accumulated as it streams.
     transcript: Vec<Produced>,
+    /// Indexes into `transcript` of items completed since the last `take_completed`.
+    completed: Vec<usize>,
 }
 
 /// A message the agent produced in this segment, as it would appear in the transcript.
@@ -84,6 +86,7 @@ impl Translator {
             known_tools: HashSet::new(),
             answered_tools: HashSet::new(),
             transcript: Vec::new(),
+            completed: Vec::new(),
         }
     }
 
@@ -140,6 +143,7 @@ impl Translator {
             }
             AgentEvent::TextEnd { message_id } => {
                 if remove(&mut self.open_text, &message_id) {
+                    self.complete(&message_id, Kind::Text);
                     out.push(Event::TextMessageEnd { message_id });
                 } else {
                     tracing::warn!(message.id = %message_id, "end of a text message that is not open dropped");
@@ -158,6 +162,7 @@ impl Translator {
             }
             AgentEvent::ReasoningEnd { message_id } => {
                 if remove(&mut self.open_reasoning, &message_id) {
+                    self.complete(&message_id, Kind::Reasoning);
                     close_reasoning(message_id, out);
                 } else {
                     tracing::warn!(message.id = %message_id, "end of a reasoning block that is not open dropped");
@@ -212,6 +217,7 @@ impl Translator {
             }
             AgentEvent::ToolCallEnd { tool_call_id } => {
                 if remove(&mut self.open_tools, &tool_call_id) {
+                    self.complete(&tool_call_id, Kind::Tool);
                     out.push(Event::ToolCallEnd { tool_call_id });
                 } else {
                     tracing::warn!(tool_call.id = %tool_call_id, "end of a tool call that is not open dropped");
@@ -231,6 +237,7 @@ impl Translator {
                     return;
                 }
                 if remove(&mut self.open_tools, &tool_call_id) {
+                    self.complete(&tool_call_id, Kind::Tool);
                     out.push(Event::ToolCallEnd {
                         tool_call_id: tool_call_id.clone(),
                     });
@@ -240,6 +247,7 @@ impl Translator {
                     tool_call_id: tool_call_id.clone(),
                     content: content.clone(),
                 });
+                self.completed.push(self.transcript.len() - 1);
                 out.push(Event::ToolCallResult {
                     message_id,
                     tool_call_id,
@@ -274,13 +282,16 @@ impl Translator {
         if let Some(start) = self.start(None) {
             out.push(start);
         }
-        for tool_call_id in self.open_tools.drain(..) {
+        for tool_call_id in std::mem::take(&mut self.open_tools) {
+            self.complete(&tool_call_id, Kind::Tool);
             out.push(Event::ToolCallEnd { tool_call_id });
         }
-        for message_id in self.open_text.drain(..) {
+        for message_id in std::mem::take(&mut self.open_text) {
+            self.complete(&message_id, Kind::Text);
             out.push(Event::TextMessageEnd { message_id });
         }
-        for message_id in self.open_reasoning.drain(..) {
+        for message_id in std::mem::take(&mut self.open_reasoning) {
+            self.complete(&message_id, Kind::Reasoning);
             close_reasoning(message_id, out);
         }
         for step_name in self.open_steps.drain(..).rev() {
@@ -308,6 +319,94 @@ impl Translator {
                 usage: None,
             },
         });
+    }
+
+    /// Items completed since the last call, in completion order.
+    pub fn take_completed(&mut self) -> Vec<Produced> {
+        std::mem::take(&mut self.completed)
+            .into_iter()
+            .filter_map(|i| self.transcript.get(i).cloned())
+            .collect()
+    }
+
+    /// Events that re-open, for a reader joining mid-segment, everything open now, with
+    /// the content streamed so far (resync).
+    pub fn reopen(&self) -> Vec<Event> {
+        let mut out = Vec::new();
+        for step_name in &self.open_steps {
+            out.push(Event::StepStarted {
+                step_name: step_name.clone(),
+            });
+        }
+        for produced in &self.transcript {
+            match produced {
+                Produced::Reasoning { id, content } if self.open_reasoning.contains(id) => {
+                    out.push(Event::ReasoningStart {
+                        message_id: id.clone(),
+                    });
+                    out.push(Event::ReasoningMessageStart {
+                        message_id: id.clone(),
+                        role: ReasoningRole::Reasoning,
+                    });
+                    if !content.is_empty() {
+                        out.push(Event::ReasoningMessageContent {
+                            message_id: id.clone(),
+                            delta: content.clone(),
+                        });
+                    }
+                }
+                Produced::Text { id, content } if self.open_text.contains(id) => {
+                    out.push(Event::TextMessageStart {
+                        message_id: id.clone(),
+                        role: Some(TextRole::Assistant),
+                        name: None,
+                    });
+                    if !content.is_empty() {
+                        out.push(Event::TextMessageContent {
+                            message_id: id.clone(),
+                            delta: content.clone(),
+                        });
+                    }
+                }
+                Produced::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                    parent_message_id,
+                } if self.open_tools.contains(id) => {
+                    out.push(Event::ToolCallStart {
+                        tool_call_id: id.clone(),
+                        tool_call_name: name.clone(),
+                        parent_message_id: parent_message_id.clone(),
+                    });
+                    if !arguments.is_empty() {
+                        out.push(Event::ToolCallArgs {
+                            tool_call_id: id.clone(),
+                            delta: arguments.clone(),
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// The run id this translator writes.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    fn complete(&mut self, id: &str, kind: Kind) {
+        let found = self.transcript.iter().rposition(|p| match (p, kind) {
+            (Produced::Text { id: pid, .. }, Kind::Text)
+            | (Produced::Reasoning { id: pid, .. }, Kind::Reasoning)
+            | (Produced::ToolCall { id: pid, .. }, Kind::Tool) => pid == id,
+            _ => false,
+        });
+        if let Some(i) = found {
+            self.completed.push(i);
+        }
     }
 
     fn open_text_message(&mut self, message_id: String, out: &mut Vec<Event>) {
@@ -361,6 +460,13 @@ impl Translator {
             }
         }
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Text,
+    Reasoning,
+    Tool,
 }
 
 fn close_reasoning(message_id: String, out: &mut Vec<Event>) {

@@ -1,0 +1,624 @@
+//! Durable threads: the only code that touches rusqlite, on its own thread.
+//!
+//! The database lives at `<data-dir>/agui-serve.db` in WAL mode. Migrations are the numbered
+//! files in `migrations/`, embedded at build time and tracked with `PRAGMA user_version`.
+//! Callers get a cheap-to-clone [`Store`] handle; every operation is a job run in order on
+//! the store thread, so a read enqueued after a write sees it. Writes from the run pump are
+//! fire-and-forget (errors are logged); reads and deletes are awaited.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use crate::protocol::Message;
+
+/// The embedded migrations, in order. `user_version` = number applied.
+const MIGRATIONS: &[&str] = &[include_str!("../../migrations/0001_init.sql")];
+
+/// A store failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot open database {path}: {source}")]
+    Open {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("the store is closed")]
+    Closed,
+    #[error("cannot start the store thread: {0}")]
+    Thread(std::io::Error),
+    #[error("database schema version {0} is newer than this build understands")]
+    TooNew(i64),
+}
+
+/// Thread metadata as the thread API shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThreadRow {
+    pub id: String,
+    pub agent: String,
+    pub session_id: Option<String>,
+    pub title: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub status: String,
+    pub message_count: i64,
+    pub metadata: Option<Value>,
+    pub last_run: Option<RunRow>,
+}
+
+/// One run as recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRow {
+    pub id: String,
+    pub started_at: i64,
+    pub ended_at: Option<i64>,
+    pub segments: i64,
+    pub outcome: Option<String>,
+}
+
+/// A page of threads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThreadPage {
+    pub threads: Vec<ThreadRow>,
+    pub next_cursor: Option<String>,
+}
+
+/// What the runtime needs to resume a thread after a restart.
+#[derive(Debug, Clone)]
+pub struct StoredThread {
+    pub row: ThreadRow,
+    pub transcript: Vec<Message>,
+}
+
+type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// Handle to the store thread.
+#[derive(Clone)]
+pub struct Store {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Store")
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) the database in `data_dir`, migrates it, and marks runs
+    /// left live by a previous process as interrupted.
+    pub fn open(data_dir: &Path) -> Result<Store, StoreError> {
+        let path = data_dir.join("agui-serve.db");
+        let mut conn = Connection::open(&path).map_err(|source| StoreError::Open {
+            path: path.clone(),
+            source,
+        })?;
+        prepare(&mut conn)?;
+        let interrupted = recover(&mut conn)?;
+        if interrupted > 0 {
+            tracing::info!(
+                runs = interrupted,
+                "runs cut by the previous process marked interrupted"
+            );
+        }
+        let (jobs, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("agui-store".to_owned())
+            .spawn(move || {
+                while let Ok(job) = rx.recv() {
+                    job(&mut conn);
+                }
+                if let Err((_, error)) = conn.close() {
+                    tracing::warn!(%error, "closing the database failed");
+                }
+            })
+            .map_err(StoreError::Thread)?;
+        Ok(Store { jobs })
+    }
+
+    /// Runs `f` on the store thread and waits for its result.
+    async fn call<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<R, rusqlite::Error> + Send + 'static,
+    ) -> Result<R, StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.jobs
+            .send(Box::new(move |conn| {
+                let _ = tx.send(f(conn));
+            }))
+            .map_err(|_| StoreError::Closed)?;
+        rx.await
+            .map_err(|_| StoreError::Closed)?
+            .map_err(StoreError::from)
+    }
+
+    /// Runs `f` on the store thread without waiting; failures are logged.
+    fn enqueue(
+        &self,
+        what: &'static str,
+        f: impl FnOnce(&mut Connection) -> Result<(), rusqlite::Error> + Send + 'static,
+    ) {
+        let job: Job = Box::new(move |conn| {
+            if let Err(error) = f(conn) {
+                tracing::error!(%error, op = what, "store write failed");
+            }
+        });
+        if self.jobs.send(job).is_err() {
+            tracing::error!(op = what, "store write after close dropped");
+        }
+    }
+
+    /// Waits until every job enqueued before this call has run.
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        self.call(|_| Ok(())).await
+    }
+
+    /// A thread and its transcript, if it exists.
+    pub async fn load_thread(&self, id: &str) -> Result<Option<StoredThread>, StoreError> {
+        let id = id.to_owned();
+        self.call(move |conn| {
+            let Some(row) = thread_row(conn, &id)? else {
+                return Ok(None);
+            };
+            let mut stmt =
+                conn.prepare_cached("SELECT body FROM messages WHERE thread_id = ?1 ORDER BY seq")?;
+            let transcript = stmt
+                .query_map([&id], |r| r.get::<_, String>(0))?
+                .filter_map(|body| match body {
+                    Ok(body) => match serde_json::from_str::<Message>(&body) {
+                        Ok(message) => Some(Ok(message)),
+                        Err(error) => {
+                            tracing::warn!(%error, thread.id = %id, "stored message unreadable; skipped");
+                            None
+                        }
+                    },
+                    Err(e) => Some(Err(e)),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Some(StoredThread { row, transcript }))
+        })
+        .await
+    }
+
+    /// Records the start of a run: creates the thread if new, appends `messages`, inserts
+    /// the run, marks the thread running.
+    pub fn record_run_start(
+        &self,
+        thread_id: &str,
+        agent: &str,
+        title: Option<String>,
+        run_id: &str,
+        messages: Vec<Message>,
+        now: i64,
+    ) {
+        let (thread_id, agent, run_id) =
+            (thread_id.to_owned(), agent.to_owned(), run_id.to_owned());
+        self.enqueue("run_start", move |conn| {
+            let tx = conn.transaction()?;
+            tx.execute(
+                "INSERT INTO threads (id, agent, title, created_at, updated_at, status)
+                 VALUES (?1, ?2, ?3, ?4, ?4, 'running')
+                 ON CONFLICT (id) DO UPDATE SET status = 'running', updated_at = ?4,
+                     title = COALESCE(threads.title, excluded.title)",
+                params![thread_id, agent, title, now],
+            )?;
+            append_messages(&tx, &thread_id, &messages)?;
+            tx.execute(
+                "INSERT INTO runs (thread_id, id, started_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (thread_id, id) DO UPDATE SET segments = runs.segments + 1,
+                     ended_at = NULL, outcome = NULL",
+                params![thread_id, run_id, now],
+            )?;
+            tx.commit()
+        });
+    }
+
+    /// Appends messages the agent completed.
+    pub fn record_messages(&self, thread_id: &str, messages: Vec<Message>, now: i64) {
+        if messages.is_empty() {
+            return;
+        }
+        let thread_id = thread_id.to_owned();
+        self.enqueue("messages", move |conn| {
+            let tx = conn.transaction()?;
+            append_messages(&tx, &thread_id, &messages)?;
+            tx.execute(
+                "UPDATE threads SET updated_at = ?2 WHERE id = ?1",
+                params![thread_id, now],
+            )?;
+            tx.commit()
+        });
+    }
+
+    /// Records how a run ended and marks the thread `status`.
+    pub fn record_run_end(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+        outcome: &str,
+        status: &str,
+        now: i64,
+    ) {
+        let (thread_id, run_id, outcome, status) = (
+            thread_id.to_owned(),
+            run_id.to_owned(),
+            outcome.to_owned(),
+            status.to_owned(),
+        );
+        self.enqueue("run_end", move |conn| {
+            let tx = conn.transaction()?;
+            tx.execute(
+                "UPDATE runs SET ended_at = ?3, outcome = ?4 WHERE thread_id = ?1 AND id = ?2",
+                params![thread_id, run_id, now, outcome],
+            )?;
+            tx.execute(
+                "UPDATE threads SET status = ?2, updated_at = ?3 WHERE id = ?1",
+                params![thread_id, status, now],
+            )?;
+            tx.commit()
+        });
+    }
+
+    /// One thread's metadata.
+    pub async fn thread(&self, id: &str) -> Result<Option<ThreadRow>, StoreError> {
+        let id = id.to_owned();
+        self.call(move |conn| thread_row(conn, &id)).await
+    }
+
+    /// Threads, newest activity first.
+    pub async fn list_threads(
+        &self,
+        limit: usize,
+        cursor: Option<(i64, String)>,
+        agent: Option<String>,
+    ) -> Result<ThreadPage, StoreError> {
+        self.call(move |conn| {
+            let (after_time, after_id) = cursor.unwrap_or((i64::MAX, String::new()));
+            let unbounded = after_time == i64::MAX;
+            let mut stmt = conn.prepare_cached(
+                "SELECT id FROM threads
+                 WHERE (?1 IS NULL OR agent = ?1)
+                   AND (?4 OR updated_at < ?2 OR (updated_at = ?2 AND id < ?3))
+                 ORDER BY updated_at DESC, id DESC
+                 LIMIT ?5",
+            )?;
+            let ids = stmt
+                .query_map(
+                    params![agent, after_time, after_id, unbounded, (limit + 1) as i64],
+                    |r| r.get::<_, String>(0),
+                )?
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut threads = Vec::new();
+            for id in ids.iter().take(limit) {
+                if let Some(row) = thread_row(conn, id)? {
+                    threads.push(row);
+                }
+            }
+            let next_cursor = if ids.len() > limit {
+                threads.last().map(|t| encode_cursor(t.updated_at, &t.id))
+            } else {
+                None
+            };
+            Ok(ThreadPage {
+                threads,
+                next_cursor,
+            })
+        })
+        .await
+    }
+
+    /// The last `limit` messages of a thread (in order) and whether older ones were left out;
+    /// `None` for an unknown thread.
+    pub async fn messages(
+        &self,
+        id: &str,
+        limit: usize,
+    ) -> Result<Option<(Vec<Value>, bool)>, StoreError> {
+        let id = id.to_owned();
+        self.call(move |conn| {
+            let exists: Option<i64> = conn
+                .query_row("SELECT 1 FROM threads WHERE id = ?1", [&id], |r| r.get(0))
+                .optional()?;
+            if exists.is_none() {
+                return Ok(None);
+            }
+            let total: i64 = conn.query_row(
+                "SELECT COUNT(*) FROM messages WHERE thread_id = ?1",
+                [&id],
+                |r| r.get(0),
+            )?;
+            let mut stmt = conn.prepare_cached(
+                "SELECT body FROM (SELECT seq, body FROM messages WHERE thread_id = ?1
+                   ORDER BY seq DESC LIMIT ?2) ORDER BY seq",
+            )?;
+            let bodies = stmt
+                .query_map(params![id, limit as i64], |r| r.get::<_, String>(0))?
+                .collect::<Result<Vec<_>, _>>()?;
+            let messages = bodies
+                .iter()
+                .filter_map(|b| serde_json::from_str::<Value>(b).ok())
+                .collect();
+            Ok(Some((messages, total > limit as i64)))
+        })
+        .await
+    }
+
+    /// Deletes a thread with its messages and runs; `false` when it did not exist.
+    pub async fn delete_thread(&self, id: &str) -> Result<bool, StoreError> {
+        let id = id.to_owned();
+        self.call(move |conn| {
+            let tx = conn.transaction()?;
+            tx.execute("DELETE FROM messages WHERE thread_id = ?1", [&id])?;
+            tx.execute("DELETE FROM runs WHERE thread_id = ?1", [&id])?;
+            let n = tx.execute("DELETE FROM threads WHERE id = ?1", [&id])?;
+            tx.commit()?;
+            Ok(n > 0)
+        })
+        .await
+    }
+}
+
+/// Encodes a listing position as an opaque cursor.
+pub fn encode_cursor(updated_at: i64, id: &str) -> String {
+    let raw = format!("{updated_at}:{id}");
+    raw.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Decodes a cursor made by [`encode_cursor`]; `None` when malformed.
+pub fn decode_cursor(cursor: &str) -> Option<(i64, String)> {
+    if cursor.len() % 2 != 0 || cursor.len() > 2048 {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..cursor.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(cursor.get(i..i + 2)?, 16).ok())
+        .collect();
+    let raw = String::from_utf8(bytes?).ok()?;
+    let (time, id) = raw.split_once(':')?;
+    Some((time.parse().ok()?, id.to_owned()))
+}
+
+fn prepare(conn: &mut Connection) -> Result<(), StoreError> {
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version > MIGRATIONS.len() as i64 {
+        return Err(StoreError::TooNew(version));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+        tx.commit()?;
+        tracing::info!(version = i + 1, "database migrated");
+    }
+    Ok(())
+}
+
+/// Marks runs and threads a previous process left live; returns how many runs.
+fn recover(conn: &mut Connection) -> Result<usize, StoreError> {
+    let now = now_ms();
+    let tx = conn.transaction()?;
+    let runs = tx.execute(
+        "UPDATE runs SET outcome = 'interrupted', ended_at = ?1 WHERE outcome IS NULL",
+        [now],
+    )?;
+    tx.execute(
+        "UPDATE threads SET status = 'idle' WHERE status != 'idle'",
+        [],
+    )?;
+    tx.commit()?;
+    Ok(runs)
+}
+
+fn append_messages(
+    tx: &rusqlite::Transaction<'_>,
+    thread_id: &str,
+    messages: &[Message],
+) -> Result<(), rusqlite::Error> {
+    let mut next: i64 = tx.query_row(
+        "SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE thread_id = ?1",
+        [thread_id],
+        |r| r.get(0),
+    )?;
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO messages (thread_id, seq, id, role, body) VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (thread_id, id) DO UPDATE SET body = excluded.body",
+    )?;
+    for message in messages {
+        let body = serde_json::to_string(message)
+            .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+        let changed = stmt.execute(params![thread_id, next, message.id(), message.role(), body])?;
+        if changed > 0 {
+            next += 1;
+        }
+    }
+    Ok(())
+}
+
+fn thread_row(conn: &Connection, id: &str) -> Result<Option<ThreadRow>, rusqlite::Error> {
+    let row = conn
+        .query_row(
+            "SELECT id, agent, session_id, title, created_at, updated_at, status, metadata,
+                    (SELECT COUNT(*) FROM messages m WHERE m.thread_id = threads.id)
+             FROM threads WHERE id = ?1",
+            [id],
+            |r| {
+                Ok(ThreadRow {
+                    id: r.get(0)?,
+                    agent: r.get(1)?,
+                    session_id: r.get(2)?,
+                    title: r.get(3)?,
+                    created_at: r.get(4)?,
+                    updated_at: r.get(5)?,
+                    status: r.get(6)?,
+                    metadata: r
+                        .get::<_, Option<String>>(7)?
+                        .and_then(|m| serde_json::from_str(&m).ok()),
+                    message_count: r.get(8)?,
+                    last_run: None,
+                })
+            },
+        )
+        .optional()?;
+    let Some(mut row) = row else {
+        return Ok(None);
+    };
+    row.last_run = conn
+        .query_row(
+            "SELECT id, started_at, ended_at, segments, outcome FROM runs
+             WHERE thread_id = ?1 ORDER BY started_at DESC, rowid DESC LIMIT 1",
+            [id],
+            |r| {
+                Ok(RunRow {
+                    id: r.get(0)?,
+                    started_at: r.get(1)?,
+                    ended_at: r.get(2)?,
+                    segments: r.get(3)?,
+                    outcome: r.get(4)?,
+                })
+            },
+        )
+        .optional()?;
+    Ok(Some(row))
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::input::Content;
+    use crate::protocol::input::{TextMessage, UserMessage};
+
+    fn user(id: &str, text: &str) -> Message {
+        Message::User(UserMessage {
+            id: id.into(),
+            content: Content::Text(text.into()),
+            name: None,
+        })
+    }
+
+    fn temp() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("agui-store-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        dir
+    }
+
+    #[tokio::test]
+    async fn threads_messages_and_runs_round_trip() {
+        let dir = temp();
+        let store = Store::open(&dir).expect("open");
+        store.record_run_start(
+            "t1",
+            "demo",
+            Some("hi".into()),
+            "r1",
+            vec![user("u1", "hi")],
+            10,
+        );
+        store.record_messages(
+            "t1",
+            vec![Message::Reasoning(TextMessage {
+                id: "x".into(),
+                content: "hm".into(),
+                name: None,
+            })],
+            11,
+        );
+        store.record_run_end("t1", "r1", "finished", "idle", 12);
+        let row = store.thread("t1").await.expect("read").expect("exists");
+        assert_eq!(row.message_count, 2);
+        assert_eq!(row.status, "idle");
+        assert_eq!(
+            row.last_run.expect("run").outcome.as_deref(),
+            Some("finished")
+        );
+        let (messages, truncated) = store
+            .messages("t1", 1)
+            .await
+            .expect("read")
+            .expect("exists");
+        assert_eq!(messages.len(), 1);
+        assert!(truncated);
+        assert_eq!(messages[0]["role"], "reasoning");
+        let loaded = store
+            .load_thread("t1")
+            .await
+            .expect("read")
+            .expect("exists");
+        assert_eq!(loaded.transcript.len(), 2);
+        assert!(store.delete_thread("t1").await.expect("delete"));
+        assert!(store.thread("t1").await.expect("read").is_none());
+    }
+
+    #[tokio::test]
+    async fn reopening_marks_live_runs_interrupted_and_keeps_the_schema() {
+        let dir = temp();
+        {
+            let store = Store::open(&dir).expect("open");
+            store.record_run_start("t", "demo", None, "r", vec![user("u", "x")], 1);
+            store.flush().await.expect("flush");
+        }
+        let store = Store::open(&dir).expect("reopen");
+        let row = store.thread("t").await.expect("read").expect("exists");
+        assert_eq!(row.status, "idle");
+        assert_eq!(
+            row.last_run.expect("run").outcome.as_deref(),
+            Some("interrupted")
+        );
+    }
+
+    #[tokio::test]
+    async fn listing_pages_newest_first_with_agent_filter() {
+        let dir = temp();
+        let store = Store::open(&dir).expect("open");
+        for i in 0..5 {
+            let agent = if i % 2 == 0 { "a" } else { "b" };
+            store.record_run_start(&format!("t{i}"), agent, None, "r", vec![], 100 + i);
+        }
+        let page = store.list_threads(2, None, None).await.expect("list");
+        let ids: Vec<_> = page.threads.iter().map(|t| t.id.clone()).collect();
+        assert_eq!(ids, ["t4", "t3"]);
+        let cursor = decode_cursor(page.next_cursor.as_deref().expect("more")).expect("cursor");
+        let page = store
+            .list_threads(2, Some(cursor), None)
+            .await
+            .expect("list");
+        let ids: Vec<_> = page.threads.iter().map(|t| t.id.clone()).collect();
+        assert_eq!(ids, ["t2", "t1"]);
+        let cursor = decode_cursor(page.next_cursor.as_deref().expect("more")).expect("cursor");
+        let page = store
+            .list_threads(2, Some(cursor), None)
+            .await
+            .expect("list");
+        assert_eq!(page.threads.len(), 1);
+        assert!(page.next_cursor.is_none());
+        let page = store
+            .list_threads(10, None, Some("b".into()))
+            .await
+            .expect("list");
+        assert_eq!(page.threads.len(), 2);
+    }
+
+    #[test]
+    fn cursors_round_trip_and_reject_garbage() {
+        let c = encode_cursor(123, "a:b");
+        assert_eq!(decode_cursor(&c), Some((123, "a:b".to_owned())));
+        for bad in ["", "zz", "abc", "3a"] {
+            assert!(decode_cursor(bad).is_none(), "{bad}");
+        }
+    }
+}
