@@ -126,6 +126,7 @@ struct FileServer {
     shutdown_grace: Option<String>,
     keep_alive: Option<String>,
     suspend_timeout: Option<String>,
+    stall_timeout: Option<String>,
     log_format: Option<LogFormat>,
 }
 
@@ -249,6 +250,11 @@ impl ServeArgs {
             "suspend_timeout",
         )?;
 
+        let stall_timeout = duration(&None, &server.stall_timeout, "30s", "stall_timeout")?;
+        if stall_timeout.is_zero() {
+            return Err(ConfigError::new("stall_timeout must be greater than zero"));
+        }
+
         let log_format = match self.log_format {
             Some(LogFormatArg::Text) => LogFormat::Text,
             Some(LogFormatArg::Json) => LogFormat::Json,
@@ -288,6 +294,7 @@ impl ServeArgs {
                 shutdown_grace,
                 keep_alive,
                 suspend_timeout,
+                stall_timeout,
                 log_format,
                 agents,
             },

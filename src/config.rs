@@ -28,6 +28,8 @@ pub struct Config {
     pub shutdown_grace: Duration,
     pub keep_alive: Duration,
     pub suspend_timeout: Duration,
+    /// A stream whose client takes nothing for this long is cut (it can reattach).
+    pub stall_timeout: Duration,
     pub log_format: LogFormat,
     pub agents: Vec<AgentConfig>,
 }
@@ -288,6 +290,7 @@ impl Config {
             shutdown_grace: Duration::from_secs(10),
             keep_alive: Duration::from_secs(15),
             suspend_timeout: Duration::from_secs(15 * 60),
+            stall_timeout: Duration::from_secs(30),
             log_format: LogFormat::Text,
             agents: vec![AgentConfig::demo()],
         }
@@ -348,6 +351,7 @@ impl Config {
                 "shutdown_grace": format_duration(self.shutdown_grace),
                 "keep_alive": format_duration(self.keep_alive),
                 "suspend_timeout": format_duration(self.suspend_timeout),
+                "stall_timeout": format_duration(self.stall_timeout),
                 "log_format": format!("{:?}", self.log_format).to_lowercase(),
             },
             "agents": agents,

@@ -104,6 +104,7 @@ impl Server {
         options.disconnect_grace = config.disconnect_grace;
         options.keep_alive = config.keep_alive;
         options.suspend_timeout = config.suspend_timeout;
+        options.stall_timeout = config.stall_timeout;
         options.secrets = secrets;
         let runtime = Runtime::new(agents, options, store);
         let app = Arc::new(App::new(

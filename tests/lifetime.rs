@@ -1,0 +1,137 @@
+//! Run lifetime with paused time: a disconnect never cancels; nobody attached for the grace
+//! does; the slot is released exactly once.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agui_serve::agent::Agent;
+use agui_serve::agent::demo::DemoAgent;
+use agui_serve::protocol::decode_run_input;
+use agui_serve::runtime::{Runtime, RuntimeOptions};
+use agui_serve::store::Store;
+use serde_json::json;
+use tokio::time::Instant;
+
+fn runtime(grace: Duration) -> Runtime {
+    let mut agents: BTreeMap<String, Arc<dyn Agent>> = BTreeMap::new();
+    agents.insert("demo".into(), Arc::new(DemoAgent));
+    let mut options = RuntimeOptions::new(2);
+    options.disconnect_grace = grace;
+    let store = Store::open(&support::temp_dir("life")).expect("store");
+    Runtime::new(agents, options, store)
+}
+
+fn input(thread: &str, run: &str, text: &str) -> agui_serve::protocol::RunAgentInput {
+    let body = json!({
+        "threadId": thread, "runId": run, "protocolVersion": "1.0",
+        "messages": [{"id": format!("{run}-u"), "role": "user", "content": text}],
+    });
+    decode_run_input(body.to_string().as_bytes()).expect("valid input")
+}
+
+async fn wait_idle(runtime: &Runtime, thread: &str) {
+    for _ in 0..10_000 {
+        if runtime.live_status(thread).is_none() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("run never ended");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_disconnected_run_finishes_and_its_transcript_is_stored() {
+    let runtime = runtime(Duration::from_secs(30));
+    let attachment = runtime
+        .start_run("demo", input("t", "r", "/slow 5 1000"))
+        .await
+        .expect("start");
+    drop(attachment); // the client went away at once
+    let started = Instant::now();
+    wait_idle(&runtime, "t").await;
+    assert!(
+        started.elapsed() >= Duration::from_secs(4),
+        "ran to the end"
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+    runtime.store().flush().await.expect("flush");
+    let row = runtime
+        .store()
+        .thread("t")
+        .await
+        .expect("read")
+        .expect("row");
+    assert_eq!(
+        row.last_run.expect("run").outcome.as_deref(),
+        Some("finished")
+    );
+    let (messages, _) = runtime
+        .store()
+        .messages("t", 10)
+        .await
+        .expect("read")
+        .expect("thread");
+    assert_eq!(messages.len(), 2);
+    assert_eq!(
+        messages[1]["content"],
+        "chunk 1/5\nchunk 2/5\nchunk 3/5\nchunk 4/5\nchunk 5/5\n"
+    );
+    assert_eq!(runtime.gauge().active, 0, "slot released");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_with_nobody_attached_for_the_grace_is_cancelled() {
+    let runtime = runtime(Duration::from_secs(30));
+    let attachment = runtime
+        .start_run("demo", input("t", "r", "/slow 1000 1000"))
+        .await
+        .expect("start");
+    let started = Instant::now();
+    drop(attachment);
+    wait_idle(&runtime, "t").await;
+    let lived = started.elapsed();
+    assert!(
+        lived >= Duration::from_secs(30) && lived < Duration::from_secs(32),
+        "{lived:?}"
+    );
+    runtime.store().flush().await.expect("flush");
+    let row = runtime
+        .store()
+        .thread("t")
+        .await
+        .expect("read")
+        .expect("row");
+    assert_eq!(
+        row.last_run.expect("run").outcome.as_deref(),
+        Some("cancelled")
+    );
+    assert_eq!(runtime.gauge().active, 0, "slot released");
+}
+
+#[tokio::test(start_paused = true)]
+async fn reattaching_within_the_grace_keeps_the_run_alive() {
+    let runtime = runtime(Duration::from_secs(30));
+    let attachment = runtime
+        .start_run("demo", input("t", "r", "/slow 90 1000"))
+        .await
+        .expect("start");
+    let started = Instant::now();
+    drop(attachment);
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(runtime.live_status("t"), Some("running"));
+    let mut again = runtime.reattach("t", None).await.expect("reattach");
+    // Attached past the first grace: still alive at 45 s.
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    assert_eq!(runtime.live_status("t"), Some("running"));
+    // Read it to the end: it finishes on its own.
+    let mut last = Vec::new();
+    while let Some(frame) = again.next().await {
+        last = frame.to_vec();
+    }
+    assert!(String::from_utf8_lossy(&last).contains("RUN_FINISHED"));
+    assert!(started.elapsed() >= Duration::from_secs(89));
+    assert!(!String::from_utf8_lossy(&last).contains("cancelled"));
+}

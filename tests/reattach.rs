@@ -1,0 +1,291 @@
+//! The journal and reattach, at the runtime API: readers that disconnect and reattach at
+//! random ids see exactly what a reader that never left saw; ids that cannot be honoured
+//! always resynchronise, never a silent gap.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use agui_serve::agent::Agent;
+use agui_serve::agent::demo::DemoAgent;
+use agui_serve::protocol::decode_run_input;
+use agui_serve::runtime::{Attachment, EventId, JournalLimits, Resume, Runtime, RuntimeOptions};
+use agui_serve::store::Store;
+use bytes::Bytes;
+use proptest::prelude::*;
+use serde_json::json;
+
+fn runtime(limits: JournalLimits) -> Runtime {
+    let mut agents: BTreeMap<String, Arc<dyn Agent>> = BTreeMap::new();
+    agents.insert("demo".into(), Arc::new(DemoAgent));
+    let mut options = RuntimeOptions::new(16);
+    options.journal = limits;
+    let store = Store::open(&support::temp_dir("rt")).expect("store");
+    Runtime::new(agents, options, store)
+}
+
+fn input(thread: &str, run: &str, text: &str) -> agui_serve::protocol::RunAgentInput {
+    let body = json!({
+        "threadId": thread, "runId": run, "protocolVersion": "1.0",
+        "messages": [{"id": format!("{run}-u"), "role": "user", "content": text}],
+    });
+    decode_run_input(body.to_string().as_bytes()).expect("valid input")
+}
+
+/// The next event frame (keep-alives skipped), or `None` at the end.
+async fn next_frame(a: &mut Attachment) -> Option<Bytes> {
+    loop {
+        let bytes = a.next().await?;
+        if !bytes.starts_with(b":") {
+            return Some(bytes);
+        }
+    }
+}
+
+fn id_of(frame: &Bytes) -> String {
+    let text = std::str::from_utf8(frame).expect("utf8");
+    text.lines()
+        .next()
+        .and_then(|l| l.strip_prefix("id: "))
+        .expect("id line")
+        .to_owned()
+}
+
+fn type_of(frame: &Bytes) -> String {
+    let text = std::str::from_utf8(frame).expect("utf8");
+    let data = text
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .expect("data line");
+    let v: serde_json::Value = serde_json::from_str(data).expect("json");
+    v["type"].as_str().expect("type").to_owned()
+}
+
+async fn drain(mut a: Attachment) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    while let Some(f) = next_frame(&mut a).await {
+        out.push(f);
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn reattaching_readers_see_exactly_what_a_steady_reader_sees(
+        chunks in 1u64..60,
+        interval_ms in 0u64..3,
+        cuts in proptest::collection::vec(1usize..12, 0..8),
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+        rt.block_on(async move {
+            let runtime = runtime(JournalLimits::default());
+            let mut steady = runtime
+                .start_run("demo", input("t", "r", &format!("/slow {chunks} {interval_ms}")))
+                .await
+                .expect("start");
+            let first = next_frame(&mut steady).await.expect("RUN_STARTED");
+            // A second reader that keeps leaving and coming back by its last id.
+            let mut hopping = runtime
+                .reattach("t", Some(&id_of(&first)))
+                .await
+                .expect("attach");
+            prop_assert_eq!(hopping.resume(), Resume::Exact);
+            let mut hopper_log = vec![first.clone()];
+            for cut in cuts {
+                let mut ended = false;
+                for _ in 0..cut {
+                    match next_frame(&mut hopping).await {
+                        Some(frame) => {
+                            ended = matches!(type_of(&frame).as_str(), "RUN_FINISHED" | "RUN_ERROR");
+                            hopper_log.push(frame);
+                        }
+                        None => {
+                            ended = true;
+                            break;
+                        }
+                    }
+                }
+                if ended {
+                    break;
+                }
+                drop(hopping);
+                let last = id_of(hopper_log.last().expect("frame"));
+                hopping = runtime.reattach("t", Some(&last)).await.expect("reattach");
+                prop_assert_eq!(hopping.resume(), Resume::Exact);
+            }
+            hopper_log.extend(drain(hopping).await);
+            let mut steady_log = vec![first];
+            steady_log.extend(drain(steady).await);
+            prop_assert_eq!(type_of(steady_log.last().expect("frames")), "RUN_FINISHED");
+            prop_assert_eq!(steady_log, hopper_log);
+            Ok(())
+        })?;
+    }
+}
+
+#[tokio::test]
+async fn reattach_from_the_start_replays_the_whole_segment_exactly() {
+    let runtime = runtime(JournalLimits::default());
+    let steady = runtime
+        .start_run("demo", input("t", "r", "/slow 30 2"))
+        .await
+        .expect("start");
+    let steady_log = drain(steady).await;
+    for cut in [0usize, 1, 5, steady_log.len() - 2] {
+        let id = id_of(&steady_log[cut]);
+        let again = runtime.reattach("t", Some(&id)).await.expect("reattach");
+        assert_eq!(again.resume(), Resume::Exact, "cut {cut}");
+        let replay = drain(again).await;
+        assert_eq!(&replay[..], &steady_log[cut + 1..], "cut {cut}");
+    }
+}
+
+async fn assert_resync(runtime: &Runtime, thread: &str, id: &str, live: bool) {
+    let attachment = runtime.reattach(thread, Some(id)).await.expect("attach");
+    assert_eq!(
+        attachment.resume(),
+        Resume::Resync,
+        "id {id:?} (live: {live})"
+    );
+    let frames = drain(attachment).await;
+    let kinds: Vec<String> = frames.iter().map(type_of).collect();
+    assert_eq!(
+        &kinds[..3],
+        ["RUN_STARTED", "MESSAGES_SNAPSHOT", "STATE_SNAPSHOT"],
+        "{kinds:?}"
+    );
+    assert!(
+        matches!(
+            kinds.last().map(String::as_str),
+            Some("RUN_FINISHED" | "RUN_ERROR")
+        ),
+        "{kinds:?}"
+    );
+}
+
+#[tokio::test]
+async fn unusable_ids_always_resync() {
+    let runtime = runtime(JournalLimits {
+        max_frames: 8,
+        max_bytes: usize::MAX,
+    });
+    // Another thread, to borrow a valid-looking id from.
+    let other = drain(
+        runtime
+            .start_run("demo", input("other", "r0", "hi"))
+            .await
+            .expect("start"),
+    )
+    .await;
+    let foreign_thread_id = id_of(&other[1]);
+
+    let live = runtime
+        .start_run("demo", input("t", "r1", "/slow 40 20"))
+        .await
+        .expect("start");
+    let mut live = live;
+    let mut early = Vec::new();
+    for _ in 0..12 {
+        early.push(next_frame(&mut live).await.expect("frame"));
+    }
+    // The journal keeps 8 frames: the first ids are evicted by now.
+    let evicted = id_of(&early[0]);
+    let parsed = EventId::parse(&evicted).expect("id");
+    let foreign_epoch = EventId {
+        epoch: parsed.epoch - 1,
+        ..parsed
+    }
+    .to_string();
+    for id in [
+        evicted.as_str(),
+        foreign_epoch.as_str(),
+        "not-an-id",
+        "",
+        foreign_thread_id.as_str(),
+    ] {
+        assert_resync(&runtime, "t", id, true).await;
+    }
+    drain(live).await;
+    // With no live run as well.
+    for id in [
+        evicted.as_str(),
+        foreign_epoch.as_str(),
+        "garbage",
+        foreign_thread_id.as_str(),
+    ] {
+        assert_resync(&runtime, "t", id, false).await;
+    }
+}
+
+#[tokio::test]
+async fn resync_reopens_the_message_in_flight_with_its_text_so_far() {
+    let runtime = runtime(JournalLimits::default());
+    let mut live = runtime
+        .start_run("demo", input("t", "r", "/slow 20 30"))
+        .await
+        .expect("start");
+    let mut seen = 0;
+    while seen < 4 {
+        let f = next_frame(&mut live).await.expect("frame");
+        if type_of(&f) == "TEXT_MESSAGE_CONTENT" {
+            seen += 1;
+        }
+    }
+    let attachment = runtime.reattach("t", Some("bogus")).await.expect("attach");
+    assert_eq!(attachment.resume(), Resume::Resync);
+    let frames = drain(attachment).await;
+    let kinds: Vec<String> = frames.iter().map(type_of).collect();
+    assert_eq!(kinds[3], "TEXT_MESSAGE_START", "{kinds:?}");
+    assert_eq!(kinds[4], "TEXT_MESSAGE_CONTENT", "{kinds:?}");
+    let data: serde_json::Value = serde_json::from_str(
+        std::str::from_utf8(&frames[4])
+            .expect("utf8")
+            .lines()
+            .find_map(|l| l.strip_prefix("data: "))
+            .expect("data"),
+    )
+    .expect("json");
+    assert!(
+        data["delta"]
+            .as_str()
+            .expect("delta")
+            .starts_with("chunk 1/20\nchunk 2/20\n"),
+        "{data}"
+    );
+    assert_eq!(kinds.last().map(String::as_str), Some("RUN_FINISHED"));
+    // The whole resynchronised stream is a valid segment: one START per message.
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "TEXT_MESSAGE_START").count(),
+        kinds.iter().filter(|k| *k == "TEXT_MESSAGE_END").count()
+    );
+    drain(live).await;
+}
+
+#[tokio::test]
+async fn no_live_run_gives_a_hydration_run_and_unknown_threads_are_refused() {
+    let runtime = runtime(JournalLimits::default());
+    drain(
+        runtime
+            .start_run("demo", input("t", "r", "hello"))
+            .await
+            .expect("start"),
+    )
+    .await;
+    let frames = drain(runtime.reattach("t", None).await.expect("attach")).await;
+    let kinds: Vec<String> = frames.iter().map(type_of).collect();
+    assert_eq!(
+        kinds,
+        [
+            "RUN_STARTED",
+            "MESSAGES_SNAPSHOT",
+            "STATE_SNAPSHOT",
+            "RUN_FINISHED"
+        ]
+    );
+    let snapshot = std::str::from_utf8(&frames[1]).expect("utf8");
+    assert!(snapshot.contains("You said: hello"), "{snapshot}");
+    assert!(runtime.reattach("nope", None).await.is_err());
+}
