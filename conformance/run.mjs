@@ -128,6 +128,62 @@ const cases = [
       if (t.message !== "expected failure") return `message ${t.message}`;
     },
   },
+  {
+    name: "cancel from another connection",
+    async run(lib, client) {
+      let cancel = null;
+      const r = await runOnce(lib, {
+        text: "/slow 500 20",
+        onStarted: ({ runId }) => {
+          cancel = fetch(`${base}/runs/${encodeURIComponent(runId)}/cancel`, {
+            method: "POST",
+            headers: { Authorization: `Bearer ${token}` },
+          });
+        },
+      });
+      if (!cancel) return "never started";
+      const response = await cancel;
+      if (response.status !== 202) return `cancel answered ${response.status}`;
+      const t = terminalOf(r.events);
+      if (!t) return "no terminal event";
+      if (client.legacy) {
+        if (t.type !== "RUN_ERROR" || t.code !== "cancelled") return `terminal ${JSON.stringify(t)}`;
+      } else {
+        if (r.failure) return `run failed: ${r.failure.message}`;
+        if (t.type !== "RUN_FINISHED" || t.outcome?.type !== "cancelled") return `terminal ${JSON.stringify(t)}`;
+      }
+    },
+  },
+  {
+    name: "re-post the transcript after an abort: attaches to the live run",
+    async run(lib) {
+      const threadId = randomUUID();
+      const message = userMessage("/slow 30 20");
+      const first = agentFor(lib, "demo", threadId, [message]);
+      let chunks = 0;
+      const firstRunId = randomUUID();
+      await first
+        .runAgent(
+          { runId: firstRunId },
+          {
+            onEvent({ event }) {
+              if (event.type === "TEXT_MESSAGE_CONTENT" && ++chunks === 3) first.abortRun();
+            },
+          },
+        )
+        .catch(() => {});
+      // A fresh client (the reloaded tab) with the same transcript.
+      const second = agentFor(lib, "demo", threadId, [message]);
+      const events = [];
+      await second.runAgent({ runId: randomUUID() }, { onEvent: ({ event }) => events.push(event) });
+      const started = events.find((e) => e.type === "RUN_STARTED");
+      if (!started || started.runId !== firstRunId) return `attached to ${started && started.runId}`;
+      const t = terminalOf(events);
+      if (!t || t.type !== "RUN_FINISHED") return "no RUN_FINISHED";
+      const got = text(events);
+      if (got.split("\n").filter(Boolean).length !== 30) return `text ${JSON.stringify(got)}`;
+    },
+  },
 ];
 
 // Self-check: the harness must notice a broken server. A tiny local server sends a stream

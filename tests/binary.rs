@@ -333,3 +333,116 @@ fn check_config_prints_the_resolved_configuration_redacted() {
         .expect("run");
     assert_eq!(output.status.code(), Some(2));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_run_then_restart_keeps_the_thread_and_reports_the_cut_run() {
+    let data = temp_dir("kill9");
+    let data_arg = data.to_str().expect("utf8").to_owned();
+    let args = quiet_port_args(&["--no-tls", "--token", TOKEN, "--data-dir", &data_arg]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut daemon = Daemon::start(&args, &[]);
+    // A completed exchange, then a long run that gets cut.
+    let first = client()
+        .post(daemon.url("/demo"))
+        .bearer_auth(TOKEN)
+        .json(&run_body("k", "r1", "hello"))
+        .send()
+        .await
+        .expect("request");
+    SseReader::new(first).collect().await;
+    let mut body = run_body("k", "r2", "/slow 1000 20");
+    body["messages"] = serde_json::json!([
+        {"id": "r1-u", "role": "user", "content": "hello"},
+        {"id": "r2-u", "role": "user", "content": "/slow 1000 20"}
+    ]);
+    let second = client()
+        .post(daemon.url("/demo"))
+        .bearer_auth(TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .expect("request");
+    let mut reader = SseReader::new(second);
+    for _ in 0..10 {
+        reader.next().await.expect("frame");
+    }
+    daemon.signal("KILL");
+    daemon.wait(Duration::from_secs(5)).expect("killed");
+    drop(reader);
+
+    {
+        let conn = rusqlite::Connection::open(data.join("agui-serve.db")).expect("open db");
+        let check: String = conn
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .expect("integrity_check");
+        assert_eq!(check, "ok");
+    }
+
+    let mut daemon = Daemon::start(&args, &[]);
+    let http = client();
+    let thread: serde_json::Value = http
+        .get(daemon.url("/threads/k"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(thread["lastRun"]["runId"], "r2");
+    assert_eq!(thread["lastRun"]["outcome"], "interrupted");
+    assert_eq!(thread["status"], "idle");
+    let messages: serde_json::Value = http
+        .get(daemon.url("/threads/k/messages"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json");
+    let contents: Vec<&str> = messages["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(contents, ["hello", "You said: hello", "/slow 1000 20"]);
+    let listing: serde_json::Value = http
+        .get(daemon.url("/threads"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(listing["threads"][0]["threadId"], "k");
+
+    // The next POST on the thread works and starts with the thread's history.
+    body["runId"] = serde_json::json!("r3");
+    body["messages"]
+        .as_array_mut()
+        .expect("messages")
+        .push(serde_json::json!({"id": "r3-u", "role": "user", "content": "again"}));
+    let r = http
+        .post(daemon.url("/demo"))
+        .bearer_auth(TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status(), 200);
+    let frames = SseReader::new(r).collect().await;
+    assert_eq!(frames[1].kind(), "MESSAGES_SNAPSHOT");
+    let snapshot = frames[1].data["messages"].as_array().expect("messages");
+    assert_eq!(snapshot.len(), 4, "history plus the new message");
+    assert_eq!(frames.last().expect("frame").kind(), "RUN_FINISHED");
+    daemon.signal("TERM");
+    assert!(
+        daemon
+            .wait(Duration::from_secs(10))
+            .expect("exits")
+            .success()
+    );
+}

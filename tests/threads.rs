@@ -1,0 +1,399 @@
+//! Threads over real sockets: the thread API, reattach, fan-out to many streams, a stalled
+//! reader, admission, racing POSTs, delete.
+
+mod support;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+async fn get_json(server: &TestServer, path: &str) -> (u16, Value) {
+    let r = client()
+        .get(server.url(path))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("request");
+    let status = r.status().as_u16();
+    (status, r.json().await.expect("json"))
+}
+
+#[tokio::test]
+async fn thread_api_lists_shows_and_deletes() {
+    let server = TestServer::start().await;
+    for i in 0..3 {
+        let frames = SseReader::new(
+            post_run(
+                &server,
+                "demo",
+                &run_body(&format!("th{i}"), "r", &format!("hello {i}")),
+            )
+            .await,
+        )
+        .collect()
+        .await;
+        assert_valid_segment(&frames);
+    }
+    let (status, page) = get_json(&server, "/threads?limit=2").await;
+    assert_eq!(status, 200);
+    let ids: Vec<&str> = page["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .map(|t| t["threadId"].as_str().expect("id"))
+        .collect();
+    assert_eq!(ids, ["th2", "th1"], "newest activity first");
+    let first = &page["threads"][0];
+    for key in [
+        "agent",
+        "title",
+        "createdAt",
+        "updatedAt",
+        "messageCount",
+        "status",
+    ] {
+        assert!(first.get(key).is_some(), "{key} in {first}");
+    }
+    assert_eq!(first["status"], "idle");
+    assert_eq!(first["messageCount"], 2);
+    assert_eq!(first["title"], "hello 2");
+    let cursor = page["nextCursor"].as_str().expect("next page");
+    let (_, page) = get_json(&server, &format!("/threads?limit=2&cursor={cursor}")).await;
+    assert_eq!(page["threads"][0]["threadId"], "th0");
+    assert!(page.get("nextCursor").is_none(), "last page");
+
+    let (status, _) = get_json(&server, "/threads?agent=nobody").await;
+    assert_eq!(status, 200);
+    let (status, body) = get_json(&server, "/threads?cursor=zz").await;
+    assert_eq!(status, 400);
+    assert_eq!(body["field"], "cursor");
+    let (status, _) = get_json(&server, "/threads?limit=0").await;
+    assert_eq!(status, 400);
+
+    let (status, thread) = get_json(&server, "/threads/th1").await;
+    assert_eq!(status, 200);
+    assert_eq!(thread["lastRun"]["outcome"], "finished");
+    let (status, messages) = get_json(&server, "/threads/th1/messages").await;
+    assert_eq!(status, 200);
+    assert_eq!(messages["truncated"], false);
+    assert_eq!(messages["messages"][0]["role"], "user");
+    assert_eq!(messages["messages"][1]["content"], "You said: hello 1");
+    let (_, messages) = get_json(&server, "/threads/th1/messages?limit=1").await;
+    assert_eq!(messages["truncated"], true);
+    assert_eq!(messages["messages"].as_array().expect("array").len(), 1);
+
+    let r = client()
+        .delete(server.url("/threads/th1"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status(), 204);
+    let (status, _) = get_json(&server, "/threads/th1").await;
+    assert_eq!(status, 404);
+    let (status, _) = get_json(&server, "/threads/th1/messages").await;
+    assert_eq!(status, 404);
+    let r = client()
+        .delete(server.url("/threads/th1"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status(), 404);
+}
+
+#[tokio::test]
+async fn deleting_a_thread_cancels_its_live_run_first() {
+    let server = TestServer::start().await;
+    let mut reader =
+        SseReader::new(post_run(&server, "demo", &run_body("d", "r", "/slow 500 20")).await);
+    assert_eq!(reader.next().await.expect("frame").kind(), "RUN_STARTED");
+    let r = client()
+        .delete(server.url("/threads/d"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status(), 204);
+    let rest = reader.collect().await;
+    let last = rest.last().expect("terminal");
+    assert_eq!(last.kind(), "RUN_FINISHED");
+    assert_eq!(last.data["outcome"]["type"], "cancelled");
+    let (status, _) = get_json(&server, "/threads/d").await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn stream_route_reattaches_exactly_and_says_so() {
+    let server = TestServer::start().await;
+    let mut first =
+        SseReader::new(post_run(&server, "demo", &run_body("s", "r", "/slow 30 20")).await);
+    let mut seen = Vec::new();
+    for _ in 0..6 {
+        seen.push(first.next().await.expect("frame"));
+    }
+    drop(first); // the tab closed
+    let last_id = seen.last().and_then(|f| f.id.clone()).expect("id");
+    let r = client()
+        .get(server.url("/threads/s/stream"))
+        .bearer_auth(TOKEN)
+        .header("last-event-id", &last_id)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["agui-resume"], "exact");
+    let rest = SseReader::new(r).collect().await;
+    let mut all = seen.clone();
+    all.extend(rest);
+    assert_valid_segment(&all);
+    let chunks = all
+        .iter()
+        .filter(|f| f.kind() == "TEXT_MESSAGE_CONTENT")
+        .count();
+    assert_eq!(chunks, 30, "no loss, no duplicate");
+
+    // The same through the query parameter, and a resync for a bad id.
+    let r = client()
+        .get(server.url(&format!("/threads/s/stream?lastEventId={last_id}")))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.headers()["agui-resume"], "exact");
+    let r = client()
+        .get(server.url("/threads/s/stream"))
+        .bearer_auth(TOKEN)
+        .header("last-event-id", "1-2-3")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.headers()["agui-resume"], "resync");
+    let frames = SseReader::new(r).collect().await;
+    assert_eq!(
+        kinds(&frames),
+        [
+            "RUN_STARTED",
+            "MESSAGES_SNAPSHOT",
+            "STATE_SNAPSHOT",
+            "RUN_FINISHED"
+        ]
+    );
+    let r = client()
+        .get(server.url("/threads/unknown/stream"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status(), 404);
+}
+
+#[tokio::test]
+async fn ten_streams_on_one_run_receive_identical_bytes() {
+    let server = TestServer::start().await;
+    let body = run_body("fan", "r1", "/slow 40 10");
+    let mut readers = vec![post_run(&server, "demo", &body).await];
+    for i in 0..9 {
+        // Same transcript, new runId: no new input, so this attaches to the live run.
+        let mut again = body.clone();
+        again["runId"] = json!(format!("attach-{i}"));
+        readers.push(post_run(&server, "demo", &again).await);
+    }
+    let mut logs = Vec::new();
+    for reader in readers {
+        assert_eq!(reader.status(), 200);
+        logs.push(reader.bytes().await.expect("body"));
+    }
+    let text = String::from_utf8_lossy(&logs[0]);
+    assert!(text.contains("RUN_FINISHED"), "{text}");
+    assert_eq!(text.matches("TEXT_MESSAGE_CONTENT").count(), 40);
+    for log in &logs[1..] {
+        assert_eq!(log, &logs[0]);
+    }
+}
+
+#[tokio::test]
+async fn a_reader_that_stops_reading_is_cut_and_the_others_are_not_slowed() {
+    let server = TestServer::with(|c| c.stall_timeout = Duration::from_millis(300)).await;
+    let body = run_body("stall", "r1", "/slow 4000 0");
+    // The stalled reader: a tiny receive window, and it never reads.
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("rcvbuf");
+    let mut stalled = socket.connect(server.addr).await.expect("connect");
+    let payload = body.to_string();
+    let request = format!(
+        "POST /agui/demo HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {TOKEN}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{payload}",
+        payload.len()
+    );
+    stalled.write_all(request.as_bytes()).await.expect("write");
+    // Give the run a head start so the others attach to it.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut others = Vec::new();
+    for i in 0..9 {
+        let mut again = body.clone();
+        again["runId"] = json!(format!("attach-{i}"));
+        others.push(tokio::spawn({
+            let url = server.url("/demo");
+            let again = again.clone();
+            async move {
+                client()
+                    .post(url)
+                    .bearer_auth(TOKEN)
+                    .json(&again)
+                    .send()
+                    .await
+                    .expect("request")
+                    .bytes()
+                    .await
+                    .expect("body")
+            }
+        }));
+    }
+    let mut logs = Vec::new();
+    for task in others {
+        logs.push(task.await.expect("reader"));
+    }
+    for log in &logs {
+        let text = String::from_utf8_lossy(log);
+        assert!(
+            text.contains("RUN_FINISHED"),
+            "a steady reader missed the end"
+        );
+        assert_eq!(text.matches("TEXT_MESSAGE_CONTENT").count(), 4000);
+        assert_eq!(log, &logs[0]);
+    }
+    // Now drain the stalled socket: its body ended without the terminal event.
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = tokio::time::timeout(Duration::from_secs(10), stalled.read(&mut buf))
+            .await
+            .expect("stalled stream was cut and ended")
+            .expect("read");
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+        if got.ends_with(b"\r\n0\r\n\r\n") {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 200"));
+    assert!(text.contains("RUN_STARTED"));
+    assert!(
+        !text.contains("RUN_FINISHED"),
+        "the stalled reader was not cut"
+    );
+}
+
+#[tokio::test]
+async fn over_capacity_refuses_exactly_the_excess_and_creates_no_rows_for_it() {
+    let (cap, extra) = (3usize, 4usize);
+    let server = TestServer::with(|c| c.max_concurrent_runs = cap).await;
+    let mut tasks = Vec::new();
+    for i in 0..cap + extra {
+        let url = server.url("/demo");
+        let body = run_body(&format!("adm{i}"), &format!("r{i}"), "/slow 30 30");
+        tasks.push(tokio::spawn(async move {
+            let r = client()
+                .post(url)
+                .bearer_auth(TOKEN)
+                .json(&body)
+                .send()
+                .await
+                .expect("request");
+            let status = r.status().as_u16();
+            let retry = r.headers().contains_key("retry-after");
+            let body = r.bytes().await.expect("body");
+            (i, status, retry, body)
+        }));
+    }
+    let mut refused = Vec::new();
+    let mut served = 0;
+    for task in tasks {
+        let (i, status, retry, body) = task.await.expect("task");
+        match status {
+            200 => served += 1,
+            503 => {
+                assert!(retry, "Retry-After");
+                assert!(String::from_utf8_lossy(&body).contains("OVER_CAPACITY"));
+                refused.push(i);
+            }
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!(served, cap);
+    assert_eq!(refused.len(), extra);
+    for i in refused {
+        let (status, _) = get_json(&server, &format!("/threads/adm{i}")).await;
+        assert_eq!(status, 404, "no row for a refused run");
+    }
+    let (_, page) = get_json(&server, "/threads").await;
+    assert_eq!(page["threads"].as_array().expect("threads").len(), cap);
+}
+
+#[tokio::test]
+async fn racing_posts_on_one_thread_never_start_two_runs() {
+    let server = TestServer::start().await;
+    for round in 0..15 {
+        let thread = format!("race{round}");
+        let message =
+            json!([{"id": format!("{thread}-m"), "role": "user", "content": "/slow 5 10"}]);
+        let mut tasks = Vec::new();
+        for run in ["a", "b"] {
+            let url = server.url("/demo");
+            let body = json!({"threadId": thread, "runId": format!("{thread}-{run}"),
+                "protocolVersion": "1.0", "messages": message});
+            tasks.push(tokio::spawn(async move {
+                let r = client()
+                    .post(url)
+                    .bearer_auth(TOKEN)
+                    .json(&body)
+                    .send()
+                    .await
+                    .expect("request");
+                let status = r.status().as_u16();
+                (status, r.bytes().await.expect("body"))
+            }));
+        }
+        let mut run_ids = HashSet::new();
+        for task in tasks {
+            let (status, body) = task.await.expect("task");
+            match status {
+                200 => {
+                    let text = String::from_utf8_lossy(&body);
+                    for line in text.lines().filter_map(|l| l.strip_prefix("data: ")) {
+                        let v: Value = serde_json::from_str(line).expect("json");
+                        if v["type"] == "RUN_STARTED" {
+                            run_ids.insert(v["runId"].as_str().expect("runId").to_owned());
+                        }
+                    }
+                }
+                409 => {}
+                other => panic!("unexpected status {other}"),
+            }
+        }
+        assert_eq!(run_ids.len(), 1, "round {round}: {run_ids:?}");
+        let (_, messages) = get_json(&server, &format!("/threads/{thread}/messages")).await;
+        assert_eq!(messages["messages"].as_array().expect("messages").len(), 2);
+    }
+}
+
+#[tokio::test]
+async fn different_new_input_while_running_is_refused_but_the_same_transcript_attaches() {
+    let server = TestServer::start().await;
+    let body = run_body("att", "r1", "/slow 20 20");
+    let first = post_run(&server, "demo", &body).await;
+    let mut again = body.clone();
+    again["runId"] = json!("r2");
+    let attached = post_run(&server, "demo", &again).await;
+    assert_eq!(attached.status(), 200);
+    let frames = SseReader::new(attached).collect().await;
+    assert_eq!(frames[0].data["runId"], "r1", "attached to the live run");
+    assert_valid_segment(&frames);
+    drop(first);
+}
