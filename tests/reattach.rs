@@ -289,3 +289,40 @@ async fn no_live_run_gives_a_hydration_run_and_unknown_threads_are_refused() {
     assert!(snapshot.contains("You said: hello"), "{snapshot}");
     assert!(runtime.reattach("nope", None).await.is_err());
 }
+
+#[tokio::test]
+async fn idle_threads_beyond_the_memory_bound_are_evicted_and_reload_from_the_store() {
+    let mut agents: BTreeMap<String, Arc<dyn Agent>> = BTreeMap::new();
+    agents.insert("demo".into(), Arc::new(DemoAgent));
+    let mut options = RuntimeOptions::new(16);
+    options.max_threads_in_memory = 2;
+    let store = Store::open(&support::temp_dir("evict")).expect("store");
+    let runtime = Runtime::new(agents, options, store);
+    let mut first_ids = Vec::new();
+    for i in 0..4 {
+        let frames = drain(
+            runtime
+                .start_run("demo", input(&format!("t{i}"), "r", &format!("hi {i}")))
+                .await
+                .expect("start"),
+        )
+        .await;
+        first_ids.push(id_of(&frames[0]));
+    }
+    // t0 was evicted: its journal is gone, so its old id resyncs, and its history comes
+    // back from the store.
+    let attachment = runtime
+        .reattach("t0", Some(&first_ids[0]))
+        .await
+        .expect("attach");
+    assert_eq!(attachment.resume(), Resume::Resync);
+    let frames = drain(attachment).await;
+    let snapshot = std::str::from_utf8(&frames[1]).expect("utf8");
+    assert!(snapshot.contains("You said: hi 0"), "{snapshot}");
+    // t3 is still in memory: exact.
+    let attachment = runtime
+        .reattach("t3", Some(&first_ids[3]))
+        .await
+        .expect("attach");
+    assert_eq!(attachment.resume(), Resume::Exact);
+}

@@ -58,6 +58,9 @@ pub struct RuntimeOptions {
     /// Bounds of the in-band history snapshot sent on a pre-existing thread.
     pub history_max_messages: usize,
     pub history_max_bytes: usize,
+    /// Threads kept in memory (journal, transcript, state); idle ones beyond this are
+    /// dropped, least recently used first, and reloaded from the store when needed.
+    pub max_threads_in_memory: usize,
     /// Literal secrets scrubbed from every error message (the daemon's token).
     pub secrets: Vec<String>,
 }
@@ -74,6 +77,7 @@ impl RuntimeOptions {
             stall_timeout: Duration::from_secs(30),
             history_max_messages: 500,
             history_max_bytes: 2 * 1024 * 1024,
+            max_threads_in_memory: 1024,
             secrets: Vec::new(),
         }
     }
@@ -154,6 +158,8 @@ pub(crate) struct Thread {
     pub(crate) id: String,
     pub(crate) agent: String,
     pub(crate) journal: Journal,
+    /// Last time a request used this thread (ms), for eviction.
+    last_used: AtomicU64,
     /// Serializes the decide-attach/refuse/start section and reattach decisions.
     decide: tokio::sync::Mutex<()>,
     state: Mutex<ThreadState>,
@@ -485,7 +491,9 @@ impl Runtime {
     }
 
     fn memory_thread(&self, id: &str) -> Option<Arc<Thread>> {
-        lock(&self.inner.threads).get(id).cloned()
+        let thread = lock(&self.inner.threads).get(id).cloned()?;
+        thread.last_used.store(now_ms(), Ordering::Relaxed);
+        Some(thread)
     }
 
     /// The thread from memory, else from the store, else `None`.
@@ -507,11 +515,30 @@ impl Runtime {
     }
 
     /// Inserts `thread` unless one with its id is already there; returns the one in place.
+    /// Evicts idle threads beyond the in-memory bound.
     fn insert_thread(&self, thread: Thread) -> Arc<Thread> {
-        lock(&self.inner.threads)
+        let mut threads = lock(&self.inner.threads);
+        let kept = threads
             .entry(thread.id.clone())
             .or_insert_with(|| Arc::new(thread))
-            .clone()
+            .clone();
+        let bound = self.inner.options.max_threads_in_memory;
+        if threads.len() > bound {
+            // Only threads nobody else holds (no request, no stream, no run: the map's
+            // reference is the only one) can go; holding the map lock, nobody can take a
+            // new reference meanwhile, so a thread never exists twice in memory.
+            let mut idle: Vec<(u64, String)> = threads
+                .iter()
+                .filter(|(_, t)| Arc::strong_count(t) == 1)
+                .map(|(id, t)| (t.last_used.load(Ordering::Relaxed), id.clone()))
+                .collect();
+            idle.sort();
+            let excess = threads.len() - bound;
+            for (_, id) in idle.into_iter().take(excess) {
+                threads.remove(&id);
+            }
+        }
+        kept
     }
 
     fn attachment(
@@ -621,6 +648,7 @@ fn new_thread(
         id: id.to_owned(),
         agent: agent.to_owned(),
         journal: Journal::new(epoch, limits),
+        last_used: AtomicU64::new(now_ms()),
         decide: tokio::sync::Mutex::new(()),
         state: Mutex::new(ThreadState {
             live: None,
