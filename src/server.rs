@@ -106,6 +106,11 @@ impl Server {
         options.suspend_timeout = config.suspend_timeout;
         options.stall_timeout = config.stall_timeout;
         options.secrets = secrets;
+        options.hitl = config
+            .agents
+            .iter()
+            .map(|a| (a.name.clone(), a.hitl))
+            .collect();
         let runtime = Runtime::new(agents, options, store);
         let app = Arc::new(App::new(
             runtime.clone(),

@@ -7,14 +7,23 @@
 //! | anything else | streams `You said: <text>` as several text deltas |
 //! | `/slow N [MS]` | N numbered chunks, one every MS milliseconds (default 100) |
 //! | `/think TEXT` | a reasoning block, then the reply |
+//! | `/todo A; B; C` | sets the todos in shared state, then replies |
+//! | `/tool NAME JSON` | calls frontend tool NAME; replies `Tool NAME returned: <content>` |
+//! | `/approve ACTION` | asks permission; replies `Approved: ACTION` or `Denied: ACTION` |
 //! | `/fail TEXT` | fails the turn with TEXT |
+//! | `/usage` | reports token usage in shared state |
 
 use std::time::Duration;
 
 use tokio::time::sleep;
 use uuid::Uuid;
 
-use super::{Agent, AgentError, AgentEvent, BoxFuture, EventSink, SinkClosed, Turn, TurnEnd};
+use serde_json::{Value, json};
+
+use super::{
+    Agent, AgentError, AgentEvent, BoxFuture, ClientToolCall, EventSink, PermissionOption,
+    PermissionRequest, SinkClosed, ToolAnswer, Turn, TurnEnd,
+};
 use crate::protocol::input::Message;
 
 /// Upper bound on `/slow N` so a typo cannot pin a run for hours.
@@ -32,6 +41,10 @@ enum Command {
     Echo(String),
     Slow { chunks: u64, interval: Duration },
     Think(String),
+    Todo(Vec<String>),
+    Tool { name: String, arguments: String },
+    Approve(String),
+    Usage,
     Fail(String),
 }
 
@@ -60,6 +73,38 @@ impl Command {
                 }
             }
             "/think" => Command::Think(rest.to_owned()),
+            "/todo" => Command::Todo(
+                rest.split(';')
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+            ),
+            "/tool" => {
+                let (name, arguments) = match rest.split_once(char::is_whitespace) {
+                    Some((name, json)) => (name, json.trim()),
+                    None => (rest, "{}"),
+                };
+                if name.is_empty() {
+                    Command::Echo(trimmed.to_owned())
+                } else {
+                    Command::Tool {
+                        name: name.to_owned(),
+                        arguments: if arguments.is_empty() {
+                            "{}"
+                        } else {
+                            arguments
+                        }
+                        .to_owned(),
+                    }
+                }
+            }
+            "/approve" => Command::Approve(if rest.is_empty() {
+                "the demo action".to_owned()
+            } else {
+                rest.to_owned()
+            }),
+            "/usage" => Command::Usage,
             "/fail" => Command::Fail(if rest.is_empty() {
                 "demo failure".to_owned()
             } else {
@@ -81,6 +126,12 @@ impl Agent for DemoAgent {
                     Command::Echo(text) => reply(&sink, &format!("You said: {text}")).await,
                     Command::Slow { chunks, interval } => slow(&sink, chunks, interval).await,
                     Command::Think(text) => think(&sink, &text).await,
+                    Command::Todo(items) => todo(&sink, &items).await,
+                    Command::Tool { name, arguments } => {
+                        tool(&sink, &turn, &name, &arguments).await
+                    }
+                    Command::Approve(action) => approve(&sink, &action).await,
+                    Command::Usage => usage(&sink, &turn.messages).await,
                     Command::Fail(message) => {
                         return Ok(Err(AgentError::Failed {
                             code: "AGENT_ERROR".to_owned(),
@@ -168,6 +219,121 @@ async fn think(sink: &EventSink, text: &str) -> Result<(), SinkClosed> {
     })
     .await?;
     reply(sink, &format!("I thought about: {text}")).await
+}
+
+async fn todo(sink: &EventSink, items: &[String]) -> Result<(), SinkClosed> {
+    let todos: Vec<Value> = items
+        .iter()
+        .enumerate()
+        .map(|(i, content)| {
+            json!({
+                "content": content,
+                "status": if i == 0 { "in_progress" } else { "pending" },
+                "priority": "medium",
+            })
+        })
+        .collect();
+    sink.set_state("/todos", Value::Array(todos)).await?;
+    reply(sink, &format!("Todo list set: {} items", items.len())).await
+}
+
+async fn tool(
+    sink: &EventSink,
+    turn: &Turn,
+    name: &str,
+    arguments: &str,
+) -> Result<(), SinkClosed> {
+    if !turn.tools.iter().any(|t| t.name == name) {
+        return reply(
+            sink,
+            &format!("Tool {name} is not available in this client"),
+        )
+        .await;
+    }
+    if serde_json::from_str::<Value>(arguments).is_err() {
+        return reply(sink, &format!("Tool {name} needs JSON arguments")).await;
+    }
+    let answer = sink
+        .call_client_tool(ClientToolCall {
+            tool_call_id: new_id("call"),
+            name: name.to_owned(),
+            arguments: arguments.to_owned(),
+        })
+        .await?;
+    match answer {
+        ToolAnswer::Result(content) => {
+            reply(sink, &format!("Tool {name} returned: {content}")).await
+        }
+        ToolAnswer::Error(why) => reply(sink, &format!("Tool {name} failed: {why}")).await,
+    }
+}
+
+async fn approve(sink: &EventSink, action: &str) -> Result<(), SinkClosed> {
+    // The action is a server-side tool call the person is asked about.
+    let tool_call_id = new_id("action");
+    sink.send(AgentEvent::ToolCallStart {
+        tool_call_id: tool_call_id.clone(),
+        name: "demo_action".to_owned(),
+        parent_message_id: None,
+    })
+    .await?;
+    sink.send(AgentEvent::ToolCallArgs {
+        tool_call_id: tool_call_id.clone(),
+        delta: json!({"action": action}).to_string(),
+    })
+    .await?;
+    sink.send(AgentEvent::ToolCallEnd {
+        tool_call_id: tool_call_id.clone(),
+    })
+    .await?;
+    let options = vec![
+        PermissionOption {
+            option_id: "allow".to_owned(),
+            name: "Allow".to_owned(),
+            kind: "allow_once".to_owned(),
+        },
+        PermissionOption {
+            option_id: "deny".to_owned(),
+            name: "Deny".to_owned(),
+            kind: "reject_once".to_owned(),
+        },
+    ];
+    let outcome = sink
+        .request_permission(PermissionRequest {
+            title: format!("Allow the demo agent to {action}?"),
+            tool_call_id: Some(tool_call_id.clone()),
+            options: options.clone(),
+        })
+        .await?;
+    let allowed = outcome.allows(&options);
+    sink.send(AgentEvent::ToolCallResult {
+        tool_call_id,
+        message_id: new_id("result"),
+        content: if allowed { "approved" } else { "denied" }.to_owned(),
+    })
+    .await?;
+    let verdict = if allowed { "Approved" } else { "Denied" };
+    reply(sink, &format!("{verdict}: {action}")).await
+}
+
+async fn usage(sink: &EventSink, messages: &[crate::protocol::Message]) -> Result<(), SinkClosed> {
+    // Deterministic: a token is four bytes of transcript.
+    let input: usize = messages
+        .iter()
+        .map(|m| serde_json::to_string(m).map(|s| s.len()).unwrap_or(0))
+        .sum::<usize>()
+        / 4;
+    let output = 12;
+    sink.set_state(
+        "/usage",
+        json!({"inputTokens": input, "outputTokens": output, "totalTokens": input + output}),
+    )
+    .await?;
+    reply(
+        sink,
+        &format!("Usage: {input} input tokens, {output} output tokens"),
+    )
+    .await
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::protocol::input::{Context, Message, Tool};
@@ -70,7 +70,7 @@ pub enum AgentError {
 }
 
 /// Something the agent did, in domain terms. Ids are the agent's; the translator keeps them
-/// when they are valid AG-UI ids and guarantees the AG-UI lifecycle around them.
+/// and guarantees the AG-UI lifecycle around them.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AgentEvent {
     TextStart {
@@ -122,10 +122,88 @@ pub enum AgentEvent {
     },
 }
 
+/// A call of a tool that runs in the browser (`RunAgentInput.tools`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientToolCall {
+    pub tool_call_id: String,
+    pub name: String,
+    /// JSON text.
+    pub arguments: String,
+}
+
+/// What the browser answered to a frontend tool call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolAnswer {
+    /// The tool message's content (text).
+    Result(String),
+    /// No usable answer: the wait failed closed (timeout, cancel, new input instead, or
+    /// the client marked it an error). The message says why.
+    Error(String),
+}
+
+/// One option of a permission request.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PermissionOption {
+    pub option_id: String,
+    pub name: String,
+    /// `allow_once`, `allow_always`, `reject_once` or `reject_always`.
+    pub kind: String,
+}
+
+/// An agent asking a person before it acts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PermissionRequest {
+    pub title: String,
+    /// The agent's own tool call this permission is about (already opened on the stream).
+    pub tool_call_id: Option<String>,
+    pub options: Vec<PermissionOption>,
+}
+
+/// A person's answer to a permission request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PermissionOutcome {
+    /// An option was chosen.
+    Selected { option_id: String },
+    /// Nobody chose: fail closed (timeout, cancel, new input instead, malformed answer).
+    Denied { reason: String },
+}
+
+impl PermissionOutcome {
+    /// Whether the chosen option allows the action (its kind starts with `allow`).
+    pub fn allows(&self, options: &[PermissionOption]) -> bool {
+        match self {
+            PermissionOutcome::Selected { option_id } => options
+                .iter()
+                .any(|o| &o.option_id == option_id && o.kind.starts_with("allow")),
+            PermissionOutcome::Denied { .. } => false,
+        }
+    }
+}
+
+/// What the pump receives from an agent: events, state changes, and waits on the client.
+#[derive(Debug)]
+pub(crate) enum SinkItem {
+    Event(AgentEvent),
+    /// Sets the value at a JSON pointer of the thread's shared state document.
+    State {
+        pointer: String,
+        value: Value,
+    },
+    Tool {
+        call: ClientToolCall,
+        reply: oneshot::Sender<ToolAnswer>,
+    },
+    Permission {
+        request: PermissionRequest,
+        reply: oneshot::Sender<PermissionOutcome>,
+    },
+}
+
 /// Where an agent reports its events. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct EventSink {
-    tx: mpsc::Sender<AgentEvent>,
+    tx: mpsc::Sender<SinkItem>,
 }
 
 /// The run this sink fed has ended; nobody is listening any more.
@@ -135,13 +213,54 @@ pub struct SinkClosed;
 
 impl EventSink {
     /// A sink and the receiving end the runtime's pump reads.
-    pub fn channel(capacity: usize) -> (EventSink, mpsc::Receiver<AgentEvent>) {
+    pub(crate) fn channel(capacity: usize) -> (EventSink, mpsc::Receiver<SinkItem>) {
         let (tx, rx) = mpsc::channel(capacity);
         (EventSink { tx }, rx)
     }
 
     /// Reports one event, waiting while the pump is behind (backpressure).
     pub async fn send(&self, event: AgentEvent) -> Result<(), SinkClosed> {
-        self.tx.send(event).await.map_err(|_| SinkClosed)
+        self.tx
+            .send(SinkItem::Event(event))
+            .await
+            .map_err(|_| SinkClosed)
+    }
+
+    /// Sets the value at `pointer` (RFC 6901) of the thread's shared state; the client gets
+    /// it as a `STATE_DELTA`.
+    pub async fn set_state(&self, pointer: &str, value: Value) -> Result<(), SinkClosed> {
+        self.tx
+            .send(SinkItem::State {
+                pointer: pointer.to_owned(),
+                value,
+            })
+            .await
+            .map_err(|_| SinkClosed)
+    }
+
+    /// Calls a frontend tool and waits for the browser's answer. The stream carries the
+    /// call, the segment ends, and the run waits (suspended) until a later request answers
+    /// it, or fails closed with [`ToolAnswer::Error`].
+    pub async fn call_client_tool(&self, call: ClientToolCall) -> Result<ToolAnswer, SinkClosed> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(SinkItem::Tool { call, reply })
+            .await
+            .map_err(|_| SinkClosed)?;
+        answer.await.map_err(|_| SinkClosed)
+    }
+
+    /// Asks a person for permission and waits, like [`EventSink::call_client_tool`]; fails
+    /// closed with [`PermissionOutcome::Denied`].
+    pub async fn request_permission(
+        &self,
+        request: PermissionRequest,
+    ) -> Result<PermissionOutcome, SinkClosed> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(SinkItem::Permission { request, reply })
+            .await
+            .map_err(|_| SinkClosed)?;
+        answer.await.map_err(|_| SinkClosed)
     }
 }

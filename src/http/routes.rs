@@ -458,10 +458,10 @@ fn info(app: &App, headers: &HeaderMap, uri: &http::Uri, tls: bool) -> serde_jso
         "path": app.path,
         "agents": agents,
         "capabilities": {
-            "frontendTools": false,
-            "humanInTheLoop": false,
-            "sharedState": false,
-            "interrupts": false,
+            "frontendTools": true,
+            "humanInTheLoop": true,
+            "sharedState": true,
+            "interrupts": true,
             "reattach": true,
         },
     })

@@ -19,6 +19,8 @@ pub mod attach;
 pub mod journal;
 mod pump;
 pub mod sanitize;
+pub mod state;
+pub mod suspension;
 pub mod translator;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -37,10 +39,23 @@ pub use attach::{Attachment, Resume};
 pub use journal::{EventId, Gap, Journal, JournalLimits};
 
 use crate::agent::Agent;
+use crate::config::Hitl;
 use crate::protocol::input::Message;
 use crate::protocol::{Event, Profile, RunAgentInput};
 use crate::store::{Store, StoreError};
 use translator::Translator;
+
+/// How long new user input waits for a superseded (suspended) turn to finish before the
+/// turn is cancelled.
+const SUPERSEDE_WAIT: Duration = Duration::from_secs(10);
+
+/// What a request did to a suspended run.
+enum Answered {
+    Resumed(Attachment),
+    Rejected(Attachment),
+    Replay,
+    Superseded,
+}
 
 /// Frames buffered between a stream's writer task and its response body.
 const STREAM_BUFFER: usize = 16;
@@ -61,6 +76,8 @@ pub struct RuntimeOptions {
     /// Threads kept in memory (journal, transcript, state); idle ones beyond this are
     /// dropped, least recently used first, and reloaded from the store when needed.
     pub max_threads_in_memory: usize,
+    /// How each agent's permission requests reach the client (default: the tool).
+    pub hitl: HashMap<String, Hitl>,
     /// Literal secrets scrubbed from every error message (the daemon's token).
     pub secrets: Vec<String>,
 }
@@ -78,6 +95,7 @@ impl RuntimeOptions {
             history_max_messages: 500,
             history_max_bytes: 2 * 1024 * 1024,
             max_threads_in_memory: 1024,
+            hitl: HashMap::new(),
             secrets: Vec::new(),
         }
     }
@@ -177,8 +195,42 @@ struct ThreadState {
     history_pending: bool,
     /// The client profile of the last request on this thread (for reattach).
     profile: Profile,
-    /// Whether the store has a row for this thread.
-    persisted: bool,
+    /// Interrupts that failed closed (a late resume for them is "expired", not "unknown").
+    expired_interrupts: HashSet<String>,
+}
+
+impl ThreadState {
+    /// The messages of a request not seen before, now recorded as seen and appended to the
+    /// transcript.
+    fn take_new(&mut self, messages: &[Message]) -> Vec<Message> {
+        let new: Vec<Message> = messages
+            .iter()
+            .filter(|m| !self.seen.contains(m.id()))
+            .cloned()
+            .collect();
+        for message in &new {
+            self.seen.insert(message.id().to_owned());
+            self.transcript.push(message.clone());
+        }
+        new
+    }
+}
+
+/// Whether a live run is producing a segment or waiting on the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Running,
+    Suspended,
+}
+
+/// What the runtime tells a run's pump.
+#[derive(Debug)]
+pub(crate) enum Control {
+    /// The waits were answered (or failed closed): open the next segment under `run_id`.
+    Resume {
+        run_id: String,
+        parent_run_id: Option<String>,
+    },
 }
 
 /// A run that has not ended.
@@ -194,6 +246,13 @@ pub(crate) struct LiveRun {
     finished: CancellationToken,
     /// The segment's lifecycle state; written by the pump only, read for resync.
     translator: Mutex<Translator>,
+    /// Commands to the pump.
+    control: mpsc::UnboundedSender<Control>,
+    /// The open waits while suspended; taken by whoever resolves them.
+    suspension: Mutex<Option<suspension::Suspension>>,
+    phase: watch::Sender<Phase>,
+    /// Every AG-UI run id of this run's segments (each works for cancel).
+    aliases: Mutex<Vec<String>>,
 }
 
 impl Runtime {
@@ -264,7 +323,10 @@ impl Runtime {
     pub fn live_status(&self, thread_id: &str) -> Option<&'static str> {
         let thread = self.memory_thread(thread_id)?;
         let state = lock(&thread.state);
-        state.live.as_ref().map(|_| "running")
+        state.live.as_ref().map(|run| match *run.phase.borrow() {
+            Phase::Running => "running",
+            Phase::Suspended => "suspended",
+        })
     }
 
     /// Starts a run for `input` on `agent`, or attaches to the thread's live run when the
@@ -308,23 +370,75 @@ impl Runtime {
         }
 
         let _decide = thread.decide.lock().await;
-        let (live, has_new_input) = {
+        let (live, has_new_input, expired) = {
             let mut state = lock(&thread.state);
             state.profile = profile;
-            let has_new_input = !input.resume.is_empty()
-                || input.messages.iter().any(|m| {
-                    matches!(m, Message::User(_) | Message::Tool(_)) && !state.seen.contains(m.id())
-                });
-            (state.live.clone(), has_new_input)
+            let has_new_input = input.messages.iter().any(|m| {
+                matches!(m, Message::User(_) | Message::Tool(_)) && !state.seen.contains(m.id())
+            });
+            let expired = input
+                .resume
+                .iter()
+                .find(|r| state.expired_interrupts.contains(&r.interrupt_id))
+                .map(|r| r.interrupt_id.clone());
+            (state.live.clone(), has_new_input, expired)
         };
         if let Some(run) = live {
-            if has_new_input {
-                return Err(StartError::RunInProgress);
+            let suspended = lock(&run.suspension).is_some();
+            if suspended {
+                match self.answer(&thread, &run, &input, profile, has_new_input)? {
+                    Answered::Resumed(attachment) => return Ok(attachment),
+                    Answered::Rejected(attachment) => return Ok(attachment),
+                    Answered::Replay => {
+                        let cursor = run.segment_start.load(Ordering::SeqCst).saturating_sub(1);
+                        return Ok(self.attachment(
+                            &thread,
+                            cursor,
+                            profile,
+                            Some(run),
+                            attach::Mode::Segment,
+                        ));
+                    }
+                    Answered::Superseded => {
+                        // The old turn runs to its end with its waits failed closed; then
+                        // the new input starts a run of its own.
+                        if tokio::time::timeout(SUPERSEDE_WAIT, run.finished.cancelled())
+                            .await
+                            .is_err()
+                        {
+                            run.cancel_with(CancelReason::Requested);
+                            let _ = tokio::time::timeout(
+                                Duration::from_secs(3),
+                                run.finished.cancelled(),
+                            )
+                            .await;
+                        }
+                    }
+                }
+            } else {
+                if has_new_input || !input.resume.is_empty() {
+                    return Err(StartError::RunInProgress);
+                }
+                // Attach from the start of the live run's current segment: the journal
+                // replays it and follows live.
+                let cursor = run.segment_start.load(Ordering::SeqCst).saturating_sub(1);
+                return Ok(self.attachment(
+                    &thread,
+                    cursor,
+                    profile,
+                    Some(run),
+                    attach::Mode::Segment,
+                ));
             }
-            // Attach from the start of the live run's current segment: the journal replays
-            // it and follows live.
-            let cursor = run.segment_start.load(Ordering::SeqCst).saturating_sub(1);
-            return Ok(self.attachment(&thread, cursor, profile, Some(run), attach::Mode::Segment));
+        } else if !input.resume.is_empty() {
+            let message = match expired {
+                Some(id) => format!("interrupt {id:?} expired and can no longer be answered"),
+                None => format!(
+                    "unknown interrupt {:?}: nothing on this thread is waiting for it",
+                    input.resume[0].interrupt_id
+                ),
+            };
+            return Ok(self.rejection(&thread, &input, profile, message));
         }
         if self.is_draining() {
             return Err(StartError::Draining);
@@ -337,6 +451,122 @@ impl Runtime {
             None => self.admit()?,
         };
         Ok(pump::start(self, &thread, backend, input, profile, permit))
+    }
+
+    /// A request on a thread whose run is suspended: resume it with the answers, reject a
+    /// bad `resume[]`, replay the suspended segment (no new input), or fail the waits closed
+    /// because new user input superseded them. The caller holds the decide lock.
+    fn answer(
+        &self,
+        thread: &Arc<Thread>,
+        run: &Arc<LiveRun>,
+        input: &RunAgentInput,
+        profile: Profile,
+        has_new_input: bool,
+    ) -> Result<Answered, StartError> {
+        let mut slot = lock(&run.suspension);
+        let Some(suspension) = slot.as_ref() else {
+            return Ok(Answered::Replay);
+        };
+        let new_messages: Vec<Message> = {
+            let state = lock(&thread.state);
+            input
+                .messages
+                .iter()
+                .filter(|m| !state.seen.contains(m.id()))
+                .cloned()
+                .collect()
+        };
+        let resumes = if !input.resume.is_empty() {
+            if let Err(message) = suspension.check_resume(&input.resume) {
+                drop(slot);
+                return Ok(Answered::Rejected(
+                    self.rejection(thread, input, profile, message),
+                ));
+            }
+            true
+        } else {
+            suspension.answered_by_messages(&new_messages)
+        };
+        if !resumes && !has_new_input {
+            return Ok(Answered::Replay);
+        }
+        if lock(&self.inner.runs)
+            .get(&input.run_id)
+            .is_some_and(|other| !Arc::ptr_eq(other, run))
+        {
+            return Err(StartError::RunIdInUse);
+        }
+        let Some(suspension) = slot.take() else {
+            return Ok(Answered::Replay);
+        };
+        drop(slot);
+        let recorded = lock(&thread.state).take_new(&input.messages);
+        self.inner
+            .store
+            .record_messages(&thread.id, recorded, now_ms() as i64);
+        if !resumes {
+            // New user input instead of the answer: fail closed, let the old turn finish
+            // in a continuation segment of its own.
+            let run_id = suspension.segment_run_id.clone();
+            let _ = run.control.send(Control::Resume {
+                run_id,
+                parent_run_id: None,
+            });
+            suspension.fail_closed("the user sent a new message instead of answering");
+            return Ok(Answered::Superseded);
+        }
+        lock(&run.aliases).push(input.run_id.clone());
+        lock(&self.inner.runs).insert(input.run_id.clone(), run.clone());
+        let cursor = thread.journal.last_seq();
+        let attachment = self.attachment(
+            thread,
+            cursor,
+            profile,
+            Some(run.clone()),
+            attach::Mode::Segment,
+        );
+        // The pump opens the next segment before the agent can act on the answers: it
+        // handles control before it polls the agent again.
+        let _ = run.control.send(Control::Resume {
+            run_id: input.run_id.clone(),
+            parent_run_id: input.parent_run_id.clone(),
+        });
+        suspension.resolve(&new_messages, &input.resume);
+        Ok(Answered::Resumed(attachment))
+    }
+
+    /// A stream that refuses a request in-band: `RUN_STARTED` then `RUN_ERROR`. Nothing is
+    /// journaled and the thread is unchanged.
+    fn rejection(
+        &self,
+        thread: &Arc<Thread>,
+        input: &RunAgentInput,
+        profile: Profile,
+        message: String,
+    ) -> Attachment {
+        let cursor = thread.journal.last_seq();
+        let events = [
+            Event::RunStarted {
+                thread_id: thread.id.clone(),
+                run_id: input.run_id.clone(),
+                protocol_version: Some(crate::protocol::PROTOCOL_VERSION.to_owned()),
+                parent_run_id: input.parent_run_id.clone(),
+                input: None,
+            },
+            Event::RunError {
+                message,
+                code: Some("INVALID_RESUME".to_owned()),
+                usage: None,
+            },
+        ];
+        let now = now_ms();
+        let preamble = events
+            .iter()
+            .map(|e| thread.journal.frame_at(cursor, e, now, profile))
+            .collect();
+        self.attachment(thread, cursor, profile, None, attach::Mode::Preamble)
+            .with_preamble(preamble, Resume::Exact)
     }
 
     /// Attaches to a thread's stream after `last_event_id` (the stream route): exact replay
@@ -642,7 +872,7 @@ fn new_thread(
     limits: JournalLimits,
     stored: Option<Vec<Message>>,
 ) -> Thread {
-    let persisted = stored.is_some();
+    let history_pending = stored.is_some();
     let transcript = stored.unwrap_or_default();
     Thread {
         id: id.to_owned(),
@@ -653,18 +883,13 @@ fn new_thread(
         state: Mutex::new(ThreadState {
             live: None,
             seen: transcript.iter().map(|m| m.id().to_owned()).collect(),
-            history_pending: persisted,
+            history_pending,
             transcript,
-            document: initial_document(agent),
+            document: state::initial(agent),
             profile: Profile::V1,
-            persisted,
+            expired_interrupts: HashSet::new(),
         }),
     }
-}
-
-/// The shared state document of a fresh thread.
-fn initial_document(agent: &str) -> Value {
-    json!({"agent": agent, "todos": [], "usage": {}, "files": []})
 }
 
 fn transcript_json(transcript: &[Message]) -> Value {

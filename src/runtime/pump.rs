@@ -1,29 +1,40 @@
 //! The pump: one task per run that drives the agent and is the only writer of the thread's
 //! journal for as long as the run lives.
 //!
-//! The pump owns the run's [`Translator`]; agent events flow agent -> sink -> pump ->
-//! translator -> journal. The HTTP request that started the run only reads the journal, so
-//! a disconnect never stops the agent. A [`SegmentWriter`] guarantees, even on panic, that
-//! the segment gets its terminal event, the thread's live run is cleared and the admission
-//! slot is released exactly once.
+//! Agent output flows agent -> sink -> pump -> translator -> journal. The HTTP request that
+//! started the run only reads the journal, so a disconnect never stops the agent.
+//!
+//! A run is a sequence of segments. When the agent waits on the client (a frontend tool, a
+//! permission), the pump ends the segment (`RUN_FINISHED` with `pendingToolCallIds`, or an
+//! interrupt outcome) and parks the run: alive, holding its slot, buffering anything the
+//! agent still sends. A later request answers (the runtime hands the answers over and sends
+//! [`Control::Resume`]) and the pump opens the next segment under that request's run id; a
+//! timeout, a cancel or a shutdown fail the waits closed and the pump opens a continuation
+//! segment for what follows. A [`SegmentWriter`] guarantees, even on panic, that the last
+//! segment gets its terminal event, the thread's live run is cleared and the admission slot
+//! is released exactly once.
 
+use std::collections::{HashSet, VecDeque};
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use tokio::sync::{OwnedSemaphorePermit, watch};
+use serde_json::Value;
+use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use serde_json::Value;
-
 use super::attach::{Attachment, Mode};
 use super::sanitize::sanitize;
+use super::suspension::{self, Channel, Suspension, Wait};
 use super::translator::{Ending, Produced, Translator};
-use super::{CancelReason, LiveRun, Runtime, Thread, lock, now_ms};
-use crate::agent::{Agent, AgentError, AgentEvent, EventSink, Turn, TurnEnd};
+use super::{CancelReason, Control, LiveRun, Phase, Runtime, Thread, lock, now_ms, state};
+use crate::agent::{Agent, AgentError, AgentEvent, EventSink, SinkItem, Turn, TurnEnd};
+use crate::config::Hitl;
+use crate::protocol::events::Interrupt;
 use crate::protocol::input::{
     AssistantMessage, Content, FunctionCall, FunctionKind, TextMessage, ToolCall, ToolMessage,
 };
@@ -46,6 +57,13 @@ pub(super) fn start(
 ) -> Attachment {
     let inner = &rt.inner;
     let segment_start = thread.journal.next_seq();
+    let (control, control_rx) = mpsc::unbounded_channel();
+    let hitl = inner
+        .options
+        .hitl
+        .get(&thread.agent)
+        .copied()
+        .unwrap_or(Hitl::Tool);
     let run = Arc::new(LiveRun {
         id: input.run_id.clone(),
         cancel: CancellationToken::new(),
@@ -54,23 +72,17 @@ pub(super) fn start(
         segment_start: AtomicU64::new(segment_start),
         finished: CancellationToken::new(),
         translator: Mutex::new(Translator::new(&thread.id, &input.run_id)),
+        control,
+        suspension: Mutex::new(None),
+        phase: watch::Sender::new(Phase::Running),
+        aliases: Mutex::new(vec![input.run_id.clone()]),
     });
     let (new_messages, history) = {
         let mut state = lock(&thread.state);
-        let new: Vec<Message> = input
-            .messages
-            .iter()
-            .filter(|m| !state.seen.contains(m.id()))
-            .cloned()
-            .collect();
-        for message in &new {
-            state.seen.insert(message.id().to_owned());
-            state.transcript.push(message.clone());
-        }
+        let new = state.take_new(&input.messages);
         state.live = Some(run.clone());
-        state.persisted = true;
         if let Some(client) = &input.state {
-            state.document["client"] = client.clone();
+            state::set_client(&mut state.document, client);
         }
         let history = std::mem::take(&mut state.history_pending).then(|| {
             capped_history(
@@ -115,15 +127,22 @@ pub(super) fn start(
         cancel: run.cancel.child_token(),
     };
     let span = tracing::info_span!("run", thread.id = %thread.id, run.id = %run.id);
-    let writer = SegmentWriter {
-        rt: rt.clone(),
-        thread: thread.clone(),
-        run: run.clone(),
-        permit: Some(permit),
+    let pump = Pump {
+        writer: SegmentWriter {
+            rt: rt.clone(),
+            thread: thread.clone(),
+            run: run.clone(),
+            permit: Some(permit),
+        },
+        hitl,
+        suspend_timeout: inner.options.suspend_timeout,
+        deadline: None,
+        buffered: VecDeque::new(),
+        known_tools: HashSet::new(),
     };
-    inner
-        .run_tasks
-        .spawn(drive(writer, agent, turn, input.parent_run_id, history).instrument(span.clone()));
+    inner.run_tasks.spawn(
+        drive(pump, agent, turn, input.parent_run_id, history, control_rx).instrument(span.clone()),
+    );
     inner
         .run_tasks
         .spawn(watch_disconnect(run, inner.options.disconnect_grace).instrument(span));
@@ -157,18 +176,32 @@ fn title_of(text: &str) -> String {
     title
 }
 
+/// The pump's own state, beside the segment writer.
+struct Pump {
+    writer: SegmentWriter,
+    hitl: Hitl,
+    suspend_timeout: Duration,
+    /// When the current suspension fails closed.
+    deadline: Option<Instant>,
+    /// Agent output that arrived while suspended, for the next segment.
+    buffered: VecDeque<SinkItem>,
+    /// Tool calls opened in earlier segments (a later result may answer them).
+    known_tools: HashSet<String>,
+}
+
 async fn drive(
-    mut writer: SegmentWriter,
+    mut pump: Pump,
     agent: Arc<dyn Agent>,
     turn: Turn,
     parent_run_id: Option<String>,
     history: Option<Value>,
+    mut control: mpsc::UnboundedReceiver<Control>,
 ) {
     tracing::info!("run started");
     let started = std::time::Instant::now();
-    writer.start(parent_run_id, history);
-    let run = writer.run.clone();
-    let (sink, mut events) = EventSink::channel(SINK_CAPACITY);
+    pump.writer.start(parent_run_id, history);
+    let run = pump.writer.run.clone();
+    let (sink, mut items) = EventSink::channel(SINK_CAPACITY);
     let mut turn_future = AssertUnwindSafe(agent.run(turn, sink)).catch_unwind();
     let overdue = async {
         run.cancel.cancelled().await;
@@ -177,15 +210,28 @@ async fn drive(
     tokio::pin!(overdue);
 
     let ending = loop {
+        let suspended = pump.deadline.is_some();
+        let deadline = pump.deadline.unwrap_or_else(Instant::now);
         tokio::select! {
             biased;
-            Some(event) = events.recv() => writer.translate(event),
+            Some(command) = control.recv() => pump.on_control(command),
+            () = run.cancel.cancelled(), if suspended => {
+                pump.wake_closed("the run was cancelled");
+            }
+            () = tokio::time::sleep_until(deadline), if suspended => {
+                tracing::info!("suspension timed out; failing closed");
+                pump.wake_closed("nobody answered within the suspension timeout");
+            }
+            Some(item) = items.recv() => pump.on_item(item),
             outcome = &mut turn_future => {
-                while let Ok(event) = events.try_recv() {
-                    writer.translate(event);
+                if pump.deadline.is_some() {
+                    pump.wake_closed("the agent stopped waiting");
+                }
+                while let Ok(item) = items.try_recv() {
+                    pump.on_item(item);
                 }
                 break match outcome {
-                    Ok(result) => writer.ending_for(result),
+                    Ok(result) => pump.writer.ending_for(result),
                     Err(_panic) => {
                         tracing::error!("agent panicked");
                         Ending::Error {
@@ -197,16 +243,19 @@ async fn drive(
             }
             () = &mut overdue => {
                 tracing::warn!(bound_ms = CANCEL_BOUND.as_millis() as u64, "agent did not stop after cancel; ending the run without it");
-                break writer.cancelled_ending();
+                if pump.deadline.is_some() {
+                    pump.wake_closed("the run was cancelled");
+                }
+                break pump.writer.cancelled_ending();
             }
         }
     };
     let kind = match &ending {
         Ending::Finished { .. } => "finished",
         Ending::Cancelled => "cancelled",
-        Ending::Error { .. } => "error",
+        _ => "error",
     };
-    writer.finish(ending);
+    pump.writer.finish(ending);
     tracing::info!(
         outcome = kind,
         elapsed_ms = started.elapsed().as_millis() as u64,
@@ -214,9 +263,182 @@ async fn drive(
     );
 }
 
-/// Cancels the run once nobody has been attached for `grace`.
+impl Pump {
+    fn on_item(&mut self, item: SinkItem) {
+        if self.deadline.is_some() {
+            self.buffered.push_back(item);
+            return;
+        }
+        match item {
+            SinkItem::Event(event) => self.writer.translate(event),
+            SinkItem::State { pointer, value } => self.writer.set_state(&pointer, value),
+            SinkItem::Tool { call, reply } => {
+                let id = call.tool_call_id.clone();
+                self.writer.translate(AgentEvent::ToolCallStart {
+                    tool_call_id: id.clone(),
+                    name: call.name,
+                    parent_message_id: None,
+                });
+                self.writer.translate(AgentEvent::ToolCallArgs {
+                    tool_call_id: id.clone(),
+                    delta: call.arguments,
+                });
+                self.writer.translate(AgentEvent::ToolCallEnd {
+                    tool_call_id: id.clone(),
+                });
+                self.suspend(
+                    Channel::ToolMessages,
+                    vec![Wait::Tool {
+                        tool_call_id: id,
+                        reply,
+                    }],
+                    Vec::new(),
+                );
+            }
+            SinkItem::Permission { request, reply } => match self.hitl {
+                Hitl::Tool => {
+                    let id = format!("perm-{}", uuid::Uuid::new_v4());
+                    self.writer.translate(AgentEvent::ToolCallStart {
+                        tool_call_id: id.clone(),
+                        name: suspension::PERMISSION_TOOL.to_owned(),
+                        parent_message_id: None,
+                    });
+                    self.writer.translate(AgentEvent::ToolCallArgs {
+                        tool_call_id: id.clone(),
+                        delta: suspension::permission_arguments(
+                            &request.title,
+                            request.tool_call_id.as_deref(),
+                            &request.options,
+                        ),
+                    });
+                    self.writer.translate(AgentEvent::ToolCallEnd {
+                        tool_call_id: id.clone(),
+                    });
+                    self.suspend(
+                        Channel::ToolMessages,
+                        vec![Wait::Permission {
+                            answer_id: id,
+                            options: request.options,
+                            reply,
+                        }],
+                        Vec::new(),
+                    );
+                }
+                Hitl::Interrupt => {
+                    let id = format!("int-{}", uuid::Uuid::new_v4());
+                    let expires = std::time::SystemTime::now() + self.suspend_timeout;
+                    let interrupt = Interrupt {
+                        id: id.clone(),
+                        reason: "confirmation".to_owned(),
+                        message: Some(request.title.clone()),
+                        tool_call_id: request.tool_call_id.clone(),
+                        response_schema: Some(suspension::response_schema(&request.options)),
+                        expires_at: Some(humantime::format_rfc3339_millis(expires).to_string()),
+                        metadata: Some(serde_json::json!({"options": request.options})),
+                    };
+                    self.suspend(
+                        Channel::Interrupts,
+                        vec![Wait::Permission {
+                            answer_id: id,
+                            options: request.options,
+                            reply,
+                        }],
+                        vec![interrupt],
+                    );
+                }
+            },
+        }
+    }
+
+    /// Ends the segment and parks the run on `waits`.
+    fn suspend(&mut self, channel: Channel, waits: Vec<Wait>, interrupts: Vec<Interrupt>) {
+        let run = &self.writer.run;
+        let segment_run_id = lock(&run.translator).run_id().to_owned();
+        let suspension = Suspension {
+            channel,
+            waits,
+            segment_run_id,
+        };
+        let pending = suspension.ids();
+        // Parked before the terminal frame is written: a client that answers at once finds
+        // the run waiting for it.
+        *lock(&run.suspension) = Some(suspension);
+        run.phase.send_replace(Phase::Suspended);
+        self.deadline = Some(Instant::now() + self.suspend_timeout);
+        self.remember_tools();
+        let ending = match channel {
+            Channel::ToolMessages => Ending::Suspended { pending },
+            Channel::Interrupts => Ending::Interrupt { interrupts },
+        };
+        self.writer.park(ending);
+        tracing::info!(
+            waits = pending_len(&self.writer.run),
+            "run suspended, waiting on the client"
+        );
+    }
+
+    fn on_control(&mut self, command: Control) {
+        match command {
+            Control::Resume {
+                run_id,
+                parent_run_id,
+            } => self.next_segment(&run_id, parent_run_id),
+        }
+    }
+
+    /// Fails the open waits closed (if the runtime has not taken them) and opens a
+    /// continuation segment for what the agent does next.
+    fn wake_closed(&mut self, why: &str) {
+        let taken = lock(&self.writer.run.suspension).take();
+        let Some(suspension) = taken else {
+            // A request took the waits at the same moment; its Resume is on the way.
+            return;
+        };
+        self.writer.expired(&suspension);
+        let run_id = suspension.segment_run_id.clone();
+        self.next_segment(&run_id, None);
+        suspension.fail_closed(why);
+    }
+
+    /// Opens the next segment of the run and replays what the agent sent meanwhile.
+    fn next_segment(&mut self, run_id: &str, parent_run_id: Option<String>) {
+        self.deadline = None;
+        let mut translator = Translator::new(&self.writer.thread.id, run_id);
+        for id in &self.known_tools {
+            translator.know_tool_call(id);
+        }
+        *lock(&self.writer.run.translator) = translator;
+        self.writer
+            .run
+            .segment_start
+            .store(self.writer.thread.journal.next_seq(), Ordering::SeqCst);
+        self.writer.run.phase.send_replace(Phase::Running);
+        self.writer.start(parent_run_id, None);
+        while self.deadline.is_none() {
+            let Some(item) = self.buffered.pop_front() else {
+                break;
+            };
+            self.on_item(item);
+        }
+    }
+
+    fn remember_tools(&mut self) {
+        let translator = lock(&self.writer.run.translator);
+        self.known_tools
+            .extend(translator.known_tool_calls().cloned());
+    }
+}
+
+fn pending_len(run: &LiveRun) -> usize {
+    lock(&run.suspension).as_ref().map_or(0, |s| s.waits.len())
+}
+
+/// Cancels the run once nobody has been attached for `grace`. A suspended run is waiting
+/// on the client by design (its stream ended with the segment): it is not cancelled for
+/// that, its suspension timeout applies instead.
 async fn watch_disconnect(run: Arc<LiveRun>, grace: Duration) {
     let mut attached = run.attached.subscribe();
+    let mut phase = run.phase.subscribe();
     let ended = run.cancel.clone();
     loop {
         tokio::select! {
@@ -227,10 +449,20 @@ async fn watch_disconnect(run: Arc<LiveRun>, grace: Duration) {
         tokio::select! {
             () = ended.cancelled() => return,
             () = run.finished.cancelled() => return,
-            back = tokio::time::timeout(grace, attached.wait_for(|n| *n > 0)) => match back {
-                Ok(Ok(_)) => continue,
-                Ok(Err(_)) => return,
+            back = async { tokio::time::timeout(grace, attached.wait_for(|n| *n > 0)).await.map(|r| r.is_ok()) } => match back {
+                Ok(true) => continue,
+                Ok(false) => return,
                 Err(_elapsed) => {
+                    let suspended = *phase.borrow_and_update() == Phase::Suspended;
+                    if suspended {
+                        // Wait for the run to wake, then watch attachments again.
+                        tokio::select! {
+                            () = ended.cancelled() => return,
+                            () = run.finished.cancelled() => return,
+                            woke = async { phase.wait_for(|p| *p == Phase::Running).await.is_ok() } => if !woke { return },
+                        }
+                        continue;
+                    }
                     tracing::info!(grace_ms = grace.as_millis() as u64, "no stream attached for the disconnect grace; cancelling");
                     run.cancel_with(CancelReason::Abandoned);
                     return;
@@ -240,7 +472,7 @@ async fn watch_disconnect(run: Arc<LiveRun>, grace: Duration) {
     }
 }
 
-/// Writes one segment into the journal and cleans up after the run, even on panic.
+/// Writes segments into the journal and cleans up after the run, even on panic.
 struct SegmentWriter {
     rt: Runtime,
     thread: Arc<Thread>,
@@ -260,6 +492,19 @@ impl SegmentWriter {
             snapshot: lock(&self.thread.state).document.clone(),
         });
         self.emit(&mut translator, &out);
+        let run_id = translator.run_id().to_owned();
+        drop(translator);
+        if run_id != self.run.id {
+            // A later segment: counted on the run, shown as running again.
+            self.rt.inner.store.record_run_start(
+                &self.thread.id,
+                &self.thread.agent,
+                None,
+                &self.run.id,
+                Vec::new(),
+                now_ms() as i64,
+            );
+        }
     }
 
     fn translate(&mut self, event: AgentEvent) {
@@ -269,19 +514,86 @@ impl SegmentWriter {
         self.emit(&mut translator, &out);
     }
 
+    /// Sets a member of the shared state and sends the delta.
+    fn set_state(&mut self, pointer: &str, value: Value) {
+        let mut translator = lock(&self.run.translator);
+        let delta = {
+            let mut state = lock(&self.thread.state);
+            state::set(&mut state.document, pointer, value)
+        };
+        match delta {
+            Ok(delta) if delta.as_array().is_some_and(|ops| !ops.is_empty()) => {
+                self.emit(&mut translator, &[Event::StateDelta { delta }]);
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%pointer, %error, "agent state change dropped"),
+        }
+    }
+
+    /// Ends the segment because the run waits on the client.
+    fn park(&mut self, ending: Ending) {
+        let mut translator = lock(&self.run.translator);
+        let mut out = Vec::new();
+        if matches!(ending, Ending::Interrupt { .. }) {
+            // The client needs the whole picture to answer an interrupt.
+            translator.close_open(&mut out);
+            let (messages, document) = {
+                let state = lock(&self.thread.state);
+                (
+                    serde_json::to_value(&state.transcript).unwrap_or(Value::Array(Vec::new())),
+                    state.document.clone(),
+                )
+            };
+            self.emit(&mut translator, &out);
+            out.clear();
+            self.emit(
+                &mut translator,
+                &[
+                    Event::StateSnapshot { snapshot: document },
+                    Event::MessagesSnapshot { messages },
+                ],
+            );
+        }
+        translator.finish(ending, &mut out);
+        self.emit(&mut translator, &out);
+        self.rt
+            .inner
+            .store
+            .set_status(&self.thread.id, "suspended", now_ms() as i64);
+    }
+
+    /// Remembers the interrupts of a suspension that failed closed (a late resume for them
+    /// is then reported as expired).
+    fn expired(&self, suspension: &Suspension) {
+        if suspension.channel == Channel::Interrupts {
+            let mut state = lock(&self.thread.state);
+            for id in suspension.ids() {
+                state.expired_interrupts.insert(id);
+            }
+        }
+    }
+
     fn finish(&mut self, ending: Ending) {
         let outcome = match &ending {
             Ending::Finished { .. } => "finished",
             Ending::Cancelled => "cancelled",
-            Ending::Error { .. } => "error",
+            _ => "error",
         };
         let mut translator = lock(&self.run.translator);
         if translator.is_ended() {
-            return;
+            // The run ended while parked (its last segment is already closed): give the
+            // ending its own segment so every attached or later stream sees it.
+            let run_id = translator.run_id().to_owned();
+            *translator = Translator::new(&self.thread.id, &run_id);
+            let mut out: Vec<Event> = translator.start(None).into_iter().collect();
+            translator.finish(ending, &mut out);
+            self.emit(&mut translator, &out);
+        } else {
+            let mut out = Vec::new();
+            translator.finish(ending, &mut out);
+            self.emit(&mut translator, &out);
         }
-        let mut out = Vec::new();
-        translator.finish(ending, &mut out);
-        self.emit(&mut translator, &out);
+        drop(translator);
         self.rt.inner.store.record_run_end(
             &self.thread.id,
             &self.run.id,
@@ -361,12 +673,16 @@ impl SegmentWriter {
 
 impl Drop for SegmentWriter {
     fn drop(&mut self) {
-        if !lock(&self.run.translator).is_ended() {
+        let open = !lock(&self.run.translator).is_ended();
+        if open {
             tracing::error!("run ended without a terminal event; ending it with RUN_ERROR");
             self.finish(Ending::Error {
                 code: "INTERNAL".to_owned(),
                 message: "the run ended unexpectedly".to_owned(),
             });
+        }
+        if let Some(suspension) = lock(&self.run.suspension).take() {
+            suspension.fail_closed("the run ended");
         }
         {
             let mut state = lock(&self.thread.state);
@@ -378,7 +694,16 @@ impl Drop for SegmentWriter {
                 state.live = None;
             }
         }
-        lock(&self.rt.inner.runs).remove(&self.run.id);
+        {
+            let aliases = lock(&self.run.aliases).clone();
+            let mut runs = lock(&self.rt.inner.runs);
+            for alias in aliases {
+                if runs.get(&alias).is_some_and(|r| Arc::ptr_eq(r, &self.run)) {
+                    runs.remove(&alias);
+                }
+            }
+        }
+        self.run.phase.send_replace(Phase::Running);
         self.run.finished.cancel();
         // Released exactly once, after the thread no longer shows this run as live.
         self.permit.take();

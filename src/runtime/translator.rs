@@ -17,14 +17,27 @@ use serde_json::Value;
 
 use crate::agent::AgentEvent;
 use crate::protocol::PROTOCOL_VERSION;
-use crate::protocol::events::{Event, Outcome, ReasoningRole, TextRole, ToolRole};
+use crate::protocol::events::{Event, Interrupt, Outcome, ReasoningRole, TextRole, ToolRole};
 
 /// How a segment ends.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Ending {
-    Finished { result: Option<Value> },
+    Finished {
+        result: Option<Value>,
+    },
     Cancelled,
-    Error { code: String, message: String },
+    Error {
+        code: String,
+        message: String,
+    },
+    /// The run waits on these frontend tool calls (`pendingToolCallIds`).
+    Suspended {
+        pending: Vec<String>,
+    },
+    /// The run waits on these interrupts (AG-UI 1.0 interrupt outcome).
+    Interrupt {
+        interrupts: Vec<Interrupt>,
+    },
 }
 
 /// One run segment's lifecycle state.
@@ -88,6 +101,11 @@ impl Translator {
             transcript: Vec::new(),
             completed: Vec::new(),
         }
+    }
+
+    /// Every tool call this translator has seen opened (or was told of).
+    pub fn known_tool_calls(&self) -> impl Iterator<Item = &String> {
+        self.known_tools.iter()
     }
 
     /// Marks a tool call from an earlier segment as one a result may answer.
@@ -279,24 +297,7 @@ impl Translator {
         if self.ended {
             return;
         }
-        if let Some(start) = self.start(None) {
-            out.push(start);
-        }
-        for tool_call_id in std::mem::take(&mut self.open_tools) {
-            self.complete(&tool_call_id, Kind::Tool);
-            out.push(Event::ToolCallEnd { tool_call_id });
-        }
-        for message_id in std::mem::take(&mut self.open_text) {
-            self.complete(&message_id, Kind::Text);
-            out.push(Event::TextMessageEnd { message_id });
-        }
-        for message_id in std::mem::take(&mut self.open_reasoning) {
-            self.complete(&message_id, Kind::Reasoning);
-            close_reasoning(message_id, out);
-        }
-        for step_name in self.open_steps.drain(..).rev() {
-            out.push(Event::StepFinished { step_name });
-        }
+        self.close_open(out);
         self.ended = true;
         out.push(match ending {
             Ending::Finished { result } => Event::RunFinished {
@@ -318,7 +319,48 @@ impl Translator {
                 code: Some(code),
                 usage: None,
             },
+            Ending::Suspended { pending } => Event::RunFinished {
+                thread_id: self.thread_id.clone(),
+                run_id: self.run_id.clone(),
+                result: None,
+                outcome: Some(Outcome::Success {
+                    pending_tool_call_ids: Some(pending),
+                }),
+                usage: None,
+            },
+            Ending::Interrupt { interrupts } => Event::RunFinished {
+                thread_id: self.thread_id.clone(),
+                run_id: self.run_id.clone(),
+                result: None,
+                outcome: Some(Outcome::Interrupt { interrupts }),
+                usage: None,
+            },
         });
+    }
+
+    /// Closes everything still open (before a terminal event or a snapshot).
+    pub fn close_open(&mut self, out: &mut Vec<Event>) {
+        if self.ended {
+            return;
+        }
+        if let Some(start) = self.start(None) {
+            out.push(start);
+        }
+        for tool_call_id in std::mem::take(&mut self.open_tools) {
+            self.complete(&tool_call_id, Kind::Tool);
+            out.push(Event::ToolCallEnd { tool_call_id });
+        }
+        for message_id in std::mem::take(&mut self.open_text) {
+            self.complete(&message_id, Kind::Text);
+            out.push(Event::TextMessageEnd { message_id });
+        }
+        for message_id in std::mem::take(&mut self.open_reasoning) {
+            self.complete(&message_id, Kind::Reasoning);
+            close_reasoning(message_id, out);
+        }
+        for step_name in self.open_steps.drain(..).rev() {
+            out.push(Event::StepFinished { step_name });
+        }
     }
 
     /// Items completed since the last call, in completion order.

@@ -264,6 +264,18 @@ impl Store {
         });
     }
 
+    /// Sets a thread's status (`idle|running|suspended`).
+    pub fn set_status(&self, thread_id: &str, status: &str, now: i64) {
+        let (thread_id, status) = (thread_id.to_owned(), status.to_owned());
+        self.enqueue("status", move |conn| {
+            conn.execute(
+                "UPDATE threads SET status = ?2, updated_at = ?3 WHERE id = ?1",
+                params![thread_id, status, now],
+            )?;
+            Ok(())
+        });
+    }
+
     /// One thread's metadata.
     pub async fn thread(&self, id: &str) -> Result<Option<ThreadRow>, StoreError> {
         let id = id.to_owned();
