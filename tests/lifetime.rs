@@ -135,3 +135,47 @@ async fn reattaching_within_the_grace_keeps_the_run_alive() {
     assert!(started.elapsed() >= Duration::from_secs(89));
     assert!(!String::from_utf8_lossy(&last).contains("cancelled"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_unanswered_approval_times_out_as_a_denial() {
+    let mut agents: BTreeMap<String, Arc<dyn Agent>> = BTreeMap::new();
+    agents.insert("demo".into(), Arc::new(DemoAgent));
+    let mut options = RuntimeOptions::new(2);
+    options.suspend_timeout = Duration::from_secs(15 * 60);
+    let store = Store::open(&support::temp_dir("timeout")).expect("store");
+    let runtime = Runtime::new(agents, options, store);
+    let mut attachment = runtime
+        .start_run("demo", input("t", "r", "/approve delete everything"))
+        .await
+        .expect("start");
+    let mut last = Vec::new();
+    while let Some(frame) = attachment.next().await {
+        last = frame.to_vec();
+    }
+    assert!(String::from_utf8_lossy(&last).contains("pendingToolCallIds"));
+    let suspended_at = Instant::now();
+    assert_eq!(runtime.live_status("t"), Some("suspended"));
+    assert_eq!(runtime.gauge().active, 1, "a suspended run holds its slot");
+    tokio::time::sleep(Duration::from_secs(14 * 60)).await;
+    assert_eq!(
+        runtime.live_status("t"),
+        Some("suspended"),
+        "still waiting at 14 min"
+    );
+    wait_idle(&runtime, "t").await;
+    let waited = suspended_at.elapsed();
+    assert!(
+        waited >= Duration::from_secs(15 * 60) && waited < Duration::from_secs(15 * 60 + 5),
+        "{waited:?}"
+    );
+    runtime.store().flush().await.expect("flush");
+    let (messages, _) = runtime
+        .store()
+        .messages("t", 20)
+        .await
+        .expect("read")
+        .expect("thread");
+    let last = messages.last().expect("message");
+    assert_eq!(last["content"], "Denied: delete everything");
+    assert_eq!(runtime.gauge().active, 0, "slot released");
+}

@@ -202,15 +202,28 @@ struct ThreadState {
 impl ThreadState {
     /// The messages of a request not seen before, now recorded as seen and appended to the
     /// transcript.
+    ///
+    /// The client's copy of an assistant tool-call message the agent produced (clients give
+    /// it their own id) is marked seen but not recorded twice.
     fn take_new(&mut self, messages: &[Message]) -> Vec<Message> {
-        let new: Vec<Message> = messages
-            .iter()
-            .filter(|m| !self.seen.contains(m.id()))
-            .cloned()
-            .collect();
-        for message in &new {
+        let mut new = Vec::new();
+        for message in messages {
+            if self.seen.contains(message.id()) {
+                continue;
+            }
             self.seen.insert(message.id().to_owned());
+            if let Message::Assistant(assistant) = message
+                && assistant.content.as_deref().unwrap_or("").is_empty()
+                && !assistant.tool_calls.is_empty()
+                && assistant
+                    .tool_calls
+                    .iter()
+                    .all(|call| self.seen.contains(&call.id))
+            {
+                continue;
+            }
             self.transcript.push(message.clone());
+            new.push(message.clone());
         }
         new
     }

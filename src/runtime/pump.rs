@@ -618,6 +618,9 @@ impl SegmentWriter {
         {
             let mut state = lock(&self.thread.state);
             for produced in completed {
+                if let Produced::ToolCall { id, .. } = &produced {
+                    state.seen.insert(id.clone());
+                }
                 let message = absorb(&mut state.transcript, produced);
                 state.seen.insert(message.id().to_owned());
                 changed.push(message);

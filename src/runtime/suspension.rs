@@ -254,3 +254,82 @@ pub fn response_schema(options: &[PermissionOption]) -> Value {
         "required": ["optionId"],
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn permission(id: &str) -> (Wait, oneshot::Receiver<PermissionOutcome>) {
+        let (reply, rx) = oneshot::channel();
+        (
+            Wait::Permission {
+                answer_id: id.to_owned(),
+                options: vec![PermissionOption {
+                    option_id: "ok".to_owned(),
+                    name: "OK".to_owned(),
+                    kind: "allow_once".to_owned(),
+                }],
+                reply,
+            },
+            rx,
+        )
+    }
+
+    fn resume(id: &str, payload: Option<Value>) -> Resume {
+        Resume {
+            interrupt_id: id.to_owned(),
+            status: ResumeStatus::Resolved,
+            payload,
+        }
+    }
+
+    #[test]
+    fn every_open_interrupt_must_be_answered() {
+        let (a, _ra) = permission("a");
+        let (b, _rb) = permission("b");
+        let s = Suspension {
+            channel: Channel::Interrupts,
+            waits: vec![a, b],
+            segment_run_id: "r".to_owned(),
+        };
+        let ok = Some(json!({"optionId": "ok"}));
+        let err = s
+            .check_resume(&[resume("a", ok.clone())])
+            .expect_err("b unanswered");
+        assert!(err.contains("\"b\""), "{err}");
+        assert!(
+            s.check_resume(&[resume("a", ok.clone()), resume("c", ok.clone())])
+                .is_err()
+        );
+        assert!(
+            s.check_resume(&[resume("a", ok.clone()), resume("b", None)])
+                .is_err()
+        );
+        assert!(
+            s.check_resume(&[resume("a", ok.clone()), resume("b", ok)])
+                .is_ok()
+        );
+    }
+
+    #[tokio::test]
+    async fn resolve_answers_and_fails_the_rest_closed() {
+        let (a, ra) = permission("a");
+        let (b, rb) = permission("b");
+        let s = Suspension {
+            channel: Channel::Interrupts,
+            waits: vec![a, b],
+            segment_run_id: "r".to_owned(),
+        };
+        s.resolve(&[], &[resume("a", Some(json!({"optionId": "ok"})))]);
+        assert_eq!(
+            ra.await.expect("answer"),
+            PermissionOutcome::Selected {
+                option_id: "ok".to_owned()
+            }
+        );
+        assert!(matches!(
+            rb.await.expect("answer"),
+            PermissionOutcome::Denied { .. }
+        ));
+    }
+}

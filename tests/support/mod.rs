@@ -249,6 +249,30 @@ pub fn assert_valid_segment(frames: &[SseFrame]) {
     }
     let ids: Vec<_> = frames.iter().filter_map(|f| f.id.clone()).collect();
     assert_eq!(ids.len(), frames.len(), "every frame has an id");
+    apply_state(frames, None);
+}
+
+/// Applies every STATE_SNAPSHOT and STATE_DELTA of `frames` to `start` the way a client
+/// does, failing if a delta does not apply cleanly; returns the resulting document.
+pub fn apply_state(frames: &[SseFrame], start: Option<Value>) -> Option<Value> {
+    let mut state = start;
+    for f in frames {
+        match f.kind() {
+            "STATE_SNAPSHOT" => state = Some(f.data["snapshot"].clone()),
+            "STATE_DELTA" => {
+                let doc = state
+                    .as_mut()
+                    .expect("STATE_DELTA before any STATE_SNAPSHOT");
+                let patch: json_patch::Patch =
+                    serde_json::from_value(f.data["delta"].clone()).expect("RFC 6902 delta");
+                json_patch::patch(doc, &patch).unwrap_or_else(|e| {
+                    panic!("STATE_DELTA {} does not apply: {e}", f.data["delta"])
+                });
+            }
+            _ => {}
+        }
+    }
+    state
 }
 
 /// Waits until `check` holds, polling (bounded).
