@@ -184,6 +184,94 @@ const cases = [
       if (got.split("\n").filter(Boolean).length !== 30) return `text ${JSON.stringify(got)}`;
     },
   },
+  {
+    name: "frontend tool round trip (/tool)",
+    async run(lib) {
+      const tools = [{ name: "chart", description: "draws a chart", parameters: { type: "object" } }];
+      const agent = agentFor(lib, "demo", randomUUID(), [userMessage('/tool chart {"kind":"bar"}')]);
+      const first = [];
+      await agent.runAgent({ runId: randomUUID(), tools }, { onEvent: ({ event }) => first.push(event) });
+      const start = first.find((e) => e.type === "TOOL_CALL_START");
+      if (!start || start.toolCallName !== "chart") return "no chart call";
+      const t1 = terminalOf(first);
+      if (!t1 || t1.type !== "RUN_FINISHED") return "first segment did not finish";
+      agent.addMessage({ id: randomUUID(), role: "tool", toolCallId: start.toolCallId, content: "a bar chart" });
+      const second = [];
+      await agent.runAgent({ runId: randomUUID(), tools }, { onEvent: ({ event }) => second.push(event) });
+      if (text(second) !== "Tool chart returned: a bar chart") return `reply ${JSON.stringify(text(second))}`;
+      if (second.some((e) => e.type === "TOOL_CALL_RESULT")) return "browser result echoed back";
+    },
+  },
+  {
+    name: "approve and deny via agui_permission_request",
+    async run(lib) {
+      for (const [optionId, verdict] of [["allow", "Approved"], ["deny", "Denied"]]) {
+        const tools = [{ name: "agui_permission_request", description: "ask the user", parameters: { type: "object" } }];
+        const agent = agentFor(lib, "demo", randomUUID(), [userMessage("/approve deploy")]);
+        const first = [];
+        await agent.runAgent({ runId: randomUUID(), tools }, { onEvent: ({ event }) => first.push(event) });
+        const start = first.find((e) => e.type === "TOOL_CALL_START" && e.toolCallName === "agui_permission_request");
+        if (!start) return "no permission request";
+        const args = JSON.parse(
+          first.filter((e) => e.type === "TOOL_CALL_ARGS" && e.toolCallId === start.toolCallId).map((e) => e.delta).join(""),
+        );
+        if (!args.title || !Array.isArray(args.options) || !args.options.some((o) => o.optionId === optionId))
+          return `arguments ${JSON.stringify(args)}`;
+        agent.addMessage({ id: randomUUID(), role: "tool", toolCallId: start.toolCallId, content: JSON.stringify({ optionId }) });
+        const second = [];
+        await agent.runAgent({ runId: randomUUID(), tools }, { onEvent: ({ event }) => second.push(event) });
+        if (text(second) !== `${verdict}: deploy`) return `reply ${JSON.stringify(text(second))}`;
+      }
+    },
+  },
+  {
+    name: "todo list through snapshot + deltas matches the daemon's document",
+    async run(lib) {
+      const threadId = randomUUID();
+      const agent = agentFor(lib, "demo", threadId, [userMessage("/todo plan; build; ship")]);
+      await agent.runAgent({ runId: randomUUID() });
+      const todos = agent.state && agent.state.todos;
+      if (!Array.isArray(todos) || todos.length !== 3 || todos[2].content !== "ship")
+        return `client state ${JSON.stringify(agent.state)}`;
+      const response = await fetch(`${base}/threads/${threadId}/stream`, {
+        headers: { Authorization: `Bearer ${token}`, Accept: "text/event-stream" },
+      });
+      const body = await response.text();
+      const snapshot = body
+        .split("\n\n")
+        .map((frame) => frame.split("\n").find((l) => l.startsWith("data: ")))
+        .filter(Boolean)
+        .map((l) => JSON.parse(l.slice(6)))
+        .find((e) => e.type === "STATE_SNAPSHOT");
+      if (!snapshot) return "no daemon snapshot";
+      if (JSON.stringify(snapshot.snapshot) !== JSON.stringify(agent.state))
+        return `daemon ${JSON.stringify(snapshot.snapshot)} vs client ${JSON.stringify(agent.state)}`;
+    },
+  },
+  {
+    name: "interrupt answered with resume from buildResumeArray",
+    onlyV1: true,
+    async run(lib) {
+      for (const [optionId, verdict] of [["allow", "Approved"], ["deny", "Denied"]]) {
+        const agent = agentFor(lib, "demo-interrupt", randomUUID(), [userMessage("/approve launch")]);
+        const first = [];
+        await agent.runAgent({ runId: randomUUID() }, { onEvent: ({ event }) => first.push(event) });
+        const t = terminalOf(first);
+        if (!t || t.outcome?.type !== "interrupt") return `first terminal ${JSON.stringify(t)}`;
+        if (agent.pendingInterrupts.length !== 1) return `pending ${agent.pendingInterrupts.length}`;
+        const interrupt = agent.pendingInterrupts[0];
+        const resume = lib.buildResumeArray(agent.pendingInterrupts, {
+          [interrupt.id]: { status: "resolved", payload: { optionId } },
+        });
+        const second = [];
+        await agent.runAgent({ runId: randomUUID(), resume }, { onEvent: ({ event }) => second.push(event) });
+        if (second.some((e) => e.type === "TOOL_CALL_START")) return "tool call re-emitted";
+        const result = second.find((e) => e.type === "TOOL_CALL_RESULT");
+        if (!result || result.toolCallId !== interrupt.toolCallId) return "no result for the original call";
+        if (text(second) !== `${verdict}: launch`) return `reply ${JSON.stringify(text(second))}`;
+      }
+    },
+  },
 ];
 
 // Self-check: the harness must notice a broken server. A tiny local server sends a stream
@@ -233,6 +321,7 @@ record("harness", "detects broken streams", selfProblems.length === 0, selfProbl
 
 for (const client of clients) {
   for (const c of cases) {
+    if (c.onlyV1 && client.legacy) continue;
     const before = logged.length;
     let problem;
     try {

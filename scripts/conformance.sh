@@ -10,7 +10,18 @@ bin="${1:-$root/target/debug/agui-serve}"
 
 work="$(mktemp -d)"
 token="conformance-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
-"$bin" --port 0 --token "$token" --data-dir "$work/data" --disconnect-grace 2s \
+cat >"$work/config.toml" <<'TOML'
+[[agents]]
+name = "demo"
+kind = "demo"
+
+[[agents]]
+name = "demo-interrupt"
+kind = "demo"
+hitl = "interrupt"
+description = "The demo agent, asking permission through AG-UI interrupts"
+TOML
+"$bin" --config "$work/config.toml" --port 0 --token "$token" --data-dir "$work/data" --disconnect-grace 2s \
   >"$work/stdout" 2>"$work/stderr" &
 pid=$!
 cleanup() {

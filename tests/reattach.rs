@@ -326,3 +326,32 @@ async fn idle_threads_beyond_the_memory_bound_are_evicted_and_reload_from_the_st
         .expect("attach");
     assert_eq!(attachment.resume(), Resume::Exact);
 }
+
+/// Regression: a stream waiting for frames when the terminal frame and the stop signal
+/// arrived together could pick the stop and end without the terminal event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_streams_never_drops_a_journaled_terminal_frame() {
+    for round in 0..100 {
+        let runtime = runtime(JournalLimits::default());
+        let mut attachment = runtime
+            .start_run("demo", input("t", "r", "/slow 1000 5"))
+            .await
+            .expect("start");
+        for _ in 0..4 {
+            next_frame(&mut attachment).await.expect("frame");
+        }
+        // The reader waits for frames on another worker while the run ends and the
+        // streams are stopped right after, as in a shutdown.
+        let reader = tokio::spawn(drain(attachment));
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        runtime.drain();
+        runtime.cancel_all(agui_serve::runtime::CancelReason::Shutdown);
+        runtime
+            .wait_runs(std::time::Instant::now() + std::time::Duration::from_secs(5))
+            .await;
+        runtime.stop_streams();
+        let rest = reader.await.expect("reader");
+        let last = rest.last().map(type_of);
+        assert_eq!(last.as_deref(), Some("RUN_ERROR"), "round {round}");
+    }
+}

@@ -147,6 +147,11 @@ impl Attachment {
                     self.pending.extend(frames);
                     continue;
                 }
+                Ok(_) if self.stop.is_cancelled() => {
+                    // Stopping: everything journaled has been delivered.
+                    self.done = true;
+                    return None;
+                }
                 Ok(_) => {}
                 Err(_gap) => {
                     tracing::warn!(
@@ -159,18 +164,18 @@ impl Attachment {
                 }
             }
             tokio::select! {
+                biased;
                 changed = self.latest.changed() => {
                     if changed.is_err() {
                         self.done = true;
                         return None;
                     }
                 }
+                // Stopping ends the stream only once what is journaled has gone out (the
+                // loop re-reads the journal first).
+                () = self.stop.cancelled() => {}
                 () = tokio::time::sleep(self.keep_alive) => {
                     return Some(Bytes::from_static(KEEP_ALIVE));
-                }
-                () = self.stop.cancelled() => {
-                    self.done = true;
-                    return None;
                 }
             }
         }
