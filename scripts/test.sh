@@ -12,5 +12,6 @@ cargo clippy --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --locked --no-fail-fast
 echo "== conformance (official AG-UI clients)"
-cargo build --locked --bin agui-serve
+# `cargo test` has built the binary (the integration tests run it); build only if missing.
+[ -x "$root/target/debug/agui-serve" ] || cargo build --locked --bin agui-serve
 scripts/conformance.sh "$root/target/debug/agui-serve"

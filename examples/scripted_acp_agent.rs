@@ -1,0 +1,280 @@
+//! A scripted Agent Client Protocol agent, built on the official SDK (agent side), for
+//! exercising agui-serve's ACP backend without any model provider.
+//!
+//! It reads the prompt text and plays a script:
+//!
+//! | prompt | behaviour |
+//! |---|---|
+//! | anything else | `Echo: <text>` in two message chunks |
+//! | `think` | a thought, then a message |
+//! | `tool` | a tool call (pending, no status key) with input and locations, then its completion with text and a diff |
+//! | `plan` | a plan of three entries |
+//! | `usage` | a usage update |
+//! | `misc` | commands, mode, config and session info updates, and one unknown update variant |
+//! | `permission` | a tool call, then `session/request_permission`; reports what was chosen |
+//! | `slow N` | N chunks 50 ms apart; honours `session/cancel` |
+//! | `crash` | one chunk, a line on stderr, then exits with status 3 |
+//! | `auth` | answers the prompt with error -32000 |
+//!
+//! Sessions can be loaded (`loadSession`): the history is kept in `$SCRIPTED_AGENT_STATE`
+//! (a directory) when set, so a new process can replay it.
+//!
+//! Run: `cargo run --example scripted_acp_agent` (speaks ACP on stdin/stdout).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_client_protocol::v1::schema::{
+    CancelNotification, InitializeRequest, InitializeResponse, LoadSessionRequest,
+    LoadSessionResponse, NewSessionRequest, NewSessionResponse, PromptRequest, PromptResponse,
+    RequestPermissionRequest,
+};
+use agent_client_protocol::{Agent, ByteStreams, Client, Error, UntypedMessage};
+use serde_json::{Value, json};
+use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+
+type Connection = agent_client_protocol::v1::ConnectionTo<Client>;
+
+#[derive(Default)]
+struct Shared {
+    cancelled: Mutex<HashSet<String>>,
+}
+
+fn cast<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, Error> {
+    serde_json::from_value(value).map_err(|e| Error::internal_error().data(e.to_string()))
+}
+
+fn update(cx: &Connection, session: &str, update: Value) -> Result<(), Error> {
+    cx.send_notification(UntypedMessage::new(
+        "session/update",
+        json!({"sessionId": session, "update": update}),
+    )?)
+}
+
+fn chunk(cx: &Connection, session: &str, kind: &str, id: &str, text: &str) -> Result<(), Error> {
+    update(
+        cx,
+        session,
+        json!({"sessionUpdate": kind, "messageId": id, "content": {"type": "text", "text": text}}),
+    )
+}
+
+fn history_path(session: &str) -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os("SCRIPTED_AGENT_STATE")?;
+    Some(std::path::Path::new(&dir).join(format!("{session}.jsonl")))
+}
+
+fn remember(session: &str, role: &str, text: &str) {
+    if let Some(path) = history_path(session) {
+        use std::io::Write;
+        if let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            let _ = writeln!(file, "{}", json!({"role": role, "text": text}));
+        }
+    }
+}
+
+fn prompt_text(request: &PromptRequest) -> String {
+    let value = serde_json::to_value(&request.prompt).unwrap_or(Value::Null);
+    value
+        .as_array()
+        .map(|blocks| {
+            blocks
+                .iter()
+                .filter_map(|b| b.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+async fn play(cx: Connection, shared: Arc<Shared>, session: String, text: String) -> Result<Value, Error> {
+    // The last block is the user's message; earlier ones may be context.
+    let command = text.lines().last().unwrap_or("").trim().to_owned();
+    remember(&session, "user", &command);
+    let (head, rest) = command.split_once(' ').unwrap_or((command.as_str(), ""));
+    let mid = format!("m-{}", uuid::Uuid::new_v4());
+    match head {
+        "think" => {
+            chunk(&cx, &session, "agent_thought_chunk", &format!("t-{mid}"), "pondering")?;
+            chunk(&cx, &session, "agent_message_chunk", &mid, "Thought it through.")?;
+            remember(&session, "agent", "Thought it through.");
+        }
+        "tool" => {
+            update(&cx, &session, json!({
+                "sessionUpdate": "tool_call", "toolCallId": "call-1", "title": "Read a file",
+                "kind": "read", "rawInput": {"path": "/src/main.rs"},
+                "locations": [{"path": "/src/main.rs", "line": 1}]
+            }))?;
+            update(&cx, &session, json!({
+                "sessionUpdate": "tool_call_update", "toolCallId": "call-1", "status": "completed",
+                "content": [
+                    {"type": "content", "content": {"type": "text", "text": "fn main() {}"}},
+                    {"type": "diff", "path": "/src/lib.rs", "oldText": "a", "newText": "b"}
+                ]
+            }))?;
+            chunk(&cx, &session, "agent_message_chunk", &mid, "Read it.")?;
+        }
+        "plan" => {
+            update(&cx, &session, json!({"sessionUpdate": "plan", "entries": [
+                {"content": "look", "priority": "high", "status": "completed"},
+                {"content": "change", "priority": "medium", "status": "in_progress"},
+                {"content": "test", "priority": "low", "status": "pending"}
+            ]}))?;
+            chunk(&cx, &session, "agent_message_chunk", &mid, "Planned.")?;
+        }
+        "usage" => {
+            update(&cx, &session, json!({"sessionUpdate": "usage_update", "used": 1200, "size": 200000,
+                "cost": {"amount": 0.01, "currency": "USD"}}))?;
+            chunk(&cx, &session, "agent_message_chunk", &mid, "Counted.")?;
+        }
+        "misc" => {
+            update(&cx, &session, json!({"sessionUpdate": "available_commands_update",
+                "availableCommands": [{"name": "review", "description": "review the change"}]}))?;
+            update(&cx, &session, json!({"sessionUpdate": "current_mode_update", "currentModeId": "plan"}))?;
+            update(&cx, &session, json!({"sessionUpdate": "session_info_update", "title": "A scripted session"}))?;
+            update(&cx, &session, json!({"sessionUpdate": "something_new", "detail": 42}))?;
+            chunk(&cx, &session, "agent_message_chunk", &mid, "Misc done.")?;
+        }
+        "permission" => {
+            update(&cx, &session, json!({
+                "sessionUpdate": "tool_call", "toolCallId": "call-p", "title": "Delete build/",
+                "kind": "delete", "status": "pending", "rawInput": {"path": "build/"}
+            }))?;
+            let request: RequestPermissionRequest = cast(json!({
+                "sessionId": session,
+                "toolCall": {"toolCallId": "call-p", "title": "Delete build/"},
+                "options": [
+                    {"optionId": "yes-once", "name": "Allow once", "kind": "allow_once"},
+                    {"optionId": "yes-always", "name": "Always allow", "kind": "allow_always"},
+                    {"optionId": "no", "name": "Reject", "kind": "reject_once"}
+                ]
+            }))?;
+            let response = cx.send_request(request).block_task().await?;
+            let outcome = serde_json::to_value(&response).unwrap_or(Value::Null);
+            let chosen = outcome["outcome"]["optionId"].as_str().map(str::to_owned);
+            let verdict = match chosen.as_deref() {
+                Some("yes-once" | "yes-always") => "allowed",
+                Some(_) => "rejected",
+                None => "cancelled",
+            };
+            update(&cx, &session, json!({
+                "sessionUpdate": "tool_call_update", "toolCallId": "call-p",
+                "status": if verdict == "allowed" { "completed" } else { "failed" },
+                "content": [{"type": "content", "content": {"type": "text", "text": verdict}}]
+            }))?;
+            if verdict == "cancelled" {
+                return Ok(json!({"stopReason": "cancelled"}));
+            }
+            chunk(&cx, &session, "agent_message_chunk", &mid, &format!("Permission {verdict}."))?;
+        }
+        "slow" => {
+            let n: usize = rest.trim().parse().unwrap_or(10);
+            for i in 1..=n {
+                if shared.cancelled.lock().map(|c| c.contains(&session)).unwrap_or(false) {
+                    return Ok(json!({"stopReason": "cancelled"}));
+                }
+                chunk(&cx, &session, "agent_message_chunk", &mid, &format!("{i} "))?;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        "crash" => {
+            chunk(&cx, &session, "agent_message_chunk", &mid, "about to fail")?;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            eprintln!("fatal: the scripted agent crashed (token=abc123secret)");
+            std::process::exit(3);
+        }
+        "auth" => {
+            return Err(Error::new(-32000, "Authentication required"));
+        }
+        _ => {
+            chunk(&cx, &session, "agent_message_chunk", &mid, "Echo: ")?;
+            chunk(&cx, &session, "agent_message_chunk", &mid, &command)?;
+            remember(&session, "agent", &format!("Echo: {command}"));
+        }
+    }
+    Ok(json!({"stopReason": "end_turn"}))
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    let shared = Arc::new(Shared::default());
+    let on_cancel = shared.clone();
+    let on_prompt = shared.clone();
+    let on_new = shared.clone();
+    let transport = ByteStreams::new(
+        tokio::io::stdout().compat_write(),
+        tokio::io::stdin().compat(),
+    );
+    Agent
+        .v1()
+        .name("scripted-acp-agent")
+        .on_receive_request(
+            async move |request: InitializeRequest, responder, _cx| {
+                let response: InitializeResponse = cast(json!({
+                    "protocolVersion": request.protocol_version,
+                    "agentCapabilities": {"loadSession": true, "promptCapabilities": {"image": false}},
+                    "agentInfo": {"name": "scripted-acp-agent", "version": "1.0.0"}
+                }))?;
+                responder.respond(response)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |_request: NewSessionRequest, responder, _cx| {
+                let _ = &on_new;
+                let id = format!("sess-{}", uuid::Uuid::new_v4());
+                let response: NewSessionResponse = cast(json!({"sessionId": id}))?;
+                responder.respond(response)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: LoadSessionRequest, responder, cx: Connection| {
+                let session = request.session_id.to_string();
+                // Replay the history before answering, as the protocol asks.
+                if let Some(path) = history_path(&session)
+                    && let Ok(text) = std::fs::read_to_string(path)
+                {
+                    for line in text.lines() {
+                        let entry: Value = serde_json::from_str(line).unwrap_or(Value::Null);
+                        let kind = if entry["role"] == "user" { "user_message_chunk" } else { "agent_message_chunk" };
+                        let id = format!("r-{}", uuid::Uuid::new_v4());
+                        chunk(&cx, &session, kind, &id, entry["text"].as_str().unwrap_or(""))?;
+                    }
+                }
+                let response: LoadSessionResponse = cast(json!({}))?;
+                responder.respond(response)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: PromptRequest, responder, cx: Connection| {
+                let session = request.session_id.to_string();
+                let text = prompt_text(&request);
+                let shared = on_prompt.clone();
+                if let Ok(mut cancelled) = shared.cancelled.lock() {
+                    cancelled.remove(&session);
+                }
+                let worker = cx.clone();
+                cx.spawn(async move {
+                    match play(worker, shared, session, text).await {
+                        Ok(value) => responder.respond(cast::<PromptResponse>(value)?),
+                        Err(error) => responder.respond_with_error(error),
+                    }
+                })
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_notification(
+            async move |notification: CancelNotification, _cx| {
+                if let Ok(mut cancelled) = on_cancel.cancelled.lock() {
+                    cancelled.insert(notification.session_id.to_string());
+                }
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .connect_to(transport)
+        .await
+}
