@@ -68,7 +68,11 @@ fn history_path(session: &str) -> Option<std::path::PathBuf> {
 fn remember(session: &str, role: &str, text: &str) {
     if let Some(path) = history_path(session) {
         use std::io::Write;
-        if let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        if let Ok(mut file) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
             let _ = writeln!(file, "{}", json!({"role": role, "text": text}));
         }
     }
@@ -88,7 +92,12 @@ fn prompt_text(request: &PromptRequest) -> String {
         .unwrap_or_default()
 }
 
-async fn play(cx: Connection, shared: Arc<Shared>, session: String, text: String) -> Result<Value, Error> {
+async fn play(
+    cx: Connection,
+    shared: Arc<Shared>,
+    session: String,
+    text: String,
+) -> Result<Value, Error> {
     // The last block is the user's message; earlier ones may be context.
     let command = text.lines().last().unwrap_or("").trim().to_owned();
     remember(&session, "user", &command);
@@ -96,51 +105,99 @@ async fn play(cx: Connection, shared: Arc<Shared>, session: String, text: String
     let mid = format!("m-{}", uuid::Uuid::new_v4());
     match head {
         "think" => {
-            chunk(&cx, &session, "agent_thought_chunk", &format!("t-{mid}"), "pondering")?;
-            chunk(&cx, &session, "agent_message_chunk", &mid, "Thought it through.")?;
+            chunk(
+                &cx,
+                &session,
+                "agent_thought_chunk",
+                &format!("t-{mid}"),
+                "pondering",
+            )?;
+            chunk(
+                &cx,
+                &session,
+                "agent_message_chunk",
+                &mid,
+                "Thought it through.",
+            )?;
             remember(&session, "agent", "Thought it through.");
         }
         "tool" => {
-            update(&cx, &session, json!({
-                "sessionUpdate": "tool_call", "toolCallId": "call-1", "title": "Read a file",
-                "kind": "read", "rawInput": {"path": "/src/main.rs"},
-                "locations": [{"path": "/src/main.rs", "line": 1}]
-            }))?;
-            update(&cx, &session, json!({
-                "sessionUpdate": "tool_call_update", "toolCallId": "call-1", "status": "completed",
-                "content": [
-                    {"type": "content", "content": {"type": "text", "text": "fn main() {}"}},
-                    {"type": "diff", "path": "/src/lib.rs", "oldText": "a", "newText": "b"}
-                ]
-            }))?;
+            update(
+                &cx,
+                &session,
+                json!({
+                    "sessionUpdate": "tool_call", "toolCallId": "call-1", "title": "Read a file",
+                    "kind": "read", "rawInput": {"path": "/src/main.rs"},
+                    "locations": [{"path": "/src/main.rs", "line": 1}]
+                }),
+            )?;
+            update(
+                &cx,
+                &session,
+                json!({
+                    "sessionUpdate": "tool_call_update", "toolCallId": "call-1", "status": "completed",
+                    "content": [
+                        {"type": "content", "content": {"type": "text", "text": "fn main() {}"}},
+                        {"type": "diff", "path": "/src/lib.rs", "oldText": "a", "newText": "b"}
+                    ]
+                }),
+            )?;
             chunk(&cx, &session, "agent_message_chunk", &mid, "Read it.")?;
         }
         "plan" => {
-            update(&cx, &session, json!({"sessionUpdate": "plan", "entries": [
-                {"content": "look", "priority": "high", "status": "completed"},
-                {"content": "change", "priority": "medium", "status": "in_progress"},
-                {"content": "test", "priority": "low", "status": "pending"}
-            ]}))?;
+            update(
+                &cx,
+                &session,
+                json!({"sessionUpdate": "plan", "entries": [
+                    {"content": "look", "priority": "high", "status": "completed"},
+                    {"content": "change", "priority": "medium", "status": "in_progress"},
+                    {"content": "test", "priority": "low", "status": "pending"}
+                ]}),
+            )?;
             chunk(&cx, &session, "agent_message_chunk", &mid, "Planned.")?;
         }
         "usage" => {
-            update(&cx, &session, json!({"sessionUpdate": "usage_update", "used": 1200, "size": 200000,
-                "cost": {"amount": 0.01, "currency": "USD"}}))?;
+            update(
+                &cx,
+                &session,
+                json!({"sessionUpdate": "usage_update", "used": 1200, "size": 200000,
+                "cost": {"amount": 0.01, "currency": "USD"}}),
+            )?;
             chunk(&cx, &session, "agent_message_chunk", &mid, "Counted.")?;
         }
         "misc" => {
-            update(&cx, &session, json!({"sessionUpdate": "available_commands_update",
-                "availableCommands": [{"name": "review", "description": "review the change"}]}))?;
-            update(&cx, &session, json!({"sessionUpdate": "current_mode_update", "currentModeId": "plan"}))?;
-            update(&cx, &session, json!({"sessionUpdate": "session_info_update", "title": "A scripted session"}))?;
-            update(&cx, &session, json!({"sessionUpdate": "something_new", "detail": 42}))?;
+            update(
+                &cx,
+                &session,
+                json!({"sessionUpdate": "available_commands_update",
+                "availableCommands": [{"name": "review", "description": "review the change"}]}),
+            )?;
+            update(
+                &cx,
+                &session,
+                json!({"sessionUpdate": "current_mode_update", "currentModeId": "plan"}),
+            )?;
+            update(
+                &cx,
+                &session,
+                json!({"sessionUpdate": "session_info_update", "title": "A scripted session"}),
+            )?;
+            update(
+                &cx,
+                &session,
+                json!({"sessionUpdate": "something_new", "detail": 42}),
+            )?;
             chunk(&cx, &session, "agent_message_chunk", &mid, "Misc done.")?;
         }
         "permission" => {
-            update(&cx, &session, json!({
-                "sessionUpdate": "tool_call", "toolCallId": "call-p", "title": "Delete build/",
-                "kind": "delete", "status": "pending", "rawInput": {"path": "build/"}
-            }))?;
+            update(
+                &cx,
+                &session,
+                json!({
+                    "sessionUpdate": "tool_call", "toolCallId": "call-p", "title": "Delete build/",
+                    "kind": "delete", "status": "pending", "rawInput": {"path": "build/"}
+                }),
+            )?;
             let request: RequestPermissionRequest = cast(json!({
                 "sessionId": session,
                 "toolCall": {"toolCallId": "call-p", "title": "Delete build/"},
@@ -158,20 +215,35 @@ async fn play(cx: Connection, shared: Arc<Shared>, session: String, text: String
                 Some(_) => "rejected",
                 None => "cancelled",
             };
-            update(&cx, &session, json!({
-                "sessionUpdate": "tool_call_update", "toolCallId": "call-p",
-                "status": if verdict == "allowed" { "completed" } else { "failed" },
-                "content": [{"type": "content", "content": {"type": "text", "text": verdict}}]
-            }))?;
+            update(
+                &cx,
+                &session,
+                json!({
+                    "sessionUpdate": "tool_call_update", "toolCallId": "call-p",
+                    "status": if verdict == "allowed" { "completed" } else { "failed" },
+                    "content": [{"type": "content", "content": {"type": "text", "text": verdict}}]
+                }),
+            )?;
             if verdict == "cancelled" {
                 return Ok(json!({"stopReason": "cancelled"}));
             }
-            chunk(&cx, &session, "agent_message_chunk", &mid, &format!("Permission {verdict}."))?;
+            chunk(
+                &cx,
+                &session,
+                "agent_message_chunk",
+                &mid,
+                &format!("Permission {verdict}."),
+            )?;
         }
         "slow" => {
             let n: usize = rest.trim().parse().unwrap_or(10);
             for i in 1..=n {
-                if shared.cancelled.lock().map(|c| c.contains(&session)).unwrap_or(false) {
+                if shared
+                    .cancelled
+                    .lock()
+                    .map(|c| c.contains(&session))
+                    .unwrap_or(false)
+                {
                     return Ok(json!({"stopReason": "cancelled"}));
                 }
                 chunk(&cx, &session, "agent_message_chunk", &mid, &format!("{i} "))?;

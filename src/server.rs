@@ -19,6 +19,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
+use crate::agent::acp::AcpBackend;
 use crate::agent::demo::DemoAgent;
 use crate::config::{AgentKind, Auth, Config, TlsMode};
 use crate::http::tls::{self, TlsError};
@@ -43,8 +44,6 @@ pub enum ServeError {
     Tls(#[from] TlsError),
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("agent {0:?}: ACP agents are not supported by this build yet")]
-    Unsupported(String),
 }
 
 /// A bound, ready-to-run server.
@@ -91,7 +90,12 @@ impl Server {
                 AgentKind::Demo => {
                     agents.insert(agent.name.clone(), Arc::new(DemoAgent));
                 }
-                AgentKind::Acp(_) => return Err(ServeError::Unsupported(agent.name.clone())),
+                AgentKind::Acp(acp) => {
+                    agents.insert(
+                        agent.name.clone(),
+                        Arc::new(AcpBackend::new(&agent.name, acp.clone())),
+                    );
+                }
             }
         }
         let secrets = match &config.auth {
@@ -189,6 +193,7 @@ impl Server {
             self.runtime.wait_runs(deadline).await;
         }
         self.runtime.stop_streams();
+        self.runtime.shutdown_agents().await;
         self.runtime.flush_store().await;
         if let Some(graceful) = graceful
             && tokio::time::timeout_at(deadline.into(), graceful.shutdown())

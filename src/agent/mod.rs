@@ -9,6 +9,7 @@
 //! Implementations: [`demo::DemoAgent`] (built in, deterministic). The ACP backend implements
 //! the same trait.
 
+pub mod acp;
 pub mod demo;
 
 use std::future::Future;
@@ -30,6 +31,16 @@ pub trait Agent: Send + Sync + 'static {
     /// The future must end promptly once `turn.cancel` fires. An `Err` becomes a
     /// `RUN_ERROR` whose message is sanitized before it reaches the client.
     fn run(&self, turn: Turn, sink: EventSink) -> BoxFuture<Result<TurnEnd, AgentError>>;
+
+    /// Whether the backend can start (`/readyz`).
+    fn ready(&self) -> bool {
+        true
+    }
+
+    /// Stops whatever the backend runs (end of shutdown, after every run has ended).
+    fn shutdown(&self) -> BoxFuture<()> {
+        Box::pin(async {})
+    }
 }
 
 /// What the client sent for one run, decoded.
@@ -46,6 +57,10 @@ pub struct Turn {
     pub context: Vec<Context>,
     /// `RunAgentInput.state`, if any.
     pub client_state: Option<Value>,
+    /// The agent session this thread was last bound to (from the store), if any.
+    pub session_id: Option<String>,
+    /// The thread's shared state document when the turn started.
+    pub document: Value,
     pub cancel: CancellationToken,
 }
 
@@ -190,6 +205,11 @@ pub(crate) enum SinkItem {
         pointer: String,
         value: Value,
     },
+    /// The agent session now bound to the thread, and how it was obtained.
+    Session {
+        id: String,
+        how: String,
+    },
     Tool {
         call: ClientToolCall,
         reply: oneshot::Sender<ToolAnswer>,
@@ -233,6 +253,17 @@ impl EventSink {
             .send(SinkItem::State {
                 pointer: pointer.to_owned(),
                 value,
+            })
+            .await
+            .map_err(|_| SinkClosed)
+    }
+
+    /// Binds the thread to an agent session (persisted; shown in state as `session`).
+    pub async fn set_session(&self, id: &str, how: &str) -> Result<(), SinkClosed> {
+        self.tx
+            .send(SinkItem::Session {
+                id: id.to_owned(),
+                how: how.to_owned(),
             })
             .await
             .map_err(|_| SinkClosed)

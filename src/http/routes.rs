@@ -492,7 +492,7 @@ fn healthz(app: &App) -> Response<Body> {
 }
 
 fn readyz(app: &App) -> Response<Body> {
-    if app.runtime.is_draining() {
+    if app.runtime.is_draining() || !app.runtime.agents_ready() {
         return json_response(
             StatusCode::SERVICE_UNAVAILABLE,
             json!({"status": "unavailable"}),

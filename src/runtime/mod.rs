@@ -197,6 +197,8 @@ struct ThreadState {
     profile: Profile,
     /// Interrupts that failed closed (a late resume for them is "expired", not "unknown").
     expired_interrupts: HashSet<String>,
+    /// The agent session bound to this thread, if any.
+    session_id: Option<String>,
 }
 
 impl ThreadState {
@@ -375,6 +377,7 @@ impl Runtime {
                 agent,
                 inner.epoch,
                 inner.options.journal,
+                None,
                 None,
             )),
         };
@@ -682,6 +685,18 @@ impl Runtime {
         self.inner.stop_streams.cancel();
     }
 
+    /// Whether every agent can be started (`/readyz`).
+    pub fn agents_ready(&self) -> bool {
+        self.inner.agents.values().all(|agent| agent.ready())
+    }
+
+    /// Stops every agent backend (end of shutdown).
+    pub async fn shutdown_agents(&self) {
+        for agent in self.inner.agents.values() {
+            agent.shutdown().await;
+        }
+    }
+
     /// Moves `attachment` into its own task feeding a bounded channel; the receiver is the
     /// response body. A receiver that takes nothing for the stall timeout is cut (it can
     /// reattach with its last id); a dropped receiver detaches at once.
@@ -753,6 +768,7 @@ impl Runtime {
             self.inner.epoch,
             self.inner.options.journal,
             Some(stored.transcript),
+            stored.row.session_id.clone(),
         );
         Ok(Some(self.insert_thread(thread)))
     }
@@ -884,6 +900,7 @@ fn new_thread(
     epoch: u64,
     limits: JournalLimits,
     stored: Option<Vec<Message>>,
+    session_id: Option<String>,
 ) -> Thread {
     let history_pending = stored.is_some();
     let transcript = stored.unwrap_or_default();
@@ -901,6 +918,7 @@ fn new_thread(
             document: state::initial(agent),
             profile: Profile::V1,
             expired_interrupts: HashSet::new(),
+            session_id,
         }),
     }
 }

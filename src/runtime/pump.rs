@@ -77,7 +77,7 @@ pub(super) fn start(
         phase: watch::Sender::new(Phase::Running),
         aliases: Mutex::new(vec![input.run_id.clone()]),
     });
-    let (new_messages, history) = {
+    let (new_messages, history, session_id, document) = {
         let mut state = lock(&thread.state);
         let new = state.take_new(&input.messages);
         state.live = Some(run.clone());
@@ -91,7 +91,12 @@ pub(super) fn start(
                 inner.options.history_max_bytes,
             )
         });
-        (new, history)
+        (
+            new,
+            history,
+            state.session_id.clone(),
+            state.document.clone(),
+        )
     };
     let title = new_messages.iter().find_map(|m| match m {
         Message::User(user) => Some(title_of(&user.content.text())),
@@ -124,6 +129,8 @@ pub(super) fn start(
         tools: input.tools,
         context: input.context,
         client_state: input.state,
+        session_id,
+        document,
         cancel: run.cancel.child_token(),
     };
     let span = tracing::info_span!("run", thread.id = %thread.id, run.id = %run.id);
@@ -272,6 +279,16 @@ impl Pump {
         match item {
             SinkItem::Event(event) => self.writer.translate(event),
             SinkItem::State { pointer, value } => self.writer.set_state(&pointer, value),
+            SinkItem::Session { id, how } => {
+                lock(&self.writer.thread.state).session_id = Some(id.clone());
+                self.writer.rt.inner.store.set_session(
+                    &self.writer.thread.id,
+                    &id,
+                    &how,
+                    now_ms() as i64,
+                );
+                self.writer.set_state("/session", Value::String(id));
+            }
             SinkItem::Tool { call, reply } => {
                 let id = call.tool_call_id.clone();
                 self.writer.translate(AgentEvent::ToolCallStart {

@@ -264,6 +264,19 @@ impl Store {
         });
     }
 
+    /// Binds a thread to an agent session; `how` (new, loaded, ...) goes into metadata.
+    pub fn set_session(&self, thread_id: &str, session_id: &str, how: &str, now: i64) {
+        let (thread_id, session_id) = (thread_id.to_owned(), session_id.to_owned());
+        let metadata = serde_json::json!({"session": {"id": session_id, "how": how}}).to_string();
+        self.enqueue("session", move |conn| {
+            conn.execute(
+                "UPDATE threads SET session_id = ?2, metadata = ?3, updated_at = ?4 WHERE id = ?1",
+                params![thread_id, session_id, metadata, now],
+            )?;
+            Ok(())
+        });
+    }
+
     /// Sets a thread's status (`idle|running|suspended`).
     pub fn set_status(&self, thread_id: &str, status: &str, now: i64) {
         let (thread_id, status) = (thread_id.to_owned(), status.to_owned());

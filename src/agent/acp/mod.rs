@@ -1,0 +1,540 @@
+//! The ACP backend: any Agent Client Protocol agent (Claude Code, Codex, Gemini CLI, ...)
+//! served through the [`Agent`] seam.
+//!
+//! Per configured agent: a pool of up to `pool_size` processes (`process.rs`), each hosting
+//! many sessions; idle processes are stopped after `idle_ttl`. A thread maps to one ACP
+//! session; after a restart (or on another process) the stored session is loaded with
+//! `session/load` when the agent offers it, its replay swallowed (the transcript is already
+//! in our store), else a new session starts and the thread's state says so.
+//!
+//! One turn = one `session/prompt`. Updates are translated as they arrive (`translate.rs`).
+//! A permission request is answered at once (`permissions = "allow"|"deny"`, by option
+//! kind) or becomes human in the loop (`"ask"`): the AG-UI segment ends while the ACP turn
+//! stays blocked in `session/prompt`, and the answer from a later request is sent back as
+//! the chosen `optionId`. Cancel sends `session/cancel`; a pending permission is answered
+//! `cancelled`.
+
+mod process;
+mod translate;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_client_protocol::ErrorCode;
+use agent_client_protocol::v1::schema::{
+    CancelNotification, LoadSessionRequest, NewSessionRequest, PromptRequest,
+    RequestPermissionResponse,
+};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    Agent, AgentError, BoxFuture, EventSink, PermissionOption, PermissionOutcome,
+    PermissionRequest, SinkClosed, Turn, TurnEnd,
+};
+use crate::config::{AcpConfig, Permissions};
+use crate::protocol::input::{ContentPart, MediaSource, Message};
+use process::{AcpProcess, Busy, PermissionResponder, SessionEvent};
+use translate::UpdateTranslator;
+
+/// How long a cancelled prompt may take to answer before the turn gives up on it.
+const CANCEL_WAIT: Duration = Duration::from_millis(1000);
+
+/// One configured ACP agent.
+pub struct AcpBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    name: String,
+    config: AcpConfig,
+    processes: Mutex<Vec<Arc<AcpProcess>>>,
+    /// thread id -> (process, session id).
+    sessions: Mutex<HashMap<String, (Arc<AcpProcess>, String)>>,
+    spawning: tokio::sync::Mutex<()>,
+    reaper: AtomicBool,
+    stopped: CancellationToken,
+}
+
+impl AcpBackend {
+    pub fn new(name: &str, config: AcpConfig) -> AcpBackend {
+        AcpBackend {
+            inner: Arc::new(Inner {
+                name: name.to_owned(),
+                config,
+                processes: Mutex::new(Vec::new()),
+                sessions: Mutex::new(HashMap::new()),
+                spawning: tokio::sync::Mutex::new(()),
+                reaper: AtomicBool::new(false),
+                stopped: CancellationToken::new(),
+            }),
+        }
+    }
+
+    /// Number of running agent processes.
+    pub fn process_count(&self) -> usize {
+        let mut processes = lock(&self.inner.processes);
+        processes.retain(|p| p.is_alive());
+        processes.len()
+    }
+}
+
+impl Agent for AcpBackend {
+    fn run(&self, turn: Turn, sink: EventSink) -> BoxFuture<Result<TurnEnd, AgentError>> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            match inner.turn(turn, &sink).await {
+                Ok(end) => Ok(end),
+                Err(Stop::Closed) => Ok(TurnEnd::Cancelled),
+                Err(Stop::Failed(error)) => Err(error),
+            }
+        })
+    }
+
+    fn ready(&self) -> bool {
+        process::startable(&self.inner.config.command)
+    }
+
+    fn shutdown(&self) -> BoxFuture<()> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            inner.stopped.cancel();
+            let processes: Vec<_> = lock(&inner.processes).drain(..).collect();
+            lock(&inner.sessions).clear();
+            for process in processes {
+                process.stop().await;
+            }
+        })
+    }
+}
+
+/// Why a turn stopped early.
+enum Stop {
+    /// The run is over on our side (the sink closed).
+    Closed,
+    Failed(AgentError),
+}
+
+impl From<SinkClosed> for Stop {
+    fn from(_: SinkClosed) -> Stop {
+        Stop::Closed
+    }
+}
+
+impl From<AgentError> for Stop {
+    fn from(error: AgentError) -> Stop {
+        Stop::Failed(error)
+    }
+}
+
+impl Inner {
+    async fn turn(self: &Arc<Self>, turn: Turn, sink: &EventSink) -> Result<TurnEnd, Stop> {
+        let (process, session) = self.session_for(&turn, sink).await?;
+        let _busy = Busy::new(process.clone());
+        let mut events = process.router.register(&session);
+        let blocks = prompt_blocks(&turn, &process);
+        if blocks.is_empty() {
+            process.router.unregister(&session);
+            return Ok(TurnEnd::Finished { result: None });
+        }
+        let prompt: PromptRequest = cast(json!({"sessionId": session, "prompt": blocks}))?;
+        let connection = process.connection.clone();
+        let (done_tx, mut done) = oneshot::channel();
+        tokio::spawn(async move {
+            let _ = done_tx.send(connection.send_request(prompt).block_task().await);
+        });
+        let files = turn.document["files"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let mut translator = UpdateTranslator::default().with_files(files);
+        let mut cancel_sent = false;
+        let cancel_wait = tokio::time::sleep(Duration::from_secs(u64::MAX / 4));
+        tokio::pin!(cancel_wait);
+        let result = loop {
+            tokio::select! {
+                biased;
+                Some(event) = events.recv() => match event {
+                    SessionEvent::Update(update) => translator.apply(&update, sink).await?,
+                    SessionEvent::Permission(request, responder) => {
+                        self.permission(&request, responder, &mut translator, sink).await?;
+                    }
+                },
+                () = turn.cancel.cancelled(), if !cancel_sent => {
+                    cancel_sent = true;
+                    let cancel: CancelNotification = cast(json!({"sessionId": session}))?;
+                    if let Err(error) = process.connection.send_notification(cancel) {
+                        tracing::debug!(%error, "session/cancel not sent");
+                    }
+                    cancel_wait.as_mut().reset(tokio::time::Instant::now() + CANCEL_WAIT);
+                }
+                answer = &mut done => {
+                    while let Ok(event) = events.try_recv() {
+                        match event {
+                            SessionEvent::Update(update) => translator.apply(&update, sink).await?,
+                            SessionEvent::Permission(_, responder) => {
+                                let _ = responder.respond(process::cancelled());
+                            }
+                        }
+                    }
+                    break answer;
+                }
+                () = &mut cancel_wait => {
+                    process.router.unregister(&session);
+                    translator.close(sink).await?;
+                    return Ok(TurnEnd::Cancelled);
+                }
+                () = process.exited.cancelled() => {
+                    process.router.unregister(&session);
+                    self.forget_process(&process);
+                    translator.close(sink).await?;
+                    return Err(Stop::Failed(AgentError::Failed {
+                        code: "AGENT_EXITED".to_owned(),
+                        message: process.exit_report(),
+                    }));
+                }
+            }
+        };
+        process.router.unregister(&session);
+        translator.close(sink).await?;
+        match result {
+            Ok(Ok(response)) => {
+                let response = serde_json::to_value(&response).unwrap_or(Value::Null);
+                match response["stopReason"].as_str() {
+                    Some("cancelled") => Ok(TurnEnd::Cancelled),
+                    Some("refusal") => Err(Stop::Failed(AgentError::Failed {
+                        code: "REFUSAL".to_owned(),
+                        message: "the agent refused to continue".to_owned(),
+                    })),
+                    _ if cancel_sent => Ok(TurnEnd::Cancelled),
+                    Some(reason) => Ok(TurnEnd::Finished {
+                        result: (reason != "end_turn").then(|| json!({"stopReason": reason})),
+                    }),
+                    None => Ok(TurnEnd::Finished { result: None }),
+                }
+            }
+            Ok(Err(error)) => {
+                if error.code == ErrorCode::AUTH_REQUIRED {
+                    Err(Stop::Failed(AgentError::Failed {
+                        code: "AUTH_REQUIRED".to_owned(),
+                        message: format!(
+                            "agent {} needs authentication: {}",
+                            self.name, error.message
+                        ),
+                    }))
+                } else if !process.is_alive() {
+                    self.forget_process(&process);
+                    Err(Stop::Failed(AgentError::Failed {
+                        code: "AGENT_EXITED".to_owned(),
+                        message: process.exit_report(),
+                    }))
+                } else {
+                    Err(Stop::Failed(AgentError::Failed {
+                        code: "AGENT_ERROR".to_owned(),
+                        message: error.message,
+                    }))
+                }
+            }
+            Err(_) => Err(Stop::Failed(AgentError::Failed {
+                code: "AGENT_EXITED".to_owned(),
+                message: process.exit_report(),
+            })),
+        }
+    }
+
+    /// Answers a permission request: at once by kind, or through the client.
+    async fn permission(
+        &self,
+        request: &Value,
+        responder: PermissionResponder,
+        translator: &mut UpdateTranslator,
+        sink: &EventSink,
+    ) -> Result<(), Stop> {
+        let options: Vec<PermissionOption> = request["options"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|o| {
+                Some(PermissionOption {
+                    option_id: o["optionId"].as_str()?.to_owned(),
+                    name: o["name"].as_str().unwrap_or_default().to_owned(),
+                    kind: o["kind"].as_str().unwrap_or_default().to_owned(),
+                })
+            })
+            .collect();
+        let by_kind = |kinds: &[&str]| {
+            kinds.iter().find_map(|kind| {
+                options
+                    .iter()
+                    .find(|o| o.kind == *kind)
+                    .map(|o| o.option_id.clone())
+            })
+        };
+        let chosen = match self.config.permissions {
+            Permissions::Allow => by_kind(&["allow_once", "allow_always"]),
+            Permissions::Deny => by_kind(&["reject_once", "reject_always"]),
+            Permissions::Ask => {
+                let tool_call = &request["toolCall"];
+                let tool_call_id = tool_call["toolCallId"].as_str().map(str::to_owned);
+                if let Some(id) = &tool_call_id
+                    && !translator.is_open(id)
+                {
+                    let mut opening = tool_call.clone();
+                    opening["sessionUpdate"] = json!("tool_call_update");
+                    if let Some(map) = opening.as_object_mut() {
+                        map.remove("status");
+                    }
+                    translator.apply(&opening, sink).await?;
+                }
+                translator.close(sink).await?;
+                let title = tool_call["title"]
+                    .as_str()
+                    .filter(|t| !t.is_empty())
+                    .map_or_else(
+                        || format!("{} asks for permission", self.name),
+                        str::to_owned,
+                    );
+                let outcome = sink
+                    .request_permission(PermissionRequest {
+                        title,
+                        tool_call_id,
+                        options: options.clone(),
+                    })
+                    .await?;
+                match outcome {
+                    PermissionOutcome::Selected { option_id }
+                        if options.iter().any(|o| o.option_id == option_id) =>
+                    {
+                        Some(option_id)
+                    }
+                    _ => None,
+                }
+            }
+        };
+        let response: RequestPermissionResponse = match chosen {
+            Some(option_id) => {
+                cast(json!({"outcome": {"outcome": "selected", "optionId": option_id}}))?
+            }
+            None => process::cancelled(),
+        };
+        if let Err(error) = responder.respond(response) {
+            tracing::debug!(%error, "permission answer not delivered");
+        }
+        Ok(())
+    }
+
+    /// The thread's session: live, loaded from an earlier process, or new.
+    async fn session_for(
+        self: &Arc<Self>,
+        turn: &Turn,
+        sink: &EventSink,
+    ) -> Result<(Arc<AcpProcess>, String), Stop> {
+        if let Some((process, session)) = lock(&self.sessions).get(&turn.thread_id).cloned()
+            && process.is_alive()
+        {
+            return Ok((process, session));
+        }
+        let process = self.acquire().await?;
+        let cwd = self
+            .config
+            .cwd
+            .clone()
+            .or_else(|| std::env::current_dir().ok())
+            .unwrap_or_else(|| "/".into());
+        if let Some(stored) = &turn.session_id {
+            if process.can("/agentCapabilities/loadSession") {
+                // The replay is history we already hold: swallow it.
+                let replay = process.router.register(stored);
+                let load: LoadSessionRequest =
+                    cast(json!({"sessionId": stored, "cwd": cwd, "mcpServers": []}))?;
+                let loaded = process.connection.send_request(load).block_task().await;
+                process.router.unregister(stored);
+                drop(replay);
+                match loaded {
+                    Ok(_) => {
+                        tracing::info!(session = %stored, "ACP session loaded");
+                        sink.set_session(stored, "loaded").await?;
+                        self.remember(&turn.thread_id, &process, stored);
+                        return Ok((process, stored.clone()));
+                    }
+                    Err(error) => {
+                        tracing::warn!(session = %stored, error = %error.message, "session/load failed; starting a new session");
+                    }
+                }
+            } else {
+                tracing::info!("the agent cannot load sessions; starting a new one");
+            }
+        }
+        let new: NewSessionRequest = cast(json!({"cwd": cwd, "mcpServers": []}))?;
+        let created = process
+            .connection
+            .send_request(new)
+            .block_task()
+            .await
+            .map_err(|error| {
+                if error.code == ErrorCode::AUTH_REQUIRED {
+                    AgentError::Failed {
+                        code: "AUTH_REQUIRED".to_owned(),
+                        message: format!(
+                            "agent {} needs authentication: {}",
+                            self.name, error.message
+                        ),
+                    }
+                } else {
+                    AgentError::Failed {
+                        code: "AGENT_ERROR".to_owned(),
+                        message: format!("session/new failed: {}", error.message),
+                    }
+                }
+            })?;
+        let session = serde_json::to_value(&created).unwrap_or(Value::Null)["sessionId"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let how = if turn.session_id.is_some() {
+            "new (earlier session could not be restored)"
+        } else {
+            "new"
+        };
+        sink.set_session(&session, how).await?;
+        self.remember(&turn.thread_id, &process, &session);
+        Ok((process, session))
+    }
+
+    fn remember(&self, thread: &str, process: &Arc<AcpProcess>, session: &str) {
+        lock(&self.sessions).insert(thread.to_owned(), (process.clone(), session.to_owned()));
+    }
+
+    fn forget_process(&self, process: &Arc<AcpProcess>) {
+        lock(&self.sessions).retain(|_, (p, _)| !Arc::ptr_eq(p, process));
+        lock(&self.processes).retain(|p| !Arc::ptr_eq(p, process));
+    }
+
+    /// A process for a new session: an idle one, a new one while the pool has room, else
+    /// the least busy.
+    async fn acquire(self: &Arc<Self>) -> Result<Arc<AcpProcess>, AgentError> {
+        let _spawning = self.spawning.lock().await;
+        {
+            let mut processes = lock(&self.processes);
+            processes.retain(|p| p.is_alive());
+            if let Some(idle) = processes
+                .iter()
+                .find(|p| p.active.load(Ordering::SeqCst) == 0)
+            {
+                return Ok(idle.clone());
+            }
+            if processes.len() >= self.config.pool_size
+                && let Some(least) = processes
+                    .iter()
+                    .min_by_key(|p| p.active.load(Ordering::SeqCst))
+            {
+                return Ok(least.clone());
+            }
+        }
+        let process = AcpProcess::spawn(&self.name, &self.config).await?;
+        lock(&self.processes).push(process.clone());
+        if !self.reaper.swap(true, Ordering::SeqCst) {
+            tokio::spawn(reap(Arc::downgrade(self)));
+        }
+        Ok(process)
+    }
+}
+
+/// Stops processes idle for `idle_ttl`.
+async fn reap(inner: std::sync::Weak<Inner>) {
+    loop {
+        let (period, stopped) = match inner.upgrade() {
+            Some(inner) => (
+                (inner.config.idle_ttl / 4)
+                    .clamp(Duration::from_millis(100), Duration::from_secs(30)),
+                inner.stopped.clone(),
+            ),
+            None => return,
+        };
+        tokio::select! {
+            () = stopped.cancelled() => return,
+            () = tokio::time::sleep(period) => {}
+        }
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let idle: Vec<Arc<AcpProcess>> = {
+            let processes = lock(&inner.processes);
+            processes
+                .iter()
+                .filter(|p| {
+                    p.active.load(Ordering::SeqCst) == 0 && p.idle_for() >= inner.config.idle_ttl
+                })
+                .cloned()
+                .collect()
+        };
+        for process in idle {
+            tracing::info!(agent = %inner.name, "stopping an idle agent process");
+            inner.forget_process(&process);
+            process.stop().await;
+        }
+    }
+}
+
+/// The prompt for a turn: context first, then the new user messages (text; images when the
+/// agent accepts them).
+fn prompt_blocks(turn: &Turn, process: &AcpProcess) -> Vec<Value> {
+    let mut blocks = Vec::new();
+    if !turn.context.is_empty() {
+        let lines: Vec<String> = turn
+            .context
+            .iter()
+            .map(|c| format!("- {}: {}", c.description, c.value))
+            .collect();
+        blocks.push(json!({"type": "text", "text": format!("Context:\n{}", lines.join("\n"))}));
+    }
+    let images = process.can("/agentCapabilities/promptCapabilities/image");
+    for message in &turn.new_messages {
+        let Message::User(user) = message else {
+            continue;
+        };
+        match &user.content {
+            crate::protocol::input::Content::Text(text) => {
+                blocks.push(json!({"type": "text", "text": text}));
+            }
+            crate::protocol::input::Content::Parts(parts) => {
+                for part in parts {
+                    match part {
+                        ContentPart::Text { text } => {
+                            blocks.push(json!({"type": "text", "text": text}))
+                        }
+                        ContentPart::Image(media) if images => {
+                            if let MediaSource::Data { value, mime_type } = &media.source {
+                                blocks.push(
+                                    json!({"type": "image", "data": value, "mimeType": mime_type}),
+                                );
+                            }
+                        }
+                        ContentPart::Binary {
+                            mime_type,
+                            data: Some(data),
+                            ..
+                        } if images && mime_type.starts_with("image/") => {
+                            blocks.push(
+                                json!({"type": "image", "data": data, "mimeType": mime_type}),
+                            );
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    blocks
+}
+
+fn cast<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, AgentError> {
+    serde_json::from_value(value).map_err(|e| AgentError::Backend(format!("ACP message: {e}")))
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}

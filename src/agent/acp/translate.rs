@@ -1,0 +1,330 @@
+//! ACP `session/update` -> agent events and shared-state changes, per the mapping in
+//! the ACP notes: message and thought chunks, tool calls (opened before any result), plan,
+//! usage, locations and diffs, commands/mode/config/session info, and unknown variants as
+//! `CUSTOM acp.<variant>`. Works on the update's JSON so a variant this build does not know
+//! is passed on, never dropped and never fatal.
+
+use std::collections::HashSet;
+
+use serde_json::{Value, json};
+
+use crate::agent::{AgentEvent, EventSink, SinkClosed};
+
+/// One session turn's translation state.
+#[derive(Debug, Default)]
+pub(super) struct UpdateTranslator {
+    text: Option<String>,
+    thought: Option<String>,
+    /// Tool calls opened on the AG-UI stream.
+    tools: HashSet<String>,
+    /// Tool calls already answered with a result.
+    answered: HashSet<String>,
+    files: Vec<Value>,
+    counter: u64,
+}
+
+impl UpdateTranslator {
+    /// The AG-UI id of an ACP tool call (known, or not).
+    pub(super) fn is_open(&self, tool_call_id: &str) -> bool {
+        self.tools.contains(tool_call_id)
+    }
+
+    pub(super) async fn apply(
+        &mut self,
+        update: &Value,
+        sink: &EventSink,
+    ) -> Result<(), SinkClosed> {
+        let kind = update["sessionUpdate"].as_str().unwrap_or("");
+        match kind {
+            "agent_message_chunk" => {
+                let Some(text) = text_of(&update["content"]) else {
+                    return Ok(());
+                };
+                self.close_thought(sink).await?;
+                let id = self.message_id(update, false);
+                if self.text.as_deref() != Some(id.as_str()) {
+                    self.close_text(sink).await?;
+                    sink.send(AgentEvent::TextStart {
+                        message_id: id.clone(),
+                    })
+                    .await?;
+                    self.text = Some(id.clone());
+                }
+                sink.send(AgentEvent::TextDelta {
+                    message_id: id,
+                    delta: text,
+                })
+                .await
+            }
+            "agent_thought_chunk" => {
+                let Some(text) = text_of(&update["content"]) else {
+                    return Ok(());
+                };
+                self.close_text(sink).await?;
+                let id = self.message_id(update, true);
+                if self.thought.as_deref() != Some(id.as_str()) {
+                    self.close_thought(sink).await?;
+                    sink.send(AgentEvent::ReasoningStart {
+                        message_id: id.clone(),
+                    })
+                    .await?;
+                    self.thought = Some(id.clone());
+                }
+                sink.send(AgentEvent::ReasoningDelta {
+                    message_id: id,
+                    delta: text,
+                })
+                .await
+            }
+            "user_message_chunk" => Ok(()),
+            "tool_call" => {
+                self.close_text(sink).await?;
+                self.close_thought(sink).await?;
+                let id = update["toolCallId"].as_str().unwrap_or_default().to_owned();
+                if id.is_empty() {
+                    return Ok(());
+                }
+                self.open_tool(&id, update, sink).await?;
+                self.track_files(update, sink).await?;
+                self.maybe_result(&id, update, sink).await
+            }
+            "tool_call_update" => {
+                let id = update["toolCallId"].as_str().unwrap_or_default().to_owned();
+                if id.is_empty() {
+                    return Ok(());
+                }
+                if !self.tools.contains(&id) {
+                    self.close_text(sink).await?;
+                    self.close_thought(sink).await?;
+                    self.open_tool(&id, update, sink).await?;
+                }
+                self.track_files(update, sink).await?;
+                self.maybe_result(&id, update, sink).await
+            }
+            "plan" => {
+                let todos: Vec<Value> = update["entries"]
+                    .as_array()
+                    .map(|entries| {
+                        entries
+                            .iter()
+                            .map(|e| {
+                                json!({
+                                    "content": e["content"].as_str().unwrap_or_default(),
+                                    "status": e["status"].as_str().unwrap_or("pending"),
+                                    "priority": e["priority"].as_str().unwrap_or("medium"),
+                                })
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                sink.set_state("/todos", Value::Array(todos)).await
+            }
+            "usage_update" => {
+                let mut usage = json!({"used": update["used"], "size": update["size"]});
+                if let Some(cost) = update.get("cost").filter(|c| !c.is_null()) {
+                    usage["cost"] = cost.clone();
+                }
+                sink.set_state("/usage", usage).await
+            }
+            "available_commands_update" => {
+                sink.set_state("/commands", update["availableCommands"].clone())
+                    .await
+            }
+            "current_mode_update" => {
+                sink.set_state("/mode", update["currentModeId"].clone())
+                    .await
+            }
+            "config_option_update" => sink.set_state("/config", without_tag(update)).await,
+            "session_info_update" => {
+                if let Some(title) = update["title"].as_str() {
+                    sink.set_state("/title", json!(title)).await?;
+                }
+                Ok(())
+            }
+            other => {
+                let name = if other.is_empty() { "unknown" } else { other };
+                sink.send(AgentEvent::Custom {
+                    name: format!("acp.{name}"),
+                    value: update.clone(),
+                })
+                .await
+            }
+        }
+    }
+
+    /// Closes the open text message and thought (before a tool call or the end).
+    pub(super) async fn close(&mut self, sink: &EventSink) -> Result<(), SinkClosed> {
+        self.close_text(sink).await?;
+        self.close_thought(sink).await
+    }
+
+    async fn close_text(&mut self, sink: &EventSink) -> Result<(), SinkClosed> {
+        if let Some(id) = self.text.take() {
+            sink.send(AgentEvent::TextEnd { message_id: id }).await?;
+        }
+        Ok(())
+    }
+
+    async fn close_thought(&mut self, sink: &EventSink) -> Result<(), SinkClosed> {
+        if let Some(id) = self.thought.take() {
+            sink.send(AgentEvent::ReasoningEnd { message_id: id })
+                .await?;
+        }
+        Ok(())
+    }
+
+    fn message_id(&mut self, update: &Value, thought: bool) -> String {
+        if let Some(id) = update["messageId"].as_str().filter(|id| !id.is_empty()) {
+            return format!("acp-{id}");
+        }
+        let current = if thought { &self.thought } else { &self.text };
+        if let Some(id) = current {
+            return id.clone();
+        }
+        self.counter += 1;
+        format!(
+            "acp-{}-{}",
+            if thought { "thought" } else { "msg" },
+            uuid::Uuid::new_v4()
+        )
+    }
+
+    async fn open_tool(
+        &mut self,
+        id: &str,
+        update: &Value,
+        sink: &EventSink,
+    ) -> Result<(), SinkClosed> {
+        if !self.tools.insert(id.to_owned()) {
+            return Ok(());
+        }
+        let name = ["name", "kind", "title"]
+            .iter()
+            .find_map(|k| update[*k].as_str().filter(|s| !s.is_empty()))
+            .unwrap_or("tool")
+            .to_owned();
+        sink.send(AgentEvent::ToolCallStart {
+            tool_call_id: id.to_owned(),
+            name,
+            parent_message_id: None,
+        })
+        .await?;
+        if let Some(input) = update.get("rawInput").filter(|v| !v.is_null()) {
+            sink.send(AgentEvent::ToolCallArgs {
+                tool_call_id: id.to_owned(),
+                delta: input.to_string(),
+            })
+            .await?;
+        }
+        sink.send(AgentEvent::ToolCallEnd {
+            tool_call_id: id.to_owned(),
+        })
+        .await
+    }
+
+    async fn maybe_result(
+        &mut self,
+        id: &str,
+        update: &Value,
+        sink: &EventSink,
+    ) -> Result<(), SinkClosed> {
+        let status = update["status"].as_str().unwrap_or("");
+        if !matches!(status, "completed" | "failed") || self.answered.contains(id) {
+            return Ok(());
+        }
+        self.answered.insert(id.to_owned());
+        let mut content = contents_text(&update["content"]);
+        if content.is_empty()
+            && let Some(raw) = update.get("rawOutput").filter(|v| !v.is_null())
+        {
+            content = match raw {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+        }
+        if status == "failed" && content.is_empty() {
+            content = "the tool call failed".to_owned();
+        }
+        sink.send(AgentEvent::ToolCallResult {
+            tool_call_id: id.to_owned(),
+            message_id: format!("result-{id}"),
+            content,
+        })
+        .await
+    }
+
+    async fn track_files(&mut self, update: &Value, sink: &EventSink) -> Result<(), SinkClosed> {
+        let action = match update["kind"].as_str() {
+            Some(kind @ ("read" | "edit" | "delete" | "move")) => kind,
+            _ => "read",
+        };
+        let mut changed = false;
+        for location in update["locations"].as_array().into_iter().flatten() {
+            if let Some(path) = location["path"].as_str() {
+                changed |= self.note_file(path, action);
+            }
+        }
+        for item in update["content"].as_array().into_iter().flatten() {
+            if item["type"] == "diff"
+                && let Some(path) = item["path"].as_str()
+            {
+                changed |= self.note_file(path, "edit");
+            }
+        }
+        if changed {
+            sink.set_state("/files", Value::Array(self.files.clone()))
+                .await?;
+        }
+        Ok(())
+    }
+
+    fn note_file(&mut self, path: &str, action: &str) -> bool {
+        let entry = json!({"path": path, "action": action});
+        if self.files.contains(&entry) {
+            return false;
+        }
+        self.files.push(entry);
+        true
+    }
+
+    /// Starts from the files the thread's state already lists.
+    pub(super) fn with_files(mut self, files: Vec<Value>) -> UpdateTranslator {
+        self.files = files;
+        self
+    }
+}
+
+fn text_of(content: &Value) -> Option<String> {
+    match content["type"].as_str() {
+        Some("text") => content["text"]
+            .as_str()
+            .map(str::to_owned)
+            .filter(|t| !t.is_empty()),
+        Some("resource_link") => content["uri"].as_str().map(|u| format!("[{u}]")),
+        _ => None,
+    }
+}
+
+/// The text of a tool call's `content` list.
+fn contents_text(content: &Value) -> String {
+    content
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|item| match item["type"].as_str() {
+            Some("content") => text_of(&item["content"]),
+            Some("diff") => item["path"].as_str().map(|p| format!("edited {p}")),
+            Some("terminal") => item["terminalId"].as_str().map(|t| format!("terminal {t}")),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn without_tag(update: &Value) -> Value {
+    let mut value = update.clone();
+    if let Some(map) = value.as_object_mut() {
+        map.remove("sessionUpdate");
+    }
+    value
+}
