@@ -249,7 +249,7 @@ impl Inner {
     async fn permission(
         &self,
         request: &Value,
-        responder: PermissionResponder,
+        responder: Box<PermissionResponder>,
         translator: &mut UpdateTranslator,
         sink: &EventSink,
     ) -> Result<(), Stop> {

@@ -41,7 +41,7 @@ pub(super) enum SessionEvent {
     /// The `update` of a `session/update` notification, as JSON.
     Update(Value),
     /// A `session/request_permission` request (as JSON) and where to answer it.
-    Permission(Value, PermissionResponder),
+    Permission(Value, Box<PermissionResponder>),
 }
 
 /// Routes agent messages to sessions.
@@ -82,7 +82,9 @@ impl Router {
         let session = request.session_id.to_string();
         let target = lock(&self.sessions).get(&session).cloned();
         let undelivered = match target {
-            Some(tx) => tx.send(SessionEvent::Permission(value, responder)).err(),
+            Some(tx) => tx
+                .send(SessionEvent::Permission(value, Box::new(responder)))
+                .err(),
             None => {
                 let _ = responder.respond(cancelled());
                 None

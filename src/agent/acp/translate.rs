@@ -254,9 +254,11 @@ impl UpdateTranslator {
     }
 
     async fn track_files(&mut self, update: &Value, sink: &EventSink) -> Result<(), SinkClosed> {
-        let action = match update["kind"].as_str() {
-            Some(kind @ ("read" | "edit" | "delete" | "move")) => kind,
-            _ => "read",
+        let kind = update["kind"].as_str().unwrap_or("read");
+        let action = if matches!(kind, "read" | "edit" | "delete" | "move") {
+            kind
+        } else {
+            "read"
         };
         let mut changed = false;
         for location in update["locations"].as_array().into_iter().flatten() {

@@ -1,0 +1,512 @@
+//! The ACP backend against a scripted agent built on the official SDK
+//! (`examples/scripted_acp_agent.rs`): every mapped update, permissions, cancel, crash,
+//! restart-then-continue with `session/load`, pooling and idle reaping.
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use agui_serve::config::{AcpConfig, AgentConfig, AgentKind, Config, Hitl, Permissions};
+use serde_json::{Value, json};
+use support::*;
+
+fn scripted_agent() -> PathBuf {
+    // target/debug/deps/acp-<hash> -> target/debug/examples/scripted_acp_agent
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target dir");
+    let agent = dir.join("examples").join("scripted_acp_agent");
+    assert!(
+        agent.exists(),
+        "{} missing: `cargo test` builds it (or `cargo build --example scripted_acp_agent`)",
+        agent.display()
+    );
+    agent
+}
+
+fn acp_agent(
+    name: &str,
+    permissions: Permissions,
+    pool_size: usize,
+    state: &std::path::Path,
+) -> AgentConfig {
+    let mut env = std::collections::BTreeMap::new();
+    env.insert(
+        "SCRIPTED_AGENT_STATE".to_owned(),
+        state.to_str().expect("utf8").to_owned(),
+    );
+    AgentConfig {
+        name: name.to_owned(),
+        description: "scripted ACP agent".to_owned(),
+        hitl: Hitl::Tool,
+        kind: AgentKind::Acp(AcpConfig {
+            command: vec![scripted_agent().to_str().expect("utf8").to_owned()],
+            cwd: None,
+            env,
+            pool_size,
+            idle_ttl: Duration::from_secs(600),
+            permissions,
+        }),
+    }
+}
+
+fn configure(c: &mut Config, state: &std::path::Path) {
+    c.agents = vec![
+        acp_agent("scripted", Permissions::Ask, 1, state),
+        acp_agent("scripted-allow", Permissions::Allow, 1, state),
+        acp_agent("scripted-deny", Permissions::Deny, 1, state),
+    ];
+}
+
+async fn run(server: &TestServer, agent: &str, body: &Value) -> Vec<SseFrame> {
+    let r = post_run(server, agent, body).await;
+    assert_eq!(r.status(), 200);
+    let frames = SseReader::new(r).collect().await;
+    assert_valid_segment(&frames);
+    frames
+}
+
+fn text_of(frames: &[SseFrame]) -> String {
+    frames
+        .iter()
+        .filter(|f| f.kind() == "TEXT_MESSAGE_CONTENT")
+        .map(|f| f.data["delta"].as_str().expect("delta").to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn every_mapped_update_variant() {
+    let state = temp_dir("acp-state");
+    let s = state.clone();
+    let server = TestServer::with(move |c| configure(c, &s)).await;
+
+    let frames = run(&server, "scripted", &run_body("v", "r1", "hello there")).await;
+    assert_eq!(text_of(&frames), "Echo: hello there");
+    assert_eq!(
+        frames
+            .iter()
+            .filter(|f| f.kind() == "TEXT_MESSAGE_START")
+            .count(),
+        1,
+        "chunks with one messageId are one message"
+    );
+    let view = apply_state(&frames, None).expect("state");
+    assert!(
+        view["session"]
+            .as_str()
+            .expect("session")
+            .starts_with("sess-")
+    );
+
+    let history = |run: &str, text: &str| {
+        let mut b = run_body("v", run, text);
+        b["messages"] = json!([{"id": format!("{run}-u"), "role": "user", "content": text}]);
+        b
+    };
+    let frames = run(&server, "scripted", &history("r2", "think")).await;
+    let k = kinds(&frames);
+    assert!(k.contains(&"REASONING_MESSAGE_CONTENT".to_owned()), "{k:?}");
+    assert_eq!(text_of(&frames), "Thought it through.");
+
+    let frames = run(&server, "scripted", &history("r3", "tool")).await;
+    let start = frames
+        .iter()
+        .find(|f| f.kind() == "TOOL_CALL_START")
+        .expect("tool call");
+    assert_eq!(
+        start.data["toolCallName"], "read",
+        "named by kind when there is no name"
+    );
+    let args = frames
+        .iter()
+        .find(|f| f.kind() == "TOOL_CALL_ARGS")
+        .expect("args");
+    assert_eq!(args.data["delta"], r#"{"path":"/src/main.rs"}"#);
+    let result = frames
+        .iter()
+        .find(|f| f.kind() == "TOOL_CALL_RESULT")
+        .expect("result");
+    assert!(
+        result.data["content"]
+            .as_str()
+            .expect("content")
+            .contains("fn main() {}")
+    );
+    let end = frames
+        .iter()
+        .position(|f| f.kind() == "TOOL_CALL_END")
+        .expect("end");
+    let res = frames
+        .iter()
+        .position(|f| f.kind() == "TOOL_CALL_RESULT")
+        .expect("result");
+    assert!(end < res, "opened and closed before its result");
+    let view = apply_state(&frames, None).expect("state");
+    assert_eq!(
+        view["files"],
+        json!([{"path": "/src/main.rs", "action": "read"}, {"path": "/src/lib.rs", "action": "edit"}])
+    );
+
+    let frames = run(&server, "scripted", &history("r4", "plan")).await;
+    let view = apply_state(&frames, None).expect("state");
+    assert_eq!(view["todos"].as_array().expect("todos").len(), 3);
+    assert_eq!(
+        view["todos"][1],
+        json!({"content": "change", "status": "in_progress", "priority": "medium"})
+    );
+    assert_eq!(
+        view["files"].as_array().expect("files").len(),
+        2,
+        "state survives turns"
+    );
+
+    let frames = run(&server, "scripted", &history("r5", "usage")).await;
+    let view = apply_state(&frames, None).expect("state");
+    assert_eq!(view["usage"]["used"], 1200);
+    assert_eq!(view["usage"]["size"], 200000);
+
+    let frames = run(&server, "scripted", &history("r6", "misc")).await;
+    let view = apply_state(&frames, None).expect("state");
+    assert_eq!(view["commands"][0]["name"], "review");
+    assert_eq!(view["mode"], "plan");
+    assert_eq!(view["title"], "A scripted session");
+    let custom = frames
+        .iter()
+        .find(|f| f.kind() == "CUSTOM")
+        .expect("unknown variant passed on");
+    assert_eq!(custom.data["name"], "acp.something_new");
+    assert_eq!(custom.data["value"]["detail"], 42);
+}
+
+async fn permission_round_trip(server: &TestServer, thread: &str, option: &str) -> Vec<SseFrame> {
+    let user = json!({"id": format!("{thread}-u"), "role": "user", "content": "permission"});
+    let body =
+        json!({"threadId": thread, "runId": "r1", "protocolVersion": "1.0", "messages": [user]});
+    let first = run(server, "scripted", &body).await;
+    let perm = first
+        .iter()
+        .find(|f| {
+            f.kind() == "TOOL_CALL_START" && f.data["toolCallName"] == "agui_permission_request"
+        })
+        .expect("permission request");
+    let perm_id = perm.data["toolCallId"].as_str().expect("id").to_owned();
+    let args: String = first
+        .iter()
+        .filter(|f| f.kind() == "TOOL_CALL_ARGS" && f.data["toolCallId"] == perm_id.as_str())
+        .map(|f| f.data["delta"].as_str().expect("delta").to_owned())
+        .collect();
+    let args: Value = serde_json::from_str(&args).expect("json");
+    assert_eq!(args["toolCallId"], "call-p");
+    assert_eq!(args["options"].as_array().expect("options").len(), 3);
+    let body = json!({"threadId": thread, "runId": "r2", "protocolVersion": "1.0", "messages": [
+        user,
+        {"id": format!("{thread}-a"), "role": "assistant", "toolCalls": [
+            {"id": perm_id, "type": "function", "function": {"name": "agui_permission_request", "arguments": "{}"}}]},
+        {"id": format!("{thread}-t"), "role": "tool", "toolCallId": perm_id, "content": json!({"optionId": option}).to_string()}
+    ]});
+    run(server, "scripted", &body).await
+}
+
+#[tokio::test]
+async fn permissions_ask_allow_and_deny() {
+    let state = temp_dir("acp-perm");
+    let s = state.clone();
+    let server = TestServer::with(move |c| configure(c, &s)).await;
+    let approved = permission_round_trip(&server, "pa", "yes-once").await;
+    assert_eq!(text_of(&approved), "Permission allowed.");
+    let denied = permission_round_trip(&server, "pd", "no").await;
+    assert_eq!(text_of(&denied), "Permission rejected.");
+    let result = denied
+        .iter()
+        .find(|f| f.kind() == "TOOL_CALL_RESULT")
+        .expect("result");
+    assert_eq!(result.data["toolCallId"], "call-p");
+
+    // Configured answers never reach the client.
+    let frames = run(
+        &server,
+        "scripted-allow",
+        &run_body("auto-a", "r", "permission"),
+    )
+    .await;
+    assert!(
+        !frames
+            .iter()
+            .any(|f| f.data["toolCallName"] == "agui_permission_request")
+    );
+    assert_eq!(text_of(&frames), "Permission allowed.");
+    let frames = run(
+        &server,
+        "scripted-deny",
+        &run_body("auto-d", "r", "permission"),
+    )
+    .await;
+    assert_eq!(text_of(&frames), "Permission rejected.");
+}
+
+#[tokio::test]
+async fn cancel_mid_turn_sends_session_cancel() {
+    let state = temp_dir("acp-cancel");
+    let s = state.clone();
+    let server = TestServer::with(move |c| configure(c, &s)).await;
+    let mut reader =
+        SseReader::new(post_run(&server, "scripted", &run_body("c", "rc", "slow 200")).await);
+    let mut chunks = 0;
+    while chunks < 3 {
+        let f = reader.next().await.expect("frame");
+        if f.kind() == "TEXT_MESSAGE_CONTENT" {
+            chunks += 1;
+        }
+    }
+    let r = client()
+        .post(server.url("/runs/rc/cancel"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status(), 202);
+    let rest = reader.collect().await;
+    let last = rest.last().expect("terminal");
+    assert_eq!(
+        last.data["outcome"]["type"],
+        "cancelled",
+        "{:?}",
+        kinds(&rest)
+    );
+    let streamed = rest
+        .iter()
+        .filter(|f| f.kind() == "TEXT_MESSAGE_CONTENT")
+        .count()
+        + chunks;
+    assert!(
+        streamed < 100,
+        "the agent stopped early ({streamed} chunks)"
+    );
+    // The session is still usable.
+    let mut next = run_body("c", "rc2", "after");
+    next["messages"] = json!([{"id": "rc-u", "role": "user", "content": "slow 200"}, {"id": "rc2-u", "role": "user", "content": "after"}]);
+    assert_eq!(
+        text_of(&run(&server, "scripted", &next).await),
+        "Echo: after"
+    );
+}
+
+#[tokio::test]
+async fn an_agent_crash_mid_run_is_agent_exited_and_the_thread_goes_on() {
+    let state = temp_dir("acp-crash");
+    let s = state.clone();
+    let server = TestServer::with(move |c| configure(c, &s)).await;
+    run(&server, "scripted", &run_body("k", "r0", "before")).await;
+    let mut crash = run_body("k", "r1", "crash");
+    crash["messages"] = json!([{"id": "r0-u", "role": "user", "content": "before"}, {"id": "r1-u", "role": "user", "content": "crash"}]);
+    let frames = run(&server, "scripted", &crash).await;
+    let last = frames.last().expect("terminal");
+    assert_eq!(last.kind(), "RUN_ERROR");
+    assert_eq!(last.data["code"], "AGENT_EXITED");
+    let message = last.data["message"].as_str().expect("message");
+    assert!(message.contains("crashed"), "stderr tail: {message}");
+    assert!(!message.contains("abc123secret"), "sanitized: {message}");
+    // The next run reloads the session on a fresh process.
+    let mut after = crash.clone();
+    after["runId"] = json!("r2");
+    after["messages"]
+        .as_array_mut()
+        .expect("messages")
+        .push(json!({"id": "r2-u", "role": "user", "content": "again"}));
+    assert_eq!(
+        text_of(&run(&server, "scripted", &after).await),
+        "Echo: again"
+    );
+    let thread: Value = client()
+        .get(server.url("/threads/k"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(thread["metadata"]["session"]["how"], "loaded");
+}
+
+#[tokio::test]
+async fn restart_then_continue_loads_the_session() {
+    let state = temp_dir("acp-restart");
+    let data = temp_dir("acp-restart-data");
+    let (s, d) = (state.clone(), data.clone());
+    let server = TestServer::with(move |c| {
+        configure(c, &s);
+        c.data_dir = d;
+    })
+    .await;
+    let first = run(&server, "scripted", &run_body("rs", "r1", "remember me")).await;
+    let session = apply_state(&first, None).expect("state")["session"].clone();
+    server.stop().await;
+
+    let (s, d) = (state.clone(), data.clone());
+    let server = TestServer::with(move |c| {
+        configure(c, &s);
+        c.data_dir = d;
+    })
+    .await;
+    let mut next = run_body("rs", "r2", "still you?");
+    next["messages"] = json!([{"id": "r1-u", "role": "user", "content": "remember me"}, {"id": "r2-u", "role": "user", "content": "still you?"}]);
+    let frames = run(&server, "scripted", &next).await;
+    assert_eq!(
+        frames[1].kind(),
+        "MESSAGES_SNAPSHOT",
+        "history in-band after the restart"
+    );
+    assert_eq!(text_of(&frames), "Echo: still you?");
+    assert_eq!(
+        apply_state(&frames, None).expect("state")["session"],
+        session,
+        "same session"
+    );
+    let thread: Value = client()
+        .get(server.url("/threads/rs"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(thread["metadata"]["session"]["how"], "loaded");
+    // The load replay was not streamed as a live run.
+    assert!(!text_of(&frames).contains("remember me"));
+}
+
+#[tokio::test]
+async fn two_threads_on_one_process_stream_concurrently_without_interleaving() {
+    let state = temp_dir("acp-pool");
+    let s = state.clone();
+    let server = TestServer::with(move |c| configure(c, &s)).await;
+    let a = tokio::spawn({
+        let url = server.url("/scripted");
+        async move {
+            let r = client()
+                .post(url)
+                .bearer_auth(TOKEN)
+                .json(&run_body("ta", "ra", "slow 20"))
+                .send()
+                .await
+                .expect("request");
+            SseReader::new(r).collect().await
+        }
+    });
+    let b = tokio::spawn({
+        let url = server.url("/scripted");
+        async move {
+            let r = client()
+                .post(url)
+                .bearer_auth(TOKEN)
+                .json(&run_body("tb", "rb", "slow 20"))
+                .send()
+                .await
+                .expect("request");
+            SseReader::new(r).collect().await
+        }
+    });
+    let (a, b) = (a.await.expect("a"), b.await.expect("b"));
+    for (frames, thread) in [(&a, "ta"), (&b, "tb")] {
+        assert_valid_segment(frames);
+        assert_eq!(frames[0].data["threadId"], thread);
+        let text = text_of(frames);
+        let expected: String = (1..=20).map(|i| format!("{i} ")).collect();
+        assert_eq!(text, expected, "{thread} got exactly its own chunks");
+    }
+    let sessions: std::collections::HashSet<String> = [&a, &b]
+        .iter()
+        .map(|f| {
+            apply_state(f, None).expect("state")["session"]
+                .as_str()
+                .expect("s")
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(sessions.len(), 2, "two sessions");
+}
+
+#[tokio::test]
+async fn an_idle_process_is_stopped_after_its_ttl() {
+    use agui_serve::agent::Agent;
+    use agui_serve::agent::acp::AcpBackend;
+    let state = temp_dir("acp-idle");
+    let AgentKind::Acp(mut config) = acp_agent("idle", Permissions::Ask, 1, &state).kind else {
+        panic!("acp config expected");
+    };
+    config.idle_ttl = Duration::from_millis(300);
+    let backend = std::sync::Arc::new(AcpBackend::new("idle", config));
+    let mut agents: std::collections::BTreeMap<String, std::sync::Arc<dyn Agent>> =
+        Default::default();
+    agents.insert("idle".into(), backend.clone());
+    let runtime = agui_serve::runtime::Runtime::new(
+        agents,
+        agui_serve::runtime::RuntimeOptions::new(4),
+        agui_serve::store::Store::open(&temp_dir("acp-idle-db")).expect("store"),
+    );
+    let body = run_body("i", "r", "hello");
+    let input = agui_serve::protocol::decode_run_input(body.to_string().as_bytes()).expect("input");
+    let mut attachment = runtime.start_run("idle", input).await.expect("start");
+    while attachment.next().await.is_some() {}
+    assert_eq!(backend.process_count(), 1);
+    let mut stopped = false;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if backend.process_count() == 0 {
+            stopped = true;
+            break;
+        }
+    }
+    assert!(stopped, "the idle process was not reaped");
+    backend.shutdown().await;
+}
+
+#[tokio::test]
+async fn readyz_reports_whether_agents_can_start() {
+    let state = temp_dir("acp-ready");
+    let s = state.clone();
+    let server = TestServer::with(move |c| configure(c, &s)).await;
+    let r = client()
+        .get(server.url("/readyz"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status(), 200);
+    let server = TestServer::with(|c| {
+        c.agents = vec![AgentConfig {
+            name: "missing".into(),
+            description: String::new(),
+            hitl: Hitl::Tool,
+            kind: AgentKind::Acp(AcpConfig {
+                command: vec!["/nonexistent/agent-binary".into()],
+                cwd: None,
+                env: Default::default(),
+                pool_size: 1,
+                idle_ttl: Duration::from_secs(60),
+                permissions: Permissions::Ask,
+            }),
+        }];
+    })
+    .await;
+    let r = client()
+        .get(server.url("/readyz"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status(), 503);
+    let body = r.text().await.expect("body");
+    assert!(
+        !body.contains("missing") && !body.contains("nonexistent"),
+        "no names or details: {body}"
+    );
+    // A run on it fails in-band with a clear error.
+    let frames = SseReader::new(post_run(&server, "missing", &run_body("m", "r", "hi")).await)
+        .collect()
+        .await;
+    assert_eq!(frames.last().expect("terminal").kind(), "RUN_ERROR");
+}
