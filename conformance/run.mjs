@@ -274,6 +274,78 @@ const cases = [
   },
 ];
 
+// The same clients against ACP agents fronted by the daemon: the scripted agent (built on
+// the official Rust SDK) and an agent written with the Python SDK.
+async function acpRun(lib, agentName, text, tools) {
+  const agent = agentFor(lib, agentName, randomUUID(), [userMessage(text)]);
+  const events = [];
+  await agent.runAgent({ runId: randomUUID(), tools }, { onEvent: ({ event }) => events.push(event) });
+  return { agent, events };
+}
+
+async function acpPermission(lib, agentName, optionIndex, expected) {
+  const tools = [{ name: "agui_permission_request", description: "ask the user", parameters: { type: "object" } }];
+  const { agent, events } = await acpRun(lib, agentName, "permission", tools);
+  const start = events.find((e) => e.type === "TOOL_CALL_START" && e.toolCallName === "agui_permission_request");
+  if (!start) return "no permission request";
+  const args = JSON.parse(
+    events.filter((e) => e.type === "TOOL_CALL_ARGS" && e.toolCallId === start.toolCallId).map((e) => e.delta).join(""),
+  );
+  const option = args.options[optionIndex];
+  agent.addMessage({ id: randomUUID(), role: "tool", toolCallId: start.toolCallId, content: JSON.stringify({ optionId: option.optionId }) });
+  const second = [];
+  await agent.runAgent({ runId: randomUUID(), tools }, { onEvent: ({ event }) => second.push(event) });
+  if (!second.some((e) => e.type === "TOOL_CALL_RESULT")) return "no tool result after the answer";
+  if (text(second) !== expected) return `reply ${JSON.stringify(text(second))}`;
+}
+
+const acpCases = [
+  {
+    name: "ACP scripted: text, thought, tool call, plan, usage, misc",
+    async run(lib) {
+      for (const [prompt, check] of [
+        ["hello acp", (ev) => text(ev) === "Echo: hello acp"],
+        ["think", (ev) => ev.some((e) => e.type === "REASONING_MESSAGE_CONTENT")],
+        ["tool", (ev) => ev.some((e) => e.type === "TOOL_CALL_RESULT")],
+        ["plan", (_ev, agent) => agent.state && agent.state.todos && agent.state.todos.length === 3],
+        ["usage", (_ev, agent) => agent.state && agent.state.usage && agent.state.usage.used === 1200],
+        ["misc", (ev) => ev.some((e) => e.type === "CUSTOM" && e.name === "acp.something_new")],
+      ]) {
+        const { agent, events } = await acpRun(lib, "scripted", prompt);
+        const t = terminalOf(events);
+        if (!t || t.type !== "RUN_FINISHED") return `${prompt}: terminal ${t && t.type}`;
+        if (!check(events, agent)) return `${prompt}: unexpected stream`;
+      }
+    },
+  },
+  {
+    name: "ACP scripted: permission approved and denied via agui_permission_request",
+    async run(lib) {
+      return (
+        (await acpPermission(lib, "scripted", 0, "Permission allowed.")) ||
+        (await acpPermission(lib, "scripted", 2, "Permission rejected."))
+      );
+    },
+  },
+  {
+    name: "ACP Python SDK agent: streaming text",
+    async run(lib) {
+      const { events } = await acpRun(lib, "python", "hello python");
+      if (text(events) !== "Python says: hello python") return `text ${JSON.stringify(text(events))}`;
+    },
+  },
+  {
+    name: "ACP Python SDK agent: permission approved and denied",
+    async run(lib) {
+      return (
+        (await acpPermission(lib, "python", 0, "Python: allowed")) ||
+        (await acpPermission(lib, "python", 1, "Python: rejected"))
+      );
+    },
+  },
+];
+cases.push(...acpCases);
+
 // Self-check: the harness must notice a broken server. A tiny local server sends a stream
 // without a terminal event and one with an unknown field; both must be flagged.
 async function selfCheck() {

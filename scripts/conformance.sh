@@ -8,6 +8,16 @@ bin="${1:-$root/target/debug/agui-serve}"
 
 (cd "$root/conformance" && npm ci --no-audit --no-fund --loglevel=error)
 
+# The ACP agents the suite fronts: the scripted one (official Rust SDK, built by
+# `cargo test`) and one written with the official Python SDK, in a cached virtualenv.
+scripted="$root/target/debug/examples/scripted_acp_agent"
+[ -x "$scripted" ] || (cd "$root" && cargo build --example scripted_acp_agent)
+venv="$root/conformance/.venv"
+if ! "$venv/bin/python" -c "import acp" 2>/dev/null; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "agent-client-protocol==0.12.1"
+fi
+
 work="$(mktemp -d)"
 token="conformance-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 cat >"$work/config.toml" <<'TOML'
@@ -20,6 +30,20 @@ name = "demo-interrupt"
 kind = "demo"
 hitl = "interrupt"
 description = "The demo agent, asking permission through AG-UI interrupts"
+TOML
+cat >>"$work/config.toml" <<TOML
+
+[[agents]]
+name = "scripted"
+kind = "acp"
+command = ["$scripted"]
+permissions = "ask"
+
+[[agents]]
+name = "python"
+kind = "acp"
+command = ["$venv/bin/python", "$root/tests/agents/python_acp_agent.py"]
+permissions = "ask"
 TOML
 "$bin" --config "$work/config.toml" --port 0 --token "$token" --data-dir "$work/data" --disconnect-grace 2s \
   >"$work/stdout" 2>"$work/stderr" &
