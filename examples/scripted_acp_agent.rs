@@ -17,7 +17,9 @@
 //! | `auth` | answers the prompt with error -32000 |
 //!
 //! Sessions can be loaded (`loadSession`): the history is kept in `$SCRIPTED_AGENT_STATE`
-//! (a directory) when set, so a new process can replay it.
+//! (a directory) when set, so a new process can replay it. With `SCRIPTED_AGENT_RESUME=1`
+//! it offers `session/resume` instead of `session/load`. `session/close` and
+//! `session/delete` are offered and leave a `<session>.closed` / `.deleted` marker there.
 //!
 //! Run: `cargo run --example scripted_acp_agent` (speaks ACP on stdin/stdout).
 
@@ -26,9 +28,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_client_protocol::v1::schema::{
-    CancelNotification, InitializeRequest, InitializeResponse, LoadSessionRequest,
+    CancelNotification, CloseSessionRequest, CloseSessionResponse, DeleteSessionRequest,
+    DeleteSessionResponse, InitializeRequest, InitializeResponse, LoadSessionRequest,
     LoadSessionResponse, NewSessionRequest, NewSessionResponse, PromptRequest, PromptResponse,
-    RequestPermissionRequest,
+    RequestPermissionRequest, ResumeSessionRequest, ResumeSessionResponse,
 };
 use agent_client_protocol::{Agent, ByteStreams, Client, Error, UntypedMessage};
 use serde_json::{Value, json};
@@ -75,6 +78,15 @@ fn remember(session: &str, role: &str, text: &str) {
         {
             let _ = writeln!(file, "{}", json!({"role": role, "text": text}));
         }
+    }
+}
+
+fn mark(session: &str, what: &str) {
+    if let Some(dir) = std::env::var_os("SCRIPTED_AGENT_STATE") {
+        let _ = std::fs::write(
+            std::path::Path::new(&dir).join(format!("{session}.{what}")),
+            b"",
+        );
     }
 }
 
@@ -283,9 +295,18 @@ async fn main() -> Result<(), Error> {
         .name("scripted-acp-agent")
         .on_receive_request(
             async move |request: InitializeRequest, responder, _cx| {
+                let resume = std::env::var("SCRIPTED_AGENT_RESUME").is_ok_and(|v| v == "1");
                 let response: InitializeResponse = cast(json!({
                     "protocolVersion": request.protocol_version,
-                    "agentCapabilities": {"loadSession": true, "promptCapabilities": {"image": false}},
+                    "agentCapabilities": {
+                        "loadSession": !resume,
+                        "promptCapabilities": {"image": false},
+                        "sessionCapabilities": if resume {
+                            json!({"resume": {}, "close": {}, "delete": {}})
+                        } else {
+                            json!({"close": {}, "delete": {}})
+                        }
+                    },
                     "agentInfo": {"name": "scripted-acp-agent", "version": "1.0.0"}
                 }))?;
                 responder.respond(response)
@@ -310,12 +331,46 @@ async fn main() -> Result<(), Error> {
                 {
                     for line in text.lines() {
                         let entry: Value = serde_json::from_str(line).unwrap_or(Value::Null);
-                        let kind = if entry["role"] == "user" { "user_message_chunk" } else { "agent_message_chunk" };
+                        let kind = if entry["role"] == "user" {
+                            "user_message_chunk"
+                        } else {
+                            "agent_message_chunk"
+                        };
                         let id = format!("r-{}", uuid::Uuid::new_v4());
-                        chunk(&cx, &session, kind, &id, entry["text"].as_str().unwrap_or(""))?;
+                        chunk(
+                            &cx,
+                            &session,
+                            kind,
+                            &id,
+                            entry["text"].as_str().unwrap_or(""),
+                        )?;
                     }
                 }
                 let response: LoadSessionResponse = cast(json!({}))?;
+                responder.respond(response)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: ResumeSessionRequest, responder, _cx| {
+                let _ = request.session_id;
+                let response: ResumeSessionResponse = cast(json!({}))?;
+                responder.respond(response)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: CloseSessionRequest, responder, _cx| {
+                mark(&request.session_id.to_string(), "closed");
+                let response: CloseSessionResponse = cast(json!({}))?;
+                responder.respond(response)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: DeleteSessionRequest, responder, _cx| {
+                mark(&request.session_id.to_string(), "deleted");
+                let response: DeleteSessionResponse = cast(json!({}))?;
                 responder.respond(response)
             },
             agent_client_protocol::on_receive_request!(),

@@ -510,3 +510,68 @@ async fn readyz_reports_whether_agents_can_start() {
         .await;
     assert_eq!(frames.last().expect("terminal").kind(), "RUN_ERROR");
 }
+
+#[tokio::test]
+async fn an_agent_without_load_resumes_its_session_after_a_restart() {
+    let state = temp_dir("acp-resume");
+    let data = temp_dir("acp-resume-data");
+    let with_resume = |c: &mut Config, state: &std::path::Path, data: &std::path::Path| {
+        let mut agent = acp_agent("scripted", Permissions::Ask, 1, state);
+        if let AgentKind::Acp(acp) = &mut agent.kind {
+            acp.env.insert("SCRIPTED_AGENT_RESUME".into(), "1".into());
+        }
+        c.agents = vec![agent];
+        c.data_dir = data.to_owned();
+    };
+    let (s, d) = (state.clone(), data.clone());
+    let server = TestServer::with(move |c| with_resume(c, &s, &d)).await;
+    let first = run(&server, "scripted", &run_body("rz", "r1", "one")).await;
+    let session = apply_state(&first, None).expect("state")["session"].clone();
+    server.stop().await;
+    let (s, d) = (state.clone(), data.clone());
+    let server = TestServer::with(move |c| with_resume(c, &s, &d)).await;
+    let mut next = run_body("rz", "r2", "two");
+    next["messages"] = json!([{"id": "r1-u", "role": "user", "content": "one"}, {"id": "r2-u", "role": "user", "content": "two"}]);
+    let frames = run(&server, "scripted", &next).await;
+    assert_eq!(
+        apply_state(&frames, None).expect("state")["session"],
+        session
+    );
+    let thread: Value = client()
+        .get(server.url("/threads/rz"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(thread["metadata"]["session"]["how"], "resumed");
+}
+
+#[tokio::test]
+async fn deleting_a_thread_closes_and_deletes_its_session() {
+    let state = temp_dir("acp-delete");
+    let s = state.clone();
+    let server = TestServer::with(move |c| configure(c, &s)).await;
+    let frames = run(&server, "scripted", &run_body("del", "r1", "hello")).await;
+    let session = apply_state(&frames, None).expect("state")["session"]
+        .as_str()
+        .expect("session")
+        .to_owned();
+    let r = client()
+        .delete(server.url("/threads/del"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status(), 204);
+    assert!(
+        state.join(format!("{session}.closed")).exists(),
+        "session/close sent"
+    );
+    assert!(
+        state.join(format!("{session}.deleted")).exists(),
+        "session/delete sent"
+    );
+}

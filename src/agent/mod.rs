@@ -37,6 +37,12 @@ pub trait Agent: Send + Sync + 'static {
         true
     }
 
+    /// The thread was deleted: release what the backend holds for it (an agent session).
+    fn forget_thread(&self, thread_id: &str) -> BoxFuture<()> {
+        let _ = thread_id;
+        Box::pin(async {})
+    }
+
     /// Stops whatever the backend runs (end of shutdown, after every run has ended).
     fn shutdown(&self) -> BoxFuture<()> {
         Box::pin(async {})

@@ -655,6 +655,9 @@ impl Runtime {
                     tokio::time::timeout(Duration::from_secs(5), run.finished.cancelled()).await;
             }
             lock(&self.inner.threads).remove(thread_id);
+            if let Some(agent) = self.inner.agents.get(&thread.agent) {
+                agent.forget_thread(thread_id).await;
+            }
         }
         let stored = self.inner.store.delete_thread(thread_id).await?;
         Ok(stored || thread.is_some())

@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use agent_client_protocol::ErrorCode;
 use agent_client_protocol::v1::schema::{
-    CancelNotification, LoadSessionRequest, NewSessionRequest, PromptRequest,
-    RequestPermissionResponse,
+    CancelNotification, CloseSessionRequest, DeleteSessionRequest, LoadSessionRequest,
+    NewSessionRequest, PromptRequest, RequestPermissionResponse, ResumeSessionRequest,
 };
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -96,6 +96,31 @@ impl Agent for AcpBackend {
 
     fn ready(&self) -> bool {
         process::startable(&self.inner.config.command)
+    }
+
+    fn forget_thread(&self, thread_id: &str) -> BoxFuture<()> {
+        let inner = self.inner.clone();
+        let thread_id = thread_id.to_owned();
+        Box::pin(async move {
+            let Some((process, session)) = lock(&inner.sessions).remove(&thread_id) else {
+                return;
+            };
+            if !process.is_alive() {
+                return;
+            }
+            if process.can("/agentCapabilities/sessionCapabilities/close")
+                && let Ok(close) = cast::<CloseSessionRequest>(json!({"sessionId": session}))
+                && let Err(error) = process.connection.send_request(close).block_task().await
+            {
+                tracing::debug!(error = %error.message, "session/close failed");
+            }
+            if process.can("/agentCapabilities/sessionCapabilities/delete")
+                && let Ok(delete) = cast::<DeleteSessionRequest>(json!({"sessionId": session}))
+                && let Err(error) = process.connection.send_request(delete).block_task().await
+            {
+                tracing::debug!(error = %error.message, "session/delete failed");
+            }
+        })
     }
 
     fn shutdown(&self) -> BoxFuture<()> {
@@ -364,8 +389,24 @@ impl Inner {
                         tracing::warn!(session = %stored, error = %error.message, "session/load failed; starting a new session");
                     }
                 }
+            } else if process.can("/agentCapabilities/sessionCapabilities/resume") {
+                let resume: ResumeSessionRequest =
+                    cast(json!({"sessionId": stored, "cwd": cwd, "mcpServers": []}))?;
+                match process.connection.send_request(resume).block_task().await {
+                    Ok(_) => {
+                        tracing::info!(session = %stored, "ACP session resumed");
+                        sink.set_session(stored, "resumed").await?;
+                        self.remember(&turn.thread_id, &process, stored);
+                        return Ok((process, stored.clone()));
+                    }
+                    Err(error) => {
+                        tracing::warn!(session = %stored, error = %error.message, "session/resume failed; starting a new session");
+                    }
+                }
             } else {
-                tracing::info!("the agent cannot load sessions; starting a new one");
+                tracing::info!(
+                    "the agent can neither load nor resume sessions; starting a new one"
+                );
             }
         }
         let new: NewSessionRequest = cast(json!({"cwd": cwd, "mcpServers": []}))?;
