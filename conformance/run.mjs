@@ -328,6 +328,19 @@ const acpCases = [
     },
   },
   {
+    name: "ACP scripted: frontend tool over MCP, one call on the stream",
+    async run(lib) {
+      const tools = [{ name: "chart", description: "draws a chart", parameters: { type: "object" } }];
+      const { agent, events } = await acpRun(lib, "scripted", 'mcp chart {"kind":"pie"}', tools);
+      const starts = events.filter((e) => e.type === "TOOL_CALL_START");
+      if (starts.length !== 1 || starts[0].toolCallName !== "chart") return `tool calls ${JSON.stringify(starts)}`;
+      agent.addMessage({ id: randomUUID(), role: "tool", toolCallId: starts[0].toolCallId, content: "a pie chart" });
+      const second = [];
+      await agent.runAgent({ runId: randomUUID(), tools }, { onEvent: ({ event }) => second.push(event) });
+      if (text(second) !== "MCP chart returned: a pie chart") return `reply ${JSON.stringify(text(second))}`;
+    },
+  },
+  {
     name: "ACP Python SDK agent: streaming text",
     async run(lib) {
       const { events } = await acpRun(lib, "python", "hello python");

@@ -15,6 +15,7 @@
 //! | `slow N` | N chunks 50 ms apart; honours `session/cancel` |
 //! | `crash` | one chunk, a line on stderr, then exits with status 3 |
 //! | `auth` | answers the prompt with error -32000 |
+//! | `mcp TOOL JSON` | reports a tool call, then calls TOOL on the `frontend` MCP server it was given (streamable HTTP), and reports the result |
 //!
 //! Sessions can be loaded (`loadSession`): the history is kept in `$SCRIPTED_AGENT_STATE`
 //! (a directory) when set, so a new process can replay it. With `SCRIPTED_AGENT_RESUME=1`
@@ -42,6 +43,8 @@ type Connection = agent_client_protocol::v1::ConnectionTo<Client>;
 #[derive(Default)]
 struct Shared {
     cancelled: Mutex<HashSet<String>>,
+    /// session id -> the `mcpServers` it was given.
+    mcp: Mutex<std::collections::HashMap<String, Value>>,
 }
 
 fn cast<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, Error> {
@@ -79,6 +82,90 @@ fn remember(session: &str, role: &str, text: &str) {
             let _ = writeln!(file, "{}", json!({"role": role, "text": text}));
         }
     }
+}
+
+/// Calls one tool on a streamable-HTTP MCP server, as an MCP client would.
+async fn call_mcp(server: &Value, tool: &str, args: &Value) -> Result<String, String> {
+    let url = server["url"].as_str().ok_or("no url")?;
+    let auth = server["headers"]
+        .as_array()
+        .and_then(|h| h.iter().find(|h| h["name"] == "Authorization"))
+        .and_then(|h| h["value"].as_str())
+        .unwrap_or("")
+        .to_owned();
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut session_id: Option<String> = None;
+    let mut post = async |body: Value| -> Result<Option<Value>, String> {
+        let mut request = http
+            .post(url)
+            .header("authorization", &auth)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-protocol-version", "2025-06-18")
+            .body(body.to_string());
+        if let Some(id) = &session_id {
+            request = request.header("mcp-session-id", id);
+        }
+        let response = request.send().await.map_err(|e| e.to_string())?;
+        if let Some(id) = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+        {
+            session_id = Some(id.to_owned());
+        }
+        let status = response.status();
+        let text = response.text().await.map_err(|e| e.to_string())?;
+        if !status.is_success() {
+            return Err(format!("HTTP {status}: {text}"));
+        }
+        // A JSON body, or an SSE stream whose data lines carry the JSON-RPC messages.
+        let messages: Vec<Value> = if text.trim_start().starts_with('{') {
+            serde_json::from_str(&text).into_iter().collect()
+        } else {
+            text.lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .filter_map(|d| serde_json::from_str(d.trim()).ok())
+                .collect()
+        };
+        Ok(messages
+            .into_iter()
+            .find(|m| m.get("result").is_some() || m.get("error").is_some()))
+    };
+    post(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "scripted-acp-agent", "version": "1.0.0"}}}),
+    )
+    .await?;
+    post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await?;
+    let listed = post(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})).await?;
+    let shown = listed.clone().unwrap_or(Value::Null).to_string();
+    let offered = listed
+        .and_then(|l| l["result"]["tools"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .any(|t| t["name"] == tool);
+    if !offered {
+        return Err(format!("tool {tool} not listed in {shown}"));
+    }
+    let called = post(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": tool, "arguments": args}}))
+    .await?
+    .ok_or("no answer")?;
+    if let Some(error) = called.get("error") {
+        return Err(error.to_string());
+    }
+    Ok(called["result"]["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n"))
 }
 
 fn mark(session: &str, what: &str) {
@@ -271,6 +358,57 @@ async fn play(
         "auth" => {
             return Err(Error::new(-32000, "Authentication required"));
         }
+        "mcp" => {
+            let (tool, args) = rest.split_once(' ').unwrap_or((rest, "{}"));
+            let args: Value = serde_json::from_str(args).unwrap_or(json!({}));
+            let servers = shared
+                .mcp
+                .lock()
+                .ok()
+                .and_then(|m| m.get(&session).cloned())
+                .unwrap_or(Value::Null);
+            let server = servers
+                .as_array()
+                .and_then(|list| list.iter().find(|s| s["name"] == "frontend"))
+                .cloned();
+            let Some(server) = server else {
+                chunk(
+                    &cx,
+                    &session,
+                    "agent_message_chunk",
+                    &mid,
+                    "No frontend MCP server.",
+                )?;
+                return Ok(json!({"stopReason": "end_turn"}));
+            };
+            update(
+                &cx,
+                &session,
+                json!({
+                    "sessionUpdate": "tool_call", "toolCallId": "call-mcp", "title": format!("mcp__frontend__{tool}"),
+                    "kind": "other", "status": "in_progress", "rawInput": args
+                }),
+            )?;
+            let text = match call_mcp(&server, tool, &args).await {
+                Ok(text) => text,
+                Err(error) => format!("MCP error: {error}"),
+            };
+            update(
+                &cx,
+                &session,
+                json!({
+                    "sessionUpdate": "tool_call_update", "toolCallId": "call-mcp", "status": "completed",
+                    "content": [{"type": "content", "content": {"type": "text", "text": text}}]
+                }),
+            )?;
+            chunk(
+                &cx,
+                &session,
+                "agent_message_chunk",
+                &mid,
+                &format!("MCP {tool} returned: {text}"),
+            )?;
+        }
         _ => {
             chunk(&cx, &session, "agent_message_chunk", &mid, "Echo: ")?;
             chunk(&cx, &session, "agent_message_chunk", &mid, &command)?;
@@ -301,6 +439,7 @@ async fn main() -> Result<(), Error> {
                     "agentCapabilities": {
                         "loadSession": !resume,
                         "promptCapabilities": {"image": false},
+                        "mcpCapabilities": {"http": true},
                         "sessionCapabilities": if resume {
                             json!({"resume": {}, "close": {}, "delete": {}})
                         } else {
@@ -314,9 +453,14 @@ async fn main() -> Result<(), Error> {
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
-            async move |_request: NewSessionRequest, responder, _cx| {
-                let _ = &on_new;
+            async move |request: NewSessionRequest, responder, _cx| {
                 let id = format!("sess-{}", uuid::Uuid::new_v4());
+                if let Ok(mut mcp) = on_new.mcp.lock() {
+                    mcp.insert(
+                        id.clone(),
+                        serde_json::to_value(&request.mcp_servers).unwrap_or(Value::Null),
+                    );
+                }
                 let response: NewSessionResponse = cast(json!({"sessionId": id}))?;
                 responder.respond(response)
             },

@@ -575,3 +575,55 @@ async fn deleting_a_thread_closes_and_deletes_its_session() {
         "session/delete sent"
     );
 }
+
+#[tokio::test]
+async fn frontend_tools_reach_the_agent_over_mcp_and_appear_once() {
+    let state = temp_dir("acp-mcp");
+    let s = state.clone();
+    let server = TestServer::with(move |c| configure(c, &s)).await;
+    let tools = json!([{"name": "chart", "description": "draws a chart", "parameters": {"type": "object"}}]);
+    let user = json!({"id": "mcp-u", "role": "user", "content": "mcp chart {\"kind\":\"bar\"}"});
+    let body = json!({"threadId": "mcp", "runId": "r1", "protocolVersion": "1.0", "tools": tools, "messages": [user]});
+    let first = run(&server, "scripted", &body).await;
+    let starts: Vec<&SseFrame> = first
+        .iter()
+        .filter(|f| f.kind() == "TOOL_CALL_START")
+        .collect();
+    assert_eq!(
+        starts.len(),
+        1,
+        "the agent's tool call and the frontend call are one: {:?}",
+        kinds(&first)
+    );
+    assert_eq!(starts[0].data["toolCallName"], "chart");
+    let call_id = starts[0].data["toolCallId"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let args: String = first
+        .iter()
+        .filter(|f| f.kind() == "TOOL_CALL_ARGS")
+        .map(|f| f.data["delta"].as_str().expect("delta").to_owned())
+        .collect();
+    assert_eq!(
+        serde_json::from_str::<Value>(&args).expect("json"),
+        json!({"kind": "bar"})
+    );
+    assert_eq!(
+        first.last().expect("terminal").data["outcome"]["pendingToolCallIds"],
+        json!([call_id])
+    );
+
+    let body = json!({"threadId": "mcp", "runId": "r2", "protocolVersion": "1.0", "tools": tools, "messages": [
+        user,
+        {"id": "mcp-a", "role": "assistant", "toolCalls": [{"id": call_id, "type": "function", "function": {"name": "chart", "arguments": args}}]},
+        {"id": "mcp-t", "role": "tool", "toolCallId": call_id, "content": "a bar chart"}
+    ]});
+    let second = run(&server, "scripted", &body).await;
+    assert!(
+        !second.iter().any(|f| f.kind() == "TOOL_CALL_RESULT"),
+        "the browser's result is not echoed"
+    );
+    assert!(!second.iter().any(|f| f.kind() == "TOOL_CALL_START"));
+    assert_eq!(text_of(&second), "MCP chart returned: a bar chart");
+}

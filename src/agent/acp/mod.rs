@@ -14,6 +14,7 @@
 //! the chosen `optionId`. Cancel sends `session/cancel`; a pending permission is answered
 //! `cancelled`.
 
+mod mcp;
 mod process;
 mod translate;
 
@@ -32,8 +33,8 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Agent, AgentError, BoxFuture, EventSink, PermissionOption, PermissionOutcome,
-    PermissionRequest, SinkClosed, Turn, TurnEnd,
+    Agent, AgentError, BoxFuture, ClientToolCall, EventSink, PermissionOption, PermissionOutcome,
+    PermissionRequest, SinkClosed, ToolAnswer, Turn, TurnEnd,
 };
 use crate::config::{AcpConfig, Permissions};
 use crate::protocol::input::{ContentPart, MediaSource, Message};
@@ -57,6 +58,8 @@ struct Inner {
     spawning: tokio::sync::Mutex<()>,
     reaper: AtomicBool,
     stopped: CancellationToken,
+    /// The loopback MCP listener for frontend tools (started on first need).
+    mcp: tokio::sync::OnceCell<Option<Arc<mcp::McpBridge>>>,
 }
 
 impl AcpBackend {
@@ -70,6 +73,7 @@ impl AcpBackend {
                 spawning: tokio::sync::Mutex::new(()),
                 reaper: AtomicBool::new(false),
                 stopped: CancellationToken::new(),
+                mcp: tokio::sync::OnceCell::new(),
             }),
         }
     }
@@ -105,6 +109,9 @@ impl Agent for AcpBackend {
             let Some((process, session)) = lock(&inner.sessions).remove(&thread_id) else {
                 return;
             };
+            if let Some(bridge) = inner.mcp.get().cloned().flatten() {
+                bridge.unbind(&session);
+            }
             if !process.is_alive() {
                 return;
             }
@@ -159,6 +166,9 @@ impl Inner {
     async fn turn(self: &Arc<Self>, turn: Turn, sink: &EventSink) -> Result<TurnEnd, Stop> {
         let (process, session) = self.session_for(&turn, sink).await?;
         let _busy = Busy::new(process.clone());
+        if let Some(bridge) = self.mcp.get().cloned().flatten() {
+            bridge.set_tools(&session, &turn.tools);
+        }
         let mut events = process.router.register(&session);
         let blocks = prompt_blocks(&turn, &process);
         if blocks.is_empty() {
@@ -175,7 +185,10 @@ impl Inner {
             .as_array()
             .cloned()
             .unwrap_or_default();
-        let mut translator = UpdateTranslator::default().with_files(files);
+        let frontend: Vec<String> = turn.tools.iter().map(|t| t.name.clone()).collect();
+        let mut translator = UpdateTranslator::default()
+            .with_files(files)
+            .with_frontend_tools(frontend);
         let mut cancel_sent = false;
         let cancel_wait = tokio::time::sleep(Duration::from_secs(u64::MAX / 4));
         tokio::pin!(cancel_wait);
@@ -186,6 +199,18 @@ impl Inner {
                     SessionEvent::Update(update) => translator.apply(&update, sink).await?,
                     SessionEvent::Permission(request, responder) => {
                         self.permission(&request, responder, &mut translator, sink).await?;
+                    }
+                    SessionEvent::FrontendCall { name, arguments, reply } => {
+                        // The agent's own tool_call for this MCP call (if it sent one) is
+                        // held back: the call appears once, under that id.
+                        let tool_call_id = translator
+                            .claim_frontend(&name)
+                            .unwrap_or_else(|| format!("mcp-{}", uuid::Uuid::new_v4()));
+                        translator.close(sink).await?;
+                        let answer = sink
+                            .call_client_tool(ClientToolCall { tool_call_id, name, arguments })
+                            .await?;
+                        let _ = reply.send(answer);
                     }
                 },
                 () = turn.cancel.cancelled(), if !cancel_sent => {
@@ -202,6 +227,9 @@ impl Inner {
                             SessionEvent::Update(update) => translator.apply(&update, sink).await?,
                             SessionEvent::Permission(_, responder) => {
                                 let _ = responder.respond(process::cancelled());
+                            }
+                            SessionEvent::FrontendCall { reply, .. } => {
+                                let _ = reply.send(ToolAnswer::Error("the turn is over".to_owned()));
                             }
                         }
                     }
@@ -363,6 +391,7 @@ impl Inner {
             return Ok((process, session));
         }
         let process = self.acquire().await?;
+        let (mcp_servers, mcp_handle) = self.mcp_servers(&process).await;
         let cwd = self
             .config
             .cwd
@@ -373,8 +402,11 @@ impl Inner {
             if process.can("/agentCapabilities/loadSession") {
                 // The replay is history we already hold: swallow it.
                 let replay = process.router.register(stored);
+                if let Some(handle) = &mcp_handle {
+                    handle.set_session(stored);
+                }
                 let load: LoadSessionRequest =
-                    cast(json!({"sessionId": stored, "cwd": cwd, "mcpServers": []}))?;
+                    cast(json!({"sessionId": stored, "cwd": cwd, "mcpServers": mcp_servers}))?;
                 let loaded = process.connection.send_request(load).block_task().await;
                 process.router.unregister(stored);
                 drop(replay);
@@ -390,8 +422,11 @@ impl Inner {
                     }
                 }
             } else if process.can("/agentCapabilities/sessionCapabilities/resume") {
+                if let Some(handle) = &mcp_handle {
+                    handle.set_session(stored);
+                }
                 let resume: ResumeSessionRequest =
-                    cast(json!({"sessionId": stored, "cwd": cwd, "mcpServers": []}))?;
+                    cast(json!({"sessionId": stored, "cwd": cwd, "mcpServers": mcp_servers}))?;
                 match process.connection.send_request(resume).block_task().await {
                     Ok(_) => {
                         tracing::info!(session = %stored, "ACP session resumed");
@@ -409,7 +444,7 @@ impl Inner {
                 );
             }
         }
-        let new: NewSessionRequest = cast(json!({"cwd": cwd, "mcpServers": []}))?;
+        let new: NewSessionRequest = cast(json!({"cwd": cwd, "mcpServers": mcp_servers}))?;
         let created = process
             .connection
             .send_request(new)
@@ -435,6 +470,9 @@ impl Inner {
             .as_str()
             .unwrap_or_default()
             .to_owned();
+        if let Some(handle) = &mcp_handle {
+            handle.set_session(&session);
+        }
         let how = if turn.session_id.is_some() {
             "new (earlier session could not be restored)"
         } else {
@@ -443,6 +481,34 @@ impl Inner {
         sink.set_session(&session, how).await?;
         self.remember(&turn.thread_id, &process, &session);
         Ok((process, session))
+    }
+
+    /// The `mcpServers` to give a session: the frontend-tools endpoint when the agent takes
+    /// MCP servers over HTTP.
+    async fn mcp_servers(&self, process: &Arc<AcpProcess>) -> (Vec<Value>, Option<mcp::McpHandle>) {
+        if !process.can("/agentCapabilities/mcpCapabilities/http") {
+            return (Vec::new(), None);
+        }
+        let bridge = self
+            .mcp
+            .get_or_init(|| async {
+                match mcp::McpBridge::start().await {
+                    Ok(bridge) => Some(bridge),
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot start the frontend-tools MCP endpoint");
+                        None
+                    }
+                }
+            })
+            .await
+            .clone();
+        match bridge {
+            Some(bridge) => {
+                let (entry, handle) = bridge.bind(&process.router);
+                (vec![entry], Some(handle))
+            }
+            None => (Vec::new(), None),
+        }
     }
 
     fn remember(&self, thread: &str, process: &Arc<AcpProcess>, session: &str) {

@@ -42,6 +42,12 @@ pub(super) enum SessionEvent {
     Update(Value),
     /// A `session/request_permission` request (as JSON) and where to answer it.
     Permission(Value, Box<PermissionResponder>),
+    /// A `tools/call` on the session's MCP endpoint for a frontend tool.
+    FrontendCall {
+        name: String,
+        arguments: String,
+        reply: oneshot::Sender<crate::agent::ToolAnswer>,
+    },
 }
 
 /// Routes agent messages to sessions.
@@ -55,6 +61,12 @@ impl Router {
         let (tx, rx) = mpsc::unbounded_channel();
         lock(&self.sessions).insert(session.to_owned(), tx);
         rx
+    }
+
+    /// Hands an event to the session's turn; `false` when no turn is listening.
+    pub(super) fn deliver(&self, session: &str, event: SessionEvent) -> bool {
+        let target = lock(&self.sessions).get(session).cloned();
+        target.is_some_and(|tx| tx.send(event).is_ok())
     }
 
     pub(super) fn unregister(&self, session: &str) {

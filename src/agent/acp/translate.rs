@@ -21,12 +21,67 @@ pub(super) struct UpdateTranslator {
     answered: HashSet<String>,
     files: Vec<Value>,
     counter: u64,
+    /// Names of the browser's tools (served to the agent over MCP).
+    frontend: Vec<String>,
+    /// The agent's own tool calls for frontend tools, held back: id -> tool name.
+    held: Vec<(String, String, bool)>,
 }
 
 impl UpdateTranslator {
     /// The AG-UI id of an ACP tool call (known, or not).
     pub(super) fn is_open(&self, tool_call_id: &str) -> bool {
         self.tools.contains(tool_call_id)
+    }
+
+    /// The browser's tools, whose MCP calls the agent also reports as its own tool calls.
+    pub(super) fn with_frontend_tools(mut self, names: Vec<String>) -> UpdateTranslator {
+        self.frontend = names;
+        self
+    }
+
+    /// The id of a held agent tool call for frontend tool `name`, not yet used.
+    pub(super) fn claim_frontend(&mut self, name: &str) -> Option<String> {
+        let held = self
+            .held
+            .iter_mut()
+            .find(|(_, tool, claimed)| tool == name && !*claimed)?;
+        held.2 = true;
+        Some(held.0.clone())
+    }
+
+    /// Whether this update is the agent's own report of a frontend tool call (held back:
+    /// the frontend call carries it on the AG-UI stream).
+    fn frontend_report(&mut self, id: &str, update: &Value) -> bool {
+        if self.held.iter().any(|(held, _, _)| held == id) {
+            return true;
+        }
+        if self.tools.contains(id) {
+            return false;
+        }
+        let label = ["name", "title"]
+            .iter()
+            .filter_map(|k| update[*k].as_str())
+            .find_map(|label| {
+                self.frontend.iter().find(|tool| {
+                    label == tool.as_str()
+                        || [
+                            format!("__{tool}"),
+                            format!("/{tool}"),
+                            format!(".{tool}"),
+                            format!(":{tool}"),
+                        ]
+                        .iter()
+                        .any(|suffix| label.ends_with(suffix.as_str()))
+                })
+            })
+            .cloned();
+        match label {
+            Some(tool) => {
+                self.held.push((id.to_owned(), tool, false));
+                true
+            }
+            None => false,
+        }
     }
 
     pub(super) async fn apply(
@@ -81,7 +136,7 @@ impl UpdateTranslator {
                 self.close_text(sink).await?;
                 self.close_thought(sink).await?;
                 let id = update["toolCallId"].as_str().unwrap_or_default().to_owned();
-                if id.is_empty() {
+                if id.is_empty() || self.frontend_report(&id, update) {
                     return Ok(());
                 }
                 self.open_tool(&id, update, sink).await?;
@@ -90,7 +145,7 @@ impl UpdateTranslator {
             }
             "tool_call_update" => {
                 let id = update["toolCallId"].as_str().unwrap_or_default().to_owned();
-                if id.is_empty() {
+                if id.is_empty() || self.frontend_report(&id, update) {
                     return Ok(());
                 }
                 if !self.tools.contains(&id) {
