@@ -137,7 +137,7 @@ fn state_and_message_events() {
         Event::MessagesSnapshot {
             messages: json!([{"id": "1", "role": "user", "content": "x"}]),
         },
-        r#"{"type":"MESSAGES_SNAPSHOT","messages":[{"content":"x","id":"1","role":"user"}]}"#,
+        r#"{"type":"MESSAGES_SNAPSHOT","messages":[{"id":"1","role":"user","content":"x"}]}"#,
     );
     check(
         Event::ActivitySnapshot {
