@@ -179,6 +179,19 @@ async fn every_mapped_update_variant() {
         .expect("unknown variant passed on");
     assert_eq!(custom.data["name"], "acp.something_new");
     assert_eq!(custom.data["value"]["detail"], 42);
+    let thread: Value = client()
+        .get(server.url("/threads/v"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        thread["title"], "A scripted session",
+        "the agent's session title names the thread"
+    );
 }
 
 async fn permission_round_trip(server: &TestServer, thread: &str, option: &str) -> Vec<SseFrame> {
@@ -217,6 +230,9 @@ async fn permissions_ask_allow_and_deny() {
     let server = TestServer::with(move |c| configure(c, &s)).await;
     let approved = permission_round_trip(&server, "pa", "yes-once").await;
     assert_eq!(text_of(&approved), "Permission allowed.");
+    // A generic UI may answer with the option's kind.
+    let by_kind = permission_round_trip(&server, "pk", "allow_always").await;
+    assert_eq!(text_of(&by_kind), "Permission allowed.");
     let denied = permission_round_trip(&server, "pd", "no").await;
     assert_eq!(text_of(&denied), "Permission rejected.");
     let result = denied
@@ -439,7 +455,7 @@ async fn an_idle_process_is_stopped_after_its_ttl() {
     let AgentKind::Acp(mut config) = acp_agent("idle", Permissions::Ask, 1, &state).kind else {
         panic!("acp config expected");
     };
-    config.idle_ttl = Duration::from_millis(300);
+    config.idle_ttl = Duration::from_secs(600);
     let backend = std::sync::Arc::new(AcpBackend::new("idle", config));
     let mut agents: std::collections::BTreeMap<String, std::sync::Arc<dyn Agent>> =
         Default::default();
@@ -449,20 +465,27 @@ async fn an_idle_process_is_stopped_after_its_ttl() {
         agui_serve::runtime::RuntimeOptions::new(4),
         agui_serve::store::Store::open(&temp_dir("acp-idle-db")).expect("store"),
     );
+    // The turn runs on real time (a real process answers); the idle wait is paused time.
     let body = run_body("i", "r", "hello");
     let input = agui_serve::protocol::decode_run_input(body.to_string().as_bytes()).expect("input");
     let mut attachment = runtime.start_run("idle", input).await.expect("start");
     while attachment.next().await.is_some() {}
     assert_eq!(backend.process_count(), 1);
+    tokio::time::pause();
+    tokio::time::advance(Duration::from_secs(590)).await;
+    tokio::task::yield_now().await;
+    assert_eq!(backend.process_count(), 1, "still within its TTL at 590 s");
+    tokio::time::advance(Duration::from_secs(200)).await;
     let mut stopped = false;
-    for _ in 0..100 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
         if backend.process_count() == 0 {
             stopped = true;
             break;
         }
     }
     assert!(stopped, "the idle process was not reaped");
+    tokio::time::resume();
     backend.shutdown().await;
 }
 

@@ -216,6 +216,8 @@ pub(crate) enum SinkItem {
         id: String,
         how: String,
     },
+    /// A title for the thread (shown by the thread API).
+    Title(String),
     Tool {
         call: ClientToolCall,
         reply: oneshot::Sender<ToolAnswer>,
@@ -271,6 +273,14 @@ impl EventSink {
                 id: id.to_owned(),
                 how: how.to_owned(),
             })
+            .await
+            .map_err(|_| SinkClosed)
+    }
+
+    /// Names the thread (the agent's own session title).
+    pub async fn set_title(&self, title: &str) -> Result<(), SinkClosed> {
+        self.tx
+            .send(SinkItem::Title(title.to_owned()))
             .await
             .map_err(|_| SinkClosed)
     }

@@ -279,6 +279,13 @@ impl Pump {
         match item {
             SinkItem::Event(event) => self.writer.translate(event),
             SinkItem::State { pointer, value } => self.writer.set_state(&pointer, value),
+            SinkItem::Title(title) => {
+                self.writer.rt.inner.store.set_title(
+                    &self.writer.thread.id,
+                    &title,
+                    now_ms() as i64,
+                );
+            }
             SinkItem::Session { id, how } => {
                 lock(&self.writer.thread.state).session_id = Some(id.clone());
                 self.writer.rt.inner.store.set_session(

@@ -129,7 +129,7 @@ impl Suspension {
                     .and_then(|p| p.get("optionId"))
                     .and_then(Value::as_str);
                 match chosen {
-                    Some(id) if options.iter().any(|o| o.option_id == id) => {}
+                    Some(id) if options.iter().any(|o| o.option_id == id || o.kind == id) => {}
                     Some(id) => return Err(format!("unknown optionId {id:?}")),
                     None => {
                         return Err(format!(
@@ -173,14 +173,18 @@ impl Suspension {
 fn answer_for(wait: &Wait, new_messages: &[Message], resume: &[Resume]) -> Option<Answer> {
     if let Some(entry) = resume.iter().find(|e| e.interrupt_id == wait.answer_id()) {
         return Some(match (wait, entry.status) {
-            (Wait::Permission { .. }, ResumeStatus::Resolved) => {
-                let option_id = entry
+            (Wait::Permission { options, .. }, ResumeStatus::Resolved) => {
+                let chosen = entry
                     .payload
                     .as_ref()
                     .and_then(|p| p.get("optionId"))
                     .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned();
+                    .unwrap_or_default();
+                let option_id = options
+                    .iter()
+                    .find(|o| o.option_id == chosen)
+                    .or_else(|| options.iter().find(|o| o.kind == chosen))
+                    .map_or_else(|| chosen.to_owned(), |o| o.option_id.clone());
                 Answer::Permission(PermissionOutcome::Selected { option_id })
             }
             (Wait::Permission { .. }, ResumeStatus::Cancelled) => {
@@ -220,11 +224,18 @@ fn answer_for(wait: &Wait, new_messages: &[Message], resume: &[Resume]) -> Optio
             let chosen = serde_json::from_str::<Value>(&text)
                 .ok()
                 .and_then(|v| v.get("optionId").and_then(Value::as_str).map(str::to_owned));
-            match chosen {
-                Some(option_id) if options.iter().any(|o| o.option_id == option_id) => {
-                    Answer::Permission(PermissionOutcome::Selected { option_id })
-                }
-                _ => Answer::Permission(PermissionOutcome::Denied {
+            // An option is named by its id, or by its kind (`allow_once`, ...).
+            let option = chosen.and_then(|chosen| {
+                options
+                    .iter()
+                    .find(|o| o.option_id == chosen)
+                    .or_else(|| options.iter().find(|o| o.kind == chosen))
+            });
+            match option {
+                Some(option) => Answer::Permission(PermissionOutcome::Selected {
+                    option_id: option.option_id.clone(),
+                }),
+                None => Answer::Permission(PermissionOutcome::Denied {
                     reason: "the answer did not name one of the offered options".to_owned(),
                 }),
             }

@@ -277,6 +277,18 @@ impl Store {
         });
     }
 
+    /// Sets a thread's title.
+    pub fn set_title(&self, thread_id: &str, title: &str, now: i64) {
+        let (thread_id, title) = (thread_id.to_owned(), title.to_owned());
+        self.enqueue("title", move |conn| {
+            conn.execute(
+                "UPDATE threads SET title = ?2, updated_at = ?3 WHERE id = ?1",
+                params![thread_id, title, now],
+            )?;
+            Ok(())
+        });
+    }
+
     /// Sets a thread's status (`idle|running|suspended`).
     pub fn set_status(&self, thread_id: &str, status: &str, now: i64) {
         let (thread_id, status) = (thread_id.to_owned(), status.to_owned());

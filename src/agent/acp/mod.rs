@@ -358,12 +358,13 @@ impl Inner {
                     })
                     .await?;
                 match outcome {
-                    PermissionOutcome::Selected { option_id }
-                        if options.iter().any(|o| o.option_id == option_id) =>
-                    {
-                        Some(option_id)
-                    }
-                    _ => None,
+                    // The client names an option by id, or (a generic UI) by its kind.
+                    PermissionOutcome::Selected { option_id } => options
+                        .iter()
+                        .find(|o| o.option_id == option_id)
+                        .or_else(|| options.iter().find(|o| o.kind == option_id))
+                        .map(|o| o.option_id.clone()),
+                    PermissionOutcome::Denied { .. } => None,
                 }
             }
         };

@@ -10,7 +10,9 @@ use std::collections::{HashMap, VecDeque};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use agent_client_protocol::v1::schema::{
     InitializeRequest, InitializeResponse, RequestPermissionRequest, RequestPermissionResponse,

@@ -193,6 +193,7 @@ impl UpdateTranslator {
             "session_info_update" => {
                 if let Some(title) = update["title"].as_str() {
                     sink.set_state("/title", json!(title)).await?;
+                    sink.set_title(title).await?;
                 }
                 Ok(())
             }
