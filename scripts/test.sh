@@ -15,3 +15,5 @@ echo "== conformance (official AG-UI clients)"
 # `cargo test` has built the binary (the integration tests run it); build only if missing.
 [ -x "$root/target/debug/agui-serve" ] || cargo build --locked --bin agui-serve
 scripts/conformance.sh "$root/target/debug/agui-serve"
+echo "== frontend tools over MCP with an independent ACP agent (elizacp)"
+scripts/elizacp-mcp.sh "$root/target/debug/agui-serve"

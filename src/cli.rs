@@ -13,8 +13,8 @@ use clap::{Parser, Subcommand};
 use serde::Deserialize;
 
 use crate::config::{
-    AcpConfig, AgentConfig, AgentKind, Auth, BearerToken, Config, ConfigError, Hitl, LogFormat,
-    Permissions, TlsMode, TokenSource, default_data_dir, normalize_path, parse_duration,
+    AcpConfig, AgentConfig, AgentKind, Auth, BearerToken, Config, ConfigError, FrontendMcp, Hitl,
+    LogFormat, Permissions, TlsMode, TokenSource, default_data_dir, normalize_path, parse_duration,
     valid_agent_name,
 };
 
@@ -145,6 +145,7 @@ struct FileAgent {
     idle_ttl: Option<String>,
     permissions: Option<Permissions>,
     hitl: Option<Hitl>,
+    mcp_frontend_tools: Option<FrontendMcp>,
 }
 
 /// The result of resolving a command line: the configuration and where the token came from.
@@ -388,6 +389,7 @@ fn agent_from_file(agent: FileAgent) -> Result<AgentConfig, ConfigError> {
                 pool_size,
                 idle_ttl,
                 permissions: agent.permissions.unwrap_or(Permissions::Ask),
+                frontend_mcp: agent.mcp_frontend_tools.unwrap_or(FrontendMcp::Auto),
             })
         }
         other => {
@@ -426,6 +428,7 @@ fn agent_from_flag(spec: &str) -> Result<AgentConfig, ConfigError> {
         idle_ttl: None,
         permissions: None,
         hitl: None,
+        mcp_frontend_tools: None,
     })
 }
 

@@ -137,6 +137,19 @@ pub struct AcpConfig {
     pub pool_size: usize,
     pub idle_ttl: Duration,
     pub permissions: Permissions,
+    /// When to serve the browser's tools to the agent as an MCP server.
+    pub frontend_mcp: FrontendMcp,
+}
+
+/// When an ACP agent gets the frontend-tools MCP server (`mcp_frontend_tools`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FrontendMcp {
+    /// When the agent advertises `mcpCapabilities.http`.
+    Auto,
+    /// Always (for agents that take HTTP MCP servers without advertising it).
+    Always,
+    Never,
 }
 
 impl fmt::Debug for AcpConfig {
@@ -149,6 +162,7 @@ impl fmt::Debug for AcpConfig {
             .field("pool_size", &self.pool_size)
             .field("idle_ttl", &self.idle_ttl)
             .field("permissions", &self.permissions)
+            .field("frontend_mcp", &self.frontend_mcp)
             .finish()
     }
 }
@@ -327,6 +341,8 @@ impl Config {
                         value["idle_ttl"] = json!(format_duration(acp.idle_ttl));
                         value["permissions"] =
                             json!(format!("{:?}", acp.permissions).to_lowercase());
+                        value["mcp_frontend_tools"] =
+                            json!(format!("{:?}", acp.frontend_mcp).to_lowercase());
                     }
                 }
                 value

@@ -7,7 +7,9 @@ mod support;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use agui_serve::config::{AcpConfig, AgentConfig, AgentKind, Config, Hitl, Permissions};
+use agui_serve::config::{
+    AcpConfig, AgentConfig, AgentKind, Config, FrontendMcp, Hitl, Permissions,
+};
 use serde_json::{Value, json};
 use support::*;
 
@@ -49,6 +51,7 @@ fn acp_agent(
             pool_size,
             idle_ttl: Duration::from_secs(600),
             permissions,
+            frontend_mcp: FrontendMcp::Auto,
         }),
     }
 }
@@ -512,6 +515,7 @@ async fn readyz_reports_whether_agents_can_start() {
                 pool_size: 1,
                 idle_ttl: Duration::from_secs(60),
                 permissions: Permissions::Ask,
+                frontend_mcp: FrontendMcp::Auto,
             }),
         }];
     })

@@ -127,7 +127,8 @@ impl McpBridge {
         let entry = json!({
             "type": "http",
             "name": "frontend",
-            "url": format!("http://{}/mcp/{token}", self.addr),
+            // The secret also rides in the URL for agents that send no headers.
+            "url": format!("http://{}/mcp/{token}?token={secret}", self.addr),
             "headers": [{"name": "Authorization", "value": format!("Bearer {secret}")}],
         });
         (entry, McpHandle { session })
@@ -161,12 +162,19 @@ async fn handle(
     let Some(binding) = binding else {
         return plain(StatusCode::NOT_FOUND, "no such MCP endpoint");
     };
+    let from_query = req.uri().query().and_then(|q| {
+        form_urlencoded::parse(q.as_bytes())
+            .find(|(k, _)| k == "token")
+            .map(|(_, v)| v.into_owned())
+    });
     let presented = req
         .headers()
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
+        .map(str::to_owned)
+        .or(from_query)
+        .unwrap_or_default();
     let expected = binding.secret.as_bytes();
     if presented.len() != expected.len() || !bool::from(presented.as_bytes().ct_eq(expected)) {
         return plain(StatusCode::UNAUTHORIZED, "missing or invalid bearer token");
@@ -296,8 +304,9 @@ mod tests {
         let router = Arc::new(Router::default());
         let (entry, handle) = bridge.bind(&router);
         handle.set_session("s1");
-        let url = entry["url"].as_str().expect("url").to_owned();
-        assert!(url.starts_with("http://127.0.0.1:"));
+        let with_query = entry["url"].as_str().expect("url").to_owned();
+        assert!(with_query.starts_with("http://127.0.0.1:"));
+        let url = with_query.split('?').next().expect("path").to_owned();
         let auth = entry["headers"][0]["value"]
             .as_str()
             .expect("auth")
@@ -328,6 +337,15 @@ mod tests {
         let r = http
             .post(&url)
             .header("authorization", &auth)
+            .header("accept", "application/json, text/event-stream")
+            .json(&init)
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(r.status(), 200);
+        // The secret in the URL is accepted too (agents that send no headers).
+        let r = http
+            .post(&with_query)
             .header("accept", "application/json, text/event-stream")
             .json(&init)
             .send()

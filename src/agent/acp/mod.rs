@@ -36,7 +36,7 @@ use super::{
     Agent, AgentError, BoxFuture, ClientToolCall, EventSink, PermissionOption, PermissionOutcome,
     PermissionRequest, SinkClosed, ToolAnswer, Turn, TurnEnd,
 };
-use crate::config::{AcpConfig, Permissions};
+use crate::config::{AcpConfig, FrontendMcp, Permissions};
 use crate::protocol::input::{ContentPart, MediaSource, Message};
 use process::{AcpProcess, Busy, PermissionResponder, SessionEvent};
 use translate::UpdateTranslator;
@@ -487,7 +487,12 @@ impl Inner {
     /// The `mcpServers` to give a session: the frontend-tools endpoint when the agent takes
     /// MCP servers over HTTP.
     async fn mcp_servers(&self, process: &Arc<AcpProcess>) -> (Vec<Value>, Option<mcp::McpHandle>) {
-        if !process.can("/agentCapabilities/mcpCapabilities/http") {
+        let wanted = match self.config.frontend_mcp {
+            FrontendMcp::Auto => process.can("/agentCapabilities/mcpCapabilities/http"),
+            FrontendMcp::Always => true,
+            FrontendMcp::Never => false,
+        };
+        if !wanted {
             return (Vec::new(), None);
         }
         let bridge = self
