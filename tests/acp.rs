@@ -72,14 +72,6 @@ async fn run(server: &TestServer, agent: &str, body: &Value) -> Vec<SseFrame> {
     frames
 }
 
-fn text_of(frames: &[SseFrame]) -> String {
-    frames
-        .iter()
-        .filter(|f| f.kind() == "TEXT_MESSAGE_CONTENT")
-        .map(|f| f.data["delta"].as_str().expect("delta").to_owned())
-        .collect()
-}
-
 #[tokio::test]
 async fn every_mapped_update_variant() {
     let state = temp_dir("acp-state");
@@ -182,15 +174,7 @@ async fn every_mapped_update_variant() {
         .expect("unknown variant passed on");
     assert_eq!(custom.data["name"], "acp.something_new");
     assert_eq!(custom.data["value"]["detail"], 42);
-    let thread: Value = client()
-        .get(server.url("/threads/v"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request")
-        .json()
-        .await
-        .expect("json");
+    let thread: Value = get_json(&server, "/threads/v").await.1;
     assert_eq!(
         thread["title"], "A scripted session",
         "the agent's session title names the thread"
@@ -339,15 +323,7 @@ async fn an_agent_crash_mid_run_is_agent_exited_and_the_thread_goes_on() {
         text_of(&run(&server, "scripted", &after).await),
         "Echo: again"
     );
-    let thread: Value = client()
-        .get(server.url("/threads/k"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request")
-        .json()
-        .await
-        .expect("json");
+    let thread: Value = get_json(&server, "/threads/k").await.1;
     assert_eq!(thread["metadata"]["session"]["how"], "loaded");
 }
 
@@ -385,15 +361,7 @@ async fn restart_then_continue_loads_the_session() {
         session,
         "same session"
     );
-    let thread: Value = client()
-        .get(server.url("/threads/rs"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request")
-        .json()
-        .await
-        .expect("json");
+    let thread: Value = get_json(&server, "/threads/rs").await.1;
     assert_eq!(thread["metadata"]["session"]["how"], "loaded");
     // The load replay was not streamed as a live run.
     assert!(!text_of(&frames).contains("remember me"));
@@ -564,15 +532,7 @@ async fn an_agent_without_load_resumes_its_session_after_a_restart() {
         apply_state(&frames, None).expect("state")["session"],
         session
     );
-    let thread: Value = client()
-        .get(server.url("/threads/rz"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request")
-        .json()
-        .await
-        .expect("json");
+    let thread: Value = get_json(&server, "/threads/rz").await.1;
     assert_eq!(thread["metadata"]["session"]["how"], "resumed");
 }
 

@@ -21,14 +21,6 @@ fn body(thread: &str, run: &str, messages: &Value, legacy: bool) -> Value {
     b
 }
 
-fn text_of(frames: &[SseFrame]) -> String {
-    frames
-        .iter()
-        .filter(|f| f.kind() == "TEXT_MESSAGE_CONTENT")
-        .map(|f| f.data["delta"].as_str().expect("delta").to_owned())
-        .collect()
-}
-
 async fn run(server: &TestServer, body: &Value) -> Vec<SseFrame> {
     let r = post_run(server, "demo", body).await;
     assert_eq!(r.status(), 200);
@@ -56,15 +48,7 @@ fn tool_call(frames: &[SseFrame]) -> (String, String, String) {
 }
 
 async fn thread_status(server: &TestServer, thread: &str) -> Value {
-    client()
-        .get(server.url(&format!("/threads/{thread}")))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request")
-        .json()
-        .await
-        .expect("json")
+    get_json(server, &format!("/threads/{thread}")).await.1
 }
 
 #[tokio::test]
@@ -104,15 +88,9 @@ async fn frontend_tool_round_trip_for_both_profiles() {
         assert_eq!(text_of(&second), "Tool chart returned: a bar chart");
         assert_eq!(thread_status(&server, &thread).await["status"], "idle");
         // The transcript holds the call once, the result and the reply.
-        let transcript: Value = client()
-            .get(server.url(&format!("/threads/{thread}/messages")))
-            .bearer_auth(TOKEN)
-            .send()
+        let transcript: Value = get_json(&server, &format!("/threads/{thread}/messages"))
             .await
-            .expect("request")
-            .json()
-            .await
-            .expect("json");
+            .1;
         let roles: Vec<&str> = transcript["messages"]
             .as_array()
             .expect("messages")
@@ -298,15 +276,7 @@ async fn an_expired_interrupt_fails_closed_and_a_late_resume_is_an_error() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(done, "the run did not fail closed");
-    let transcript: Value = client()
-        .get(server.url("/threads/exp/messages"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request")
-        .json()
-        .await
-        .expect("json");
+    let transcript: Value = get_json(&server, "/threads/exp/messages").await.1;
     let last = transcript["messages"]
         .as_array()
         .expect("messages")
@@ -407,15 +377,7 @@ async fn new_user_input_instead_of_an_answer_fails_closed_then_runs() {
     let second = run(&server, &body("n", "r2", &messages, false)).await;
     assert_eq!(second[0].data["runId"], "r2");
     assert_eq!(text_of(&second), "You said: never mind");
-    let transcript: Value = client()
-        .get(server.url("/threads/n/messages"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request")
-        .json()
-        .await
-        .expect("json");
+    let transcript: Value = get_json(&server, "/threads/n/messages").await.1;
     let contents: Vec<String> = transcript["messages"]
         .as_array()
         .expect("messages")

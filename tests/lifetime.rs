@@ -2,6 +2,7 @@
 //! does; the slot is released exactly once.
 
 mod support;
+use support::run_input;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,10 +10,8 @@ use std::time::Duration;
 
 use agui_serve::agent::Agent;
 use agui_serve::agent::demo::DemoAgent;
-use agui_serve::protocol::decode_run_input;
 use agui_serve::runtime::{Runtime, RuntimeOptions};
 use agui_serve::store::Store;
-use serde_json::json;
 use tokio::time::Instant;
 
 fn runtime(grace: Duration) -> Runtime {
@@ -22,14 +21,6 @@ fn runtime(grace: Duration) -> Runtime {
     options.disconnect_grace = grace;
     let store = Store::open(&support::temp_dir("life")).expect("store");
     Runtime::new(agents, options, store)
-}
-
-fn input(thread: &str, run: &str, text: &str) -> agui_serve::protocol::RunAgentInput {
-    let body = json!({
-        "threadId": thread, "runId": run, "protocolVersion": "1.0",
-        "messages": [{"id": format!("{run}-u"), "role": "user", "content": text}],
-    });
-    decode_run_input(body.to_string().as_bytes()).expect("valid input")
 }
 
 async fn wait_idle(runtime: &Runtime, thread: &str) {
@@ -46,7 +37,7 @@ async fn wait_idle(runtime: &Runtime, thread: &str) {
 async fn a_disconnected_run_finishes_and_its_transcript_is_stored() {
     let runtime = runtime(Duration::from_secs(30));
     let attachment = runtime
-        .start_run("demo", input("t", "r", "/slow 5 1000"))
+        .start_run("demo", run_input("t", "r", "/slow 5 1000"))
         .await
         .expect("start");
     drop(attachment); // the client went away at once
@@ -86,7 +77,7 @@ async fn a_disconnected_run_finishes_and_its_transcript_is_stored() {
 async fn a_run_with_nobody_attached_for_the_grace_is_cancelled() {
     let runtime = runtime(Duration::from_secs(30));
     let attachment = runtime
-        .start_run("demo", input("t", "r", "/slow 1000 1000"))
+        .start_run("demo", run_input("t", "r", "/slow 1000 1000"))
         .await
         .expect("start");
     let started = Instant::now();
@@ -115,7 +106,7 @@ async fn a_run_with_nobody_attached_for_the_grace_is_cancelled() {
 async fn reattaching_within_the_grace_keeps_the_run_alive() {
     let runtime = runtime(Duration::from_secs(30));
     let attachment = runtime
-        .start_run("demo", input("t", "r", "/slow 90 1000"))
+        .start_run("demo", run_input("t", "r", "/slow 90 1000"))
         .await
         .expect("start");
     let started = Instant::now();
@@ -145,7 +136,7 @@ async fn an_unanswered_approval_times_out_as_a_denial() {
     let store = Store::open(&support::temp_dir("timeout")).expect("store");
     let runtime = Runtime::new(agents, options, store);
     let mut attachment = runtime
-        .start_run("demo", input("t", "r", "/approve delete everything"))
+        .start_run("demo", run_input("t", "r", "/approve delete everything"))
         .await
         .expect("start");
     let mut last = Vec::new();

@@ -3,18 +3,17 @@
 //! always resynchronise, never a silent gap.
 
 mod support;
+use support::run_input;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use agui_serve::agent::Agent;
 use agui_serve::agent::demo::DemoAgent;
-use agui_serve::protocol::decode_run_input;
 use agui_serve::runtime::{Attachment, EventId, JournalLimits, Resume, Runtime, RuntimeOptions};
 use agui_serve::store::Store;
 use bytes::Bytes;
 use proptest::prelude::*;
-use serde_json::json;
 
 fn runtime(limits: JournalLimits) -> Runtime {
     let mut agents: BTreeMap<String, Arc<dyn Agent>> = BTreeMap::new();
@@ -23,14 +22,6 @@ fn runtime(limits: JournalLimits) -> Runtime {
     options.journal = limits;
     let store = Store::open(&support::temp_dir("rt")).expect("store");
     Runtime::new(agents, options, store)
-}
-
-fn input(thread: &str, run: &str, text: &str) -> agui_serve::protocol::RunAgentInput {
-    let body = json!({
-        "threadId": thread, "runId": run, "protocolVersion": "1.0",
-        "messages": [{"id": format!("{run}-u"), "role": "user", "content": text}],
-    });
-    decode_run_input(body.to_string().as_bytes()).expect("valid input")
 }
 
 /// The next event frame (keep-alives skipped), or `None` at the end.
@@ -83,7 +74,7 @@ proptest! {
         rt.block_on(async move {
             let runtime = runtime(JournalLimits::default());
             let mut steady = runtime
-                .start_run("demo", input("t", "r", &format!("/slow {chunks} {interval_ms}")))
+                .start_run("demo", run_input("t", "r", &format!("/slow {chunks} {interval_ms}")))
                 .await
                 .expect("start");
             let first = next_frame(&mut steady).await.expect("RUN_STARTED");
@@ -130,7 +121,7 @@ proptest! {
 async fn reattach_from_the_start_replays_the_whole_segment_exactly() {
     let runtime = runtime(JournalLimits::default());
     let steady = runtime
-        .start_run("demo", input("t", "r", "/slow 30 2"))
+        .start_run("demo", run_input("t", "r", "/slow 30 2"))
         .await
         .expect("start");
     let steady_log = drain(steady).await;
@@ -175,7 +166,7 @@ async fn unusable_ids_always_resync() {
     // Another thread, to borrow a valid-looking id from.
     let other = drain(
         runtime
-            .start_run("demo", input("other", "r0", "hi"))
+            .start_run("demo", run_input("other", "r0", "hi"))
             .await
             .expect("start"),
     )
@@ -183,7 +174,7 @@ async fn unusable_ids_always_resync() {
     let foreign_thread_id = id_of(&other[1]);
 
     let live = runtime
-        .start_run("demo", input("t", "r1", "/slow 40 20"))
+        .start_run("demo", run_input("t", "r1", "/slow 40 20"))
         .await
         .expect("start");
     let mut live = live;
@@ -224,7 +215,7 @@ async fn unusable_ids_always_resync() {
 async fn resync_reopens_the_message_in_flight_with_its_text_so_far() {
     let runtime = runtime(JournalLimits::default());
     let mut live = runtime
-        .start_run("demo", input("t", "r", "/slow 20 30"))
+        .start_run("demo", run_input("t", "r", "/slow 20 30"))
         .await
         .expect("start");
     let mut seen = 0;
@@ -269,7 +260,7 @@ async fn no_live_run_gives_a_hydration_run_and_unknown_threads_are_refused() {
     let runtime = runtime(JournalLimits::default());
     drain(
         runtime
-            .start_run("demo", input("t", "r", "hello"))
+            .start_run("demo", run_input("t", "r", "hello"))
             .await
             .expect("start"),
     )
@@ -302,7 +293,7 @@ async fn idle_threads_beyond_the_memory_bound_are_evicted_and_reload_from_the_st
     for i in 0..4 {
         let frames = drain(
             runtime
-                .start_run("demo", input(&format!("t{i}"), "r", &format!("hi {i}")))
+                .start_run("demo", run_input(&format!("t{i}"), "r", &format!("hi {i}")))
                 .await
                 .expect("start"),
         )
@@ -334,7 +325,7 @@ async fn stopping_streams_never_drops_a_journaled_terminal_frame() {
     for round in 0..100 {
         let runtime = runtime(JournalLimits::default());
         let mut attachment = runtime
-            .start_run("demo", input("t", "r", "/slow 1000 5"))
+            .start_run("demo", run_input("t", "r", "/slow 1000 5"))
             .await
             .expect("start");
         for _ in 0..4 {

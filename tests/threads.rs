@@ -10,17 +10,6 @@ use serde_json::{Value, json};
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-async fn get_json(server: &TestServer, path: &str) -> (u16, Value) {
-    let r = client()
-        .get(server.url(path))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request");
-    let status = r.status().as_u16();
-    (status, r.json().await.expect("json"))
-}
-
 #[tokio::test]
 async fn thread_api_lists_shows_and_deletes() {
     let server = TestServer::start().await;

@@ -15,9 +15,11 @@
 //! running runs up to a deadline -> [`Runtime::cancel_all`] cancels the rest (each ends with
 //! a terminal event) -> [`Runtime::stop_streams`] ends any stream still open.
 
+mod answer;
 pub mod attach;
 pub mod journal;
 mod pump;
+mod reattach;
 pub mod sanitize;
 pub mod state;
 pub mod suspension;
@@ -41,21 +43,9 @@ pub use journal::{EventId, Gap, Journal, JournalLimits};
 use crate::agent::Agent;
 use crate::config::Hitl;
 use crate::protocol::input::Message;
-use crate::protocol::{Event, Profile, RunAgentInput};
+use crate::protocol::{Profile, RunAgentInput};
 use crate::store::{Store, StoreError};
 use translator::Translator;
-
-/// How long new user input waits for a superseded (suspended) turn to finish before the
-/// turn is cancelled.
-const SUPERSEDE_WAIT: Duration = Duration::from_secs(10);
-
-/// What a request did to a suspended run.
-enum Answered {
-    Resumed(Attachment),
-    Rejected(Attachment),
-    Replay,
-    Superseded,
-}
 
 /// Frames buffered between a stream's writer task and its response body.
 const STREAM_BUFFER: usize = 16;
@@ -403,9 +393,9 @@ impl Runtime {
             let suspended = lock(&run.suspension).is_some();
             if suspended {
                 match self.answer(&thread, &run, &input, profile, has_new_input)? {
-                    Answered::Resumed(attachment) => return Ok(attachment),
-                    Answered::Rejected(attachment) => return Ok(attachment),
-                    Answered::Replay => {
+                    answer::Answered::Resumed(attachment) => return Ok(attachment),
+                    answer::Answered::Rejected(attachment) => return Ok(attachment),
+                    answer::Answered::Replay => {
                         let cursor = run.segment_start.load(Ordering::SeqCst).saturating_sub(1);
                         return Ok(self.attachment(
                             &thread,
@@ -415,10 +405,10 @@ impl Runtime {
                             attach::Mode::Segment,
                         ));
                     }
-                    Answered::Superseded => {
+                    answer::Answered::Superseded => {
                         // The old turn runs to its end with its waits failed closed; then
                         // the new input starts a run of its own.
-                        if tokio::time::timeout(SUPERSEDE_WAIT, run.finished.cancelled())
+                        if tokio::time::timeout(answer::SUPERSEDE_WAIT, run.finished.cancelled())
                             .await
                             .is_err()
                         {
@@ -467,167 +457,6 @@ impl Runtime {
             None => self.admit()?,
         };
         Ok(pump::start(self, &thread, backend, input, profile, permit))
-    }
-
-    /// A request on a thread whose run is suspended: resume it with the answers, reject a
-    /// bad `resume[]`, replay the suspended segment (no new input), or fail the waits closed
-    /// because new user input superseded them. The caller holds the decide lock.
-    fn answer(
-        &self,
-        thread: &Arc<Thread>,
-        run: &Arc<LiveRun>,
-        input: &RunAgentInput,
-        profile: Profile,
-        has_new_input: bool,
-    ) -> Result<Answered, StartError> {
-        let mut slot = lock(&run.suspension);
-        let Some(suspension) = slot.as_ref() else {
-            return Ok(Answered::Replay);
-        };
-        let new_messages: Vec<Message> = {
-            let state = lock(&thread.state);
-            input
-                .messages
-                .iter()
-                .filter(|m| !state.seen.contains(m.id()))
-                .cloned()
-                .collect()
-        };
-        let resumes = if !input.resume.is_empty() {
-            if let Err(message) = suspension.check_resume(&input.resume) {
-                drop(slot);
-                return Ok(Answered::Rejected(
-                    self.rejection(thread, input, profile, message),
-                ));
-            }
-            true
-        } else {
-            suspension.answered_by_messages(&new_messages)
-        };
-        if !resumes && !has_new_input {
-            return Ok(Answered::Replay);
-        }
-        if lock(&self.inner.runs)
-            .get(&input.run_id)
-            .is_some_and(|other| !Arc::ptr_eq(other, run))
-        {
-            return Err(StartError::RunIdInUse);
-        }
-        let Some(suspension) = slot.take() else {
-            return Ok(Answered::Replay);
-        };
-        drop(slot);
-        let recorded = lock(&thread.state).take_new(&input.messages);
-        self.inner
-            .store
-            .record_messages(&thread.id, recorded, now_ms() as i64);
-        if !resumes {
-            // New user input instead of the answer: fail closed, let the old turn finish
-            // in a continuation segment of its own.
-            let run_id = suspension.segment_run_id.clone();
-            let _ = run.control.send(Control::Resume {
-                run_id,
-                parent_run_id: None,
-            });
-            suspension.fail_closed("the user sent a new message instead of answering");
-            return Ok(Answered::Superseded);
-        }
-        lock(&run.aliases).push(input.run_id.clone());
-        lock(&self.inner.runs).insert(input.run_id.clone(), run.clone());
-        let cursor = thread.journal.last_seq();
-        let attachment = self.attachment(
-            thread,
-            cursor,
-            profile,
-            Some(run.clone()),
-            attach::Mode::Segment,
-        );
-        // The pump opens the next segment before the agent can act on the answers: it
-        // handles control before it polls the agent again.
-        let _ = run.control.send(Control::Resume {
-            run_id: input.run_id.clone(),
-            parent_run_id: input.parent_run_id.clone(),
-        });
-        suspension.resolve(&new_messages, &input.resume);
-        Ok(Answered::Resumed(attachment))
-    }
-
-    /// A stream that refuses a request in-band: `RUN_STARTED` then `RUN_ERROR`. Nothing is
-    /// journaled and the thread is unchanged.
-    fn rejection(
-        &self,
-        thread: &Arc<Thread>,
-        input: &RunAgentInput,
-        profile: Profile,
-        message: String,
-    ) -> Attachment {
-        let cursor = thread.journal.last_seq();
-        let events = [
-            Event::RunStarted {
-                thread_id: thread.id.clone(),
-                run_id: input.run_id.clone(),
-                protocol_version: Some(crate::protocol::PROTOCOL_VERSION.to_owned()),
-                parent_run_id: input.parent_run_id.clone(),
-                input: None,
-            },
-            Event::RunError {
-                message,
-                code: Some("INVALID_RESUME".to_owned()),
-                usage: None,
-            },
-        ];
-        let now = now_ms();
-        let preamble = events
-            .iter()
-            .map(|e| thread.journal.frame_at(cursor, e, now, profile))
-            .collect();
-        self.attachment(thread, cursor, profile, None, attach::Mode::Preamble)
-            .with_preamble(preamble, Resume::Exact)
-    }
-
-    /// Attaches to a thread's stream after `last_event_id` (the stream route): exact replay
-    /// then live, or a resync preamble when the id cannot be honoured, or a hydration run
-    /// when nothing is live and nothing is left to replay.
-    pub async fn reattach(
-        &self,
-        thread_id: &str,
-        last_event_id: Option<&str>,
-    ) -> Result<Attachment, ReattachError> {
-        let thread = self
-            .load_thread(thread_id)
-            .await
-            .map_err(|_| ReattachError::Store)?
-            .ok_or(ReattachError::UnknownThread)?;
-        let _decide = thread.decide.lock().await;
-        let (live, profile) = {
-            let state = lock(&thread.state);
-            (state.live.clone(), state.profile)
-        };
-        let cursor = last_event_id
-            .and_then(EventId::parse)
-            .and_then(|id| thread.journal.cursor_for(id).ok());
-        match (cursor, live) {
-            (Some(cursor), Some(run)) => {
-                let attachment =
-                    self.attachment(&thread, cursor, profile, Some(run), attach::Mode::Follow);
-                Ok(attachment.with_resume(Resume::Exact))
-            }
-            (Some(cursor), None) if cursor < thread.journal.last_seq() => {
-                let attachment =
-                    self.attachment(&thread, cursor, profile, None, attach::Mode::Follow);
-                Ok(attachment.with_resume(Resume::Exact))
-            }
-            (Some(_), None) => Ok(self.hydration(&thread, profile, Resume::Exact)),
-            (None, Some(run)) => Ok(self.resync(&thread, run, profile, last_event_id.is_some())),
-            (None, None) => {
-                let resume = if last_event_id.is_some() {
-                    Resume::Resync
-                } else {
-                    Resume::Exact
-                };
-                Ok(self.hydration(&thread, profile, resume))
-            }
-        }
     }
 
     /// Cancels a live run by id. `false` when there is no such live run.
@@ -820,80 +649,6 @@ impl Runtime {
             self.inner.stop_streams.clone(),
             run,
         )
-    }
-
-    /// RUN_STARTED + MESSAGES_SNAPSHOT + STATE_SNAPSHOT + re-opened items, then live.
-    fn resync(
-        &self,
-        thread: &Arc<Thread>,
-        run: Arc<LiveRun>,
-        profile: Profile,
-        asked: bool,
-    ) -> Attachment {
-        // Lock order: translator, then thread state (the pump's order).
-        let translator = lock(&run.translator);
-        let cursor = thread.journal.last_seq();
-        let (messages, document) = {
-            let state = lock(&thread.state);
-            (transcript_json(&state.transcript), state.document.clone())
-        };
-        let mut events = vec![
-            Event::RunStarted {
-                thread_id: thread.id.clone(),
-                run_id: translator.run_id().to_owned(),
-                protocol_version: Some(crate::protocol::PROTOCOL_VERSION.to_owned()),
-                parent_run_id: None,
-                input: None,
-            },
-            Event::MessagesSnapshot { messages },
-            Event::StateSnapshot { snapshot: document },
-        ];
-        events.extend(translator.reopen());
-        drop(translator);
-        let now = now_ms();
-        let preamble = events
-            .iter()
-            .map(|e| thread.journal.frame_at(cursor, e, now, profile))
-            .collect();
-        let resume = if asked { Resume::Resync } else { Resume::Exact };
-        self.attachment(thread, cursor, profile, Some(run), attach::Mode::Follow)
-            .with_preamble(preamble, resume)
-    }
-
-    /// A short run that hands the client the thread as it is: RUN_STARTED,
-    /// MESSAGES_SNAPSHOT, STATE_SNAPSHOT, RUN_FINISHED.
-    fn hydration(&self, thread: &Arc<Thread>, profile: Profile, resume: Resume) -> Attachment {
-        let cursor = thread.journal.last_seq();
-        let (messages, document) = {
-            let state = lock(&thread.state);
-            (transcript_json(&state.transcript), state.document.clone())
-        };
-        let run_id = format!("hydrate-{}", uuid::Uuid::new_v4());
-        let events = [
-            Event::RunStarted {
-                thread_id: thread.id.clone(),
-                run_id: run_id.clone(),
-                protocol_version: Some(crate::protocol::PROTOCOL_VERSION.to_owned()),
-                parent_run_id: None,
-                input: None,
-            },
-            Event::MessagesSnapshot { messages },
-            Event::StateSnapshot { snapshot: document },
-            Event::RunFinished {
-                thread_id: thread.id.clone(),
-                run_id,
-                result: None,
-                outcome: None,
-                usage: None,
-            },
-        ];
-        let now = now_ms();
-        let preamble = events
-            .iter()
-            .map(|e| thread.journal.frame_at(cursor, e, now, profile))
-            .collect();
-        self.attachment(thread, cursor, profile, None, attach::Mode::Preamble)
-            .with_preamble(preamble, resume)
     }
 }
 

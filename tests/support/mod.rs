@@ -285,3 +285,30 @@ pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     }
     panic!("timed out waiting for {what}");
 }
+
+/// `GET {path}` with the token: status and JSON body.
+pub async fn get_json(server: &TestServer, path: &str) -> (u16, Value) {
+    let r = client()
+        .get(server.url(path))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("request");
+    let status = r.status().as_u16();
+    (status, r.json().await.expect("json"))
+}
+
+/// The text of every `TEXT_MESSAGE_CONTENT`, concatenated.
+pub fn text_of(frames: &[SseFrame]) -> String {
+    frames
+        .iter()
+        .filter(|f| f.kind() == "TEXT_MESSAGE_CONTENT")
+        .map(|f| f.data["delta"].as_str().expect("delta").to_owned())
+        .collect()
+}
+
+/// A decoded run input with one user message (for runtime-level tests).
+pub fn run_input(thread: &str, run: &str, text: &str) -> agui_serve::protocol::RunAgentInput {
+    agui_serve::protocol::decode_run_input(run_body(thread, run, text).to_string().as_bytes())
+        .expect("valid input")
+}

@@ -1,0 +1,156 @@
+//! The stream route: exact replay after a client's last event id, an explicit resync when
+//! the id cannot be honoured, or a short hydration run when nothing is live.
+
+use std::sync::Arc;
+
+use super::ReattachError;
+use super::attach::{self, Attachment, Resume};
+use super::{EventId, LiveRun, Runtime, Thread, lock, now_ms, transcript_json};
+use crate::protocol::{Event, Profile};
+
+impl Runtime {
+    /// Attaches to a thread's stream after `last_event_id` (the stream route): exact replay
+    /// then live, or a resync preamble when the id cannot be honoured, or a hydration run
+    /// when nothing is live and nothing is left to replay.
+    pub async fn reattach(
+        &self,
+        thread_id: &str,
+        last_event_id: Option<&str>,
+    ) -> Result<Attachment, ReattachError> {
+        let thread = self
+            .load_thread(thread_id)
+            .await
+            .map_err(|_| ReattachError::Store)?
+            .ok_or(ReattachError::UnknownThread)?;
+        let _decide = thread.decide.lock().await;
+        let (live, profile) = {
+            let state = lock(&thread.state);
+            (state.live.clone(), state.profile)
+        };
+        let cursor = last_event_id
+            .and_then(EventId::parse)
+            .and_then(|id| thread.journal.cursor_for(id).ok());
+        match (cursor, live) {
+            (Some(cursor), Some(run)) => {
+                let attachment =
+                    self.attachment(&thread, cursor, profile, Some(run), attach::Mode::Follow);
+                Ok(attachment.with_resume(Resume::Exact))
+            }
+            (Some(cursor), None) if cursor < thread.journal.last_seq() => {
+                let attachment =
+                    self.attachment(&thread, cursor, profile, None, attach::Mode::Follow);
+                Ok(attachment.with_resume(Resume::Exact))
+            }
+            (Some(_), None) => Ok(self.hydration(&thread, profile, Resume::Exact)),
+            (None, Some(run)) => Ok(self.resync(&thread, run, profile, last_event_id.is_some())),
+            (None, None) => {
+                let resume = if last_event_id.is_some() {
+                    Resume::Resync
+                } else {
+                    Resume::Exact
+                };
+                Ok(self.hydration(&thread, profile, resume))
+            }
+        }
+    }
+
+    /// RUN_STARTED + MESSAGES_SNAPSHOT + STATE_SNAPSHOT + re-opened items, then live.
+    fn resync(
+        &self,
+        thread: &Arc<Thread>,
+        run: Arc<LiveRun>,
+        profile: Profile,
+        asked: bool,
+    ) -> Attachment {
+        // Lock order: translator, then thread state (the pump's order).
+        let translator = lock(&run.translator);
+        let cursor = thread.journal.last_seq();
+        let (messages, document) = {
+            let state = lock(&thread.state);
+            (transcript_json(&state.transcript), state.document.clone())
+        };
+        let mut events = vec![
+            Event::RunStarted {
+                thread_id: thread.id.clone(),
+                run_id: translator.run_id().to_owned(),
+                protocol_version: Some(crate::protocol::PROTOCOL_VERSION.to_owned()),
+                parent_run_id: None,
+                input: None,
+            },
+            Event::MessagesSnapshot { messages },
+            Event::StateSnapshot { snapshot: document },
+        ];
+        events.extend(translator.reopen());
+        drop(translator);
+        let resume = if asked { Resume::Resync } else { Resume::Exact };
+        self.preamble(
+            thread,
+            cursor,
+            profile,
+            &events,
+            Some(run),
+            attach::Mode::Follow,
+            resume,
+        )
+    }
+
+    /// A short run that hands the client the thread as it is: RUN_STARTED,
+    /// MESSAGES_SNAPSHOT, STATE_SNAPSHOT, RUN_FINISHED.
+    fn hydration(&self, thread: &Arc<Thread>, profile: Profile, resume: Resume) -> Attachment {
+        let cursor = thread.journal.last_seq();
+        let (messages, document) = {
+            let state = lock(&thread.state);
+            (transcript_json(&state.transcript), state.document.clone())
+        };
+        let run_id = format!("hydrate-{}", uuid::Uuid::new_v4());
+        let events = [
+            Event::RunStarted {
+                thread_id: thread.id.clone(),
+                run_id: run_id.clone(),
+                protocol_version: Some(crate::protocol::PROTOCOL_VERSION.to_owned()),
+                parent_run_id: None,
+                input: None,
+            },
+            Event::MessagesSnapshot { messages },
+            Event::StateSnapshot { snapshot: document },
+            Event::RunFinished {
+                thread_id: thread.id.clone(),
+                run_id,
+                result: None,
+                outcome: None,
+                usage: None,
+            },
+        ];
+        self.preamble(
+            thread,
+            cursor,
+            profile,
+            &events,
+            None,
+            attach::Mode::Preamble,
+            resume,
+        )
+    }
+
+    /// An attachment that first sends `events` (each framed with the id of journal
+    /// position `cursor`, so a reconnect with it resumes right after), then follows `mode`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn preamble(
+        &self,
+        thread: &Arc<Thread>,
+        cursor: u64,
+        profile: Profile,
+        events: &[Event],
+        run: Option<Arc<LiveRun>>,
+        mode: attach::Mode,
+        resume: Resume,
+    ) -> Attachment {
+        let now = now_ms();
+        let frames = events
+            .iter()
+            .map(|e| thread.journal.frame_at(cursor, e, now, profile))
+            .collect();
+        self.attachment(thread, cursor, profile, run, mode)
+            .with_preamble(frames, resume)
+    }
+}
