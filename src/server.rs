@@ -6,7 +6,8 @@
 //! 3. wait for running runs until `shutdown_grace` minus a flush margin;
 //! 4. cancel the rest: each attached stream gets its terminal event (`RUN_ERROR` with code
 //!    `SHUTDOWN`);
-//! 5. end every stream and let connections finish, bounded by what is left of the grace.
+//! 5. end every stream, stop the agent processes (stdin EOF, SIGTERM, SIGKILL), flush the
+//!    store, and let connections finish, bounded by what is left of the grace.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -193,7 +194,14 @@ impl Server {
             self.runtime.wait_runs(deadline).await;
         }
         self.runtime.stop_streams();
-        self.runtime.shutdown_agents().await;
+        // Agent processes get what is left of the grace; any still running when it ends are
+        // killed with their process group as the backend is dropped.
+        if tokio::time::timeout_at(deadline.into(), self.runtime.shutdown_agents())
+            .await
+            .is_err()
+        {
+            tracing::info!("agent processes still stopping at the end of the grace; killing them");
+        }
         self.runtime.flush_store().await;
         if let Some(graceful) = graceful
             && tokio::time::timeout_at(deadline.into(), graceful.shutdown())

@@ -524,9 +524,7 @@ impl Runtime {
 
     /// Stops every agent backend (end of shutdown).
     pub async fn shutdown_agents(&self) {
-        for agent in self.inner.agents.values() {
-            agent.shutdown().await;
-        }
+        futures_util::future::join_all(self.inner.agents.values().map(|a| a.shutdown())).await;
     }
 
     /// Moves `attachment` into its own task feeding a bounded channel; the receiver is the

@@ -136,9 +136,8 @@ impl Agent for AcpBackend {
             inner.stopped.cancel();
             let processes: Vec<_> = lock(&inner.processes).drain(..).collect();
             lock(&inner.sessions).clear();
-            for process in processes {
-                process.stop().await;
-            }
+            // Concurrently: the whole stop sequence stays bounded whatever the pool size.
+            futures_util::future::join_all(processes.iter().map(|p| p.stop())).await;
         })
     }
 }
