@@ -8,6 +8,7 @@ use agui_serve::cli::{Cli, Command};
 use agui_serve::config::{Auth, LogFormat, TokenSource};
 use agui_serve::{Server, config::Config};
 use clap::Parser;
+use sd_notify::NotifyState;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -63,7 +64,20 @@ async fn run(config: Config, token_source: TokenSource) -> ExitCode {
     }
     let _ = stdout.flush();
     drop(stdout);
-    server.run(shutdown_signal()).await;
+    // Under systemd (Type=notify) say when we are listening and when we start stopping;
+    // without NOTIFY_SOCKET these do nothing.
+    let status = format!("listening on {url}");
+    if let Err(error) = sd_notify::notify(&[NotifyState::Ready, NotifyState::Status(&status)]) {
+        tracing::warn!(%error, "systemd notification failed");
+    }
+    server
+        .run(async {
+            shutdown_signal().await;
+            if let Err(error) = sd_notify::notify(&[NotifyState::Stopping]) {
+                tracing::warn!(%error, "systemd notification failed");
+            }
+        })
+        .await;
     ExitCode::SUCCESS
 }
 

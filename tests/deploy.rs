@@ -1,0 +1,80 @@
+//! Deployment: the systemd unit verifies, and the daemon speaks sd_notify (READY=1 when it
+//! listens, STOPPING=1 when a shutdown begins).
+
+mod support;
+
+use std::os::unix::net::UnixDatagram;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use support::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_agui-serve");
+
+#[test]
+fn the_systemd_unit_verifies() {
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/agui-serve.service"
+    ))
+    .expect("deploy/agui-serve.service");
+    assert!(unit.contains("Type=notify"));
+    assert!(unit.contains("LoadCredential=token:"));
+    assert!(unit.contains("${CREDENTIALS_DIRECTORY}/token"));
+    // Point ExecStart at the binary just built, so verify can check it exists.
+    let dir = temp_dir("unit");
+    let path = dir.join("agui-serve.service");
+    std::fs::write(&path, unit.replace("/usr/local/bin/agui-serve", BIN)).expect("write unit");
+    let output = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .expect("systemd-analyze (Debian package systemd) is needed for this test");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "systemd-analyze verify failed: {stderr}"
+    );
+    assert!(
+        stderr.trim().is_empty(),
+        "systemd-analyze verify warned: {stderr}"
+    );
+}
+
+#[test]
+fn notify_socket_gets_ready_then_stopping() {
+    let dir = temp_dir("notify");
+    let socket_path = dir.join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).expect("bind notify socket");
+    socket
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let mut child = Command::new(BIN)
+        .args(["--no-tls", "--port", "0", "--token", TOKEN, "--data-dir"])
+        .arg(dir.join("data"))
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env_remove("AGUI_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let mut buf = [0u8; 1024];
+    let n = socket.recv(&mut buf).expect("READY=1 within 20 s");
+    let ready = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(ready.lines().any(|l| l == "READY=1"), "{ready:?}");
+    assert!(
+        ready.contains("STATUS=listening on http://127.0.0.1:"),
+        "{ready:?}"
+    );
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let n = socket.recv(&mut buf).expect("STOPPING=1 after SIGTERM");
+    let stopping = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(stopping.lines().any(|l| l == "STOPPING=1"), "{stopping:?}");
+    let exit = child.wait().expect("wait");
+    assert!(exit.success(), "{exit:?}");
+}
