@@ -1,0 +1,3 @@
+module agui-serve/reverse-proxy
+
+go 1.19

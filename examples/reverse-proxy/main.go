@@ -1,0 +1,69 @@
+// A reverse proxy in front of agui-serve built on httputil.ReverseProxy, following the
+// reverse-proxy contract in agui-serve's README:
+//
+//   - streaming: FlushInterval -1 writes every SSE frame as soon as it arrives;
+//   - token: any `?token=` from the browser is stripped and the daemon's own token is set
+//     as `Authorization: Bearer ...` (the browser never sees it);
+//   - origin: the browser's Origin is not forwarded (this proxy is the trust boundary;
+//     agui-serve checks no origin on server-to-server requests);
+//   - /info URLs: Host is passed through and X-Forwarded-Proto set, so agent URLs in
+//     /info name this proxy;
+//   - body limit: requests over 8 MiB are refused here too.
+//
+// Usage: AGUI_TOKEN=... go run . -listen 127.0.0.1:8080 -upstream http://127.0.0.1:8443
+package main
+
+import (
+	"flag"
+	"log"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+)
+
+const maxBody = 8 << 20
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:8080", "address to listen on")
+	upstream := flag.String("upstream", "http://127.0.0.1:8443", "agui-serve base URL")
+	flag.Parse()
+	token := os.Getenv("AGUI_TOKEN")
+	if token == "" {
+		log.Fatal("AGUI_TOKEN is required")
+	}
+	target, err := url.Parse(*upstream)
+	if err != nil {
+		log.Fatalf("bad -upstream: %v", err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	direct := proxy.Director
+	proxy.Director = func(r *http.Request) {
+		host := r.Host
+		direct(r)
+		// Keep the browser-facing Host so /info builds URLs that name this proxy.
+		r.Host = host
+		q := r.URL.Query()
+		q.Del("token")
+		r.URL.RawQuery = q.Encode()
+		r.Header.Set("Authorization", "Bearer "+token)
+		r.Header.Del("Origin")
+		r.Header.Del("Cookie")
+		proto := "http"
+		if r.TLS != nil {
+			proto = "https"
+		}
+		r.Header.Set("X-Forwarded-Proto", proto)
+	}
+	proxy.FlushInterval = -1
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > maxBody {
+			http.Error(w, `{"code":"PAYLOAD_TOO_LARGE","message":"request body exceeds 8 MiB"}`, http.StatusRequestEntityTooLarge)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+		proxy.ServeHTTP(w, r)
+	})
+	log.Printf("proxying %s -> %s", *listen, target)
+	log.Fatal(http.ListenAndServe(*listen, handler))
+}

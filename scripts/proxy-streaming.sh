@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Puts real nginx (with the location block of deploy/nginx.conf) and the Go reverse proxy of
+# examples/reverse-proxy in front of agui-serve and shows, by arrival times, that /slow
+# chunks arrive one by one through each, not in a batch at the end.
+# Needs nginx, go and python3. Usage: scripts/proxy-streaming.sh [BINARY]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bin="${1:-$root/target/debug/agui-serve}"
+[ -x "$bin" ] || (cd "$root" && cargo build --bin agui-serve)
+work="$(mktemp -d)"
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+token="proxy-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
+"$bin" --no-tls --port 0 --token "$token" --data-dir "$work/data" >"$work/daemon.out" 2>"$work/daemon.err" &
+pids+=($!)
+daemon=""
+for _ in $(seq 1 200); do
+  daemon="$(sed -n 's/^agui-serve listening on //p' "$work/daemon.out" | head -n1)"
+  [ -n "$daemon" ] && break
+  sleep 0.05
+done
+[ -n "$daemon" ] || { cat "$work/daemon.err" >&2; exit 1; }
+daemon_port="$(echo "$daemon" | sed -E 's#http://127.0.0.1:([0-9]+)/agui#\1#')"
+
+# nginx with the location block from deploy/nginx.conf.
+nginx_port="$(free_port)"
+mkdir -p "$work/nginx/logs"
+location="$(awk '/^    location \/agui\/ \{/{p=1} p{print} p&&/^    \}/{exit}' "$root/deploy/nginx.conf")"
+[ -n "$location" ] || { echo "no location block in deploy/nginx.conf" >&2; exit 1; }
+cat >"$work/nginx/nginx.conf" <<NGINX
+worker_processes 1;
+error_log $work/nginx/logs/error.log warn;
+pid $work/nginx/nginx.pid;
+events { worker_connections 64; }
+http {
+    access_log off;
+    client_body_temp_path $work/nginx/body;
+    proxy_temp_path $work/nginx/proxy;
+    fastcgi_temp_path $work/nginx/fastcgi;
+    uwsgi_temp_path $work/nginx/uwsgi;
+    scgi_temp_path $work/nginx/scgi;
+    upstream agui_serve { server 127.0.0.1:$daemon_port; keepalive 16; }
+    server {
+        listen 127.0.0.1:$nginx_port;
+        client_max_body_size 8m;
+$location
+    }
+}
+NGINX
+nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" -g 'daemon off;' &
+pids+=($!)
+
+# The Go reverse proxy.
+go_port="$(free_port)"
+(cd "$root/examples/reverse-proxy" && GOFLAGS=-mod=mod go build -o "$work/reverse-proxy" .)
+AGUI_TOKEN="$token" "$work/reverse-proxy" -listen "127.0.0.1:$go_port" -upstream "http://127.0.0.1:$daemon_port" \
+  2>"$work/go.err" &
+pids+=($!)
+for port in "$nginx_port" "$go_port"; do
+  for _ in $(seq 1 100); do
+    python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 1)" 2>/dev/null && break
+    sleep 0.05
+  done
+done
+
+check() {
+  local name="$1" result="$2"
+  echo "$name: $result"
+  python3 - "$name" "$result" <<'PY'
+import json, sys
+name, result = sys.argv[1], json.loads(sys.argv[2])
+assert result["status"] == 200, f"{name}: HTTP {result['status']}: {result.get('body')}"
+arrivals = result["arrivals"]
+assert len(arrivals) == 6, f"{name}: {len(arrivals)} chunks"
+assert result["terminal"] == "RUN_FINISHED", f"{name}: terminal {result['terminal']}"
+# Produced 300 ms apart: buffered delivery would bunch them at the end.
+spread = arrivals[-1] - arrivals[0]
+gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+assert spread >= 1.0, f"{name}: chunks arrived together (spread {spread:.3f}s)"
+assert sum(1 for g in gaps if g >= 0.15) >= 4, f"{name}: gaps {gaps}"
+PY
+}
+check "direct" "$(python3 "$root/scripts/stream_timing.py" "$daemon/demo" "$token")"
+check "nginx" "$(python3 "$root/scripts/stream_timing.py" "http://127.0.0.1:$nginx_port/agui/demo" "$token")"
+# Through the Go proxy the browser holds no token, sends ?token= junk and an Origin the
+# daemon would refuse: the proxy strips both and sets the daemon's token itself.
+check "go-proxy" "$(python3 "$root/scripts/stream_timing.py" "http://127.0.0.1:$go_port/agui/demo?token=leaked" "" "https://evil.example")"
+echo "ok: chunks stream one by one through nginx and the Go proxy"

@@ -1,0 +1,48 @@
+"""Posts a slow run and reports when each text chunk arrived (seconds since the request).
+
+Usage: stream_timing.py URL [TOKEN] [ORIGIN]
+Prints one line of JSON: {"status": ..., "arrivals": [...], "terminal": "RUN_FINISHED"}.
+"""
+import http.client
+import json
+import sys
+import time
+import urllib.parse
+
+url = urllib.parse.urlsplit(sys.argv[1])
+token = sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] else None
+origin = sys.argv[3] if len(sys.argv) > 3 else None
+body = json.dumps({
+    "threadId": f"timing-{time.time_ns()}", "runId": "r", "protocolVersion": "1.0",
+    "messages": [{"id": "u", "role": "user", "content": "/slow 6 300"}],
+})
+headers = {"content-type": "application/json", "accept": "text/event-stream"}
+if token:
+    headers["authorization"] = f"Bearer {token}"
+if origin:
+    headers["origin"] = origin
+conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+start = time.monotonic()
+conn.request("POST", url.path + (f"?{url.query}" if url.query else ""), body=body, headers=headers)
+response = conn.getresponse()
+result = {"status": response.status, "arrivals": [], "terminal": None}
+if response.status == 200:
+    buffer = b""
+    while True:
+        chunk = response.read1(65536)
+        if not chunk:
+            break
+        now = time.monotonic() - start
+        buffer += chunk
+        while b"\n\n" in buffer:
+            frame, buffer = buffer.split(b"\n\n", 1)
+            for line in frame.split(b"\n"):
+                if line.startswith(b"data: "):
+                    event = json.loads(line[6:])
+                    if event["type"] == "TEXT_MESSAGE_CONTENT":
+                        result["arrivals"].append(round(now, 3))
+                    if event["type"] in ("RUN_FINISHED", "RUN_ERROR"):
+                        result["terminal"] = event["type"]
+else:
+    result["body"] = response.read().decode(errors="replace")
+print(json.dumps(result))
