@@ -418,3 +418,23 @@ impl Drop for Busy {
         self.0.touch();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cancelled_outcome_parses_with_the_pinned_schema() {
+        let value = serde_json::to_value(cancelled()).expect("serializes");
+        assert_eq!(value, json!({"outcome": {"outcome": "cancelled"}}));
+    }
+
+    #[test]
+    fn startable_finds_programs_on_path_and_by_path() {
+        assert!(startable(&["sh".to_owned()]));
+        assert!(startable(&["/bin/sh".to_owned(), "-c".to_owned()]));
+        assert!(!startable(&["/nonexistent/agent".to_owned()]));
+        assert!(!startable(&["no-such-agent-binary-anywhere".to_owned()]));
+        assert!(!startable(&[]));
+    }
+}
