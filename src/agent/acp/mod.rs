@@ -277,7 +277,7 @@ impl Inner {
                             self.name, error.message
                         ),
                     }))
-                } else if !process.is_alive() {
+                } else if exited_meanwhile(&process).await {
                     self.forget_process(&process);
                     Err(Stop::Failed(AgentError::Failed {
                         code: "AGENT_EXITED".to_owned(),
@@ -292,7 +292,10 @@ impl Inner {
             }
             Err(_) => Err(Stop::Failed(AgentError::Failed {
                 code: "AGENT_EXITED".to_owned(),
-                message: process.exit_report(),
+                message: {
+                    exited_meanwhile(&process).await;
+                    process.exit_report()
+                },
             })),
         }
     }
@@ -553,6 +556,22 @@ impl Inner {
         }
         Ok(process)
     }
+}
+
+/// Whether a failed prompt was the process dying: the connection fails the request as soon
+/// as stdout closes, a moment before the exit status is collected, so give the exit a
+/// moment to show (longer when the connection is known to be gone).
+async fn exited_meanwhile(process: &AcpProcess) -> bool {
+    let gone =
+        process.connection.is_incoming_closed() || process.connection.termination().is_some();
+    let wait = if gone {
+        Duration::from_secs(2)
+    } else {
+        Duration::from_millis(250)
+    };
+    tokio::time::timeout(wait, process.exited.cancelled())
+        .await
+        .is_ok()
 }
 
 /// Stops processes idle for `idle_ttl`.
