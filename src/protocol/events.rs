@@ -314,6 +314,18 @@ pub enum ReasoningRole {
 }
 
 impl Event {
+    /// The `RUN_STARTED` that opens every segment this server writes: it always names the
+    /// protocol version.
+    pub fn run_started(thread_id: &str, run_id: &str, parent_run_id: Option<String>) -> Event {
+        Event::RunStarted {
+            thread_id: thread_id.to_owned(),
+            run_id: run_id.to_owned(),
+            protocol_version: Some(crate::protocol::PROTOCOL_VERSION.to_owned()),
+            parent_run_id,
+            input: None,
+        }
+    }
+
     /// The wire name of this event's type, for logs.
     pub fn type_name(&self) -> &'static str {
         match self {

@@ -117,13 +117,7 @@ impl Runtime {
     ) -> Attachment {
         let cursor = thread.journal.last_seq();
         let events = [
-            Event::RunStarted {
-                thread_id: thread.id.clone(),
-                run_id: input.run_id.clone(),
-                protocol_version: Some(crate::protocol::PROTOCOL_VERSION.to_owned()),
-                parent_run_id: input.parent_run_id.clone(),
-                input: None,
-            },
+            Event::run_started(&thread.id, &input.run_id, input.parent_run_id.clone()),
             Event::RunError {
                 message,
                 code: Some("INVALID_RESUME".to_owned()),

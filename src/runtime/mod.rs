@@ -289,11 +289,6 @@ impl Runtime {
         }
     }
 
-    /// Names of the served agents.
-    pub fn agent_names(&self) -> impl Iterator<Item = &str> {
-        self.inner.agents.keys().map(String::as_str)
-    }
-
     pub fn has_agent(&self, name: &str) -> bool {
         self.inner.agents.contains_key(name)
     }
@@ -301,11 +296,6 @@ impl Runtime {
     /// The store this runtime persists to.
     pub fn store(&self) -> &Store {
         &self.inner.store
-    }
-
-    /// This process's boot epoch (carried in every event id).
-    pub fn epoch(&self) -> u64 {
-        self.inner.epoch
     }
 
     pub fn uptime(&self) -> Duration {

@@ -564,7 +564,7 @@ impl SegmentWriter {
             let (messages, document) = {
                 let state = lock(&self.thread.state);
                 (
-                    serde_json::to_value(&state.transcript).unwrap_or(Value::Array(Vec::new())),
+                    super::transcript_json(&state.transcript),
                     state.document.clone(),
                 )
             };

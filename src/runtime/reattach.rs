@@ -70,13 +70,7 @@ impl Runtime {
             (transcript_json(&state.transcript), state.document.clone())
         };
         let mut events = vec![
-            Event::RunStarted {
-                thread_id: thread.id.clone(),
-                run_id: translator.run_id().to_owned(),
-                protocol_version: Some(crate::protocol::PROTOCOL_VERSION.to_owned()),
-                parent_run_id: None,
-                input: None,
-            },
+            Event::run_started(&thread.id, translator.run_id(), None),
             Event::MessagesSnapshot { messages },
             Event::StateSnapshot { snapshot: document },
         ];
@@ -104,13 +98,7 @@ impl Runtime {
         };
         let run_id = format!("hydrate-{}", uuid::Uuid::new_v4());
         let events = [
-            Event::RunStarted {
-                thread_id: thread.id.clone(),
-                run_id: run_id.clone(),
-                protocol_version: Some(crate::protocol::PROTOCOL_VERSION.to_owned()),
-                parent_run_id: None,
-                input: None,
-            },
+            Event::run_started(&thread.id, &run_id, None),
             Event::MessagesSnapshot { messages },
             Event::StateSnapshot { snapshot: document },
             Event::RunFinished {

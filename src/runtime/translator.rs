@@ -16,7 +16,6 @@ use std::collections::HashSet;
 use serde_json::Value;
 
 use crate::agent::AgentEvent;
-use crate::protocol::PROTOCOL_VERSION;
 use crate::protocol::events::{Event, Interrupt, Outcome, ReasoningRole, TextRole, ToolRole};
 
 /// How a segment ends.
@@ -119,13 +118,11 @@ impl Translator {
             return None;
         }
         self.started = true;
-        Some(Event::RunStarted {
-            thread_id: self.thread_id.clone(),
-            run_id: self.run_id.clone(),
-            protocol_version: Some(PROTOCOL_VERSION.to_owned()),
+        Some(Event::run_started(
+            &self.thread_id,
+            &self.run_id,
             parent_run_id,
-            input: None,
-        })
+        ))
     }
 
     /// Whether the terminal event has been produced.

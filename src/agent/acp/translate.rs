@@ -20,7 +20,6 @@ pub(super) struct UpdateTranslator {
     /// Tool calls already answered with a result.
     answered: HashSet<String>,
     files: Vec<Value>,
-    counter: u64,
     /// Names of the browser's tools (served to the agent over MCP).
     frontend: Vec<String>,
     /// The agent's own tool calls for frontend tools, held back: id -> tool name.
@@ -237,7 +236,6 @@ impl UpdateTranslator {
         if let Some(id) = current {
             return id.clone();
         }
-        self.counter += 1;
         format!(
             "acp-{}-{}",
             if thought { "thought" } else { "msg" },
