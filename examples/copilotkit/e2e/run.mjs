@@ -1,0 +1,194 @@
+// Browser end-to-end test: Debian's Chromium, headless, driven by playwright-core, against the
+// example page (E2E_URL) whose CopilotKit runtime talks to agui-serve on the demo agent.
+// Each case types into the real CopilotChat and checks what a person would see.
+//
+//   E2E_URL=http://127.0.0.1:3000 node e2e/run.mjs
+// CHROMIUM overrides the browser (default /usr/bin/chromium). Screenshots (of a failure, or of
+// the final page) go to E2E_ARTIFACTS (default: a new temp dir).
+import { chromium } from "playwright-core";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+const base = process.env.E2E_URL ?? "http://127.0.0.1:3000";
+const artifacts = process.env.E2E_ARTIFACTS ?? mkdtempSync(join(tmpdir(), "agui-e2e-"));
+const TIMEOUT = 20_000;
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+  args: [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+  ],
+});
+// A fresh, empty profile per run (playwright's default for a new context).
+const context = await browser.newContext();
+const page = await context.newPage();
+const pageErrors = [];
+page.on("pageerror", (error) => pageErrors.push(error.message));
+page.on("console", (message) => {
+  if (message.type() === "error") pageErrors.push(`console: ${message.text()}`);
+});
+page.setDefaultTimeout(TIMEOUT);
+
+const assistant = page.getByTestId("copilot-assistant-message");
+const user = page.getByTestId("copilot-user-message");
+
+async function send(text) {
+  const input = page.getByTestId("copilot-chat-textarea");
+  await input.fill(text);
+  await input.press("Enter");
+  await user.filter({ hasText: text }).last().waitFor();
+}
+
+async function reply(text) {
+  await assistant.filter({ hasText: text }).last().waitFor();
+}
+
+function check(condition, message) {
+  if (!condition) throw new Error(message);
+}
+
+const cases = [
+  [
+    "the page loads with an empty chat and a thread in the URL",
+    async () => {
+      await page.goto(base);
+      await page.getByTestId("copilot-chat-textarea").waitFor();
+      check(new URL(page.url()).searchParams.get("thread"), `no thread in ${page.url()}`);
+    },
+  ],
+  [
+    "a reply streams in",
+    async () => {
+      await send("hello browser");
+      await reply("You said: hello browser");
+    },
+  ],
+  [
+    "a slow reply arrives chunk by chunk, not in one piece at the end",
+    async () => {
+      // Record, in the page, when each chunk first becomes visible.
+      await page.evaluate(() => {
+        window.__chunks = {};
+        const seen = () => {
+          for (const match of document.body.innerText.matchAll(/chunk (\d+)\/6/g))
+            window.__chunks[match[1]] ??= performance.now();
+        };
+        window.__observer = new MutationObserver(seen);
+        window.__observer.observe(document.body, { subtree: true, childList: true, characterData: true });
+      });
+      await send("/slow 6 250");
+      await reply("chunk 6/6");
+      const seenAt = await page.evaluate(() => {
+        window.__observer.disconnect();
+        return window.__chunks;
+      });
+      const times = [1, 2, 3, 4, 5, 6].map((i) => seenAt[i]);
+      check(times.every((t) => typeof t === "number"), `chunks seen: ${JSON.stringify(seenAt)}`);
+      // Produced 250 ms apart; delivered in a batch they would all appear within one frame.
+      const distinct = new Set(times.map((t) => Math.round(t / 50))).size;
+      check(distinct >= 4 && times[5] - times[0] >= 600, `chunks not incremental: ${JSON.stringify(times)}`);
+    },
+  ],
+  [
+    "/todo fills the todos panel from shared state",
+    async () => {
+      await send("/todo plan; build; ship");
+      await reply("Todo list set: 3 items");
+      const items = page.getByTestId("todos").locator("li");
+      await items.nth(2).waitFor();
+      const texts = await items.allInnerTexts();
+      check(texts.length === 3, `todos: ${JSON.stringify(texts)}`);
+      check(/plan$/.test(texts[0]) && /build$/.test(texts[1]) && /ship$/.test(texts[2]), `todos: ${JSON.stringify(texts)}`);
+      check((await items.first().getAttribute("data-status")) === "in_progress", "first todo is not in progress");
+    },
+  ],
+  [
+    "/tool runs the frontend tool and renders it in the page",
+    async () => {
+      await send('/tool show_card {"title":"Hello from the agent","body":"rendered by the page"}');
+      const card = page.getByTestId("tool-card").filter({ hasText: "Hello from the agent" });
+      await card.waitFor();
+      check((await card.innerText()).includes("rendered by the page"), "card body missing");
+      await reply('Tool show_card returned: card "Hello from the agent" shown');
+    },
+  ],
+  [
+    "/approve shows the approval card and the reply follows the click",
+    async () => {
+      await send("/approve deploy");
+      const card = page.getByTestId("approval").filter({ hasText: "deploy" }).last();
+      await card.waitFor();
+      const allow = card.getByRole("button", { name: "Allow" });
+      await allow.waitFor();
+      check(await card.getByRole("button", { name: "Deny" }).isVisible(), "no Deny button");
+      check((await assistant.filter({ hasText: "Approved: deploy" }).count()) === 0, "replied before the click");
+      await allow.click();
+      await reply("Approved: deploy");
+    },
+  ],
+  [
+    "/approve answered with Deny is denied",
+    async () => {
+      await send("/approve delete the database");
+      const card = page.getByTestId("approval").filter({ hasText: "delete the database" }).last();
+      await card.getByRole("button", { name: "Deny" }).click();
+      await reply("Denied: delete the database");
+    },
+  ],
+  [
+    "a reload in the middle of a reply picks the live run up again",
+    async () => {
+      await send("/slow 8 300");
+      await reply("chunk 2/8");
+      await page.reload();
+      await reply("chunk 8/8");
+      check((await assistant.filter({ hasText: "You said: hello browser" }).count()) > 0, "earlier history lost");
+      check((await user.filter({ hasText: "/slow 8 300" }).count()) === 1, "the prompt is not shown once");
+    },
+  ],
+  [
+    "a reload keeps the conversation, the todos and the thread",
+    async () => {
+      const before = page.url();
+      const userCount = await user.count();
+      await page.reload();
+      check(page.url() === before, `thread changed: ${before} -> ${page.url()}`);
+      await reply("Denied: delete the database");
+      for (const text of ["You said: hello browser", "chunk 6/6", "Todo list set: 3 items", "Approved: deploy"])
+        check((await assistant.filter({ hasText: text }).count()) > 0, `after reload, no "${text}"`);
+      check((await user.count()) === userCount, `user messages ${userCount} -> ${await user.count()}`);
+      await page.getByTestId("todos").locator("li").nth(2).waitFor();
+      // The conversation goes on in the same thread.
+      await send("still here");
+      await reply("You said: still here");
+    },
+  ],
+];
+
+let failed = 0;
+for (const [name, run] of cases) {
+  const started = Date.now();
+  try {
+    await run();
+    if (pageErrors.length) throw new Error(`errors in the page: ${pageErrors.join(" | ")}`);
+    console.log(`ok   ${name} (${Date.now() - started} ms)`);
+  } catch (error) {
+    failed += 1;
+    const shot = join(artifacts, `failure-${failed}.png`);
+    await page.screenshot({ path: shot, fullPage: true }).catch(() => {});
+    console.log(`FAIL ${name}: ${error.message.split("\n")[0]} (screenshot ${shot})`);
+    pageErrors.length = 0;
+    break; // later cases build on this one
+  }
+}
+if (!failed) await page.screenshot({ path: join(artifacts, "final.png"), fullPage: true });
+await browser.close();
+console.log(failed ? `browser e2e: ${failed} failed` : `browser e2e: all ${cases.length} passed`);
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,18 @@
+import { defineConfig } from "vite";
+
+// `npm run dev` serves the page with hot reload and sends /api to `npm start` on port 3000.
+export default defineConfig({
+  esbuild: { jsx: "automatic" },
+  server: { proxy: { "/api": "http://127.0.0.1:3000" } },
+  build: {
+    // CopilotKit's chat brings syntax highlighting and diagrams; one page, loaded once.
+    chunkSizeWarningLimit: 4096,
+    rollupOptions: {
+      onwarn(warning, warn) {
+        // "use client" markers in dependencies mean nothing outside React Server Components.
+        if (warning.code === "MODULE_LEVEL_DIRECTIVE") return;
+        warn(warning);
+      },
+    },
+  },
+});

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The CopilotKit example in a real browser: starts agui-serve (demo agent, TLS with its
+# generated certificate, token from a file), builds and starts examples/copilotkit (the
+# CopilotKit v2 runtime holding the token server-side), and drives the page with Debian's
+# Chromium through playwright-core. Needs node, npm and /usr/bin/chromium (or CHROMIUM).
+# Usage: scripts/browser-e2e.sh [BINARY]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bin="${1:-$root/target/debug/agui-serve}"
+[ -x "$bin" ] || (cd "$root" && cargo build --locked --bin agui-serve)
+chromium="${CHROMIUM:-/usr/bin/chromium}"
+[ -x "$chromium" ] || { echo "browser-e2e: no Chromium at $chromium (apt-get install chromium)" >&2; exit 1; }
+app="$root/examples/copilotkit"
+
+# npm ci wipes node_modules; skip it when the installed tree came from this very lockfile.
+stamp="$app/node_modules/.installed-from-lockfile"
+lock_sum="$(sha256sum "$app/package-lock.json" | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$lock_sum" ]; then
+  (cd "$app" && SCARF_ANALYTICS=false npm ci --no-audit --no-fund --loglevel=error)
+  echo "$lock_sum" >"$stamp"
+fi
+(cd "$app" && npx vite build --logLevel warn)
+[ -f "$app/dist/index.html" ] || { echo "browser-e2e: the page did not build" >&2; exit 1; }
+
+work="$(mktemp -d)"
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Waits for a line "PREFIX URL" in FILE and prints URL; gives up when PID dies.
+wait_for_url() {
+  local file="$1" prefix="$2" pid="$3" url=""
+  for _ in $(seq 1 300); do
+    url="$(sed -n "s#^$prefix \\([^ ]*\\).*#\\1#p" "$file" | head -n1)"
+    [ -n "$url" ] && { echo "$url"; return 0; }
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "browser-e2e: no '$prefix' line from pid $pid:" >&2
+  cat "$file" "$file.err" >&2 2>/dev/null || true
+  return 1
+}
+
+od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >"$work/token"
+"$bin" --port 0 --token-file "$work/token" --data-dir "$work/data" >"$work/daemon" 2>"$work/daemon.err" &
+pids+=($!)
+daemon="$(wait_for_url "$work/daemon" "agui-serve listening on" "${pids[-1]}")"
+
+(cd "$app" && AGUI_URL="$daemon/demo" AGUI_TOKEN_FILE="$work/token" \
+  NODE_EXTRA_CA_CERTS="$work/data/tls/cert.pem" PORT=0 exec node server.mjs) >"$work/app" 2>"$work/app.err" &
+pids+=($!)
+page="$(wait_for_url "$work/app" "copilotkit example listening on" "${pids[-1]}")"
+
+status=0
+(cd "$app" && E2E_URL="$page" CHROMIUM="$chromium" node e2e/run.mjs) || status=$?
+if [ "$status" -ne 0 ]; then
+  echo "--- example server log" >&2; cat "$work/app" "$work/app.err" >&2
+  echo "--- daemon log (tail)" >&2; tail -n 40 "$work/daemon.err" >&2
+fi
+exit "$status"
