@@ -29,10 +29,14 @@ const browser = await chromium.launch({
 // A fresh, empty profile per run (playwright's default for a new context).
 const context = await browser.newContext();
 const page = await context.newPage();
+// Anything the page reports as an error fails the case, unless the case expects it.
 const pageErrors = [];
+const expectedErrors = [];
 page.on("pageerror", (error) => pageErrors.push(error.message));
 page.on("console", (message) => {
-  if (message.type() === "error") pageErrors.push(`console: ${message.text()}`);
+  if (message.type() !== "error") return;
+  if (expectedErrors.some((text) => message.text().includes(text))) return;
+  pageErrors.push(`console: ${message.text()}`);
 });
 page.setDefaultTimeout(TIMEOUT);
 
@@ -140,6 +144,18 @@ const cases = [
       const card = page.getByTestId("approval").filter({ hasText: "delete the database" }).last();
       await card.getByRole("button", { name: "Deny" }).click();
       await reply("Denied: delete the database");
+    },
+  ],
+  [
+    "an agent error is shown in the page and the chat goes on",
+    async () => {
+      expectedErrors.push("the disk is full"); // CopilotKit also logs it to the console
+      await send("/fail the disk is full");
+      const banner = page.getByTestId("run-error");
+      await banner.filter({ hasText: "the disk is full" }).waitFor();
+      await banner.getByRole("button", { name: "Dismiss" }).click();
+      await send("after the error");
+      await reply("You said: after the error");
     },
   ],
   [

@@ -1,4 +1,4 @@
-import { useMemo } from "react";
+import { useMemo, useState } from "react";
 import {
   CopilotChat,
   CopilotKitProvider,
@@ -23,12 +23,27 @@ function threadFromUrl() {
 
 export function App() {
   const threadId = useMemo(threadFromUrl, []);
+  // A run that ends in RUN_ERROR (the agent failed, the daemon is unreachable, the run was
+  // refused) is shown to the person, not only logged.
+  const [error, setError] = useState(null);
   return (
     <CopilotKitProvider runtimeUrl="/api/copilotkit" showDevConsole={false}>
       <Tools />
       <div className="layout">
         <section className="chat" aria-label="Chat">
-          <CopilotChat threadId={threadId} labels={{ chatInputPlaceholder: "Message the agent…" }} />
+          {error ? (
+            <div className="error" role="alert" data-testid="run-error">
+              <span>{error}</span>
+              <button type="button" onClick={() => setError(null)}>
+                Dismiss
+              </button>
+            </div>
+          ) : null}
+          <CopilotChat
+            threadId={threadId}
+            labels={{ chatInputPlaceholder: "Message the agent…" }}
+            onError={({ error }) => setError(error.message)}
+          />
         </section>
         <TodoPanel />
       </div>
