@@ -22,33 +22,9 @@ fi
 (cd "$app" && npx vite build --logLevel warn)
 [ -f "$app/dist/index.html" ] || { echo "browser-e2e: the page did not build" >&2; exit 1; }
 
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-# Waits for a line "PREFIX URL" in FILE and prints URL; gives up when PID dies.
-wait_for_url() {
-  local file="$1" prefix="$2" pid="$3" url=""
-  for _ in $(seq 1 300); do
-    url="$(sed -n "s#^$prefix \\([^ ]*\\).*#\\1#p" "$file" | head -n1)"
-    [ -n "$url" ] && { echo "$url"; return 0; }
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "browser-e2e: no '$prefix' line from pid $pid:" >&2
-  cat "$file" "$file.err" >&2 2>/dev/null || true
-  return 1
-}
-
+source "$root/scripts/lib.sh"
 od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >"$work/token"
-"$bin" --port 0 --token-file "$work/token" --data-dir "$work/data" >"$work/daemon" 2>"$work/daemon.err" &
-pids+=($!)
-daemon="$(wait_for_url "$work/daemon" "agui-serve listening on" "${pids[-1]}")"
+start_daemon --token-file "$work/token"
 
 (cd "$app" && AGUI_URL="$daemon/demo" AGUI_TOKEN_FILE="$work/token" \
   NODE_EXTRA_CA_CERTS="$work/data/tls/cert.pem" PORT=0 exec node server.mjs) >"$work/app" 2>"$work/app.err" &

@@ -18,7 +18,7 @@ if ! "$venv/bin/python" -c "import acp" 2>/dev/null; then
   "$venv/bin/pip" install --quiet --disable-pip-version-check "agent-client-protocol==0.12.1"
 fi
 
-work="$(mktemp -d)"
+source "$root/scripts/lib.sh"
 token="conformance-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 cat >"$work/config.toml" <<'TOML'
 [[agents]]
@@ -45,24 +45,8 @@ kind = "acp"
 command = ["$venv/bin/python", "$root/tests/agents/python_acp_agent.py"]
 permissions = "ask"
 TOML
-"$bin" --config "$work/config.toml" --port 0 --token "$token" --data-dir "$work/data" --disconnect-grace 2s \
-  >"$work/stdout" 2>"$work/stderr" &
-pid=$!
-cleanup() {
-  kill -TERM "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-url=""
-for _ in $(seq 1 200); do
-  url="$(sed -n 's/^agui-serve listening on //p' "$work/stdout" | head -n1)"
-  [ -n "$url" ] && break
-  kill -0 "$pid" 2>/dev/null || { cat "$work/stderr" >&2; exit 1; }
-  sleep 0.05
-done
-[ -n "$url" ] || { echo "conformance: daemon did not start" >&2; cat "$work/stderr" >&2; exit 1; }
+start_daemon --config "$work/config.toml" --token "$token" --disconnect-grace 2s
+url="$daemon"
 
 cd "$root/conformance"
 AGUI_URL="$url" AGUI_TOKEN="$token" NODE_EXTRA_CA_CERTS="$work/data/tls/cert.pem" node run.mjs

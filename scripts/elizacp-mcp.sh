@@ -15,7 +15,7 @@ if [ -z "$eliza" ]; then
   [ -x "$eliza" ] || cargo install --root "$root/.tools" elizacp@12.0.0
 fi
 
-work="$(mktemp -d)"
+source "$root/scripts/lib.sh"
 token="eliza-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
 # elizacp takes HTTP MCP servers without advertising mcpCapabilities.http: force it.
 cat >"$work/config.toml" <<TOML
@@ -25,17 +25,8 @@ kind = "acp"
 command = ["$eliza", "--deterministic", "acp"]
 mcp_frontend_tools = "always"
 TOML
-"$bin" --config "$work/config.toml" --no-tls --port 0 --token "$token" --data-dir "$work/data" \
-  >"$work/stdout" 2>"$work/stderr" &
-pid=$!
-trap 'kill -TERM $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$work"' EXIT
-url=""
-for _ in $(seq 1 200); do
-  url="$(sed -n 's/^agui-serve listening on //p' "$work/stdout" | head -n1)"
-  [ -n "$url" ] && break
-  sleep 0.05
-done
-[ -n "$url" ] || { cat "$work/stderr" >&2; exit 1; }
+start_daemon --config "$work/config.toml" --no-tls --token "$token"
+url="$daemon"
 
 post() {
   curl -sS -N "$url/eliza" -H "authorization: Bearer $token" -H 'content-type: application/json' -d "$1"

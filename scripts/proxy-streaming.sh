@@ -7,26 +7,11 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${1:-$root/target/debug/agui-serve}"
 [ -x "$bin" ] || (cd "$root" && cargo build --bin agui-serve)
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+source "$root/scripts/lib.sh"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 token="proxy-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
-"$bin" --no-tls --port 0 --token "$token" --data-dir "$work/data" >"$work/daemon.out" 2>"$work/daemon.err" &
-pids+=($!)
-daemon=""
-for _ in $(seq 1 200); do
-  daemon="$(sed -n 's/^agui-serve listening on //p' "$work/daemon.out" | head -n1)"
-  [ -n "$daemon" ] && break
-  sleep 0.05
-done
-[ -n "$daemon" ] || { cat "$work/daemon.err" >&2; exit 1; }
+start_daemon --no-tls --token "$token"
 daemon_port="$(echo "$daemon" | sed -E 's#http://127.0.0.1:([0-9]+)/agui#\1#')"
 
 # nginx with the location block from deploy/nginx.conf.
