@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Puts real nginx (with the location block of deploy/nginx.conf) and the Go reverse proxy of
-# examples/reverse-proxy in front of agui-serve and shows, by arrival times, that /slow
-# chunks arrive one by one through each, not in a batch at the end.
-# Needs nginx, go and python3. Usage: scripts/proxy-streaming.sh [BINARY]
+# Puts real nginx (with the location block of deploy/nginx.conf), Caddy (deploy/Caddyfile)
+# and the Go reverse proxy of examples/reverse-proxy in front of agui-serve and shows, by
+# arrival times, that /slow chunks arrive one by one through each, uncompressed, not in a
+# batch at the end. Needs nginx, caddy, go and python3. Usage: scripts/proxy-streaming.sh [BINARY]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${1:-$root/target/debug/agui-serve}"
@@ -42,13 +42,27 @@ NGINX
 nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" -g 'daemon off;' &
 pids+=($!)
 
+# Caddy with deploy/Caddyfile, its site address and upstream pointed at this test's ports.
+caddy_port="$(free_port)"
+mkdir -p "$work/caddy"
+{
+  printf '{\n\tadmin off\n}\n'
+  sed -e "s#^agents.example.com {#http://127.0.0.1:$caddy_port {#" \
+    -e "s#reverse_proxy 127.0.0.1:8443#reverse_proxy 127.0.0.1:$daemon_port#" "$root/deploy/Caddyfile"
+} >"$work/caddy/Caddyfile"
+grep -q "127.0.0.1:$caddy_port {" "$work/caddy/Caddyfile" && grep -q "reverse_proxy 127.0.0.1:$daemon_port" "$work/caddy/Caddyfile" \
+  || { echo "deploy/Caddyfile no longer has the site and upstream this test rewrites" >&2; exit 1; }
+XDG_DATA_HOME="$work/caddy" XDG_CONFIG_HOME="$work/caddy" \
+  caddy run --adapter caddyfile --config "$work/caddy/Caddyfile" 2>"$work/caddy.err" &
+pids+=($!)
+
 # The Go reverse proxy.
 go_port="$(free_port)"
 (cd "$root/examples/reverse-proxy" && GOFLAGS=-mod=mod go build -o "$work/reverse-proxy" .)
 AGUI_TOKEN="$token" "$work/reverse-proxy" -listen "127.0.0.1:$go_port" -upstream "http://127.0.0.1:$daemon_port" \
   2>"$work/go.err" &
 pids+=($!)
-for port in "$nginx_port" "$go_port"; do
+for port in "$nginx_port" "$caddy_port" "$go_port"; do
   for _ in $(seq 1 100); do
     python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 1)" 2>/dev/null && break
     sleep 0.05
@@ -62,6 +76,7 @@ check() {
 import json, sys
 name, result = sys.argv[1], json.loads(sys.argv[2])
 assert result["status"] == 200, f"{name}: HTTP {result['status']}: {result.get('body')}"
+assert result["encoding"] is None, f"{name}: the stream was compressed ({result['encoding']})"
 arrivals = result["arrivals"]
 assert len(arrivals) == 6, f"{name}: {len(arrivals)} chunks"
 assert result["terminal"] == "RUN_FINISHED", f"{name}: terminal {result['terminal']}"
@@ -74,7 +89,8 @@ PY
 }
 check "direct" "$(python3 "$root/scripts/stream_timing.py" "$daemon/demo" "$token")"
 check "nginx" "$(python3 "$root/scripts/stream_timing.py" "http://127.0.0.1:$nginx_port/agui/demo" "$token")"
+check "caddy" "$(python3 "$root/scripts/stream_timing.py" "http://127.0.0.1:$caddy_port/agui/demo" "$token")"
 # Through the Go proxy the browser holds no token, sends ?token= junk and an Origin the
 # daemon would refuse: the proxy strips both and sets the daemon's token itself.
 check "go-proxy" "$(python3 "$root/scripts/stream_timing.py" "http://127.0.0.1:$go_port/agui/demo?token=leaked" "" "https://evil.example")"
-echo "ok: chunks stream one by one through nginx and the Go proxy"
+echo "ok: chunks stream one by one through nginx, Caddy and the Go proxy"

@@ -1,7 +1,8 @@
 """Posts a slow run and reports when each text chunk arrived (seconds since the request).
 
 Usage: stream_timing.py URL [TOKEN] [ORIGIN]
-Prints one line of JSON: {"status": ..., "arrivals": [...], "terminal": "RUN_FINISHED"}.
+Asks for compression as a browser does, to catch a proxy that compresses the stream.
+Prints one line of JSON: {"status": ..., "encoding": null, "arrivals": [...], "terminal": ...}.
 """
 import http.client
 import json
@@ -16,7 +17,11 @@ body = json.dumps({
     "threadId": f"timing-{time.time_ns()}", "runId": "r", "protocolVersion": "1.0",
     "messages": [{"id": "u", "role": "user", "content": "/slow 6 300"}],
 })
-headers = {"content-type": "application/json", "accept": "text/event-stream"}
+headers = {
+    "content-type": "application/json",
+    "accept": "text/event-stream",
+    "accept-encoding": "gzip, deflate, br",
+}
 if token:
     headers["authorization"] = f"Bearer {token}"
 if origin:
@@ -25,8 +30,9 @@ conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
 start = time.monotonic()
 conn.request("POST", url.path + (f"?{url.query}" if url.query else ""), body=body, headers=headers)
 response = conn.getresponse()
-result = {"status": response.status, "arrivals": [], "terminal": None}
-if response.status == 200:
+encoding = response.getheader("content-encoding")
+result = {"status": response.status, "encoding": encoding, "arrivals": [], "terminal": None}
+if response.status == 200 and encoding is None:
     buffer = b""
     while True:
         chunk = response.read1(65536)
@@ -44,5 +50,5 @@ if response.status == 200:
                     if event["type"] in ("RUN_FINISHED", "RUN_ERROR"):
                         result["terminal"] = event["type"]
 else:
-    result["body"] = response.read().decode(errors="replace")
+    result["body"] = response.read(300).decode(errors="replace")
 print(json.dumps(result))
