@@ -12,6 +12,9 @@ import { AgentRunner } from "@copilotkit/runtime/v2";
 import { EventType, runHttpRequest, transformHttpEventStream } from "@ag-ui/client";
 import { Observable } from "rxjs";
 
+/** How long the id of a run whose browser went away is kept for a stop request. */
+const FORGET_AFTER_MS = 60_000;
+
 export class AguiServeRunner extends AgentRunner {
   /**
    * @param {{ base: string, token: string, fetch?: typeof fetch }} options
@@ -38,23 +41,31 @@ export class AguiServeRunner extends AgentRunner {
     return new Observable((subscriber) => {
       this.active.set(threadId, input.runId);
       let terminal = false;
+      const settled = () => {
+        if (this.active.get(threadId) === input.runId) this.active.delete(threadId);
+      };
       const subscription = agent.run(input).subscribe({
         next: (event) => {
           if (event.type === EventType.RUN_FINISHED || event.type === EventType.RUN_ERROR) terminal = true;
           subscriber.next(event);
         },
         error: (error) => {
+          settled();
           if (!terminal) subscriber.next(runError(error));
           subscriber.complete();
         },
         complete: () => {
+          settled();
           if (!terminal) subscriber.next(runError(new Error("the agent stream ended without a terminal event")));
           subscriber.complete();
         },
       });
       return () => {
-        if (this.active.get(threadId) === input.runId) this.active.delete(threadId);
         subscription.unsubscribe();
+        // The browser went away (a reload, a closed tab, or the stop button, whose stop
+        // request can arrive just after the disconnect). The run goes on in the daemon, so
+        // its id stays known for a while for stop(), then is forgotten.
+        if (!terminal) setTimeout(settled, FORGET_AFTER_MS).unref();
       };
     });
   }
@@ -71,7 +82,11 @@ export class AguiServeRunner extends AgentRunner {
           // A thread the daemon has never seen: nothing to restore.
           if (response.status === 404) return subscriber.complete();
           subscription = transformHttpEventStream(runHttpRequest(() => Promise.resolve(response))).subscribe({
-            next: (event) => subscriber.next(event),
+            next: (event) => {
+              // A reattached live run can be stopped from this page too.
+              if (event.type === EventType.RUN_STARTED) this.active.set(threadId, event.runId);
+              subscriber.next(event);
+            },
             error: (error) => subscriber.error(error),
             complete: () => subscriber.complete(),
           });

@@ -2,15 +2,21 @@
 // example page (E2E_URL) whose CopilotKit runtime talks to agui-serve on the demo agent.
 // Each case types into the real CopilotChat and checks what a person would see.
 //
-//   E2E_URL=http://127.0.0.1:3000 node e2e/run.mjs
+//   E2E_URL=http://127.0.0.1:3000 AGUI_BASE=https://127.0.0.1:8443/agui AGUI_TOKEN_FILE=t \
+//     NODE_EXTRA_CA_CERTS=<data-dir>/tls/cert.pem node e2e/run.mjs
 // CHROMIUM overrides the browser (default /usr/bin/chromium). Screenshots (of a failure, or of
 // the final page) go to E2E_ARTIFACTS (default: a new temp dir).
 import { chromium } from "playwright-core";
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 const base = process.env.E2E_URL ?? "http://127.0.0.1:3000";
+// The daemon itself, to check what the page did there (optional: cases that need it say so).
+const daemon = process.env.AGUI_BASE;
+const daemonToken = process.env.AGUI_TOKEN_FILE
+  ? readFileSync(process.env.AGUI_TOKEN_FILE, "utf8").trim()
+  : process.env.AGUI_TOKEN;
 const artifacts = process.env.E2E_ARTIFACTS ?? mkdtempSync(join(tmpdir(), "agui-e2e-"));
 const TIMEOUT = 20_000;
 
@@ -156,6 +162,30 @@ const cases = [
       await banner.getByRole("button", { name: "Dismiss" }).click();
       await send("after the error");
       await reply("You said: after the error");
+    },
+  ],
+  [
+    "the stop button cancels the run in the daemon",
+    async () => {
+      check(daemon && daemonToken, "AGUI_BASE and AGUI_TOKEN_FILE (or AGUI_TOKEN) are needed");
+      await send("/slow 40 250");
+      await reply("chunk 2/40");
+      await page.getByTestId("copilot-send-button").click();
+      await page.locator('[data-copilot-running="false"]').first().waitFor();
+      // Without the cancel the run would go on in the daemon, detached, for the grace period.
+      const thread = new URL(page.url()).searchParams.get("thread");
+      let status;
+      for (let i = 0; i < 50 && status !== "idle"; i++) {
+        const response = await fetch(`${daemon}/threads/${thread}`, {
+          headers: { Authorization: `Bearer ${daemonToken}` },
+        });
+        status = (await response.json()).status;
+        if (status !== "idle") await new Promise((r) => setTimeout(r, 100));
+      }
+      check(status === "idle", `the daemon's thread is ${status}`);
+      check((await assistant.filter({ hasText: "chunk 40/40" }).count()) === 0, "the run was not stopped");
+      await send("after the stop");
+      await reply("You said: after the stop");
     },
   ],
   [
