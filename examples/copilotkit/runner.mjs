@@ -46,7 +46,7 @@ export class AguiServeRunner extends AgentRunner {
       };
       const subscription = agent.run(input).subscribe({
         next: (event) => {
-          if (event.type === EventType.RUN_FINISHED || event.type === EventType.RUN_ERROR) terminal = true;
+          if (isTerminal(event)) terminal = true;
           subscriber.next(event);
         },
         error: (error) => {
@@ -74,6 +74,7 @@ export class AguiServeRunner extends AgentRunner {
     return new Observable((subscriber) => {
       const abort = new AbortController();
       let subscription;
+      let current; // the run id of the segment being replayed
       this.fetch(this.threadUrl(threadId, "/stream"), {
         headers: this.headers({ Accept: "text/event-stream" }),
         signal: abort.signal,
@@ -84,7 +85,8 @@ export class AguiServeRunner extends AgentRunner {
           subscription = transformHttpEventStream(runHttpRequest(() => Promise.resolve(response))).subscribe({
             next: (event) => {
               // A reattached live run can be stopped from this page too.
-              if (event.type === EventType.RUN_STARTED) this.active.set(threadId, event.runId);
+              if (event.type === EventType.RUN_STARTED) this.active.set(threadId, (current = event.runId));
+              if (isTerminal(event) && this.active.get(threadId) === current) this.active.delete(threadId);
               subscriber.next(event);
             },
             error: (error) => subscriber.error(error),
@@ -117,6 +119,10 @@ export class AguiServeRunner extends AgentRunner {
     });
     return response.status === 202;
   }
+}
+
+function isTerminal(event) {
+  return event.type === EventType.RUN_FINISHED || event.type === EventType.RUN_ERROR;
 }
 
 function runError(error) {
