@@ -386,14 +386,7 @@ impl Runtime {
                     answer::Answered::Resumed(attachment) => return Ok(attachment),
                     answer::Answered::Rejected(attachment) => return Ok(attachment),
                     answer::Answered::Replay => {
-                        let cursor = run.segment_start.load(Ordering::SeqCst).saturating_sub(1);
-                        return Ok(self.attachment(
-                            &thread,
-                            cursor,
-                            profile,
-                            Some(run),
-                            attach::Mode::Segment,
-                        ));
+                        return Ok(self.segment_attachment(&thread, run, profile));
                     }
                     answer::Answered::Superseded => {
                         // The old turn runs to its end with its waits failed closed; then
@@ -415,16 +408,7 @@ impl Runtime {
                 if has_new_input || !input.resume.is_empty() {
                     return Err(StartError::RunInProgress);
                 }
-                // Attach from the start of the live run's current segment: the journal
-                // replays it and follows live.
-                let cursor = run.segment_start.load(Ordering::SeqCst).saturating_sub(1);
-                return Ok(self.attachment(
-                    &thread,
-                    cursor,
-                    profile,
-                    Some(run),
-                    attach::Mode::Segment,
-                ));
+                return Ok(self.segment_attachment(&thread, run, profile));
             }
         } else if !input.resume.is_empty() {
             let message = match expired {
@@ -637,6 +621,18 @@ impl Runtime {
             self.inner.stop_streams.clone(),
             run,
         )
+    }
+
+    /// Attaches from the start of the live run's current segment: the journal replays it,
+    /// then follows live.
+    fn segment_attachment(
+        &self,
+        thread: &Arc<Thread>,
+        run: Arc<LiveRun>,
+        profile: Profile,
+    ) -> Attachment {
+        let cursor = run.segment_start.load(Ordering::SeqCst).saturating_sub(1);
+        self.attachment(thread, cursor, profile, Some(run), attach::Mode::Segment)
     }
 }
 
