@@ -264,12 +264,7 @@ async fn cancel_mid_turn_sends_session_cancel() {
             chunks += 1;
         }
     }
-    let r = client()
-        .post(server.url("/runs/rc/cancel"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request");
+    let r = server.post("/runs/rc/cancel").sent().await;
     assert_eq!(r.status(), 202);
     let rest = reader.collect().await;
     let last = rest.last().expect("terminal");
@@ -379,9 +374,8 @@ async fn two_threads_on_one_process_stream_concurrently_without_interleaving() {
                 .post(url)
                 .bearer_auth(TOKEN)
                 .json(&run_body("ta", "ra", "slow 20"))
-                .send()
-                .await
-                .expect("request");
+                .sent()
+                .await;
             SseReader::new(r).collect().await
         }
     });
@@ -392,9 +386,8 @@ async fn two_threads_on_one_process_stream_concurrently_without_interleaving() {
                 .post(url)
                 .bearer_auth(TOKEN)
                 .json(&run_body("tb", "rb", "slow 20"))
-                .send()
-                .await
-                .expect("request");
+                .sent()
+                .await;
             SseReader::new(r).collect().await
         }
     });
@@ -465,11 +458,7 @@ async fn readyz_reports_whether_agents_can_start() {
     let state = temp_dir("acp-ready");
     let s = state.clone();
     let server = TestServer::with(move |c| configure(c, &s)).await;
-    let r = client()
-        .get(server.url("/readyz"))
-        .send()
-        .await
-        .expect("request");
+    let r = client().get(server.url("/readyz")).sent().await;
     assert_eq!(r.status(), 200);
     let server = TestServer::with(|c| {
         c.agents = vec![AgentConfig {
@@ -488,11 +477,7 @@ async fn readyz_reports_whether_agents_can_start() {
         }];
     })
     .await;
-    let r = client()
-        .get(server.url("/readyz"))
-        .send()
-        .await
-        .expect("request");
+    let r = client().get(server.url("/readyz")).sent().await;
     assert_eq!(r.status(), 503);
     let body = r.text().await.expect("body");
     assert!(
@@ -546,12 +531,7 @@ async fn deleting_a_thread_closes_and_deletes_its_session() {
         .as_str()
         .expect("session")
         .to_owned();
-    let r = client()
-        .delete(server.url("/threads/del"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request");
+    let r = server.delete("/threads/del").sent().await;
     assert_eq!(r.status(), 204);
     assert!(
         state.join(format!("{session}.closed")).exists(),

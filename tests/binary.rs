@@ -87,6 +87,15 @@ impl Daemon {
         format!("{}{}", self.base, path)
     }
 
+    fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        client().post(self.url(path)).bearer_auth(TOKEN)
+    }
+
+    async fn get_json(&self, path: &str) -> serde_json::Value {
+        let response = client().get(self.url(path)).bearer_auth(TOKEN).sent().await;
+        response.json().await.expect("json")
+    }
+
     fn signal(&self, signal: &str) {
         let status = Command::new("kill")
             .args([&format!("-{signal}"), &self.child.id().to_string()])
@@ -134,9 +143,8 @@ async fn no_arguments_serves_tls_on_8443_with_a_printed_token() {
         .post(daemon.url("/demo"))
         .bearer_auth(&token)
         .json(&run_body("t", "r", "hi"))
-        .send()
-        .await
-        .expect("request");
+        .sent()
+        .await;
     assert_eq!(response.status(), 200);
     let frames = SseReader::new(response).collect().await;
     assert_valid_segment(&frames);
@@ -167,24 +175,21 @@ async fn token_never_appears_in_logs_even_at_trace() {
             .post(daemon.url("/demo"))
             .bearer_auth(secret)
             .json(&run_body(&uuid::Uuid::new_v4().to_string(), "r", "hi"))
-            .send()
-            .await
-            .expect("request");
+            .sent()
+            .await;
         assert_eq!(r.status(), 200);
         SseReader::new(r).collect().await;
         // As the query fallback.
         let r = http
             .get(daemon.url(&format!("/info?token={secret}&x=1")))
-            .send()
-            .await
-            .expect("request");
+            .sent()
+            .await;
         assert_eq!(r.status(), 200);
         // A wrong token, echoed nowhere either.
         let r = http
             .get(daemon.url("/info?token=wrong-s3cret-guess"))
-            .send()
-            .await
-            .expect("request");
+            .sent()
+            .await;
         assert_eq!(r.status(), 401);
         // An agent error that mentions the token is sanitized.
         let r = http
@@ -195,9 +200,8 @@ async fn token_never_appears_in_logs_even_at_trace() {
                 "r",
                 &format!("/fail leaked {secret} and password=hunter2"),
             ))
-            .send()
-            .await
-            .expect("request");
+            .sent()
+            .await;
         let frames = SseReader::new(r).collect().await;
         let last = frames.last().expect("frame");
         assert_eq!(last.kind(), "RUN_ERROR");
@@ -234,13 +238,7 @@ async fn sigterm_ends_open_streams_with_a_terminal_event_and_exits_within_grace(
         } else {
             run_body(&format!("t{i}"), &format!("r{i}"), "/slow 1000 50")
         };
-        let r = client()
-            .post(daemon.url("/demo"))
-            .bearer_auth(TOKEN)
-            .json(&body)
-            .send()
-            .await
-            .expect("request");
+        let r = daemon.post("/demo").json(&body).sent().await;
         let mut reader = SseReader::new(r);
         assert_eq!(reader.next().await.expect("frame").kind(), "RUN_STARTED");
         readers.push(reader);
@@ -342,26 +340,18 @@ async fn kill_9_mid_run_then_restart_keeps_the_thread_and_reports_the_cut_run() 
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut daemon = Daemon::start(&args, &[]);
     // A completed exchange, then a long run that gets cut.
-    let first = client()
-        .post(daemon.url("/demo"))
-        .bearer_auth(TOKEN)
+    let first = daemon
+        .post("/demo")
         .json(&run_body("k", "r1", "hello"))
-        .send()
-        .await
-        .expect("request");
+        .sent()
+        .await;
     SseReader::new(first).collect().await;
     let mut body = run_body("k", "r2", "/slow 1000 20");
     body["messages"] = serde_json::json!([
         {"id": "r1-u", "role": "user", "content": "hello"},
         {"id": "r2-u", "role": "user", "content": "/slow 1000 20"}
     ]);
-    let second = client()
-        .post(daemon.url("/demo"))
-        .bearer_auth(TOKEN)
-        .json(&body)
-        .send()
-        .await
-        .expect("request");
+    let second = daemon.post("/demo").json(&body).sent().await;
     let mut reader = SseReader::new(second);
     for _ in 0..10 {
         reader.next().await.expect("frame");
@@ -379,28 +369,11 @@ async fn kill_9_mid_run_then_restart_keeps_the_thread_and_reports_the_cut_run() 
     }
 
     let mut daemon = Daemon::start(&args, &[]);
-    let http = client();
-    let thread: serde_json::Value = http
-        .get(daemon.url("/threads/k"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request")
-        .json()
-        .await
-        .expect("json");
+    let thread: serde_json::Value = daemon.get_json("/threads/k").await;
     assert_eq!(thread["lastRun"]["runId"], "r2");
     assert_eq!(thread["lastRun"]["outcome"], "interrupted");
     assert_eq!(thread["status"], "idle");
-    let messages: serde_json::Value = http
-        .get(daemon.url("/threads/k/messages"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request")
-        .json()
-        .await
-        .expect("json");
+    let messages: serde_json::Value = daemon.get_json("/threads/k/messages").await;
     let contents: Vec<&str> = messages["messages"]
         .as_array()
         .expect("messages")
@@ -408,15 +381,7 @@ async fn kill_9_mid_run_then_restart_keeps_the_thread_and_reports_the_cut_run() 
         .map(|m| m["content"].as_str().unwrap_or(""))
         .collect();
     assert_eq!(contents, ["hello", "You said: hello", "/slow 1000 20"]);
-    let listing: serde_json::Value = http
-        .get(daemon.url("/threads"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request")
-        .json()
-        .await
-        .expect("json");
+    let listing: serde_json::Value = daemon.get_json("/threads").await;
     assert_eq!(listing["threads"][0]["threadId"], "k");
 
     // The next POST on the thread works and starts with the thread's history.
@@ -425,13 +390,7 @@ async fn kill_9_mid_run_then_restart_keeps_the_thread_and_reports_the_cut_run() 
         .as_array_mut()
         .expect("messages")
         .push(serde_json::json!({"id": "r3-u", "role": "user", "content": "again"}));
-    let r = http
-        .post(daemon.url("/demo"))
-        .bearer_auth(TOKEN)
-        .json(&body)
-        .send()
-        .await
-        .expect("request");
+    let r = daemon.post("/demo").json(&body).sent().await;
     assert_eq!(r.status(), 200);
     let frames = SseReader::new(r).collect().await;
     assert_eq!(frames[1].kind(), "MESSAGES_SNAPSHOT");

@@ -310,12 +310,7 @@ async fn cancel_while_suspended_releases_the_wait_and_the_slot() {
     // Suspended, still holding the only slot.
     let r = post_run(&server, "demo", &run_body("other", "o1", "hi")).await;
     assert_eq!(r.status(), 503);
-    let r = client()
-        .post(server.url("/runs/r1/cancel"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request");
+    let r = server.post("/runs/r1/cancel").sent().await;
     assert_eq!(r.status(), 202);
     let mut freed = false;
     for _ in 0..100 {
@@ -344,13 +339,11 @@ async fn disconnected_while_suspended_then_reattach_and_answer_completes_the_run
     assert_eq!(thread_status(&server, "d").await["status"], "suspended");
     // The reloaded page reattaches with its last id, then answers.
     let last_id = first.last().and_then(|f| f.id.clone()).expect("id");
-    let reattached = client()
-        .get(server.url("/threads/d/stream"))
-        .bearer_auth(TOKEN)
+    let reattached = server
+        .get("/threads/d/stream")
         .header("last-event-id", last_id)
-        .send()
-        .await
-        .expect("request");
+        .sent()
+        .await;
     assert_eq!(reattached.headers()["agui-resume"], "exact");
     let follower = tokio::spawn(SseReader::new(reattached).collect());
     let messages = json!([
@@ -407,12 +400,7 @@ async fn todo_state_reaches_the_client_as_snapshot_plus_deltas() {
         assert!(todo["status"].is_string() && todo["priority"].is_string());
     }
     // The daemon's own document, as a hydration run shows it, is what the client built.
-    let r = client()
-        .get(server.url("/threads/todo/stream"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request");
+    let r = server.get("/threads/todo/stream").sent().await;
     let hydration = SseReader::new(r).collect().await;
     let daemon_view = hydration
         .iter()

@@ -31,37 +31,31 @@ async fn error_body(
 #[tokio::test]
 async fn invalid_input_is_400_naming_the_field() {
     let server = TestServer::start().await;
-    let response = client()
-        .post(server.url("/demo"))
-        .bearer_auth(TOKEN)
+    let response = server
+        .post("/demo")
         .json(&json!({"threadId": "t", "messages": []}))
-        .send()
-        .await
-        .expect("request");
+        .sent()
+        .await;
     let (status, _, body) = error_body(response).await;
     assert_eq!(status, 400);
     assert_eq!(body["code"], "INVALID_INPUT");
     assert_eq!(body["field"], "runId");
 
-    let response = client()
-        .post(server.url("/demo"))
-        .bearer_auth(TOKEN)
+    let response = server
+        .post("/demo")
         .json(&json!({"threadId": "t", "runId": "r", "messages": [{"id": "1", "role": "user"}]}))
-        .send()
-        .await
-        .expect("request");
+        .sent()
+        .await;
     let (status, _, body) = error_body(response).await;
     assert_eq!(status, 400);
     assert_eq!(body["field"], "messages[0].content");
 
-    let response = client()
-        .post(server.url("/demo"))
-        .bearer_auth(TOKEN)
+    let response = server
+        .post("/demo")
         .header("content-type", "application/json")
         .body("{not json")
-        .send()
-        .await
-        .expect("request");
+        .sent()
+        .await;
     let (status, _, body) = error_body(response).await;
     assert_eq!(status, 400);
     assert_eq!(body["code"], "INVALID_INPUT");
@@ -77,7 +71,7 @@ async fn missing_or_wrong_token_is_401_with_challenge() {
         if let Some(auth) = auth {
             request = request.header("authorization", auth);
         }
-        let (status, headers, body) = error_body(request.send().await.expect("request")).await;
+        let (status, headers, body) = error_body(request.sent().await).await;
         assert_eq!(status, 401, "{auth:?}");
         assert_eq!(body["code"], "UNAUTHORIZED");
         assert_eq!(headers["www-authenticate"], "Bearer");
@@ -85,33 +79,28 @@ async fn missing_or_wrong_token_is_401_with_challenge() {
     // The query fallback works, for EventSource.
     let response = client()
         .get(server.url(&format!("/info?token={TOKEN}")))
-        .send()
-        .await
-        .expect("request");
+        .sent()
+        .await;
     assert_eq!(response.status(), 200);
 }
 
 #[tokio::test]
 async fn foreign_origin_is_403_and_allowed_origin_gets_cors() {
     let server = TestServer::with(|c| c.allowed_origins = vec!["https://app.example".into()]).await;
-    let response = client()
-        .get(server.url("/info"))
-        .bearer_auth(TOKEN)
+    let response = server
+        .get("/info")
         .header("origin", "https://evil.example")
-        .send()
-        .await
-        .expect("request");
+        .sent()
+        .await;
     let (status, _, body) = error_body(response).await;
     assert_eq!(status, 403);
     assert_eq!(body["code"], "FORBIDDEN_ORIGIN");
 
-    let response = client()
-        .get(server.url("/info"))
-        .bearer_auth(TOKEN)
+    let response = server
+        .get("/info")
         .header("origin", "https://APP.example")
-        .send()
-        .await
-        .expect("request");
+        .sent()
+        .await;
     assert_eq!(response.status(), 200);
     assert_eq!(
         response.headers()["access-control-allow-origin"],
@@ -127,9 +116,8 @@ async fn foreign_origin_is_403_and_allowed_origin_gets_cors() {
             "access-control-request-headers",
             "authorization,content-type",
         )
-        .send()
-        .await
-        .expect("request");
+        .sent()
+        .await;
     assert_eq!(response.status(), 204);
     let allow_headers = response.headers()["access-control-allow-headers"]
         .to_str()
@@ -141,18 +129,12 @@ async fn foreign_origin_is_403_and_allowed_origin_gets_cors() {
     let response = client()
         .request(reqwest::Method::OPTIONS, server.url("/demo"))
         .header("origin", "https://evil.example")
-        .send()
-        .await
-        .expect("request");
+        .sent()
+        .await;
     assert_eq!(response.status(), 403);
 
     // No Origin header at all: no origin check (server-to-server).
-    let response = client()
-        .get(server.url("/info"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request");
+    let response = server.get("/info").sent().await;
     assert_eq!(response.status(), 200);
 }
 
@@ -162,9 +144,8 @@ async fn unknown_route_and_agent_are_404() {
     let response = client()
         .get(format!("http://{}/elsewhere", server.addr))
         .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request");
+        .sent()
+        .await;
     let (status, _, body) = error_body(response).await;
     assert_eq!(status, 404);
     assert_eq!(body["code"], "NOT_FOUND");
@@ -174,12 +155,7 @@ async fn unknown_route_and_agent_are_404() {
     assert_eq!(status, 404);
     assert_eq!(body["code"], "UNKNOWN_AGENT");
 
-    let response = client()
-        .post(server.url("/runs/no-such-run/cancel"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request");
+    let response = server.post("/runs/no-such-run/cancel").sent().await;
     let (status, _, body) = error_body(response).await;
     assert_eq!(status, 404);
     assert_eq!(body["code"], "NOT_FOUND");
@@ -188,23 +164,13 @@ async fn unknown_route_and_agent_are_404() {
 #[tokio::test]
 async fn wrong_method_is_405_with_allow() {
     let server = TestServer::start().await;
-    let response = client()
-        .get(server.url("/demo"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request");
+    let response = server.get("/demo").sent().await;
     let (status, headers, body) = error_body(response).await;
     assert_eq!(status, 405);
     assert_eq!(body["code"], "METHOD_NOT_ALLOWED");
     assert!(headers["allow"].to_str().expect("ascii").contains("POST"));
 
-    let response = client()
-        .post(server.url("/info"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request");
+    let response = server.post("/info").sent().await;
     let (status, headers, _) = error_body(response).await;
     assert_eq!(status, 405);
     assert!(headers["allow"].to_str().expect("ascii").contains("GET"));
@@ -214,14 +180,12 @@ async fn wrong_method_is_405_with_allow() {
 async fn unacceptable_accept_is_406() {
     let server = TestServer::start().await;
     for accept in ["*/*;q=0", "application/xml"] {
-        let response = client()
-            .post(server.url("/demo"))
-            .bearer_auth(TOKEN)
+        let response = server
+            .post("/demo")
             .header("accept", accept)
             .json(&run_body("t", "r", "hi"))
-            .send()
-            .await
-            .expect("request");
+            .sent()
+            .await;
         let (status, _, body) = error_body(response).await;
         assert_eq!(status, 406, "{accept}");
         assert_eq!(body["code"], "NOT_ACCEPTABLE");
@@ -276,14 +240,12 @@ async fn oversized_body_is_413_without_reading_it() {
             .map(|c| Ok::<_, std::io::Error>(c.to_vec()))
             .collect::<Vec<_>>(),
     ));
-    let response = client()
-        .post(server.url("/demo"))
-        .bearer_auth(TOKEN)
+    let response = server
+        .post("/demo")
         .header("content-type", "application/json")
         .body(body)
-        .send()
-        .await
-        .expect("request");
+        .sent()
+        .await;
     let (status, _, body) = error_body(response).await;
     assert_eq!(status, 413);
     assert_eq!(body["code"], "PAYLOAD_TOO_LARGE");
@@ -293,14 +255,13 @@ async fn oversized_body_is_413_without_reading_it() {
 async fn non_json_content_type_is_415() {
     let server = TestServer::start().await;
     for content_type in [Some("text/plain"), None] {
-        let mut request = client()
-            .post(server.url("/demo"))
-            .bearer_auth(TOKEN)
+        let mut request = server
+            .post("/demo")
             .body(run_body("t", "r", "hi").to_string());
         if let Some(ct) = content_type {
             request = request.header("content-type", ct);
         }
-        let (status, _, body) = error_body(request.send().await.expect("request")).await;
+        let (status, _, body) = error_body(request.sent().await).await;
         assert_eq!(status, 415, "{content_type:?}");
         assert_eq!(body["code"], "UNSUPPORTED_MEDIA_TYPE");
     }
@@ -342,15 +303,10 @@ async fn draining_is_503_with_retry_after() {
         .post(server.url("/demo"))
         .bearer_auth(TOKEN)
         .json(&run_body("d", "r1", "/slow 40 25"))
-        .send()
-        .await
-        .expect("request");
+        .sent()
+        .await;
     assert_eq!(slow.status(), 200);
-    let warm = http
-        .get(server.url("/healthz"))
-        .send()
-        .await
-        .expect("request");
+    let warm = http.get(server.url("/healthz")).sent().await;
     assert_eq!(warm.status(), 200);
     warm.bytes().await.expect("body");
     server.shutdown.cancel();
@@ -392,17 +348,12 @@ async fn missing_token_configuration_fails_closed_with_500() {
         .post(server.url("/demo"))
         .bearer_auth("anything")
         .json(&run_body("t", "r", "hi"))
-        .send()
-        .await
-        .expect("request");
+        .sent()
+        .await;
     let (status, _, body) = error_body(response).await;
     assert_eq!(status, 500);
     assert_eq!(body["code"], "AUTH_MISCONFIGURED");
     // Unauthenticated routes still answer.
-    let response = client()
-        .get(server.url("/healthz"))
-        .send()
-        .await
-        .expect("request");
+    let response = client().get(server.url("/healthz")).sent().await;
     assert_eq!(response.status(), 200);
 }

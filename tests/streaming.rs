@@ -161,12 +161,7 @@ async fn cancel_from_another_connection_ends_the_stream_per_profile() {
         let run_id = body["runId"].as_str().expect("run id").to_owned();
         let mut reader = SseReader::new(post_run(&server, "demo", &body).await);
         assert_eq!(reader.next().await.expect("frame").kind(), "RUN_STARTED");
-        let response = client()
-            .post(server.url(&format!("/runs/{run_id}/cancel")))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .expect("request");
+        let response = server.post(&format!("/runs/{run_id}/cancel")).sent().await;
         assert_eq!(response.status(), 202);
         let mut rest = vec![];
         while let Some(f) = reader.next().await {
@@ -205,9 +200,8 @@ async fn http2_over_tls_with_a_self_signed_certificate_kept_across_restarts() {
         .post(server.url("/demo"))
         .bearer_auth(TOKEN)
         .json(&run_body("t", "r", "over h2"))
-        .send()
-        .await
-        .expect("request");
+        .sent()
+        .await;
     assert_eq!(response.version(), reqwest::Version::HTTP_2);
     let frames = SseReader::new(response).collect().await;
     assert_valid_segment(&frames);
@@ -222,11 +216,7 @@ async fn http2_over_tls_with_a_self_signed_certificate_kept_across_restarts() {
     })
     .await;
     assert_eq!(std::fs::read(&cert).expect("certificate"), first, "reused");
-    let response = http
-        .get(again.url("/healthz"))
-        .send()
-        .await
-        .expect("request");
+    let response = http.get(again.url("/healthz")).sent().await;
     assert_eq!(response.status(), 200);
 }
 

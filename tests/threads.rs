@@ -74,23 +74,13 @@ async fn thread_api_lists_shows_and_deletes() {
     assert_eq!(messages["truncated"], true);
     assert_eq!(messages["messages"].as_array().expect("array").len(), 1);
 
-    let r = client()
-        .delete(server.url("/threads/th1"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request");
+    let r = server.delete("/threads/th1").sent().await;
     assert_eq!(r.status(), 204);
     let (status, _) = get_json(&server, "/threads/th1").await;
     assert_eq!(status, 404);
     let (status, _) = get_json(&server, "/threads/th1/messages").await;
     assert_eq!(status, 404);
-    let r = client()
-        .delete(server.url("/threads/th1"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request");
+    let r = server.delete("/threads/th1").sent().await;
     assert_eq!(r.status(), 404);
 }
 
@@ -100,12 +90,7 @@ async fn deleting_a_thread_cancels_its_live_run_first() {
     let mut reader =
         SseReader::new(post_run(&server, "demo", &run_body("d", "r", "/slow 500 20")).await);
     assert_eq!(reader.next().await.expect("frame").kind(), "RUN_STARTED");
-    let r = client()
-        .delete(server.url("/threads/d"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request");
+    let r = server.delete("/threads/d").sent().await;
     assert_eq!(r.status(), 204);
     let rest = reader.collect().await;
     let last = rest.last().expect("terminal");
@@ -126,13 +111,11 @@ async fn stream_route_reattaches_exactly_and_says_so() {
     }
     drop(first); // the tab closed
     let last_id = seen.last().and_then(|f| f.id.clone()).expect("id");
-    let r = client()
-        .get(server.url("/threads/s/stream"))
-        .bearer_auth(TOKEN)
+    let r = server
+        .get("/threads/s/stream")
         .header("last-event-id", &last_id)
-        .send()
-        .await
-        .expect("request");
+        .sent()
+        .await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["agui-resume"], "exact");
     let rest = SseReader::new(r).collect().await;
@@ -146,20 +129,16 @@ async fn stream_route_reattaches_exactly_and_says_so() {
     assert_eq!(chunks, 30, "no loss, no duplicate");
 
     // The same through the query parameter, and a resync for a bad id.
-    let r = client()
-        .get(server.url(&format!("/threads/s/stream?lastEventId={last_id}")))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request");
+    let r = server
+        .get(&format!("/threads/s/stream?lastEventId={last_id}"))
+        .sent()
+        .await;
     assert_eq!(r.headers()["agui-resume"], "exact");
-    let r = client()
-        .get(server.url("/threads/s/stream"))
-        .bearer_auth(TOKEN)
+    let r = server
+        .get("/threads/s/stream")
         .header("last-event-id", "1-2-3")
-        .send()
-        .await
-        .expect("request");
+        .sent()
+        .await;
     assert_eq!(r.headers()["agui-resume"], "resync");
     let frames = SseReader::new(r).collect().await;
     assert_eq!(
@@ -171,12 +150,7 @@ async fn stream_route_reattaches_exactly_and_says_so() {
             "RUN_FINISHED"
         ]
     );
-    let r = client()
-        .get(server.url("/threads/unknown/stream"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("request");
+    let r = server.get("/threads/unknown/stream").sent().await;
     assert_eq!(r.status(), 404);
 }
 
@@ -232,9 +206,8 @@ async fn a_reader_that_stops_reading_is_cut_and_the_others_are_not_slowed() {
                     .post(url)
                     .bearer_auth(TOKEN)
                     .json(&again)
-                    .send()
+                    .sent()
                     .await
-                    .expect("request")
                     .bytes()
                     .await
                     .expect("body")
@@ -292,9 +265,8 @@ async fn over_capacity_refuses_exactly_the_excess_and_creates_no_rows_for_it() {
                 .post(url)
                 .bearer_auth(TOKEN)
                 .json(&body)
-                .send()
-                .await
-                .expect("request");
+                .sent()
+                .await;
             let status = r.status().as_u16();
             let retry = r.headers().contains_key("retry-after");
             let body = r.bytes().await.expect("body");
@@ -342,9 +314,8 @@ async fn racing_posts_on_one_thread_never_start_two_runs() {
                     .post(url)
                     .bearer_auth(TOKEN)
                     .json(&body)
-                    .send()
-                    .await
-                    .expect("request");
+                    .sent()
+                    .await;
                 let status = r.status().as_u16();
                 (status, r.bytes().await.expect("body"))
             }));

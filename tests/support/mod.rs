@@ -68,6 +68,21 @@ impl TestServer {
         format!("{}{}", self.base, path)
     }
 
+    /// `GET path` (under the route namespace) with the test token.
+    pub fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        client().get(self.url(path)).bearer_auth(TOKEN)
+    }
+
+    /// `POST path` (under the route namespace) with the test token.
+    pub fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        client().post(self.url(path)).bearer_auth(TOKEN)
+    }
+
+    /// `DELETE path` (under the route namespace) with the test token.
+    pub fn delete(&self, path: &str) -> reqwest::RequestBuilder {
+        client().delete(self.url(path)).bearer_auth(TOKEN)
+    }
+
     /// Signals shutdown and waits for the server to finish.
     pub async fn stop(mut self) {
         self.shutdown.cancel();
@@ -108,14 +123,23 @@ pub fn legacy_body(thread: &str, run: &str, text: &str) -> Value {
 }
 
 pub async fn post_run(server: &TestServer, agent: &str, body: &Value) -> reqwest::Response {
-    client()
-        .post(server.url(&format!("/{agent}")))
-        .bearer_auth(TOKEN)
+    server
+        .post(&format!("/{agent}"))
         .header("accept", "text/event-stream")
         .json(body)
-        .send()
+        .sent()
         .await
-        .expect("request")
+}
+
+/// Sends a request the test expects to get an answer to (any status).
+pub trait Sent {
+    fn sent(self) -> impl std::future::Future<Output = reqwest::Response>;
+}
+
+impl Sent for reqwest::RequestBuilder {
+    async fn sent(self) -> reqwest::Response {
+        self.send().await.expect("request")
+    }
 }
 
 /// One parsed SSE frame.
