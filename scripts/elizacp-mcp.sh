@@ -4,7 +4,7 @@
 # given in session/new when asked "Use tool <server>::<tool> with <json>".
 #
 # Usage: scripts/elizacp-mcp.sh [BINARY]   (installs elizacp under .tools/ when missing;
-# that compile takes a few minutes; the test command runs this script)
+# that compile takes a couple of minutes; the test command runs this script)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${1:-$root/target/debug/agui-serve}"
@@ -12,7 +12,8 @@ bin="${1:-$root/target/debug/agui-serve}"
 eliza="$(command -v elizacp || true)"
 if [ -z "$eliza" ]; then
   eliza="$root/.tools/bin/elizacp"
-  [ -x "$eliza" ] || cargo install --root "$root/.tools" elizacp@12.0.0
+  # A debug build: half the compile time of a release one, and fast enough for one prompt.
+  [ -x "$eliza" ] || cargo install --locked --debug --root "$root/.tools" elizacp@12.0.0
 fi
 
 source "$root/scripts/lib.sh"
