@@ -362,6 +362,64 @@ async fn disconnected_while_suspended_then_reattach_and_answer_completes_the_run
 }
 
 #[tokio::test]
+async fn reattach_without_a_cursor_to_a_suspended_run_hands_over_the_suspension_point() {
+    let server = TestServer::start().await;
+    for legacy in [false, true] {
+        let thread = format!("reload-{legacy}");
+        let user =
+            json!({"id": format!("{thread}-u"), "role": "user", "content": "/tool chart {}"});
+        let first = run(&server, &body(&thread, "r1", &json!([user]), legacy)).await;
+        let (call_id, _, _) = tool_call(&first);
+        // A reloaded page: no Last-Event-ID. The stream is a whole segment that ends where
+        // the run waits, with the pending call in the transcript, and then closes.
+        let response = server
+            .get(&format!("/threads/{thread}/stream"))
+            .sent()
+            .await;
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["agui-resume"], "exact");
+        let frames =
+            tokio::time::timeout(Duration::from_secs(10), SseReader::new(response).collect())
+                .await
+                .expect("the stream ends at the suspension point");
+        assert_valid_segment(&frames);
+        assert_eq!(
+            kinds(&frames),
+            [
+                "RUN_STARTED",
+                "MESSAGES_SNAPSHOT",
+                "STATE_SNAPSHOT",
+                "RUN_FINISHED"
+            ]
+        );
+        assert_eq!(frames[0].data["runId"], "r1");
+        let calls = frames[1].data["messages"]
+            .as_array()
+            .expect("messages")
+            .iter()
+            .flat_map(|m| m["toolCalls"].as_array().cloned().unwrap_or_default())
+            .filter(|c| c["id"] == call_id.as_str())
+            .count();
+        assert_eq!(calls, 1, "the pending call is in the transcript");
+        let finished = &frames[3].data;
+        if legacy {
+            assert!(finished.get("outcome").is_none(), "{finished}");
+        } else {
+            assert_eq!(finished["outcome"]["pendingToolCallIds"], json!([call_id]));
+        }
+        assert_eq!(thread_status(&server, &thread).await["status"], "suspended");
+        // The page answers from there, and the run completes.
+        let messages = json!([
+            user,
+            {"id": format!("{thread}-a"), "role": "assistant", "toolCalls": [{"id": call_id, "type": "function", "function": {"name": "chart", "arguments": "{}"}}]},
+            {"id": format!("{thread}-t"), "role": "tool", "toolCallId": call_id, "content": "drawn"}
+        ]);
+        let second = run(&server, &body(&thread, "r2", &messages, legacy)).await;
+        assert_eq!(text_of(&second), "Tool chart returned: drawn");
+    }
+}
+
+#[tokio::test]
 async fn new_user_input_instead_of_an_answer_fails_closed_then_runs() {
     let server = TestServer::start().await;
     let user = json!({"id": "n-u", "role": "user", "content": "/approve launch"});

@@ -382,6 +382,7 @@ impl Pump {
             channel,
             waits,
             segment_run_id,
+            terminal: None,
         };
         let pending = suspension.ids();
         // Parked before the terminal frame is written: a client that answers at once finds
@@ -580,6 +581,11 @@ impl SegmentWriter {
         }
         translator.finish(ending, &mut out);
         self.emit(&mut translator, &out);
+        drop(translator);
+        // Unless a client has answered already and taken the suspension.
+        if let Some(suspension) = lock(&self.run.suspension).as_mut() {
+            suspension.terminal = out.pop();
+        }
         self.rt
             .inner
             .store

@@ -42,7 +42,22 @@ impl Runtime {
                 Ok(attachment.with_resume(Resume::Exact))
             }
             (Some(_), None) => Ok(self.hydration(&thread, profile, Resume::Exact)),
-            (None, Some(run)) => Ok(self.resync(&thread, run, profile, last_event_id.is_some())),
+            (None, Some(run)) => {
+                let parked = lock(&run.suspension)
+                    .as_ref()
+                    .and_then(|s| Some((s.segment_run_id.clone(), s.terminal.clone()?)));
+                let resume = if last_event_id.is_some() {
+                    Resume::Resync
+                } else {
+                    Resume::Exact
+                };
+                Ok(match parked {
+                    Some((run_id, terminal)) => {
+                        self.suspension_point(&thread, run_id, terminal, profile, resume)
+                    }
+                    None => self.resync(&thread, run, profile, resume),
+                })
+            }
             (None, None) => {
                 let resume = if last_event_id.is_some() {
                     Resume::Resync
@@ -60,7 +75,7 @@ impl Runtime {
         thread: &Arc<Thread>,
         run: Arc<LiveRun>,
         profile: Profile,
-        asked: bool,
+        resume: Resume,
     ) -> Attachment {
         // Lock order: translator, then thread state (the pump's order).
         let translator = lock(&run.translator);
@@ -76,7 +91,6 @@ impl Runtime {
         ];
         events.extend(translator.reopen());
         drop(translator);
-        let resume = if asked { Resume::Resync } else { Resume::Exact };
         self.preamble(
             thread,
             cursor,
@@ -84,6 +98,40 @@ impl Runtime {
             &events,
             Some(run),
             attach::Mode::Follow,
+            resume,
+        )
+    }
+
+    /// A run parked on the client, to a stream with no cursor (a reloaded page): the
+    /// suspended segment again as RUN_STARTED, MESSAGES_SNAPSHOT (with the pending calls),
+    /// STATE_SNAPSHOT and its terminal event, so the client can answer; then the stream
+    /// ends. Its ids resume after the suspension, on the segment the answer starts.
+    fn suspension_point(
+        &self,
+        thread: &Arc<Thread>,
+        run_id: String,
+        terminal: Event,
+        profile: Profile,
+        resume: Resume,
+    ) -> Attachment {
+        let cursor = thread.journal.last_seq();
+        let (messages, document) = {
+            let state = lock(&thread.state);
+            (transcript_json(&state.transcript), state.document.clone())
+        };
+        let events = [
+            Event::run_started(&thread.id, &run_id, None),
+            Event::MessagesSnapshot { messages },
+            Event::StateSnapshot { snapshot: document },
+            terminal,
+        ];
+        self.preamble(
+            thread,
+            cursor,
+            profile,
+            &events,
+            None,
+            attach::Mode::Preamble,
             resume,
         )
     }

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use crate::agent::{PermissionOption, PermissionOutcome, ToolAnswer};
+use crate::protocol::Event;
 use crate::protocol::input::{Content, Message, Resume, ResumeStatus};
 
 /// The frontend tool through which permission requests reach the client.
@@ -69,6 +70,9 @@ pub struct Suspension {
     pub waits: Vec<Wait>,
     /// The AG-UI run id of the segment that ended with the suspension.
     pub segment_run_id: String,
+    /// That segment's terminal event (pending tool calls or interrupts), once written: a
+    /// stream that attaches with no cursor gets the suspension point again from it.
+    pub terminal: Option<Event>,
 }
 
 /// An answer matched to a wait.
@@ -302,6 +306,7 @@ mod tests {
             channel: Channel::Interrupts,
             waits: vec![a, b],
             segment_run_id: "r".to_owned(),
+            terminal: None,
         };
         let ok = Some(json!({"optionId": "ok"}));
         let err = s
@@ -330,6 +335,7 @@ mod tests {
             channel: Channel::Interrupts,
             waits: vec![a, b],
             segment_run_id: "r".to_owned(),
+            terminal: None,
         };
         s.resolve(&[], &[resume("a", Some(json!({"optionId": "ok"})))]);
         assert_eq!(

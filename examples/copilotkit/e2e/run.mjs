@@ -153,6 +153,20 @@ const cases = [
     },
   ],
   [
+    "a reload while the approval card waits keeps it answerable",
+    async () => {
+      await send("/approve reboot");
+      const waiting = page.getByTestId("approval").filter({ hasText: "reboot" }).last();
+      await waiting.getByRole("button", { name: "Allow" }).waitFor();
+      await page.reload();
+      const card = page.getByTestId("approval").filter({ hasText: "reboot" }).last();
+      const allow = card.getByRole("button", { name: "Allow" });
+      await allow.waitFor();
+      await allow.click();
+      await reply("Approved: reboot");
+    },
+  ],
+  [
     "an agent error is shown in the page and the chat goes on",
     async () => {
       expectedErrors.push("the disk is full"); // CopilotKit also logs it to the console
