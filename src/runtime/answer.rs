@@ -115,7 +115,6 @@ impl Runtime {
         profile: Profile,
         message: String,
     ) -> Attachment {
-        let cursor = thread.journal.last_seq();
         let events = [
             Event::run_started(&thread.id, &input.run_id, input.parent_run_id.clone()),
             Event::RunError {
@@ -124,14 +123,6 @@ impl Runtime {
                 usage: None,
             },
         ];
-        self.preamble(
-            thread,
-            cursor,
-            profile,
-            &events,
-            None,
-            attach::Mode::Preamble,
-            Resume::Exact,
-        )
+        self.short_run(thread, profile, &events, Resume::Exact)
     }
 }

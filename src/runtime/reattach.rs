@@ -53,7 +53,7 @@ impl Runtime {
                 };
                 Ok(match parked {
                     Some((run_id, terminal)) => {
-                        self.suspension_point(&thread, run_id, terminal, profile, resume)
+                        self.snapshot_run(&thread, &run_id, terminal, profile, resume)
                     }
                     None => self.resync(&thread, run, profile, resume),
                 })
@@ -102,66 +102,60 @@ impl Runtime {
         )
     }
 
-    /// A run parked on the client, to a stream with no cursor (a reloaded page): the
-    /// suspended segment again as RUN_STARTED, MESSAGES_SNAPSHOT (with the pending calls),
-    /// STATE_SNAPSHOT and its terminal event, so the client can answer; then the stream
-    /// ends. Its ids resume after the suspension, on the segment the answer starts.
-    fn suspension_point(
+    /// A short run that hands the client the thread as it is: RUN_STARTED,
+    /// MESSAGES_SNAPSHOT, STATE_SNAPSHOT, RUN_FINISHED.
+    fn hydration(&self, thread: &Arc<Thread>, profile: Profile, resume: Resume) -> Attachment {
+        let run_id = format!("hydrate-{}", uuid::Uuid::new_v4());
+        let finished = Event::RunFinished {
+            thread_id: thread.id.clone(),
+            run_id: run_id.clone(),
+            result: None,
+            outcome: None,
+            usage: None,
+        };
+        self.snapshot_run(thread, &run_id, finished, profile, resume)
+    }
+
+    /// RUN_STARTED, MESSAGES_SNAPSHOT, STATE_SNAPSHOT and `terminal`, then the stream
+    /// ends. For a run parked on the client (to a stream with no cursor: a reloaded page),
+    /// `terminal` is the suspended segment's own, with the pending calls or interrupts, so
+    /// the client can answer; ids resume after the suspension, on the segment the answer
+    /// starts.
+    fn snapshot_run(
         &self,
         thread: &Arc<Thread>,
-        run_id: String,
+        run_id: &str,
         terminal: Event,
         profile: Profile,
         resume: Resume,
     ) -> Attachment {
-        let cursor = thread.journal.last_seq();
         let (messages, document) = {
             let state = lock(&thread.state);
             (transcript_json(&state.transcript), state.document.clone())
         };
         let events = [
-            Event::run_started(&thread.id, &run_id, None),
+            Event::run_started(&thread.id, run_id, None),
             Event::MessagesSnapshot { messages },
             Event::StateSnapshot { snapshot: document },
             terminal,
         ];
-        self.preamble(
-            thread,
-            cursor,
-            profile,
-            &events,
-            None,
-            attach::Mode::Preamble,
-            resume,
-        )
+        self.short_run(thread, profile, &events, resume)
     }
 
-    /// A short run that hands the client the thread as it is: RUN_STARTED,
-    /// MESSAGES_SNAPSHOT, STATE_SNAPSHOT, RUN_FINISHED.
-    fn hydration(&self, thread: &Arc<Thread>, profile: Profile, resume: Resume) -> Attachment {
+    /// An attachment that sends `events`, framed at the journal's end, and ends.
+    pub(super) fn short_run(
+        &self,
+        thread: &Arc<Thread>,
+        profile: Profile,
+        events: &[Event],
+        resume: Resume,
+    ) -> Attachment {
         let cursor = thread.journal.last_seq();
-        let (messages, document) = {
-            let state = lock(&thread.state);
-            (transcript_json(&state.transcript), state.document.clone())
-        };
-        let run_id = format!("hydrate-{}", uuid::Uuid::new_v4());
-        let events = [
-            Event::run_started(&thread.id, &run_id, None),
-            Event::MessagesSnapshot { messages },
-            Event::StateSnapshot { snapshot: document },
-            Event::RunFinished {
-                thread_id: thread.id.clone(),
-                run_id,
-                result: None,
-                outcome: None,
-                usage: None,
-            },
-        ];
         self.preamble(
             thread,
             cursor,
             profile,
-            &events,
+            events,
             None,
             attach::Mode::Preamble,
             resume,
