@@ -104,20 +104,30 @@ export class AguiServeRunner extends AgentRunner {
   }
 
   async isRunning({ threadId }) {
-    const response = await this.fetch(this.threadUrl(threadId), { headers: this.headers() });
-    if (!response.ok) return false;
-    const thread = await response.json();
-    return thread.status === "running";
+    const thread = await this.thread(threadId);
+    return thread?.status === "running";
   }
 
   async stop({ threadId, runId }) {
-    const target = runId ?? this.active.get(threadId);
+    // The run this process started or reattached to; else, whatever the daemon has live on
+    // the thread (a run started before this process did, or by another instance).
+    let target = runId ?? this.active.get(threadId);
+    if (!target) {
+      const thread = await this.thread(threadId);
+      if (thread && thread.status !== "idle") target = thread.lastRun?.runId;
+    }
     if (!target) return false;
     const response = await this.fetch(`${this.base}/runs/${encodeURIComponent(target)}/cancel`, {
       method: "POST",
       headers: this.headers(),
     });
     return response.status === 202;
+  }
+
+  /** The daemon's metadata for a thread, or null when it has none. */
+  async thread(threadId) {
+    const response = await this.fetch(this.threadUrl(threadId), { headers: this.headers() });
+    return response.ok ? response.json() : null;
   }
 }
 
