@@ -239,6 +239,33 @@ async fn interrupt_answered_with_resume_continues_without_re_emitting_the_call()
 }
 
 #[tokio::test]
+async fn reattach_without_a_cursor_to_an_open_interrupt_hands_it_over_again() {
+    let server = interrupt_server(Duration::from_secs(60)).await;
+    let (user, _, interrupt) = open_interrupt(&server, "int-reload").await;
+    let response = server.get("/threads/int-reload/stream").sent().await;
+    let frames = tokio::time::timeout(Duration::from_secs(10), SseReader::new(response).collect())
+        .await
+        .expect("the stream ends at the interrupt");
+    assert_valid_segment(&frames);
+    assert_eq!(
+        kinds(&frames),
+        [
+            "RUN_STARTED",
+            "MESSAGES_SNAPSHOT",
+            "STATE_SNAPSHOT",
+            "RUN_FINISHED"
+        ]
+    );
+    assert_eq!(frames[0].data["runId"], "r1");
+    assert_eq!(frames[3].data["outcome"]["type"], "interrupt");
+    assert_eq!(frames[3].data["outcome"]["interrupts"], json!([interrupt]));
+    // Answered from the reloaded page.
+    let mut resume = body("int-reload", "r2", &json!([user]), false);
+    resume["resume"] = json!([{"interruptId": interrupt["id"], "status": "resolved", "payload": {"optionId": "allow"}}]);
+    assert_eq!(text_of(&run(&server, &resume).await), "Approved: ship it");
+}
+
+#[tokio::test]
 async fn bad_resumes_are_run_errors_and_the_thread_stays_usable() {
     let server = interrupt_server(Duration::from_secs(60)).await;
     let (user, _, interrupt) = open_interrupt(&server, "bad").await;
