@@ -56,11 +56,18 @@ const server = createServer(async (req, res) => {
 });
 
 async function serveStatic(path, res) {
-  const relative = normalize(decodeURIComponent(path)).replace(/^([/\\])+/, "");
+  let decoded;
+  try {
+    decoded = decodeURIComponent(path);
+  } catch {
+    return send(res, 400, "text/plain", "bad path");
+  }
+  const relative = normalize(decoded).replace(/^([/\\])+/, "");
   let file = join(dist, relative);
   if (!file.startsWith(dist)) return send(res, 404, "text/plain", "not found");
   const info = await stat(file).catch(() => null);
-  // Every page route is the single-page app.
+  // Every page route is the single-page app; a missing file (an asset) is a 404.
+  if (!info && extname(relative)) return send(res, 404, "text/plain", "not found");
   if (!info || info.isDirectory()) file = join(dist, "index.html");
   const body = await readFile(file).catch(() => null);
   if (!body) return send(res, 404, "text/plain", "not found (run `npm run build` first)");
