@@ -51,6 +51,31 @@ async fn thread_status(server: &TestServer, thread: &str) -> Value {
     get_json(server, &format!("/threads/{thread}")).await.1
 }
 
+/// A reloaded page's reattach (no cursor) to a run suspended on the client: one whole
+/// segment that ends where the run waits, then the stream closes.
+async fn reattach_suspended(server: &TestServer, thread: &str) -> Vec<SseFrame> {
+    let response = server
+        .get(&format!("/threads/{thread}/stream"))
+        .sent()
+        .await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["agui-resume"], "exact");
+    let frames = tokio::time::timeout(Duration::from_secs(10), SseReader::new(response).collect())
+        .await
+        .expect("the stream ends at the suspension point");
+    assert_valid_segment(&frames);
+    assert_eq!(
+        kinds(&frames),
+        [
+            "RUN_STARTED",
+            "MESSAGES_SNAPSHOT",
+            "STATE_SNAPSHOT",
+            "RUN_FINISHED"
+        ]
+    );
+    frames
+}
+
 #[tokio::test]
 async fn frontend_tool_round_trip_for_both_profiles() {
     let server = TestServer::start().await;
@@ -242,20 +267,7 @@ async fn interrupt_answered_with_resume_continues_without_re_emitting_the_call()
 async fn reattach_without_a_cursor_to_an_open_interrupt_hands_it_over_again() {
     let server = interrupt_server(Duration::from_secs(60)).await;
     let (user, _, interrupt) = open_interrupt(&server, "int-reload").await;
-    let response = server.get("/threads/int-reload/stream").sent().await;
-    let frames = tokio::time::timeout(Duration::from_secs(10), SseReader::new(response).collect())
-        .await
-        .expect("the stream ends at the interrupt");
-    assert_valid_segment(&frames);
-    assert_eq!(
-        kinds(&frames),
-        [
-            "RUN_STARTED",
-            "MESSAGES_SNAPSHOT",
-            "STATE_SNAPSHOT",
-            "RUN_FINISHED"
-        ]
-    );
+    let frames = reattach_suspended(&server, "int-reload").await;
     assert_eq!(frames[0].data["runId"], "r1");
     assert_eq!(frames[3].data["outcome"]["type"], "interrupt");
     assert_eq!(frames[3].data["outcome"]["interrupts"], json!([interrupt]));
@@ -397,28 +409,8 @@ async fn reattach_without_a_cursor_to_a_suspended_run_hands_over_the_suspension_
             json!({"id": format!("{thread}-u"), "role": "user", "content": "/tool chart {}"});
         let first = run(&server, &body(&thread, "r1", &json!([user]), legacy)).await;
         let (call_id, _, _) = tool_call(&first);
-        // A reloaded page: no Last-Event-ID. The stream is a whole segment that ends where
-        // the run waits, with the pending call in the transcript, and then closes.
-        let response = server
-            .get(&format!("/threads/{thread}/stream"))
-            .sent()
-            .await;
-        assert_eq!(response.status(), 200);
-        assert_eq!(response.headers()["agui-resume"], "exact");
-        let frames =
-            tokio::time::timeout(Duration::from_secs(10), SseReader::new(response).collect())
-                .await
-                .expect("the stream ends at the suspension point");
-        assert_valid_segment(&frames);
-        assert_eq!(
-            kinds(&frames),
-            [
-                "RUN_STARTED",
-                "MESSAGES_SNAPSHOT",
-                "STATE_SNAPSHOT",
-                "RUN_FINISHED"
-            ]
-        );
+        // A reloaded page: no Last-Event-ID.
+        let frames = reattach_suspended(&server, &thread).await;
         assert_eq!(frames[0].data["runId"], "r1");
         let calls = frames[1].data["messages"]
             .as_array()
