@@ -30,6 +30,13 @@ impl Runtime {
         let cursor = last_event_id
             .and_then(EventId::parse)
             .and_then(|id| thread.journal.cursor_for(id).ok());
+        // Without a usable cursor: `resync` when the client asked for one, else `exact`
+        // (there was nothing to resume from).
+        let without_cursor = if last_event_id.is_some() {
+            Resume::Resync
+        } else {
+            Resume::Exact
+        };
         match (cursor, live) {
             (Some(cursor), Some(run)) => {
                 let attachment =
@@ -46,26 +53,14 @@ impl Runtime {
                 let parked = lock(&run.suspension)
                     .as_ref()
                     .and_then(|s| Some((s.segment_run_id.clone(), s.terminal.clone()?)));
-                let resume = if last_event_id.is_some() {
-                    Resume::Resync
-                } else {
-                    Resume::Exact
-                };
                 Ok(match parked {
                     Some((run_id, terminal)) => {
-                        self.snapshot_run(&thread, &run_id, terminal, profile, resume)
+                        self.snapshot_run(&thread, &run_id, terminal, profile, without_cursor)
                     }
-                    None => self.resync(&thread, run, profile, resume),
+                    None => self.resync(&thread, run, profile, without_cursor),
                 })
             }
-            (None, None) => {
-                let resume = if last_event_id.is_some() {
-                    Resume::Resync
-                } else {
-                    Resume::Exact
-                };
-                Ok(self.hydration(&thread, profile, resume))
-            }
+            (None, None) => Ok(self.hydration(&thread, profile, without_cursor)),
         }
     }
 
