@@ -6,14 +6,13 @@
 //            browser sees why the run ended instead of a stream that just stops.
 // - connect: GET {base}/threads/{id}/stream. On an idle thread the daemon answers a short
 //            hydration run (MESSAGES_SNAPSHOT + STATE_SNAPSHOT), on a live one it replays the
-//            run so far and follows it: a page reload mid-run picks the run up where it is.
-// - stop:    POST {base}/runs/{runId}/cancel, so the run ends for every attached stream.
+//            run so far and follows it: a page reload mid-run picks the run up where it is;
+//            on a run waiting for the page (an approval), it hands over that waiting point.
+// - stop:    POST {base}/runs/{runId}/cancel for the thread's live run (its id from
+//            GET {base}/threads/{id}), so the run ends for every attached stream.
 import { AgentRunner } from "@copilotkit/runtime/v2";
 import { EventType, runHttpRequest, transformHttpEventStream } from "@ag-ui/client";
 import { Observable } from "rxjs";
-
-/** How long the id of a run whose browser went away is kept for a stop request. */
-const FORGET_AFTER_MS = 60_000;
 
 export class AguiServeRunner extends AgentRunner {
   /**
@@ -25,8 +24,6 @@ export class AguiServeRunner extends AgentRunner {
     this.base = base.replace(/\/+$/, "");
     this.token = token;
     this.fetch = fetchFn;
-    /** threadId -> runId of the run this process is streaming for it. */
-    this.active = new Map();
   }
 
   headers(extra = {}) {
@@ -37,36 +34,25 @@ export class AguiServeRunner extends AgentRunner {
     return `${this.base}/threads/${encodeURIComponent(threadId)}${suffix}`;
   }
 
-  run({ threadId, agent, input }) {
+  run({ agent, input }) {
     return new Observable((subscriber) => {
-      this.active.set(threadId, input.runId);
       let terminal = false;
-      const settled = () => {
-        if (this.active.get(threadId) === input.runId) this.active.delete(threadId);
-      };
       const subscription = agent.run(input).subscribe({
         next: (event) => {
           if (isTerminal(event)) terminal = true;
           subscriber.next(event);
         },
         error: (error) => {
-          settled();
           if (!terminal) subscriber.next(runError(error));
           subscriber.complete();
         },
         complete: () => {
-          settled();
           if (!terminal) subscriber.next(runError(new Error("the agent stream ended without a terminal event")));
           subscriber.complete();
         },
       });
-      return () => {
-        subscription.unsubscribe();
-        // The browser went away (a reload, a closed tab, or the stop button, whose stop
-        // request can arrive just after the disconnect). The run goes on in the daemon, so
-        // its id stays known for a while for stop(), then is forgotten.
-        if (!terminal) setTimeout(settled, FORGET_AFTER_MS).unref();
-      };
+      // The browser went away (a reload, a closed tab): the run goes on in the daemon.
+      return () => subscription.unsubscribe();
     });
   }
 
@@ -74,7 +60,6 @@ export class AguiServeRunner extends AgentRunner {
     return new Observable((subscriber) => {
       const abort = new AbortController();
       let subscription;
-      let current; // the run id of the segment being replayed
       this.fetch(this.threadUrl(threadId, "/stream"), {
         headers: this.headers({ Accept: "text/event-stream" }),
         signal: abort.signal,
@@ -82,16 +67,7 @@ export class AguiServeRunner extends AgentRunner {
         .then((response) => {
           // A thread the daemon has never seen: nothing to restore.
           if (response.status === 404) return subscriber.complete();
-          subscription = transformHttpEventStream(runHttpRequest(() => Promise.resolve(response))).subscribe({
-            next: (event) => {
-              // A reattached live run can be stopped from this page too.
-              if (event.type === EventType.RUN_STARTED) this.active.set(threadId, (current = event.runId));
-              if (isTerminal(event) && this.active.get(threadId) === current) this.active.delete(threadId);
-              subscriber.next(event);
-            },
-            error: (error) => subscriber.error(error),
-            complete: () => subscriber.complete(),
-          });
+          subscription = transformHttpEventStream(runHttpRequest(() => Promise.resolve(response))).subscribe(subscriber);
         })
         .catch((error) => {
           if (!abort.signal.aborted) subscriber.error(error);
@@ -109,9 +85,9 @@ export class AguiServeRunner extends AgentRunner {
   }
 
   async stop({ threadId, runId }) {
-    // The run this process started or reattached to; else, whatever the daemon has live on
-    // the thread (a run started before this process did, or by another instance).
-    let target = runId ?? this.active.get(threadId);
+    // The daemon knows the thread's live run, whichever process or page started it (the
+    // browser's own stream may already be gone when its stop request arrives).
+    let target = runId;
     if (!target) {
       const thread = await this.thread(threadId);
       if (thread && thread.status !== "idle") target = thread.lastRun?.runId;
