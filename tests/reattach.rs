@@ -3,7 +3,7 @@
 //! always resynchronise, never a silent gap.
 
 mod support;
-use support::run_input;
+use support::{SNAPSHOT_RUN, run_input};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -267,15 +267,7 @@ async fn no_live_run_gives_a_hydration_run_and_unknown_threads_are_refused() {
     .await;
     let frames = drain(runtime.reattach("t", None).await.expect("attach")).await;
     let kinds: Vec<String> = frames.iter().map(type_of).collect();
-    assert_eq!(
-        kinds,
-        [
-            "RUN_STARTED",
-            "MESSAGES_SNAPSHOT",
-            "STATE_SNAPSHOT",
-            "RUN_FINISHED"
-        ]
-    );
+    assert_eq!(kinds, SNAPSHOT_RUN);
     let snapshot = std::str::from_utf8(&frames[1]).expect("utf8");
     assert!(snapshot.contains("You said: hello"), "{snapshot}");
     assert!(runtime.reattach("nope", None).await.is_err());

@@ -14,6 +14,14 @@ use tokio_util::sync::CancellationToken;
 
 pub const TOKEN: &str = "test-token-0123456789";
 
+/// The event types of a hydration run (and of a suspended run handed to a reloaded page).
+pub const SNAPSHOT_RUN: [&str; 4] = [
+    "RUN_STARTED",
+    "MESSAGES_SNAPSHOT",
+    "STATE_SNAPSHOT",
+    "RUN_FINISHED",
+];
+
 /// A server bound to 127.0.0.1:0, stopped (gracefully) when dropped or by `shutdown`.
 pub struct TestServer {
     pub base: String,
