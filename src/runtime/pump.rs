@@ -146,6 +146,8 @@ pub(super) fn start(
         deadline: None,
         buffered: VecDeque::new(),
         known_tools: HashSet::new(),
+        pending_park: None,
+        pending_segment: None,
     };
     inner.run_tasks.spawn(
         drive(pump, agent, turn, input.parent_run_id, history, control_rx).instrument(span.clone()),
@@ -194,6 +196,10 @@ struct Pump {
     buffered: VecDeque<SinkItem>,
     /// Tool calls opened in earlier segments (a later result may answer them).
     known_tools: HashSet<String>,
+    /// A suspension whose terminal event waits for the store (see [`Pump::settle`]).
+    pending_park: Option<Ending>,
+    /// A segment whose `RUN_STARTED` waits for the store: its run id and parent.
+    pending_segment: Option<(String, Option<String>)>,
 }
 
 async fn drive(
@@ -206,7 +212,15 @@ async fn drive(
 ) {
     tracing::info!("run started");
     let started = std::time::Instant::now();
+    // Accepted means stored: the thread row and the new input are committed before the
+    // client sees RUN_STARTED.
+    let stored = pump.writer.commit().await;
     pump.writer.start(parent_run_id, history);
+    if !stored {
+        drop(agent);
+        pump.writer.finish(store_failed()).await;
+        return;
+    }
     let run = pump.writer.run.clone();
     let (sink, mut items) = EventSink::channel(SINK_CAPACITY);
     let mut turn_future = AssertUnwindSafe(agent.run(turn, sink)).catch_unwind();
@@ -221,21 +235,31 @@ async fn drive(
         let deadline = pump.deadline.unwrap_or_else(Instant::now);
         tokio::select! {
             biased;
-            Some(command) = control.recv() => pump.on_control(command),
+            Some(command) = control.recv() => {
+                pump.on_control(command);
+                pump.settle().await;
+            }
             () = run.cancel.cancelled(), if suspended => {
                 pump.wake_closed("the run was cancelled");
+                pump.settle().await;
             }
             () = tokio::time::sleep_until(deadline), if suspended => {
                 tracing::info!("suspension timed out; failing closed");
                 pump.wake_closed("nobody answered within the suspension timeout");
+                pump.settle().await;
             }
-            Some(item) = items.recv() => pump.on_item(item),
+            Some(item) = items.recv() => {
+                pump.on_item(item);
+                pump.settle().await;
+            }
             outcome = &mut turn_future => {
                 if pump.deadline.is_some() {
                     pump.wake_closed("the agent stopped waiting");
                 }
+                pump.settle().await;
                 while let Ok(item) = items.try_recv() {
                     pump.on_item(item);
+                    pump.settle().await;
                 }
                 break match outcome {
                     Ok(result) => pump.writer.ending_for(result),
@@ -253,16 +277,13 @@ async fn drive(
                 if pump.deadline.is_some() {
                     pump.wake_closed("the run was cancelled");
                 }
+                pump.settle().await;
                 break pump.writer.cancelled_ending();
             }
         }
     };
-    let kind = match &ending {
-        Ending::Finished { .. } => "finished",
-        Ending::Cancelled => "cancelled",
-        _ => "error",
-    };
-    pump.writer.finish(ending);
+    let kind = ending_kind(&ending);
+    pump.writer.finish(ending).await;
     tracing::info!(
         outcome = kind,
         elapsed_ms = started.elapsed().as_millis() as u64,
@@ -395,11 +416,33 @@ impl Pump {
             Channel::ToolMessages => Ending::Suspended { pending },
             Channel::Interrupts => Ending::Interrupt { interrupts },
         };
-        self.writer.park(ending);
-        tracing::info!(
-            waits = pending_len(&self.writer.run),
-            "run suspended, waiting on the client"
-        );
+        self.writer.close_for_park(&ending);
+        self.pending_park = Some(ending);
+    }
+
+    /// Writes what waits for the store: commits first, then the suspension's terminal
+    /// event or the next segment's `RUN_STARTED` (whose replayed output may park again).
+    /// Called after every step of the loop; nothing else reaches the journal meanwhile.
+    async fn settle(&mut self) {
+        loop {
+            if let Some(ending) = self.pending_park.take() {
+                if !self.writer.commit().await {
+                    tracing::error!("suspension announced although the store failed");
+                }
+                self.writer.park(ending);
+                tracing::info!(
+                    waits = pending_len(&self.writer.run),
+                    "run suspended, waiting on the client"
+                );
+            } else if let Some((run_id, parent_run_id)) = self.pending_segment.take() {
+                if !self.writer.commit().await {
+                    tracing::error!("segment started although the store failed");
+                }
+                self.open_segment(&run_id, parent_run_id);
+            } else {
+                return;
+            }
+        }
     }
 
     fn on_control(&mut self, command: Control) {
@@ -425,9 +468,15 @@ impl Pump {
         suspension.fail_closed(why);
     }
 
-    /// Opens the next segment of the run and replays what the agent sent meanwhile.
+    /// Ends the suspension; the next segment opens once what answered it is stored
+    /// ([`Pump::settle`]).
     fn next_segment(&mut self, run_id: &str, parent_run_id: Option<String>) {
         self.deadline = None;
+        self.pending_segment = Some((run_id.to_owned(), parent_run_id));
+    }
+
+    /// Opens the next segment of the run and replays what the agent sent meanwhile.
+    fn open_segment(&mut self, run_id: &str, parent_run_id: Option<String>) {
         let mut translator = Translator::new(&self.writer.thread.id, run_id);
         for id in &self.known_tools {
             translator.know_tool_call(id);
@@ -451,6 +500,23 @@ impl Pump {
         let translator = lock(&self.writer.run.translator);
         self.known_tools
             .extend(translator.known_tool_calls().cloned());
+    }
+}
+
+/// How a run's ending is recorded (`runs.outcome`) and logged.
+fn ending_kind(ending: &Ending) -> &'static str {
+    match ending {
+        Ending::Finished { .. } => "finished",
+        Ending::Cancelled => "cancelled",
+        _ => "error",
+    }
+}
+
+/// The ending of a run whose writes the store could not commit.
+fn store_failed() -> Ending {
+    Ending::Error {
+        code: "STORE_UNAVAILABLE".to_owned(),
+        message: "the run could not be stored; send it again".to_owned(),
     }
 }
 
@@ -555,8 +621,9 @@ impl SegmentWriter {
         }
     }
 
-    /// Ends the segment because the run waits on the client.
-    fn park(&mut self, ending: Ending) {
+    /// Closes what is open before a suspension's terminal event (and, for an interrupt,
+    /// hands the client the whole picture), and records the thread as suspended.
+    fn close_for_park(&mut self, ending: &Ending) {
         let mut translator = lock(&self.run.translator);
         let mut out = Vec::new();
         if matches!(ending, Ending::Interrupt { .. }) {
@@ -578,7 +645,22 @@ impl SegmentWriter {
                     Event::MessagesSnapshot { messages },
                 ],
             );
+        } else {
+            translator.close_open(&mut out);
+            self.emit(&mut translator, &out);
         }
+        drop(translator);
+        self.rt
+            .inner
+            .store
+            .set_status(&self.thread.id, "suspended", now_ms() as i64);
+    }
+
+    /// Ends the segment because the run waits on the client: the terminal event, once
+    /// [`SegmentWriter::close_for_park`]'s writes are committed.
+    fn park(&mut self, ending: Ending) {
+        let mut translator = lock(&self.run.translator);
+        let mut out = Vec::new();
         translator.finish(ending, &mut out);
         self.emit(&mut translator, &out);
         drop(translator);
@@ -586,10 +668,17 @@ impl SegmentWriter {
         if let Some(suspension) = lock(&self.run.suspension).as_mut() {
             suspension.terminal = out.pop();
         }
-        self.rt
-            .inner
-            .store
-            .set_status(&self.thread.id, "suspended", now_ms() as i64);
+    }
+
+    /// Waits until every write queued so far is durable; `false` when the store failed.
+    async fn commit(&self) -> bool {
+        match self.rt.inner.store.commit().await {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::error!(%error, "store commit failed");
+                false
+            }
+        }
     }
 
     /// Remembers the interrupts of a suspension that failed closed (a late resume for them
@@ -603,12 +692,47 @@ impl SegmentWriter {
         }
     }
 
-    fn finish(&mut self, ending: Ending) {
-        let outcome = match &ending {
-            Ending::Finished { .. } => "finished",
-            Ending::Cancelled => "cancelled",
-            _ => "error",
+    /// Ends the run: closes what is open, records the outcome, and writes the terminal
+    /// event only once all of it is committed (the terminal event is the client's
+    /// acknowledgement).
+    async fn finish(&mut self, ending: Ending) {
+        {
+            let mut translator = lock(&self.run.translator);
+            let mut out = Vec::new();
+            if translator.is_ended() {
+                let run_id = translator.run_id().to_owned();
+                *translator = Translator::new(&self.thread.id, &run_id);
+                out.extend(translator.start(None));
+            }
+            translator.close_open(&mut out);
+            self.emit(&mut translator, &out);
+        }
+        self.record_end(&ending);
+        let ending = if self.commit().await {
+            ending
+        } else {
+            store_failed()
         };
+        let mut translator = lock(&self.run.translator);
+        let mut out = Vec::new();
+        translator.finish(ending, &mut out);
+        self.emit(&mut translator, &out);
+    }
+
+    fn record_end(&self, ending: &Ending) {
+        self.rt.inner.store.record_run_end(
+            &self.thread.id,
+            &self.run.id,
+            ending_kind(ending),
+            "idle",
+            now_ms() as i64,
+        );
+    }
+
+    /// [`SegmentWriter::finish`] without waiting for the store (a pump that ended without
+    /// a terminal event, from `Drop`).
+    fn finish_now(&mut self, ending: Ending) {
+        let outcome_row = ending_kind(&ending);
         let mut translator = lock(&self.run.translator);
         if translator.is_ended() {
             // The run ended while parked (its last segment is already closed): give the
@@ -627,7 +751,7 @@ impl SegmentWriter {
         self.rt.inner.store.record_run_end(
             &self.thread.id,
             &self.run.id,
-            outcome,
+            outcome_row,
             "idle",
             now_ms() as i64,
         );
@@ -709,7 +833,7 @@ impl Drop for SegmentWriter {
         let open = !lock(&self.run.translator).is_ended();
         if open {
             tracing::error!("run ended without a terminal event; ending it with RUN_ERROR");
-            self.finish(Ending::Error {
+            self.finish_now(Ending::Error {
                 code: "INTERNAL".to_owned(),
                 message: "the run ended unexpectedly".to_owned(),
             });

@@ -1,17 +1,27 @@
-//! Durable threads: the only code that touches rusqlite, on its own thread.
+//! Durable threads: the only code that touches rusqlite, on tokio's blocking pool, one
+//! batch at a time.
 //!
 //! The database lives at `<data-dir>/agui-serve.db` in WAL mode. Migrations are the numbered
 //! files in `migrations/`, embedded at build time and tracked with `PRAGMA user_version`.
-//! Callers get a cheap-to-clone [`Store`] handle; every operation is a job run in order on
-//! the store thread, so a read enqueued after a write sees it. Writes from the run pump are
-//! fire-and-forget (errors are logged); reads and deletes are awaited.
+//! Callers get a cheap-to-clone [`Store`] handle; every operation is a job run in order by
+//! the store task (which hands each batch to `spawn_blocking`, so no tokio worker ever
+//! waits on SQLite), so a read enqueued after a write sees it. Writes from the run pump are
+//! enqueued without waiting (errors are logged); reads, deletes and [`Store::commit`] are
+//! awaited.
+//!
+//! Group commit: the store task runs every job queued at one moment inside one
+//! transaction (each job in its own savepoint, so a failing job undoes only itself) and
+//! answers the jobs' callers only after that transaction commits. An answer therefore
+//! means durable against a killed process (WAL, `synchronous = NORMAL`). The WAL is
+//! checkpointed by a second thread on its own connection, so a commit never waits behind
+//! a checkpoint's fsync.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc as tokio_mpsc, oneshot};
 
 use crate::protocol::Message;
 
@@ -30,10 +40,14 @@ pub enum StoreError {
     Sqlite(#[from] rusqlite::Error),
     #[error("the store is closed")]
     Closed,
-    #[error("cannot start the store thread: {0}")]
+    #[error("cannot start the checkpoint thread: {0}")]
     Thread(std::io::Error),
     #[error("database schema version {0} is newer than this build understands")]
     TooNew(i64),
+    #[error("the write could not be committed")]
+    Commit,
+    #[error("the store must be opened inside a tokio runtime")]
+    NoRuntime,
 }
 
 /// Thread metadata as the thread API shows it.
@@ -75,12 +89,20 @@ pub struct StoredThread {
     pub transcript: Vec<Message>,
 }
 
-type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+/// What a job hands back: its caller's answer, sent once the batch is committed (the flag
+/// says whether the commit succeeded).
+type Reply = Box<dyn FnOnce(bool) + Send>;
+type Job = Box<dyn FnOnce(&mut Connection) -> Option<Reply> + Send>;
 
-/// Handle to the store thread.
+/// Jobs at most in one transaction.
+const BATCH: usize = 512;
+/// How often the checkpoint thread folds the WAL back into the database.
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Handle to the store task.
 #[derive(Clone)]
 pub struct Store {
-    jobs: mpsc::Sender<Job>,
+    jobs: tokio_mpsc::UnboundedSender<Job>,
 }
 
 impl std::fmt::Debug for Store {
@@ -106,22 +128,44 @@ impl Store {
                 "runs cut by the previous process marked interrupted"
             );
         }
-        let (jobs, rx) = mpsc::channel::<Job>();
-        std::thread::Builder::new()
-            .name("agui-store".to_owned())
-            .spawn(move || {
-                while let Ok(job) = rx.recv() {
-                    job(&mut conn);
+        // Checkpoints happen on their own thread (below), never inside a commit.
+        conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+        let checkpointer = spawn_checkpointer(&path)?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| StoreError::NoRuntime)?;
+        let (jobs, mut rx) = tokio_mpsc::unbounded_channel::<Job>();
+        runtime.spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut batch = vec![first];
+                while batch.len() < BATCH {
+                    match rx.try_recv() {
+                        Ok(job) => batch.push(job),
+                        Err(_) => break,
+                    }
                 }
-                if let Err((_, error)) = conn.close() {
-                    tracing::warn!(%error, "closing the database failed");
-                }
-            })
-            .map_err(StoreError::Thread)?;
+                let ran = tokio::task::spawn_blocking(move || {
+                    run_batch(&mut conn, batch);
+                    conn
+                });
+                conn = match ran.await {
+                    Ok(conn) => conn,
+                    Err(error) => {
+                        tracing::error!(%error, "the store stopped");
+                        return;
+                    }
+                };
+            }
+            let closed = tokio::task::spawn_blocking(move || {
+                drop(checkpointer);
+                conn.close().map_err(|(_, error)| error)
+            });
+            if let Ok(Err(error)) = closed.await {
+                tracing::warn!(%error, "closing the database failed");
+            }
+        });
         Ok(Store { jobs })
     }
 
-    /// Runs `f` on the store thread and waits for its result.
+    /// Runs `f` in the store and waits for its result.
     async fn call<R: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Connection) -> Result<R, rusqlite::Error> + Send + 'static,
@@ -129,15 +173,20 @@ impl Store {
         let (tx, rx) = oneshot::channel();
         self.jobs
             .send(Box::new(move |conn| {
-                let _ = tx.send(f(conn));
+                let result = f(conn);
+                Some(Box::new(move |committed: bool| {
+                    let _ = tx.send(match result {
+                        Ok(_) if !committed => Err(StoreError::Commit),
+                        Ok(value) => Ok(value),
+                        Err(error) => Err(StoreError::from(error)),
+                    });
+                }) as Reply)
             }))
             .map_err(|_| StoreError::Closed)?;
-        rx.await
-            .map_err(|_| StoreError::Closed)?
-            .map_err(StoreError::from)
+        rx.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// Runs `f` on the store thread without waiting; failures are logged.
+    /// Runs `f` in the store without waiting; failures are logged.
     fn enqueue(
         &self,
         what: &'static str,
@@ -147,15 +196,22 @@ impl Store {
             if let Err(error) = f(conn) {
                 tracing::error!(%error, op = what, "store write failed");
             }
+            None
         });
         if self.jobs.send(job).is_err() {
             tracing::error!(op = what, "store write after close dropped");
         }
     }
 
-    /// Waits until every job enqueued before this call has run.
+    /// Waits until every job enqueued before this call has run and is committed.
     pub async fn flush(&self) -> Result<(), StoreError> {
         self.call(|_| Ok(())).await
+    }
+
+    /// Waits until every write enqueued before this call is durable (an alias of
+    /// [`Store::flush`] that names why a caller waits).
+    pub async fn commit(&self) -> Result<(), StoreError> {
+        self.flush().await
     }
 
     /// A thread and its transcript, if it exists.
@@ -199,7 +255,7 @@ impl Store {
         let (thread_id, agent, run_id) =
             (thread_id.to_owned(), agent.to_owned(), run_id.to_owned());
         self.enqueue("run_start", move |conn| {
-            let tx = conn.transaction()?;
+            let tx = conn.savepoint()?;
             tx.execute(
                 "INSERT INTO threads (id, agent, title, created_at, updated_at, status)
                  VALUES (?1, ?2, ?3, ?4, ?4, 'running')
@@ -225,7 +281,7 @@ impl Store {
         }
         let thread_id = thread_id.to_owned();
         self.enqueue("messages", move |conn| {
-            let tx = conn.transaction()?;
+            let tx = conn.savepoint()?;
             append_messages(&tx, &thread_id, &messages)?;
             tx.execute(
                 "UPDATE threads SET updated_at = ?2 WHERE id = ?1",
@@ -251,7 +307,7 @@ impl Store {
             status.to_owned(),
         );
         self.enqueue("run_end", move |conn| {
-            let tx = conn.transaction()?;
+            let tx = conn.savepoint()?;
             tx.execute(
                 "UPDATE runs SET ended_at = ?3, outcome = ?4 WHERE thread_id = ?1 AND id = ?2",
                 params![thread_id, run_id, now, outcome],
@@ -389,7 +445,7 @@ impl Store {
     pub async fn delete_thread(&self, id: &str) -> Result<bool, StoreError> {
         let id = id.to_owned();
         self.call(move |conn| {
-            let tx = conn.transaction()?;
+            let tx = conn.savepoint()?;
             tx.execute("DELETE FROM messages WHERE thread_id = ?1", [&id])?;
             tx.execute("DELETE FROM runs WHERE thread_id = ?1", [&id])?;
             let n = tx.execute("DELETE FROM threads WHERE id = ?1", [&id])?;
@@ -439,6 +495,69 @@ fn prepare(conn: &mut Connection) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Runs `batch` in one transaction, each job in its own savepoint, then answers the jobs'
+/// callers with whether the transaction committed.
+fn run_batch(conn: &mut Connection, batch: Vec<Job>) {
+    let began = conn.execute_batch("BEGIN IMMEDIATE");
+    if let Err(error) = &began {
+        tracing::error!(%error, "store transaction could not begin; running jobs one by one");
+    }
+    let replies: Vec<Reply> = batch
+        .into_iter()
+        .filter_map(|job| {
+            // A job that panics loses only its own answer (its caller sees the store as
+            // closed); the connection and the batch go on.
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(conn))).unwrap_or_else(
+                |_| {
+                    tracing::error!("a store job panicked");
+                    None
+                },
+            )
+        })
+        .collect();
+    let committed = match began {
+        Ok(()) => match conn.execute_batch("COMMIT") {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::error!(%error, jobs = replies.len(), "store commit failed");
+                let _ = conn.execute_batch("ROLLBACK");
+                false
+            }
+        },
+        // Without the outer transaction each savepoint committed on its own.
+        Err(_) => true,
+    };
+    for reply in replies {
+        reply(committed);
+    }
+}
+
+/// Starts the thread that checkpoints the WAL on a connection of its own, so commits on
+/// the store task never wait for the checkpoint's fsync. It stops when the returned
+/// sender is dropped.
+fn spawn_checkpointer(path: &Path) -> Result<mpsc::Sender<()>, StoreError> {
+    let conn = Connection::open(path).map_err(|source| StoreError::Open {
+        path: path.to_owned(),
+        source,
+    })?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    let (stop, stopped) = mpsc::channel::<()>();
+    std::thread::Builder::new()
+        .name("agui-checkpoint".to_owned())
+        .spawn(move || {
+            while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(CHECKPOINT_EVERY)
+            {
+                if let Err(error) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+                {
+                    tracing::warn!(%error, "WAL checkpoint failed");
+                }
+            }
+            let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+        })
+        .map_err(StoreError::Thread)?;
+    Ok(stop)
+}
+
 /// Marks runs and threads a previous process left live; returns how many runs.
 fn recover(conn: &mut Connection) -> Result<usize, StoreError> {
     let now = now_ms();
@@ -456,7 +575,7 @@ fn recover(conn: &mut Connection) -> Result<usize, StoreError> {
 }
 
 fn append_messages(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &Connection,
     thread_id: &str,
     messages: &[Message],
 ) -> Result<(), rusqlite::Error> {
