@@ -594,3 +594,76 @@ async fn frontend_tools_reach_the_agent_over_mcp_and_appear_once() {
     assert!(!second.iter().any(|f| f.kind() == "TOOL_CALL_START"));
     assert_eq!(text_of(&second), "MCP chart returned: a bar chart");
 }
+
+#[tokio::test]
+async fn new_input_while_a_permission_is_pending_is_prompted_as_its_own_turn() {
+    let state = temp_dir("acp-supersede");
+    let s = state.clone();
+    let server = TestServer::with(move |c| configure(c, &s)).await;
+    let user = json!({"id": "sp-u", "role": "user", "content": "permission"});
+    let body =
+        json!({"threadId": "sp", "runId": "r1", "protocolVersion": "1.0", "messages": [user]});
+    let first = run(&server, "scripted", &body).await;
+    let perm_id = first
+        .iter()
+        .find(|f| {
+            f.kind() == "TOOL_CALL_START" && f.data["toolCallName"] == "agui_permission_request"
+        })
+        .and_then(|f| f.data["toolCallId"].as_str())
+        .expect("permission request")
+        .to_owned();
+    let body = json!({"threadId": "sp", "runId": "r2", "protocolVersion": "1.0", "messages": [
+        user, {"id": "sp-2", "role": "user", "content": "hello again"}]});
+    let second = run(&server, "scripted", &body).await;
+    assert_eq!(second[0].data["runId"], "r2");
+    assert_eq!(text_of(&second), "Echo: hello again");
+    let transcript = get_json(&server, "/threads/sp/messages").await.1["messages"].clone();
+    assert_every_client_call_answered(&transcript);
+    assert!(
+        position_of(&transcript, &format!("{perm_id}-cancelled"))
+            < position_of(&transcript, "sp-2")
+    );
+}
+
+#[tokio::test]
+async fn an_answer_to_a_permission_after_a_restart_is_suspension_lost() {
+    let state = temp_dir("acp-lost");
+    let data = temp_dir("acp-lost-data");
+    let (s, d) = (state.clone(), data.clone());
+    let server = TestServer::with(move |c| {
+        configure(c, &s);
+        c.data_dir = d;
+    })
+    .await;
+    let user = json!({"id": "al-u", "role": "user", "content": "permission"});
+    let body =
+        json!({"threadId": "al", "runId": "r1", "protocolVersion": "1.0", "messages": [user]});
+    let first = run(&server, "scripted", &body).await;
+    let perm_id = first
+        .iter()
+        .find(|f| {
+            f.kind() == "TOOL_CALL_START" && f.data["toolCallName"] == "agui_permission_request"
+        })
+        .and_then(|f| f.data["toolCallId"].as_str())
+        .expect("permission request")
+        .to_owned();
+    server.stop().await;
+
+    let (s, d) = (state.clone(), data.clone());
+    let server = TestServer::with(move |c| {
+        configure(c, &s);
+        c.data_dir = d;
+    })
+    .await;
+    let body = json!({"threadId": "al", "runId": "r2", "protocolVersion": "1.0", "messages": [
+        user,
+        {"id": "al-a", "role": "assistant", "toolCalls": [
+            {"id": perm_id, "type": "function", "function": {"name": "agui_permission_request", "arguments": "{}"}}]},
+        {"id": "al-t", "role": "tool", "toolCallId": perm_id, "content": r#"{"optionId":"yes-once"}"#}
+    ]});
+    let answer = run(&server, "scripted", &body).await;
+    assert_eq!(kinds(&answer), ["RUN_STARTED", "RUN_ERROR"]);
+    assert_eq!(answer[1].data["code"], "SUSPENSION_LOST");
+    let transcript = get_json(&server, "/threads/al/messages").await.1["messages"].clone();
+    assert_every_client_call_answered(&transcript);
+}

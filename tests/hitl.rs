@@ -511,3 +511,88 @@ async fn client_state_is_echoed_read_only_under_client() {
         json!({"theme": "dark"})
     );
 }
+
+#[tokio::test]
+async fn new_input_instead_of_an_answer_leaves_a_cancelled_result_for_the_request() {
+    let server = TestServer::start().await;
+    let user = json!({"id": "nc-u", "role": "user", "content": "/approve launch"});
+    let first = run(&server, &body("nc", "r1", &json!([user]), false)).await;
+    let perm_id = first
+        .iter()
+        .find(|f| {
+            f.kind() == "TOOL_CALL_START" && f.data["toolCallName"] == "agui_permission_request"
+        })
+        .and_then(|f| f.data["toolCallId"].as_str())
+        .expect("permission request")
+        .to_owned();
+    let messages = json!([user, {"id": "nc-2", "role": "user", "content": "never mind"}]);
+    let second = run(&server, &body("nc", "r2", &messages, false)).await;
+    assert_eq!(text_of(&second), "You said: never mind");
+    let transcript = get_json(&server, "/threads/nc/messages").await.1["messages"].clone();
+    assert_every_client_call_answered(&transcript);
+    let cancelled = position_of(&transcript, &format!("{perm_id}-cancelled"));
+    assert!(
+        transcript[cancelled]["content"]
+            .as_str()
+            .expect("content")
+            .starts_with("cancelled:")
+    );
+    assert!(cancelled < position_of(&transcript, "nc-2"));
+}
+
+#[tokio::test]
+async fn an_answer_after_a_restart_is_refused_in_band_for_both_profiles() {
+    for legacy in [false, true] {
+        let thread = if legacy { "lost-legacy" } else { "lost-v1" };
+        let data = temp_dir("lost");
+        let d = data.clone();
+        let server = TestServer::with(move |c| c.data_dir = d).await;
+        let user =
+            json!({"id": format!("{thread}-u"), "role": "user", "content": "/approve deploy"});
+        let first = run(&server, &body(thread, "r1", &json!([user]), legacy)).await;
+        let starts: Vec<&SseFrame> = first
+            .iter()
+            .filter(|f| f.kind() == "TOOL_CALL_START")
+            .collect();
+        let action_id = starts[0].data["toolCallId"].as_str().expect("id");
+        let perm_id = starts[1].data["toolCallId"].as_str().expect("id");
+        server.stop().await;
+
+        let d = data.clone();
+        let server = TestServer::with(move |c| c.data_dir = d).await;
+        let messages = json!([
+            user,
+            {"id": format!("{thread}-a"), "role": "assistant", "toolCalls": [
+                {"id": action_id, "type": "function", "function": {"name": "demo_action", "arguments": "{}"}},
+                {"id": perm_id, "type": "function", "function": {"name": "agui_permission_request", "arguments": "{}"}}
+            ]},
+            {"id": format!("{thread}-t"), "role": "tool", "toolCallId": perm_id, "content": r#"{"optionId":"allow"}"#}
+        ]);
+        let answer = run(&server, &body(thread, "r2", &messages, legacy)).await;
+        assert_eq!(kinds(&answer), ["RUN_STARTED", "RUN_ERROR"], "{answer:?}");
+        assert_eq!(answer[1].data["code"], "SUSPENSION_LOST");
+        assert!(
+            answer[1].data["message"]
+                .as_str()
+                .expect("message")
+                .contains("send your request again")
+        );
+        let transcript = get_json(&server, &format!("/threads/{thread}/messages"))
+            .await
+            .1["messages"]
+            .clone();
+        assert_every_client_call_answered(&transcript);
+        assert!(
+            !transcript.to_string().contains("Approved: deploy"),
+            "the lost answer did nothing"
+        );
+        // The same answer again is refused again; new input goes on normally.
+        let again = run(&server, &body(thread, "r3", &messages, legacy)).await;
+        assert_eq!(again[1].data["code"], "SUSPENSION_LOST");
+        let mut next = messages.as_array().expect("messages").clone();
+        next.push(json!({"id": format!("{thread}-n"), "role": "user", "content": "hello"}));
+        let next = run(&server, &body(thread, "r4", &json!(next), legacy)).await;
+        assert_eq!(text_of(&next), "You said: hello");
+        server.stop().await;
+    }
+}

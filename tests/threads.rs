@@ -349,3 +349,69 @@ async fn different_new_input_while_running_is_refused_but_the_same_transcript_at
     assert_valid_segment(&frames);
     drop(first);
 }
+
+#[tokio::test]
+async fn a_delete_racing_new_input_never_leaves_two_live_runs() {
+    let server = TestServer::start().await;
+    for round in 0..20 {
+        let thread = format!("dr{round}");
+        let post = |run: &str, text: &str| {
+            let body = json!({"threadId": thread, "runId": format!("{thread}-{run}"),
+                "protocolVersion": "1.0",
+                "messages": [{"id": format!("{thread}-{run}-m"), "role": "user", "content": text}]});
+            let request = server.post("/demo").json(&body);
+            async move {
+                let r = request.sent().await;
+                r.status().as_u16()
+            }
+        };
+        // A live run, then a delete racing new input, then more new input.
+        let first = server
+            .post("/demo")
+            .json(&json!({"threadId": thread, "runId": format!("{thread}-a"), "protocolVersion": "1.0",
+                "messages": [{"id": format!("{thread}-a-m"), "role": "user", "content": "/slow 100 50"}]}))
+            .sent()
+            .await;
+        assert_eq!(first.status(), 200);
+        let delete = server.delete(&format!("/threads/{thread}")).sent();
+        let (deleted, second) = tokio::join!(delete, post("b", "/slow 100 50"));
+        assert_eq!(deleted.status(), 204);
+        let third = post("c", "/slow 100 50").await;
+        let started = [second, third].iter().filter(|s| **s == 200).count();
+        assert!(
+            started <= 1,
+            "round {round}: second {second}, third {third}: two live runs"
+        );
+        for status in [second, third] {
+            assert!(status == 200 || status == 409, "round {round}: {status}");
+        }
+        drop(first);
+        server.delete(&format!("/threads/{thread}")).sent().await;
+    }
+}
+
+#[tokio::test]
+async fn a_new_thread_refused_for_a_live_run_id_leaves_nothing_behind() {
+    let server = TestServer::start().await;
+    let live = server
+        .post("/demo")
+        .json(
+            &json!({"threadId": "owner", "runId": "shared", "protocolVersion": "1.0",
+            "messages": [{"id": "o-m", "role": "user", "content": "/slow 100 50"}]}),
+        )
+        .sent()
+        .await;
+    assert_eq!(live.status(), 200);
+    let refused = server
+        .post("/demo")
+        .json(
+            &json!({"threadId": "other", "runId": "shared", "protocolVersion": "1.0",
+            "messages": [{"id": "x-m", "role": "user", "content": "hi"}]}),
+        )
+        .sent()
+        .await;
+    assert_eq!(refused.status(), 409);
+    assert_eq!(get_json(&server, "/threads/other").await.0, 404);
+    let stream = server.get("/threads/other/stream").sent().await;
+    assert_eq!(stream.status(), 404);
+}

@@ -6,9 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::attach::{self, Attachment, Resume};
-use super::{Control, LiveRun, Runtime, StartError, Thread, lock, now_ms};
-use crate::protocol::input::Message;
+use super::suspension::PERMISSION_TOOL;
+use super::{Control, LiveRun, NextSegment, Runtime, StartError, Thread, lock, now_ms};
+use crate::protocol::input::{Content, Message, ToolMessage};
 use crate::protocol::{Event, Profile, RunAgentInput};
+
+/// The `RUN_ERROR` code of an answer to a wait that no longer exists.
+pub(super) const SUSPENSION_LOST: &str = "SUSPENSION_LOST";
 
 /// How long new user input waits for a superseded (suspended) turn to finish before the
 /// turn is cancelled.
@@ -50,9 +54,13 @@ impl Runtime {
         let resumes = if !input.resume.is_empty() {
             if let Err(message) = suspension.check_resume(&input.resume) {
                 drop(slot);
-                return Ok(Answered::Rejected(
-                    self.rejection(thread, input, profile, message),
-                ));
+                return Ok(Answered::Rejected(self.rejection(
+                    thread,
+                    input,
+                    profile,
+                    "INVALID_RESUME",
+                    message,
+                )));
             }
             true
         } else {
@@ -71,21 +79,24 @@ impl Runtime {
             return Ok(Answered::Replay);
         };
         drop(slot);
+        if !resumes {
+            // New user input instead of the answer: fail closed, let the old turn finish
+            // in a continuation segment of its own. The new input is not taken here: the
+            // run that starts after the old turn has ended takes it, as its own turn.
+            let why = "the user sent a new message instead of answering";
+            let _ = run.control.send(Control::Resume(NextSegment {
+                run_id: suspension.segment_run_id.clone(),
+                parent_run_id: None,
+                abandoned: suspension.unanswered_calls(&[]),
+                why: why.to_owned(),
+            }));
+            suspension.fail_closed(why);
+            return Ok(Answered::Superseded);
+        }
         let recorded = lock(&thread.state).take_new(&input.messages);
         self.inner
             .store
             .record_messages(&thread.id, recorded, now_ms() as i64);
-        if !resumes {
-            // New user input instead of the answer: fail closed, let the old turn finish
-            // in a continuation segment of its own.
-            let run_id = suspension.segment_run_id.clone();
-            let _ = run.control.send(Control::Resume {
-                run_id,
-                parent_run_id: None,
-            });
-            suspension.fail_closed("the user sent a new message instead of answering");
-            return Ok(Answered::Superseded);
-        }
         lock(&run.aliases).push(input.run_id.clone());
         lock(&self.inner.runs).insert(input.run_id.clone(), run.clone());
         let cursor = thread.journal.last_seq();
@@ -98,31 +109,122 @@ impl Runtime {
         );
         // The pump opens the next segment before the agent can act on the answers: it
         // handles control before it polls the agent again.
-        let _ = run.control.send(Control::Resume {
+        let _ = run.control.send(Control::Resume(NextSegment {
             run_id: input.run_id.clone(),
             parent_run_id: input.parent_run_id.clone(),
-        });
+            abandoned: suspension.unanswered_calls(&new_messages),
+            why: "no answer was given".to_owned(),
+        }));
         suspension.resolve(&new_messages, &input.resume);
         Ok(Answered::Resumed(attachment))
     }
 
-    /// A stream that refuses a request in-band: `RUN_STARTED` then `RUN_ERROR`. Nothing is
-    /// journaled and the thread is unchanged.
+    /// A stream that refuses a request in-band: `RUN_STARTED` then `RUN_ERROR` with `code`.
+    /// Nothing is journaled.
     pub(super) fn rejection(
         &self,
         thread: &Arc<Thread>,
         input: &RunAgentInput,
         profile: Profile,
+        code: &str,
         message: String,
     ) -> Attachment {
         let events = [
             Event::run_started(&thread.id, &input.run_id, input.parent_run_id.clone()),
             Event::RunError {
                 message,
-                code: Some("INVALID_RESUME".to_owned()),
+                code: Some(code.to_owned()),
                 usage: None,
             },
         ];
         self.short_run(thread, profile, &events, Resume::Exact)
     }
+
+    /// A request with nothing new but answers (tool messages) to client tool calls that
+    /// nothing waits for any more (the server restarted, the wait timed out, the run was
+    /// cancelled): refused in-band with `SUSPENSION_LOST`, never a silent success. A call
+    /// that has no result yet gets one saying the answer was not delivered (committed
+    /// before the refusal is shown). `None` when the request is anything else.
+    pub(super) async fn lost_answers(
+        &self,
+        thread: &Arc<Thread>,
+        input: &RunAgentInput,
+        profile: Profile,
+    ) -> Option<Attachment> {
+        let (calls, recorded) = {
+            let mut state = lock(&thread.state);
+            let mut calls = Vec::new();
+            for message in input
+                .messages
+                .iter()
+                .filter(|m| !state.seen.contains(m.id()))
+            {
+                match message {
+                    Message::Tool(tool)
+                        if is_client_call(&state.transcript, &tool.tool_call_id, input) =>
+                    {
+                        calls.push(tool.tool_call_id.clone());
+                    }
+                    // The client's copy of a tool-call message the agent produced.
+                    Message::Assistant(a)
+                        if a.content.as_deref().unwrap_or("").is_empty()
+                            && a.tool_calls.iter().all(|c| state.seen.contains(&c.id)) => {}
+                    _ => return None,
+                }
+            }
+            if calls.is_empty() {
+                return None;
+            }
+            let mut recorded = Vec::new();
+            for call in &calls {
+                let answered = state
+                    .transcript
+                    .iter()
+                    .any(|m| matches!(m, Message::Tool(t) if t.tool_call_id == *call));
+                if answered {
+                    continue;
+                }
+                let message = Message::Tool(ToolMessage {
+                    id: format!("{call}-lost"),
+                    content: Content::Text(
+                        "not delivered: nothing was waiting for this answer any more".to_owned(),
+                    ),
+                    tool_call_id: call.clone(),
+                    error: None,
+                });
+                state.seen.insert(message.id().to_owned());
+                state.transcript.push(message.clone());
+                recorded.push(message);
+            }
+            (calls, recorded)
+        };
+        if !recorded.is_empty() {
+            self.inner
+                .store
+                .record_messages(&thread.id, recorded, now_ms() as i64);
+            if let Err(error) = self.inner.store.commit().await {
+                tracing::error!(%error, "store commit failed");
+            }
+        }
+        tracing::info!(thread.id = %thread.id, calls = ?calls, "answer to a wait that no longer exists refused");
+        let message = format!(
+            "nothing is waiting for the answer to {} any more (the server restarted, the wait \
+             timed out, or the run was cancelled); send your request again",
+            calls.join(", ")
+        );
+        Some(self.rejection(thread, input, profile, SUSPENSION_LOST, message))
+    }
+}
+
+/// Whether `tool_call_id` is a call the client was asked to answer: a permission request
+/// or a frontend tool the request declares.
+fn is_client_call(transcript: &[Message], tool_call_id: &str, input: &RunAgentInput) -> bool {
+    transcript.iter().any(|m| match m {
+        Message::Assistant(a) => a.tool_calls.iter().any(|call| {
+            call.id == tool_call_id
+                && (call.function.name == PERMISSION_TOOL
+                    || input.tools.iter().any(|t| t.name == call.function.name))
+        }),
+        _ => false,
+    })
 }

@@ -170,6 +170,10 @@ pub(crate) struct Thread {
     last_used: AtomicU64,
     /// Serializes the decide-attach/refuse/start section and reattach decisions.
     decide: tokio::sync::Mutex<()>,
+    /// Set (under the threads map's lock) when this object left the map: deleted,
+    /// discarded after a refusal, or evicted. A request that finds it set under the decide
+    /// lock starts over, so it never acts on a thread object that is no longer the one.
+    retired: AtomicBool,
     state: Mutex<ThreadState>,
 }
 
@@ -231,11 +235,20 @@ pub(crate) enum Phase {
 /// What the runtime tells a run's pump.
 #[derive(Debug)]
 pub(crate) enum Control {
-    /// The waits were answered (or failed closed): open the next segment under `run_id`.
-    Resume {
-        run_id: String,
-        parent_run_id: Option<String>,
-    },
+    /// The waits were answered (or failed closed): open the next segment.
+    Resume(NextSegment),
+}
+
+/// The segment a suspended run opens next.
+#[derive(Debug)]
+pub(crate) struct NextSegment {
+    /// Its AG-UI run id.
+    pub(crate) run_id: String,
+    pub(crate) parent_run_id: Option<String>,
+    /// Client tool calls of the suspension that got no answer: each gets a tool result
+    /// saying it was cancelled (`why`), so the transcript stays a valid AG-UI history.
+    pub(crate) abandoned: Vec<String>,
+    pub(crate) why: String,
 }
 
 /// A run that has not ended.
@@ -331,25 +344,51 @@ impl Runtime {
         agent: &str,
         input: RunAgentInput,
     ) -> Result<Attachment, StartError> {
+        loop {
+            if let Ok(outcome) = self.decide_run(agent, &input).await {
+                return outcome;
+            }
+        }
+    }
+
+    /// One attempt of [`Runtime::start_run`]; `Err(Retry)` when the thread object it used
+    /// left memory meanwhile (deleted or discarded) and the request must start over.
+    async fn decide_run(
+        &self,
+        agent: &str,
+        input: &RunAgentInput,
+    ) -> Result<Result<Attachment, StartError>, Retry> {
+        macro_rules! refuse {
+            ($e:expr) => {
+                return Ok(Err($e))
+            };
+        }
         let inner = &self.inner;
         let Some(backend) = inner.agents.get(agent).cloned() else {
-            return Err(StartError::UnknownAgent);
+            refuse!(StartError::UnknownAgent);
         };
         let profile = Profile::from_protocol_version(input.protocol_version.as_deref());
-        let existing = self
-            .load_thread(&input.thread_id)
-            .await
-            .map_err(|_| StartError::Store)?;
+        let existing = match self.load_thread(&input.thread_id).await {
+            Ok(existing) => existing,
+            Err(_) => refuse!(StartError::Store),
+        };
         if let Some(thread) = &existing
             && thread.agent != agent
         {
-            return Err(StartError::AgentMismatch(thread.agent.clone()));
+            refuse!(StartError::AgentMismatch(thread.agent.clone()));
         }
-        // A brand-new thread needs a slot before it may exist at all.
+        // A brand-new thread needs a slot and an unused run id before it may exist at all.
         let mut permit = None;
         if existing.is_none() {
-            permit = Some(self.admit()?);
+            if lock(&inner.runs).contains_key(&input.run_id) {
+                refuse!(StartError::RunIdInUse);
+            }
+            match self.admit() {
+                Ok(p) => permit = Some(p),
+                Err(e) => refuse!(e),
+            }
         }
+        let created = existing.is_none();
         let thread = match existing {
             Some(thread) => thread,
             None => self.insert_thread(new_thread(
@@ -362,10 +401,20 @@ impl Runtime {
             )),
         };
         if thread.agent != agent {
-            return Err(StartError::AgentMismatch(thread.agent.clone()));
+            refuse!(StartError::AgentMismatch(thread.agent.clone()));
         }
 
         let _decide = thread.decide.lock().await;
+        if thread.retired.load(Ordering::SeqCst) {
+            return Err(Retry);
+        }
+        // A refusal leaves nothing behind: a thread this request created is discarded.
+        let refused = |error: StartError| {
+            if created {
+                self.discard_thread(&thread);
+            }
+            Ok(Err(error))
+        };
         let (live, has_new_input, expired) = {
             let mut state = lock(&thread.state);
             state.profile = profile;
@@ -382,55 +431,76 @@ impl Runtime {
         if let Some(run) = live {
             let suspended = lock(&run.suspension).is_some();
             if suspended {
-                match self.answer(&thread, &run, &input, profile, has_new_input)? {
-                    answer::Answered::Resumed(attachment) => return Ok(attachment),
-                    answer::Answered::Rejected(attachment) => return Ok(attachment),
-                    answer::Answered::Replay => {
-                        return Ok(self.segment_attachment(&thread, run, profile));
+                match self.answer(&thread, &run, input, profile, has_new_input) {
+                    Err(error) => return refused(error),
+                    Ok(answer::Answered::Resumed(attachment)) => return Ok(Ok(attachment)),
+                    Ok(answer::Answered::Rejected(attachment)) => return Ok(Ok(attachment)),
+                    Ok(answer::Answered::Replay) => {
+                        return Ok(Ok(self.segment_attachment(&thread, run, profile)));
                     }
-                    answer::Answered::Superseded => {
+                    Ok(answer::Answered::Superseded) => {
                         // The old turn runs to its end with its waits failed closed; then
-                        // the new input starts a run of its own.
+                        // the new input starts a run of its own. A new run starts only
+                        // once the old pump has ended: after the cancel, the pump ends
+                        // within its cancel bound, so this wait is bounded too.
                         if tokio::time::timeout(answer::SUPERSEDE_WAIT, run.finished.cancelled())
                             .await
                             .is_err()
                         {
                             run.cancel_with(CancelReason::Requested);
-                            let _ = tokio::time::timeout(
-                                Duration::from_secs(3),
-                                run.finished.cancelled(),
-                            )
-                            .await;
+                            run.finished.cancelled().await;
                         }
                     }
                 }
             } else {
                 if has_new_input || !input.resume.is_empty() {
-                    return Err(StartError::RunInProgress);
+                    return refused(StartError::RunInProgress);
                 }
-                return Ok(self.segment_attachment(&thread, run, profile));
+                return Ok(Ok(self.segment_attachment(&thread, run, profile)));
             }
         } else if !input.resume.is_empty() {
-            let message = match expired {
-                Some(id) => format!("interrupt {id:?} expired and can no longer be answered"),
-                None => format!(
-                    "unknown interrupt {:?}: nothing on this thread is waiting for it",
-                    input.resume[0].interrupt_id
+            let (code, message) = match expired {
+                Some(id) => (
+                    "INVALID_RESUME",
+                    format!("interrupt {id:?} expired and can no longer be answered"),
+                ),
+                None => (
+                    answer::SUSPENSION_LOST,
+                    format!(
+                        "nothing on this thread is waiting for interrupt {:?} (the server \
+                         restarted, or the wait ended); send your request again",
+                        input.resume[0].interrupt_id
+                    ),
                 ),
             };
-            return Ok(self.rejection(&thread, &input, profile, message));
+            if created {
+                self.discard_thread(&thread);
+            }
+            return Ok(Ok(self.rejection(&thread, input, profile, code, message)));
+        } else if let Some(attachment) = self.lost_answers(&thread, input, profile).await {
+            return Ok(Ok(attachment));
         }
         if self.is_draining() {
-            return Err(StartError::Draining);
+            return refused(StartError::Draining);
         }
         if lock(&inner.runs).contains_key(&input.run_id) {
-            return Err(StartError::RunIdInUse);
+            return refused(StartError::RunIdInUse);
         }
         let permit = match permit {
             Some(permit) => permit,
-            None => self.admit()?,
+            None => match self.admit() {
+                Ok(permit) => permit,
+                Err(error) => return refused(error),
+            },
         };
-        Ok(pump::start(self, &thread, backend, input, profile, permit))
+        Ok(Ok(pump::start(
+            self,
+            &thread,
+            backend,
+            input.clone(),
+            profile,
+            permit,
+        )))
     }
 
     /// Cancels a live run by id. `false` when there is no such live run.
@@ -448,22 +518,42 @@ impl Runtime {
     /// Cancels the thread's live run (waiting for it to end), then deletes the thread from
     /// memory and the store. `false` when there was no such thread.
     pub async fn delete_thread(&self, thread_id: &str) -> Result<bool, StoreError> {
-        let thread = self.memory_thread(thread_id);
-        if let Some(thread) = &thread {
-            let _decide = thread.decide.lock().await;
-            let live = lock(&thread.state).live.clone();
-            if let Some(run) = live {
-                run.cancel_with(CancelReason::Requested);
-                let _ =
-                    tokio::time::timeout(Duration::from_secs(5), run.finished.cancelled()).await;
-            }
-            lock(&self.inner.threads).remove(thread_id);
-            if let Some(agent) = self.inner.agents.get(&thread.agent) {
-                agent.forget_thread(thread_id).await;
-            }
+        let Some(thread) = self.memory_thread(thread_id) else {
+            return self.inner.store.delete_thread(thread_id).await;
+        };
+        let _decide = thread.decide.lock().await;
+        if thread.retired.load(Ordering::SeqCst) {
+            // Deleted (or discarded) by someone else while this request waited.
+            return self.inner.store.delete_thread(thread_id).await;
         }
-        let stored = self.inner.store.delete_thread(thread_id).await?;
-        Ok(stored || thread.is_some())
+        let live = lock(&thread.state).live.clone();
+        if let Some(run) = live {
+            run.cancel_with(CancelReason::Requested);
+            // Bounded: a cancelled pump ends within its cancel bound. No new run can start
+            // meanwhile (this request holds the decide lock).
+            run.finished.cancelled().await;
+        }
+        // Stored rows go first, then the thread leaves memory retired: a request waiting
+        // on it starts over and finds no thread at all, so it starts a brand-new one.
+        let stored = self.inner.store.delete_thread(thread_id).await;
+        self.discard_thread(&thread);
+        if let Some(agent) = self.inner.agents.get(&thread.agent) {
+            agent.forget_thread(thread_id).await;
+        }
+        stored?;
+        Ok(true)
+    }
+
+    /// Removes `thread` from memory (if it is still the one there) and retires it.
+    fn discard_thread(&self, thread: &Arc<Thread>) {
+        let mut threads = lock(&self.inner.threads);
+        if threads
+            .get(&thread.id)
+            .is_some_and(|t| Arc::ptr_eq(t, thread))
+        {
+            threads.remove(&thread.id);
+        }
+        thread.retired.store(true, Ordering::SeqCst);
     }
 
     /// Refuses new runs from now on (`503 DRAINING`).
@@ -598,7 +688,9 @@ impl Runtime {
             idle.sort();
             let excess = threads.len() - bound;
             for (_, id) in idle.into_iter().take(excess) {
-                threads.remove(&id);
+                if let Some(evicted) = threads.remove(&id) {
+                    evicted.retired.store(true, Ordering::SeqCst);
+                }
             }
         }
         kept
@@ -636,6 +728,9 @@ impl Runtime {
     }
 }
 
+/// The thread object a request used left memory: start the request over.
+struct Retry;
+
 fn new_thread(
     id: &str,
     agent: &str,
@@ -652,6 +747,7 @@ fn new_thread(
         journal: Journal::new(epoch, limits),
         last_used: AtomicU64::new(now_ms()),
         decide: tokio::sync::Mutex::new(()),
+        retired: AtomicBool::new(false),
         state: Mutex::new(ThreadState {
             live: None,
             seen: transcript.iter().map(|m| m.id().to_owned()).collect(),

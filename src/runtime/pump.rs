@@ -31,7 +31,9 @@ use super::attach::{Attachment, Mode};
 use super::sanitize::sanitize;
 use super::suspension::{self, Channel, Suspension, Wait};
 use super::translator::{Ending, Produced, Translator};
-use super::{CancelReason, Control, LiveRun, Phase, Runtime, Thread, lock, now_ms, state};
+use super::{
+    CancelReason, Control, LiveRun, NextSegment, Phase, Runtime, Thread, lock, now_ms, state,
+};
 use crate::agent::{Agent, AgentError, AgentEvent, EventSink, SinkItem, Turn, TurnEnd};
 use crate::config::Hitl;
 use crate::protocol::events::Interrupt;
@@ -198,8 +200,8 @@ struct Pump {
     known_tools: HashSet<String>,
     /// A suspension whose terminal event waits for the store (see [`Pump::settle`]).
     pending_park: Option<Ending>,
-    /// A segment whose `RUN_STARTED` waits for the store: its run id and parent.
-    pending_segment: Option<(String, Option<String>)>,
+    /// A segment whose `RUN_STARTED` waits for the store.
+    pending_segment: Option<NextSegment>,
 }
 
 async fn drive(
@@ -434,11 +436,11 @@ impl Pump {
                     waits = pending_len(&self.writer.run),
                     "run suspended, waiting on the client"
                 );
-            } else if let Some((run_id, parent_run_id)) = self.pending_segment.take() {
+            } else if let Some(next) = self.pending_segment.take() {
                 if !self.writer.commit().await {
                     tracing::error!("segment started although the store failed");
                 }
-                self.open_segment(&run_id, parent_run_id);
+                self.open_segment(next);
             } else {
                 return;
             }
@@ -447,10 +449,7 @@ impl Pump {
 
     fn on_control(&mut self, command: Control) {
         match command {
-            Control::Resume {
-                run_id,
-                parent_run_id,
-            } => self.next_segment(&run_id, parent_run_id),
+            Control::Resume(next) => self.next_segment(next),
         }
     }
 
@@ -463,21 +462,26 @@ impl Pump {
             return;
         };
         self.writer.expired(&suspension);
-        let run_id = suspension.segment_run_id.clone();
-        self.next_segment(&run_id, None);
+        self.next_segment(NextSegment {
+            run_id: suspension.segment_run_id.clone(),
+            parent_run_id: None,
+            abandoned: suspension.unanswered_calls(&[]),
+            why: why.to_owned(),
+        });
         suspension.fail_closed(why);
     }
 
     /// Ends the suspension; the next segment opens once what answered it is stored
     /// ([`Pump::settle`]).
-    fn next_segment(&mut self, run_id: &str, parent_run_id: Option<String>) {
+    fn next_segment(&mut self, next: NextSegment) {
         self.deadline = None;
-        self.pending_segment = Some((run_id.to_owned(), parent_run_id));
+        self.pending_segment = Some(next);
     }
 
-    /// Opens the next segment of the run and replays what the agent sent meanwhile.
-    fn open_segment(&mut self, run_id: &str, parent_run_id: Option<String>) {
-        let mut translator = Translator::new(&self.writer.thread.id, run_id);
+    /// Opens the next segment of the run: answers the abandoned client tool calls with a
+    /// cancelled result, then replays what the agent sent meanwhile.
+    fn open_segment(&mut self, next: NextSegment) {
+        let mut translator = Translator::new(&self.writer.thread.id, &next.run_id);
         for id in &self.known_tools {
             translator.know_tool_call(id);
         }
@@ -487,7 +491,14 @@ impl Pump {
             .segment_start
             .store(self.writer.thread.journal.next_seq(), Ordering::SeqCst);
         self.writer.run.phase.send_replace(Phase::Running);
-        self.writer.start(parent_run_id, None);
+        self.writer.start(next.parent_run_id, None);
+        for tool_call_id in next.abandoned {
+            self.writer.translate(AgentEvent::ToolCallResult {
+                message_id: format!("{tool_call_id}-cancelled"),
+                content: format!("cancelled: {}", next.why),
+                tool_call_id,
+            });
+        }
         while self.deadline.is_none() {
             let Some(item) = self.buffered.pop_front() else {
                 break;

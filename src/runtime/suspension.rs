@@ -91,6 +91,24 @@ impl Suspension {
             .collect()
     }
 
+    /// The client tool calls (frontend tools, permission requests as a tool) that
+    /// `new_messages` leave unanswered; interrupts have no tool call to answer.
+    pub fn unanswered_calls(&self, new_messages: &[Message]) -> Vec<String> {
+        if self.channel != Channel::ToolMessages {
+            return Vec::new();
+        }
+        self.waits
+            .iter()
+            .map(Wait::answer_id)
+            .filter(|id| {
+                !new_messages
+                    .iter()
+                    .any(|m| matches!(m, Message::Tool(tool) if tool.tool_call_id == *id))
+            })
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// Whether `messages` (the new ones of a request) answer at least one wait.
     pub fn answered_by_messages(&self, new_messages: &[Message]) -> bool {
         self.channel == Channel::ToolMessages

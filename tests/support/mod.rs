@@ -344,3 +344,35 @@ pub fn run_input(thread: &str, run: &str, text: &str) -> agui_serve::protocol::R
     agui_serve::protocol::decode_run_input(run_body(thread, run, text).to_string().as_bytes())
         .expect("valid input")
 }
+
+/// Asserts that every call the client was asked to answer in a transcript (AG-UI
+/// `Message[]`): permission requests and the frontend tool `chart`, is answered by a later
+/// `tool` message.
+pub fn assert_every_client_call_answered(messages: &Value) {
+    let messages = messages.as_array().expect("messages");
+    for (i, message) in messages.iter().enumerate() {
+        for call in message["toolCalls"].as_array().into_iter().flatten() {
+            let name = &call["function"]["name"];
+            if name != "agui_permission_request" && name != "chart" {
+                continue;
+            }
+            let id = &call["id"];
+            assert!(
+                messages[i + 1..]
+                    .iter()
+                    .any(|m| m["role"] == "tool" && m["toolCallId"] == *id),
+                "tool call {id} has no result: {messages:#?}"
+            );
+        }
+    }
+}
+
+/// The position of the message with `id` in a transcript.
+pub fn position_of(messages: &Value, id: &str) -> usize {
+    messages
+        .as_array()
+        .expect("messages")
+        .iter()
+        .position(|m| m["id"] == id)
+        .unwrap_or_else(|| panic!("no message {id}: {messages:#?}"))
+}
