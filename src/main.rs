@@ -54,6 +54,9 @@ async fn run(config: Config, token_source: TokenSource) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // Signal handlers are installed before readiness is announced: a SIGTERM that follows
+    // READY=1 at once must start the graceful shutdown, not kill the process.
+    let signals = ShutdownSignals::install();
     let url = server.url();
     tracing::info!(url = %url, "listening");
     let mut stdout = std::io::stdout().lock();
@@ -72,7 +75,7 @@ async fn run(config: Config, token_source: TokenSource) -> ExitCode {
     }
     server
         .run(async {
-            shutdown_signal().await;
+            signals.recv().await;
             if let Err(error) = sd_notify::notify(&[NotifyState::Stopping]) {
                 tracing::warn!(%error, "systemd notification failed");
             }
@@ -81,19 +84,38 @@ async fn run(config: Config, token_source: TokenSource) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(term) => term,
-        Err(error) => {
-            tracing::error!(%error, "cannot listen for SIGTERM; only SIGINT will stop the server");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+/// SIGTERM and SIGINT, listened for from the moment they are installed.
+struct ShutdownSignals {
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl ShutdownSignals {
+    fn install() -> ShutdownSignals {
+        use tokio::signal::unix::{SignalKind, signal};
+        let term = signal(SignalKind::terminate())
+            .map_err(|error| tracing::error!(%error, "cannot listen for SIGTERM"))
+            .ok();
+        let int = signal(SignalKind::interrupt())
+            .map_err(|error| tracing::error!(%error, "cannot listen for SIGINT"))
+            .ok();
+        ShutdownSignals { term, int }
+    }
+
+    /// Resolves at the first SIGTERM or SIGINT.
+    async fn recv(mut self) {
+        async fn next(signal: &mut Option<tokio::signal::unix::Signal>) {
+            match signal {
+                Some(signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending().await,
+            }
         }
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+        tokio::select! {
+            () = next(&mut self.term) => tracing::info!("SIGTERM received"),
+            () = next(&mut self.int) => tracing::info!("SIGINT received"),
+        }
     }
 }
 

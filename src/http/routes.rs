@@ -361,7 +361,7 @@ async fn run(app: &App, agent: &str, req: Request<Incoming>) -> Result<Response<
 /// The 200 event-stream response for an attachment.
 fn stream_response(app: &App, attachment: Attachment) -> Response<Body> {
     let resume = attachment.resume();
-    let mut response = Response::new(event_stream(app.runtime.spawn_stream(attachment)));
+    let mut response = Response::new(event_stream(attachment, app.runtime.stall_timeout()));
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(

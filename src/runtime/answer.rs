@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::attach::{self, Attachment, Resume};
-use super::suspension::PERMISSION_TOOL;
 use super::{Control, LiveRun, NextSegment, Runtime, StartError, Thread, lock, now_ms};
 use crate::protocol::input::{Content, Message, ToolMessage};
 use crate::protocol::{Event, Profile, RunAgentInput};
@@ -36,8 +35,8 @@ impl Runtime {
         run: &Arc<LiveRun>,
         input: &RunAgentInput,
         profile: Profile,
-        has_new_input: bool,
     ) -> Result<Answered, StartError> {
+        let has_new_input = lock(&thread.state).has_new_input(input);
         let mut slot = lock(&run.suspension);
         let Some(suspension) = slot.as_ref() else {
             return Ok(Answered::Replay);
@@ -140,48 +139,23 @@ impl Runtime {
         self.short_run(thread, profile, &events, Resume::Exact)
     }
 
-    /// A request with nothing new but answers (tool messages) to client tool calls that
-    /// nothing waits for any more (the server restarted, the wait timed out, the run was
-    /// cancelled): refused in-band with `SUSPENSION_LOST`, never a silent success. A call
-    /// that has no result yet gets one saying the answer was not delivered (committed
-    /// before the refusal is shown). `None` when the request is anything else.
+    /// Refuses, in-band with `SUSPENSION_LOST`, a request whose only new messages answer
+    /// client tool calls (`calls`) that nothing waits for any more (the server restarted,
+    /// the wait timed out, the run was cancelled): never a silent success. A call with no
+    /// result yet gets one saying the answer was not delivered, committed before the
+    /// refusal is shown.
     pub(super) async fn lost_answers(
         &self,
         thread: &Arc<Thread>,
         input: &RunAgentInput,
         profile: Profile,
-    ) -> Option<Attachment> {
-        let (calls, recorded) = {
+        calls: Vec<String>,
+    ) -> Attachment {
+        let recorded: Vec<Message> = {
             let mut state = lock(&thread.state);
-            let mut calls = Vec::new();
-            for message in input
-                .messages
-                .iter()
-                .filter(|m| !state.seen.contains(m.id()))
-            {
-                match message {
-                    Message::Tool(tool)
-                        if is_client_call(&state.transcript, &tool.tool_call_id, input) =>
-                    {
-                        calls.push(tool.tool_call_id.clone());
-                    }
-                    // The client's copy of a tool-call message the agent produced.
-                    Message::Assistant(a)
-                        if a.content.as_deref().unwrap_or("").is_empty()
-                            && a.tool_calls.iter().all(|c| state.seen.contains(&c.id)) => {}
-                    _ => return None,
-                }
-            }
-            if calls.is_empty() {
-                return None;
-            }
             let mut recorded = Vec::new();
             for call in &calls {
-                let answered = state
-                    .transcript
-                    .iter()
-                    .any(|m| matches!(m, Message::Tool(t) if t.tool_call_id == *call));
-                if answered {
+                if state.is_answered(call) {
                     continue;
                 }
                 let message = Message::Tool(ToolMessage {
@@ -196,7 +170,7 @@ impl Runtime {
                 state.transcript.push(message.clone());
                 recorded.push(message);
             }
-            (calls, recorded)
+            recorded
         };
         if !recorded.is_empty() {
             self.inner
@@ -212,19 +186,6 @@ impl Runtime {
              timed out, or the run was cancelled); send your request again",
             calls.join(", ")
         );
-        Some(self.rejection(thread, input, profile, SUSPENSION_LOST, message))
+        self.rejection(thread, input, profile, SUSPENSION_LOST, message)
     }
-}
-
-/// Whether `tool_call_id` is a call the client was asked to answer: a permission request
-/// or a frontend tool the request declares.
-fn is_client_call(transcript: &[Message], tool_call_id: &str, input: &RunAgentInput) -> bool {
-    transcript.iter().any(|m| match m {
-        Message::Assistant(a) => a.tool_calls.iter().any(|call| {
-            call.id == tool_call_id
-                && (call.function.name == PERMISSION_TOOL
-                    || input.tools.iter().any(|t| t.name == call.function.name))
-        }),
-        _ => false,
-    })
 }

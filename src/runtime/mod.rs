@@ -23,16 +23,16 @@ mod reattach;
 pub mod sanitize;
 pub mod state;
 pub mod suspension;
+mod thread;
 pub mod translator;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
 use serde_json::{Value, json};
-use tokio::sync::mpsc::{self, error::SendTimeoutError};
+use tokio::sync::mpsc;
 use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -45,10 +45,8 @@ use crate::config::Hitl;
 use crate::protocol::input::Message;
 use crate::protocol::{Profile, RunAgentInput};
 use crate::store::{Store, StoreError};
+use thread::{Decision, Retry, Thread, new_thread};
 use translator::Translator;
-
-/// Frames buffered between a stream's writer task and its response body.
-const STREAM_BUFFER: usize = 16;
 
 /// Tunables of the runtime.
 #[derive(Debug, Clone)]
@@ -154,75 +152,9 @@ struct Inner {
     draining: AtomicBool,
     /// Pumps and their watchers.
     run_tasks: TaskTracker,
-    /// Per-stream writer tasks.
-    stream_tasks: TaskTracker,
     /// Fires to end every open stream (last step of shutdown).
     stop_streams: CancellationToken,
     started_at: Instant,
-}
-
-/// One conversation: its journal, its live run, and what it has seen.
-pub(crate) struct Thread {
-    pub(crate) id: String,
-    pub(crate) agent: String,
-    pub(crate) journal: Journal,
-    /// Last time a request used this thread (ms), for eviction.
-    last_used: AtomicU64,
-    /// Serializes the decide-attach/refuse/start section and reattach decisions.
-    decide: tokio::sync::Mutex<()>,
-    /// Set (under the threads map's lock) when this object left the map: deleted,
-    /// discarded after a refusal, or evicted. A request that finds it set under the decide
-    /// lock starts over, so it never acts on a thread object that is no longer the one.
-    retired: AtomicBool,
-    state: Mutex<ThreadState>,
-}
-
-struct ThreadState {
-    live: Option<Arc<LiveRun>>,
-    /// Ids of every message the agent has been given or produced.
-    seen: HashSet<String>,
-    /// The transcript, in order.
-    transcript: Vec<Message>,
-    /// The shared state document.
-    document: Value,
-    /// The first run this process serves on a stored thread starts with its history.
-    history_pending: bool,
-    /// The client profile of the last request on this thread (for reattach).
-    profile: Profile,
-    /// Interrupts that failed closed (a late resume for them is "expired", not "unknown").
-    expired_interrupts: HashSet<String>,
-    /// The agent session bound to this thread, if any.
-    session_id: Option<String>,
-}
-
-impl ThreadState {
-    /// The messages of a request not seen before, now recorded as seen and appended to the
-    /// transcript.
-    ///
-    /// The client's copy of an assistant tool-call message the agent produced (clients give
-    /// it their own id) is marked seen but not recorded twice.
-    fn take_new(&mut self, messages: &[Message]) -> Vec<Message> {
-        let mut new = Vec::new();
-        for message in messages {
-            if self.seen.contains(message.id()) {
-                continue;
-            }
-            self.seen.insert(message.id().to_owned());
-            if let Message::Assistant(assistant) = message
-                && assistant.content.as_deref().unwrap_or("").is_empty()
-                && !assistant.tool_calls.is_empty()
-                && assistant
-                    .tool_calls
-                    .iter()
-                    .all(|call| self.seen.contains(&call.id))
-            {
-                continue;
-            }
-            self.transcript.push(message.clone());
-            new.push(message.clone());
-        }
-        new
-    }
 }
 
 /// Whether a live run is producing a segment or waiting on the client.
@@ -294,7 +226,6 @@ impl Runtime {
                 epoch,
                 draining: AtomicBool::new(false),
                 run_tasks: TaskTracker::new(),
-                stream_tasks: TaskTracker::new(),
                 stop_streams: CancellationToken::new(),
                 started_at: Instant::now(),
                 options,
@@ -404,7 +335,7 @@ impl Runtime {
             refuse!(StartError::AgentMismatch(thread.agent.clone()));
         }
 
-        let _decide = thread.decide.lock().await;
+        let decide = thread.decide.lock().await;
         if thread.retired.load(Ordering::SeqCst) {
             return Err(Retry);
         }
@@ -415,92 +346,71 @@ impl Runtime {
             }
             Ok(Err(error))
         };
-        let (live, has_new_input, expired) = {
+        let decision = {
             let mut state = lock(&thread.state);
             state.profile = profile;
-            let has_new_input = input.messages.iter().any(|m| {
-                matches!(m, Message::User(_) | Message::Tool(_)) && !state.seen.contains(m.id())
-            });
-            let expired = input
-                .resume
-                .iter()
-                .find(|r| state.expired_interrupts.contains(&r.interrupt_id))
-                .map(|r| r.interrupt_id.clone());
-            (state.live.clone(), has_new_input, expired)
+            state.decide(input)
         };
-        if let Some(run) = live {
-            let suspended = lock(&run.suspension).is_some();
-            if suspended {
-                match self.answer(&thread, &run, input, profile, has_new_input) {
-                    Err(error) => return refused(error),
-                    Ok(answer::Answered::Resumed(attachment)) => return Ok(Ok(attachment)),
-                    Ok(answer::Answered::Rejected(attachment)) => return Ok(Ok(attachment)),
-                    Ok(answer::Answered::Replay) => {
-                        return Ok(Ok(self.segment_attachment(&thread, run, profile)));
-                    }
-                    Ok(answer::Answered::Superseded) => {
-                        // The old turn runs to its end with its waits failed closed; then
-                        // the new input starts a run of its own. A new run starts only
-                        // once the old pump has ended: after the cancel, the pump ends
-                        // within its cancel bound, so this wait is bounded too.
-                        if tokio::time::timeout(answer::SUPERSEDE_WAIT, run.finished.cancelled())
-                            .await
-                            .is_err()
-                        {
-                            run.cancel_with(CancelReason::Requested);
-                            run.finished.cancelled().await;
-                        }
-                    }
+        match decision {
+            Decision::Attach(run) => Ok(Ok(self.segment_attachment(&thread, run, profile))),
+            Decision::Refuse(error) => refused(error),
+            Decision::Suspended(run) => match self.answer(&thread, &run, input, profile) {
+                Err(error) => refused(error),
+                Ok(
+                    answer::Answered::Resumed(attachment) | answer::Answered::Rejected(attachment),
+                ) => Ok(Ok(attachment)),
+                Ok(answer::Answered::Replay) => {
+                    Ok(Ok(self.segment_attachment(&thread, run, profile)))
                 }
-            } else {
-                if has_new_input || !input.resume.is_empty() {
-                    return refused(StartError::RunInProgress);
+                Ok(answer::Answered::Superseded) => {
+                    // The old turn runs to its end with its waits failed closed; the new
+                    // input then starts a run of its own, decided afresh once the old pump
+                    // has ended. The wait happens outside the decide section.
+                    drop(decide);
+                    if tokio::time::timeout(answer::SUPERSEDE_WAIT, run.finished.cancelled())
+                        .await
+                        .is_err()
+                    {
+                        run.cancel_with(CancelReason::Requested);
+                        // Bounded: a cancelled pump ends within its cancel bound.
+                        run.finished.cancelled().await;
+                    }
+                    Err(Retry)
                 }
-                return Ok(Ok(self.segment_attachment(&thread, run, profile)));
-            }
-        } else if !input.resume.is_empty() {
-            let (code, message) = match expired {
-                Some(id) => (
-                    "INVALID_RESUME",
-                    format!("interrupt {id:?} expired and can no longer be answered"),
-                ),
-                None => (
-                    answer::SUSPENSION_LOST,
-                    format!(
-                        "nothing on this thread is waiting for interrupt {:?} (the server \
-                         restarted, or the wait ended); send your request again",
-                        input.resume[0].interrupt_id
-                    ),
-                ),
-            };
-            if created {
-                self.discard_thread(&thread);
-            }
-            return Ok(Ok(self.rejection(&thread, input, profile, code, message)));
-        } else if let Some(attachment) = self.lost_answers(&thread, input, profile).await {
-            return Ok(Ok(attachment));
-        }
-        if self.is_draining() {
-            return refused(StartError::Draining);
-        }
-        if lock(&inner.runs).contains_key(&input.run_id) {
-            return refused(StartError::RunIdInUse);
-        }
-        let permit = match permit {
-            Some(permit) => permit,
-            None => match self.admit() {
-                Ok(permit) => permit,
-                Err(error) => return refused(error),
             },
-        };
-        Ok(Ok(pump::start(
-            self,
-            &thread,
-            backend,
-            input.clone(),
-            profile,
-            permit,
-        )))
+            Decision::RejectResume { code, message } => {
+                if created {
+                    self.discard_thread(&thread);
+                }
+                Ok(Ok(self.rejection(&thread, input, profile, code, message)))
+            }
+            Decision::LostAnswers(calls) => {
+                Ok(Ok(self.lost_answers(&thread, input, profile, calls).await))
+            }
+            Decision::Start => {
+                if self.is_draining() {
+                    return refused(StartError::Draining);
+                }
+                if lock(&inner.runs).contains_key(&input.run_id) {
+                    return refused(StartError::RunIdInUse);
+                }
+                let permit = match permit {
+                    Some(permit) => permit,
+                    None => match self.admit() {
+                        Ok(permit) => permit,
+                        Err(error) => return refused(error),
+                    },
+                };
+                Ok(Ok(pump::start(
+                    self,
+                    &thread,
+                    backend,
+                    input.clone(),
+                    profile,
+                    permit,
+                )))
+            }
+        }
     }
 
     /// Cancels a live run by id. `false` when there is no such live run.
@@ -518,30 +428,40 @@ impl Runtime {
     /// Cancels the thread's live run (waiting for it to end), then deletes the thread from
     /// memory and the store. `false` when there was no such thread.
     pub async fn delete_thread(&self, thread_id: &str) -> Result<bool, StoreError> {
-        let Some(thread) = self.memory_thread(thread_id) else {
-            return self.inner.store.delete_thread(thread_id).await;
-        };
-        let _decide = thread.decide.lock().await;
-        if thread.retired.load(Ordering::SeqCst) {
-            // Deleted (or discarded) by someone else while this request waited.
-            return self.inner.store.delete_thread(thread_id).await;
+        loop {
+            let Some(thread) = self.memory_thread(thread_id) else {
+                return self.inner.store.delete_thread(thread_id).await;
+            };
+            let decide = thread.decide.lock().await;
+            if thread.retired.load(Ordering::SeqCst) {
+                // Deleted, discarded or evicted while this request waited: look again.
+                continue;
+            }
+            let live = lock(&thread.state).live.clone();
+            if let Some(run) = live {
+                // Cancel, wait outside the decide section (bounded: a cancelled pump ends
+                // within its cancel bound), then decide again: a run started meanwhile is
+                // cancelled in turn.
+                run.cancel_with(CancelReason::Requested);
+                drop(decide);
+                run.finished.cancelled().await;
+                continue;
+            }
+            // Stored rows go first, then the thread leaves memory retired: a request
+            // waiting on it starts over and finds no thread at all, so it starts a
+            // brand-new one.
+            // The agent forgets its session while the thread is still the one in memory,
+            // so a session a brand-new thread of the same id binds later is never the one
+            // forgotten.
+            let stored = self.inner.store.delete_thread(thread_id).await;
+            if let Some(agent) = self.inner.agents.get(&thread.agent) {
+                agent.forget_thread(thread_id).await;
+            }
+            self.discard_thread(&thread);
+            drop(decide);
+            stored?;
+            return Ok(true);
         }
-        let live = lock(&thread.state).live.clone();
-        if let Some(run) = live {
-            run.cancel_with(CancelReason::Requested);
-            // Bounded: a cancelled pump ends within its cancel bound. No new run can start
-            // meanwhile (this request holds the decide lock).
-            run.finished.cancelled().await;
-        }
-        // Stored rows go first, then the thread leaves memory retired: a request waiting
-        // on it starts over and finds no thread at all, so it starts a brand-new one.
-        let stored = self.inner.store.delete_thread(thread_id).await;
-        self.discard_thread(&thread);
-        if let Some(agent) = self.inner.agents.get(&thread.agent) {
-            agent.forget_thread(thread_id).await;
-        }
-        stored?;
-        Ok(true)
     }
 
     /// Removes `thread` from memory (if it is still the one there) and retires it.
@@ -591,37 +511,9 @@ impl Runtime {
         futures_util::future::join_all(self.inner.agents.values().map(|a| a.shutdown())).await;
     }
 
-    /// Moves `attachment` into its own task feeding a bounded channel; the receiver is the
-    /// response body. A receiver that takes nothing for the stall timeout is cut (it can
-    /// reattach with its last id); a dropped receiver detaches at once.
-    pub fn spawn_stream(&self, attachment: Attachment) -> mpsc::Receiver<Bytes> {
-        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-        let stall = self.inner.options.stall_timeout;
-        self.inner.stream_tasks.spawn(async move {
-            let mut attachment = attachment;
-            loop {
-                let bytes = tokio::select! {
-                    next = attachment.next() => match next {
-                        Some(bytes) => bytes,
-                        None => break,
-                    },
-                    () = tx.closed() => break,
-                };
-                match tx.send_timeout(bytes, stall).await {
-                    Ok(()) => {}
-                    Err(SendTimeoutError::Timeout(_)) => {
-                        tracing::warn!(
-                            thread.id = %attachment.thread_id(),
-                            stall_ms = stall.as_millis() as u64,
-                            "stream stopped draining; cut so it can reattach"
-                        );
-                        break;
-                    }
-                    Err(SendTimeoutError::Closed(_)) => break,
-                }
-            }
-        });
-        rx
+    /// How long a stream may fail to take a frame before it is cut (it can reattach).
+    pub fn stall_timeout(&self) -> Duration {
+        self.inner.options.stall_timeout
     }
 
     /// Waits for pending store writes (end of shutdown).
@@ -725,39 +617,6 @@ impl Runtime {
     ) -> Attachment {
         let cursor = run.segment_start.load(Ordering::SeqCst).saturating_sub(1);
         self.attachment(thread, cursor, profile, Some(run), attach::Mode::Segment)
-    }
-}
-
-/// The thread object a request used left memory: start the request over.
-struct Retry;
-
-fn new_thread(
-    id: &str,
-    agent: &str,
-    epoch: u64,
-    limits: JournalLimits,
-    stored: Option<Vec<Message>>,
-    session_id: Option<String>,
-) -> Thread {
-    let history_pending = stored.is_some();
-    let transcript = stored.unwrap_or_default();
-    Thread {
-        id: id.to_owned(),
-        agent: agent.to_owned(),
-        journal: Journal::new(epoch, limits),
-        last_used: AtomicU64::new(now_ms()),
-        decide: tokio::sync::Mutex::new(()),
-        retired: AtomicBool::new(false),
-        state: Mutex::new(ThreadState {
-            live: None,
-            seen: transcript.iter().map(|m| m.id().to_owned()).collect(),
-            history_pending,
-            transcript,
-            document: state::initial(agent),
-            profile: Profile::V1,
-            expired_interrupts: HashSet::new(),
-            session_id,
-        }),
     }
 }
 

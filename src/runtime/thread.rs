@@ -1,0 +1,228 @@
+//! A thread: one conversation's journal, live run, transcript and shared state, and the
+//! decision every run request on it gets.
+//!
+//! Decisions on a thread are made one at a time, in its *decide section* (the `decide`
+//! lock): [`ThreadState::decide`] looks at the thread as it is and says what a request does
+//! (attach, answer a suspension, refuse, start); the runtime then carries it out. Nothing
+//! in the section waits on an agent or a timer: where a decision needs the live run to end
+//! first (new input superseding a suspended turn, a delete), the request leaves the section,
+//! waits, and decides again from scratch.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+
+use super::answer::SUSPENSION_LOST;
+use super::suspension::PERMISSION_TOOL;
+use super::{Journal, JournalLimits, LiveRun, StartError, lock, now_ms, state};
+use crate::protocol::input::Message;
+use crate::protocol::{Profile, RunAgentInput};
+
+/// What a run request does to a thread.
+pub(super) enum Decision {
+    /// No new input while a run produces: replay its current segment, then follow it.
+    Attach(Arc<LiveRun>),
+    /// The live run waits on the client: the request answers, replays or supersedes it.
+    Suspended(Arc<LiveRun>),
+    /// Refused before any stream starts (new input while a run produces).
+    Refuse(StartError),
+    /// A `resume[]` with nothing suspended: refused in-band.
+    RejectResume { code: &'static str, message: String },
+    /// Only answers to client tool calls that nothing waits for any more (their ids):
+    /// refused in-band with `SUSPENSION_LOST`.
+    LostAnswers(Vec<String>),
+    /// A new run with the request's new input.
+    Start,
+}
+
+/// One conversation: its journal, its live run, and what it has seen.
+pub(crate) struct Thread {
+    pub(crate) id: String,
+    pub(crate) agent: String,
+    pub(crate) journal: Journal,
+    /// Last time a request used this thread (ms), for eviction.
+    pub(super) last_used: AtomicU64,
+    /// Serializes the decide-attach/refuse/start section and reattach decisions.
+    pub(super) decide: tokio::sync::Mutex<()>,
+    /// Set (under the threads map's lock) when this object left the map: deleted,
+    /// discarded after a refusal, or evicted. A request that finds it set under the decide
+    /// lock starts over, so it never acts on a thread object that is no longer the one.
+    pub(super) retired: AtomicBool,
+    pub(super) state: Mutex<ThreadState>,
+}
+
+pub(super) struct ThreadState {
+    pub(super) live: Option<Arc<LiveRun>>,
+    /// Ids of every message the agent has been given or produced.
+    pub(super) seen: HashSet<String>,
+    /// The transcript, in order.
+    pub(super) transcript: Vec<Message>,
+    /// The shared state document.
+    pub(super) document: Value,
+    /// The first run this process serves on a stored thread starts with its history.
+    pub(super) history_pending: bool,
+    /// The client profile of the last request on this thread (for reattach).
+    pub(super) profile: Profile,
+    /// Interrupts that failed closed (a late resume for them is "expired", not "unknown").
+    pub(super) expired_interrupts: HashSet<String>,
+    /// The agent session bound to this thread, if any.
+    pub(super) session_id: Option<String>,
+}
+
+impl ThreadState {
+    /// The messages of a request not seen before, now recorded as seen and appended to the
+    /// transcript.
+    ///
+    /// The client's copy of an assistant tool-call message the agent produced (clients give
+    /// it their own id) is marked seen but not recorded twice.
+    pub(super) fn take_new(&mut self, messages: &[Message]) -> Vec<Message> {
+        let mut new = Vec::new();
+        for message in messages {
+            if self.seen.contains(message.id()) {
+                continue;
+            }
+            self.seen.insert(message.id().to_owned());
+            if let Message::Assistant(assistant) = message
+                && assistant.content.as_deref().unwrap_or("").is_empty()
+                && !assistant.tool_calls.is_empty()
+                && assistant
+                    .tool_calls
+                    .iter()
+                    .all(|call| self.seen.contains(&call.id))
+            {
+                continue;
+            }
+            self.transcript.push(message.clone());
+            new.push(message.clone());
+        }
+        new
+    }
+}
+
+/// The thread object a request used left memory: start the request over.
+pub(super) struct Retry;
+
+pub(super) fn new_thread(
+    id: &str,
+    agent: &str,
+    epoch: u64,
+    limits: JournalLimits,
+    stored: Option<Vec<Message>>,
+    session_id: Option<String>,
+) -> Thread {
+    let history_pending = stored.is_some();
+    let transcript = stored.unwrap_or_default();
+    Thread {
+        id: id.to_owned(),
+        agent: agent.to_owned(),
+        journal: Journal::new(epoch, limits),
+        last_used: AtomicU64::new(now_ms()),
+        decide: tokio::sync::Mutex::new(()),
+        retired: AtomicBool::new(false),
+        state: Mutex::new(ThreadState {
+            live: None,
+            seen: transcript.iter().map(|m| m.id().to_owned()).collect(),
+            history_pending,
+            transcript,
+            document: state::initial(agent),
+            profile: Profile::V1,
+            expired_interrupts: HashSet::new(),
+            session_id,
+        }),
+    }
+}
+
+impl ThreadState {
+    /// What `input` does to the thread as it is now.
+    pub(super) fn decide(&self, input: &RunAgentInput) -> Decision {
+        let has_new_input = self.has_new_input(input);
+        if let Some(run) = &self.live {
+            if lock(&run.suspension).is_some() {
+                return Decision::Suspended(run.clone());
+            }
+            if has_new_input || !input.resume.is_empty() {
+                return Decision::Refuse(StartError::RunInProgress);
+            }
+            return Decision::Attach(run.clone());
+        }
+        if let Some(first) = input.resume.first() {
+            let expired = input
+                .resume
+                .iter()
+                .find(|r| self.expired_interrupts.contains(&r.interrupt_id));
+            return match expired {
+                Some(r) => Decision::RejectResume {
+                    code: "INVALID_RESUME",
+                    message: format!(
+                        "interrupt {:?} expired and can no longer be answered",
+                        r.interrupt_id
+                    ),
+                },
+                None => Decision::RejectResume {
+                    code: SUSPENSION_LOST,
+                    message: format!(
+                        "nothing on this thread is waiting for interrupt {:?} (the server \
+                         restarted, or the wait ended); send your request again",
+                        first.interrupt_id
+                    ),
+                },
+            };
+        }
+        if let Some(calls) = self.lost_calls(input) {
+            return Decision::LostAnswers(calls);
+        }
+        Decision::Start
+    }
+
+    /// Whether `input` carries a user or tool message the thread has not seen.
+    pub(super) fn has_new_input(&self, input: &RunAgentInput) -> bool {
+        input.messages.iter().any(|m| {
+            matches!(m, Message::User(_) | Message::Tool(_)) && !self.seen.contains(m.id())
+        })
+    }
+
+    /// The client tool calls answered by a request whose only new messages are such
+    /// answers (with no live run, nothing waits for them); `None` for any other request.
+    fn lost_calls(&self, input: &RunAgentInput) -> Option<Vec<String>> {
+        let mut calls = Vec::new();
+        for message in input
+            .messages
+            .iter()
+            .filter(|m| !self.seen.contains(m.id()))
+        {
+            match message {
+                Message::Tool(tool) if self.is_client_call(&tool.tool_call_id, input) => {
+                    calls.push(tool.tool_call_id.clone());
+                }
+                // The client's copy of a tool-call message the agent produced.
+                Message::Assistant(a)
+                    if a.content.as_deref().unwrap_or("").is_empty()
+                        && a.tool_calls.iter().all(|c| self.seen.contains(&c.id)) => {}
+                _ => return None,
+            }
+        }
+        (!calls.is_empty()).then_some(calls)
+    }
+
+    /// Whether `tool_call_id` is a call the client was asked to answer: a permission
+    /// request, or a frontend tool the request declares.
+    fn is_client_call(&self, tool_call_id: &str, input: &RunAgentInput) -> bool {
+        self.transcript.iter().any(|m| match m {
+            Message::Assistant(a) => a.tool_calls.iter().any(|call| {
+                call.id == tool_call_id
+                    && (call.function.name == PERMISSION_TOOL
+                        || input.tools.iter().any(|t| t.name == call.function.name))
+            }),
+            _ => false,
+        })
+    }
+
+    /// Whether the transcript holds a result for `tool_call_id`.
+    pub(super) fn is_answered(&self, tool_call_id: &str) -> bool {
+        self.transcript
+            .iter()
+            .any(|m| matches!(m, Message::Tool(t) if t.tool_call_id == tool_call_id))
+    }
+}
