@@ -299,6 +299,37 @@ async function acpPermission(lib, agentName, optionIndex, expected) {
   if (text(second) !== expected) return `reply ${JSON.stringify(text(second))}`;
 }
 
+// New user input while a permission request is pending, instead of the answer: the old
+// turn's wait fails closed, and the new message is prompted to the agent as its own turn,
+// whose reply arrives on the new run's stream.
+async function supersedePermission(lib, agentName, trigger, expected) {
+  const tools = [{ name: "agui_permission_request", description: "ask the user", parameters: { type: "object" } }];
+  const agent = agentFor(lib, agentName, randomUUID(), [userMessage(trigger)]);
+  const first = [];
+  await agent.runAgent({ runId: randomUUID(), tools }, { onEvent: ({ event }) => first.push(event) });
+  if (!first.some((e) => e.type === "TOOL_CALL_START" && e.toolCallName === "agui_permission_request"))
+    return `${agentName}: no permission request`;
+  agent.addMessage(userMessage("hello again"));
+  const second = [];
+  const runId = randomUUID();
+  await agent.runAgent({ runId, tools }, { onEvent: ({ event }) => second.push(event) });
+  const t = terminalOf(second);
+  if (!t || t.type !== "RUN_FINISHED") return `${agentName}: terminal ${JSON.stringify(t)}`;
+  if (second[0].runId !== runId) return `${agentName}: stream of run ${second[0].runId}`;
+  if (text(second) !== expected) return `${agentName}: reply ${JSON.stringify(text(second))}`;
+}
+
+cases.push({
+  name: "new input while a permission is pending is answered as its own turn (demo, ACP scripted, ACP Python)",
+  async run(lib) {
+    return (
+      (await supersedePermission(lib, "demo", "/approve deploy", "You said: hello again")) ||
+      (await supersedePermission(lib, "scripted", "permission", "Echo: hello again")) ||
+      (await supersedePermission(lib, "python", "permission", "Python says: hello again"))
+    );
+  },
+});
+
 const acpCases = [
   {
     name: "ACP scripted: text, thought, tool call, plan, usage, misc",
