@@ -28,7 +28,7 @@ pub(super) enum Answered {
 impl Runtime {
     /// A request on a thread whose run is suspended: resume it with the answers, reject a
     /// bad `resume[]`, replay the suspended segment (no new input), or fail the waits closed
-    /// because new user input superseded them. The caller holds the decide lock.
+    /// because new user input superseded them. The caller is in the decide section.
     pub(super) fn answer(
         &self,
         thread: &Arc<Thread>,

@@ -1,11 +1,12 @@
 //! Runs, threads, the replay journal, admission and shutdown. Domain types only: nothing
 //! here knows HTTP.
 //!
-//! A run is detached from the request that started it. [`Runtime::start_run`] decides,
-//! under a per-thread lock, whether a request attaches to the thread's live run, is refused
-//! (new input while running), or starts a new run; a new run gets an admission slot and its
-//! own task, the *pump* (`pump.rs`), which drives the agent and is the only writer of the
-//! thread's journal. Responses only read the journal through an [`Attachment`].
+//! A run is detached from the request that started it. [`Runtime::start_run`] decides, in
+//! the thread's decide section (`thread.rs`: `ThreadState::decide`), whether a request
+//! attaches to the thread's live run, answers or supersedes a suspended one, is refused, or
+//! starts a new run; a new run gets an admission slot and its own task, the *pump*
+//! (`pump.rs`), which drives the agent, is the only writer of the thread's journal, and
+//! announces nothing before it is stored. Responses only read the journal through an [`Attachment`].
 //! [`Runtime::reattach`] serves the stream route: exact replay after a client's last event
 //! id, or an explicit resynchronisation, or a short hydration run when nothing is live.
 //!

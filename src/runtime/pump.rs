@@ -48,7 +48,7 @@ const CANCEL_BOUND: Duration = Duration::from_millis(1500);
 /// Agent events buffered between the agent and the pump.
 const SINK_CAPACITY: usize = 64;
 
-/// Starts a run on `thread`; the caller holds the thread's decide lock and `permit`.
+/// Starts a run on `thread`; the caller is in the thread's decide section and holds `permit`.
 pub(super) fn start(
     rt: &Runtime,
     thread: &Arc<Thread>,
