@@ -2,6 +2,7 @@
 //! the id cannot be honoured, or a short hydration run when nothing is live.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use super::ReattachError;
 use super::attach::{self, Attachment, Resume};
@@ -17,12 +18,23 @@ impl Runtime {
         thread_id: &str,
         last_event_id: Option<&str>,
     ) -> Result<Attachment, ReattachError> {
-        let thread = self
-            .load_thread(thread_id)
-            .await
-            .map_err(|_| ReattachError::Store)?
-            .ok_or(ReattachError::UnknownThread)?;
-        let _decide = thread.decide.lock().await;
+        loop {
+            let thread = self
+                .load_thread(thread_id)
+                .await
+                .map_err(|_| ReattachError::Store)?
+                .ok_or(ReattachError::UnknownThread)?;
+            let _decide = thread.decide.lock().await;
+            if thread.retired.load(Ordering::SeqCst) {
+                // Deleted or evicted while this request waited: look again.
+                continue;
+            }
+            return Ok(self.reattach_to(&thread, last_event_id));
+        }
+    }
+
+    /// The reattach decision on `thread`, in its decide section.
+    fn reattach_to(&self, thread: &Arc<Thread>, last_event_id: Option<&str>) -> Attachment {
         let (live, profile) = {
             let state = lock(&thread.state);
             (state.live.clone(), state.profile)
@@ -40,27 +52,27 @@ impl Runtime {
         match (cursor, live) {
             (Some(cursor), Some(run)) => {
                 let attachment =
-                    self.attachment(&thread, cursor, profile, Some(run), attach::Mode::Follow);
-                Ok(attachment.with_resume(Resume::Exact))
+                    self.attachment(thread, cursor, profile, Some(run), attach::Mode::Follow);
+                attachment.with_resume(Resume::Exact)
             }
             (Some(cursor), None) if cursor < thread.journal.last_seq() => {
                 let attachment =
-                    self.attachment(&thread, cursor, profile, None, attach::Mode::Follow);
-                Ok(attachment.with_resume(Resume::Exact))
+                    self.attachment(thread, cursor, profile, None, attach::Mode::Follow);
+                attachment.with_resume(Resume::Exact)
             }
-            (Some(_), None) => Ok(self.hydration(&thread, profile, Resume::Exact)),
+            (Some(_), None) => self.hydration(thread, profile, Resume::Exact),
             (None, Some(run)) => {
                 let parked = lock(&run.suspension)
                     .as_ref()
                     .and_then(|s| Some((s.segment_run_id.clone(), s.terminal.clone()?)));
-                Ok(match parked {
+                match parked {
                     Some((run_id, terminal)) => {
-                        self.snapshot_run(&thread, &run_id, terminal, profile, without_cursor)
+                        self.snapshot_run(thread, &run_id, terminal, profile, without_cursor)
                     }
-                    None => self.resync(&thread, run, profile, without_cursor),
-                })
+                    None => self.resync(thread, run, profile, without_cursor),
+                }
             }
-            (None, None) => Ok(self.hydration(&thread, profile, without_cursor)),
+            (None, None) => self.hydration(thread, profile, without_cursor),
         }
     }
 
