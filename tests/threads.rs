@@ -173,7 +173,8 @@ async fn ten_streams_on_one_run_receive_identical_bytes() {
 #[tokio::test]
 async fn a_reader_that_stops_reading_is_cut_and_the_others_are_not_slowed() {
     let server = TestServer::with(|c| c.stall_timeout = Duration::from_secs(2)).await;
-    let body = run_body("stall", "r1", "/slow 4000 0");
+    // Paced (1 ms a chunk, about 4 s in all): the run outlives the stall timeout.
+    let body = run_body("stall", "r1", "/slow 4000 1");
     // The stalled reader: a tiny receive window, and it never reads.
     let socket = tokio::net::TcpSocket::new_v4().expect("socket");
     socket.set_recv_buffer_size(4096).expect("rcvbuf");

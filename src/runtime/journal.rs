@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use bytes::Bytes;
 use tokio::sync::watch;
 
-use crate::protocol::{Event, Profile, encode_event, sse_frame};
+use crate::protocol::{Event, Profile, event_frame};
 
 /// Bounds of one thread's journal.
 #[derive(Debug, Clone, Copy)]
@@ -45,7 +45,47 @@ pub struct EventId {
 
 impl fmt::Display for EventId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:x}-{:08x}-{:08x}", self.epoch, self.tag, self.seq)
+        f.write_str(self.encode(&mut IdBuf::default()))
+    }
+}
+
+/// Room for the longest id: 16 + 1 + 8 + 1 + 16 hex digits and dashes.
+struct IdBuf([u8; 42]);
+
+impl Default for IdBuf {
+    fn default() -> IdBuf {
+        IdBuf([0; 42])
+    }
+}
+
+/// Writes `value` in lowercase hex, at least `width` digits, ending at `end`; returns the
+/// start.
+fn put_hex(buf: &mut [u8], end: usize, mut value: u64, width: usize) -> usize {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut at = end;
+    while value != 0 || end - at < width.max(1) {
+        at -= 1;
+        buf[at] = DIGITS[(value & 0xf) as usize];
+        value >>= 4;
+    }
+    at
+}
+
+impl EventId {
+    /// The id as text (`<epoch>-<tag>-<seq>`, hex; tag and seq at least 8 digits), written
+    /// into `buf` without the formatting machinery (it is on every frame's path).
+    fn encode<'b>(&self, buf: &'b mut IdBuf) -> &'b str {
+        let buf = &mut buf.0;
+        let end = buf.len();
+        let mut at = put_hex(buf, end, self.seq, 8);
+        at -= 1;
+        buf[at] = b'-';
+        at = put_hex(buf, at, u64::from(self.tag), 8);
+        at -= 1;
+        buf[at] = b'-';
+        at = put_hex(buf, at, self.epoch, 1);
+        // Only ASCII hex digits and dashes were written.
+        std::str::from_utf8(&buf[at..]).unwrap_or_default()
     }
 }
 
@@ -136,34 +176,49 @@ impl Journal {
 
     /// Encodes and appends one event; returns its id.
     pub fn push(&self, event: &Event, timestamp_ms: u64) -> EventId {
-        let mut inner = self.lock();
-        let seq = inner.next_seq;
-        inner.next_seq += 1;
-        let id = self.id(seq).to_string();
-        let v1 = sse_frame(&id, &encode_event(event, Some(timestamp_ms)));
-        let legacy = Profile::Legacy
-            .adapt(event)
-            .map(|adapted| sse_frame(&id, &encode_event(&adapted, Some(timestamp_ms))));
-        let size = v1.len() + legacy.as_ref().map_or(0, Bytes::len);
-        inner.frames.push_back(Frame {
-            seq,
-            v1,
-            legacy,
-            ends_segment: event.is_terminal(),
-        });
-        inner.bytes += size;
-        while inner.frames.len() > self.limits.max_frames
-            || (inner.bytes > self.limits.max_bytes && inner.frames.len() > 1)
-        {
-            let Some(old) = inner.frames.pop_front() else {
-                break;
-            };
-            inner.bytes -= old.v1.len() + old.legacy.as_ref().map_or(0, Bytes::len);
-            inner.evicted_through = old.seq;
+        self.push_all(std::slice::from_ref(event), timestamp_ms)
+            .unwrap_or_else(|| self.id(self.last_seq()))
+    }
+
+    /// Encodes and appends `events` in order, waking readers once; returns the id of the
+    /// last one (`None` when `events` is empty).
+    pub fn push_all(&self, events: &[Event], timestamp_ms: u64) -> Option<EventId> {
+        if events.is_empty() {
+            return None;
         }
+        let mut inner = self.lock();
+        let mut id_buf = IdBuf::default();
+        for event in events {
+            let seq = inner.next_seq;
+            inner.next_seq += 1;
+            let id = self.id(seq);
+            let id = id.encode(&mut id_buf);
+            let v1 = event_frame(id, event, Some(timestamp_ms));
+            let legacy = Profile::Legacy
+                .adapt(event)
+                .map(|adapted| event_frame(id, &adapted, Some(timestamp_ms)));
+            let size = v1.len() + legacy.as_ref().map_or(0, Bytes::len);
+            inner.frames.push_back(Frame {
+                seq,
+                v1,
+                legacy,
+                ends_segment: event.is_terminal(),
+            });
+            inner.bytes += size;
+            while inner.frames.len() > self.limits.max_frames
+                || (inner.bytes > self.limits.max_bytes && inner.frames.len() > 1)
+            {
+                let Some(old) = inner.frames.pop_front() else {
+                    break;
+                };
+                inner.bytes -= old.v1.len() + old.legacy.as_ref().map_or(0, Bytes::len);
+                inner.evicted_through = old.seq;
+            }
+        }
+        let last = inner.next_seq - 1;
         drop(inner);
-        self.latest.send_replace(seq);
-        self.id(seq)
+        self.latest.send_replace(last);
+        Some(self.id(last))
     }
 
     /// The id of the frame with sequence `seq` in this journal.
@@ -178,10 +233,12 @@ impl Journal {
     /// Encodes an event as a frame carrying the id of position `seq` without appending it
     /// (resync preambles: a client that reconnects with that id resumes right after `seq`).
     pub fn frame_at(&self, seq: u64, event: &Event, timestamp_ms: u64, profile: Profile) -> Bytes {
-        let event = profile.adapt(event).unwrap_or_else(|| event.clone());
-        sse_frame(
-            &self.id(seq).to_string(),
-            &encode_event(&event, Some(timestamp_ms)),
+        let adapted = profile.adapt(event);
+        let event = adapted.as_ref().unwrap_or(event);
+        event_frame(
+            self.id(seq).encode(&mut IdBuf::default()),
+            event,
+            Some(timestamp_ms),
         )
     }
 
@@ -250,6 +307,27 @@ mod tests {
             seq: 42,
         };
         assert_eq!(EventId::parse(&id.to_string()), Some(id));
+        for id in [
+            EventId {
+                epoch: 0,
+                tag: 0,
+                seq: 0,
+            },
+            EventId {
+                epoch: u64::MAX,
+                tag: u32::MAX,
+                seq: u64::MAX,
+            },
+            EventId {
+                epoch: 0x18f3a,
+                tag: 7,
+                seq: 0x1_0000_0000,
+            },
+        ] {
+            let old_style = format!("{:x}-{:08x}-{:08x}", id.epoch, id.tag, id.seq);
+            assert_eq!(id.to_string(), old_style);
+            assert_eq!(EventId::parse(&old_style), Some(id));
+        }
         for bad in [
             "",
             "-",

@@ -771,9 +771,8 @@ impl SegmentWriter {
     /// Appends events to the journal and records what they completed, while the translator
     /// is locked, so a resync sees journal, transcript and open items at one position.
     fn emit(&self, translator: &mut Translator, events: &[Event]) {
-        for event in events {
-            let id = self.thread.journal.push(event, now_ms());
-            tracing::trace!(event = event.type_name(), id = %id, "event");
+        if let Some(last) = self.thread.journal.push_all(events, now_ms()) {
+            tracing::trace!(events = events.len(), last = %last, "events journaled");
         }
         let completed = translator.take_completed();
         if completed.is_empty() {
