@@ -3,25 +3,26 @@
 //!
 //! The database lives at `<data-dir>/agui-serve.db` in WAL mode. Migrations are the numbered
 //! files in `migrations/`, embedded at build time and tracked with `PRAGMA user_version`.
-//! Callers get a cheap-to-clone [`Store`] handle; every operation is a job run in order by
-//! the store task (which hands each batch to `spawn_blocking`, so no tokio worker ever
-//! waits on SQLite), so a read enqueued after a write sees it. Writes from the run pump are
+//! Callers get a cheap-to-clone [`Store`] handle; every operation is a job in one FIFO, run
+//! in order by a single runner on tokio's blocking pool (no tokio worker ever waits on
+//! SQLite), so a read enqueued after a write sees it. Writes from the run pump are
 //! enqueued without waiting (errors are logged); reads, deletes and [`Store::commit`] are
 //! awaited.
 //!
-//! Group commit: the store task runs every job queued at one moment inside one
+//! Group commit: the runner runs every job queued at one moment inside one
 //! transaction (each job in its own savepoint, so a failing job undoes only itself) and
 //! answers the jobs' callers only after that transaction commits. An answer therefore
 //! means durable against a killed process (WAL, `synchronous = NORMAL`). The WAL is
 //! checkpointed by a second thread on its own connection, so a commit never waits behind
 //! a checkpoint's fsync.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
-use tokio::sync::{mpsc as tokio_mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use crate::protocol::Message;
 
@@ -99,10 +100,24 @@ const BATCH: usize = 512;
 /// How often the checkpoint thread folds the WAL back into the database.
 const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// Handle to the store task.
+/// Handle to the store: a FIFO of jobs, drained in batches by at most one runner at a time
+/// on tokio's blocking pool (the runner holds the connection while it runs).
 #[derive(Clone)]
 pub struct Store {
-    jobs: tokio_mpsc::UnboundedSender<Job>,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    runtime: tokio::runtime::Handle,
+    /// Stops the checkpoint thread when the last handle goes.
+    _checkpointer: mpsc::Sender<()>,
+}
+
+struct Queue {
+    jobs: VecDeque<Job>,
+    /// The connection while no runner holds it; `None` while one runs.
+    idle: Option<Connection>,
 }
 
 impl std::fmt::Debug for Store {
@@ -130,39 +145,34 @@ impl Store {
         }
         // Checkpoints happen on their own thread (below), never inside a commit.
         conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+        conn.set_prepared_statement_cache_capacity(64);
         let checkpointer = spawn_checkpointer(&path)?;
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| StoreError::NoRuntime)?;
-        let (jobs, mut rx) = tokio_mpsc::unbounded_channel::<Job>();
-        runtime.spawn(async move {
-            while let Some(first) = rx.recv().await {
-                let mut batch = vec![first];
-                while batch.len() < BATCH {
-                    match rx.try_recv() {
-                        Ok(job) => batch.push(job),
-                        Err(_) => break,
-                    }
-                }
-                let ran = tokio::task::spawn_blocking(move || {
-                    run_batch(&mut conn, batch);
-                    conn
-                });
-                conn = match ran.await {
-                    Ok(conn) => conn,
-                    Err(error) => {
-                        tracing::error!(%error, "the store stopped");
-                        return;
-                    }
-                };
-            }
-            let closed = tokio::task::spawn_blocking(move || {
-                drop(checkpointer);
-                conn.close().map_err(|(_, error)| error)
-            });
-            if let Ok(Err(error)) = closed.await {
-                tracing::warn!(%error, "closing the database failed");
-            }
-        });
-        Ok(Store { jobs })
+        Ok(Store {
+            shared: Arc::new(Shared {
+                queue: Mutex::new(Queue {
+                    jobs: VecDeque::new(),
+                    idle: Some(conn),
+                }),
+                runtime,
+                _checkpointer: checkpointer,
+            }),
+        })
+    }
+
+    /// Queues `job`; starts a runner when none is running.
+    fn submit(&self, job: Job) {
+        let mut queue = self.shared.lock();
+        queue.jobs.push_back(job);
+        if let Some(conn) = queue.idle.take() {
+            drop(queue);
+            let shared = self.shared.clone();
+            // Blocking-pool work also keeps a paused test clock from jumping while a
+            // caller waits on the store.
+            self.shared
+                .runtime
+                .spawn_blocking(move || shared.drain(conn));
+        }
     }
 
     /// Runs `f` in the store and waits for its result.
@@ -171,18 +181,16 @@ impl Store {
         f: impl FnOnce(&mut Connection) -> Result<R, rusqlite::Error> + Send + 'static,
     ) -> Result<R, StoreError> {
         let (tx, rx) = oneshot::channel();
-        self.jobs
-            .send(Box::new(move |conn| {
-                let result = f(conn);
-                Some(Box::new(move |committed: bool| {
-                    let _ = tx.send(match result {
-                        Ok(_) if !committed => Err(StoreError::Commit),
-                        Ok(value) => Ok(value),
-                        Err(error) => Err(StoreError::from(error)),
-                    });
-                }) as Reply)
-            }))
-            .map_err(|_| StoreError::Closed)?;
+        self.submit(Box::new(move |conn| {
+            let result = f(conn);
+            Some(Box::new(move |committed: bool| {
+                let _ = tx.send(match result {
+                    Ok(_) if !committed => Err(StoreError::Commit),
+                    Ok(value) => Ok(value),
+                    Err(error) => Err(StoreError::from(error)),
+                });
+            }) as Reply)
+        }));
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
@@ -192,15 +200,12 @@ impl Store {
         what: &'static str,
         f: impl FnOnce(&mut Connection) -> Result<(), rusqlite::Error> + Send + 'static,
     ) {
-        let job: Job = Box::new(move |conn| {
+        self.submit(Box::new(move |conn| {
             if let Err(error) = f(conn) {
                 tracing::error!(%error, op = what, "store write failed");
             }
             None
-        });
-        if self.jobs.send(job).is_err() {
-            tracing::error!(op = what, "store write after close dropped");
-        }
+        }));
     }
 
     /// Waits until every job enqueued before this call has run and is committed.
@@ -256,20 +261,20 @@ impl Store {
             (thread_id.to_owned(), agent.to_owned(), run_id.to_owned());
         self.enqueue("run_start", move |conn| {
             let tx = conn.savepoint()?;
-            tx.execute(
+            tx.prepare_cached(
                 "INSERT INTO threads (id, agent, title, created_at, updated_at, status)
                  VALUES (?1, ?2, ?3, ?4, ?4, 'running')
                  ON CONFLICT (id) DO UPDATE SET status = 'running', updated_at = ?4,
                      title = COALESCE(threads.title, excluded.title)",
-                params![thread_id, agent, title, now],
-            )?;
+            )?
+            .execute(params![thread_id, agent, title, now])?;
             append_messages(&tx, &thread_id, &messages)?;
-            tx.execute(
+            tx.prepare_cached(
                 "INSERT INTO runs (thread_id, id, started_at) VALUES (?1, ?2, ?3)
                  ON CONFLICT (thread_id, id) DO UPDATE SET segments = runs.segments + 1,
                      ended_at = NULL, outcome = NULL",
-                params![thread_id, run_id, now],
-            )?;
+            )?
+            .execute(params![thread_id, run_id, now])?;
             tx.commit()
         });
     }
@@ -283,10 +288,8 @@ impl Store {
         self.enqueue("messages", move |conn| {
             let tx = conn.savepoint()?;
             append_messages(&tx, &thread_id, &messages)?;
-            tx.execute(
-                "UPDATE threads SET updated_at = ?2 WHERE id = ?1",
-                params![thread_id, now],
-            )?;
+            tx.prepare_cached("UPDATE threads SET updated_at = ?2 WHERE id = ?1")?
+                .execute(params![thread_id, now])?;
             tx.commit()
         });
     }
@@ -308,14 +311,12 @@ impl Store {
         );
         self.enqueue("run_end", move |conn| {
             let tx = conn.savepoint()?;
-            tx.execute(
+            tx.prepare_cached(
                 "UPDATE runs SET ended_at = ?3, outcome = ?4 WHERE thread_id = ?1 AND id = ?2",
-                params![thread_id, run_id, now, outcome],
-            )?;
-            tx.execute(
-                "UPDATE threads SET status = ?2, updated_at = ?3 WHERE id = ?1",
-                params![thread_id, status, now],
-            )?;
+            )?
+            .execute(params![thread_id, run_id, now, outcome])?;
+            tx.prepare_cached("UPDATE threads SET status = ?2, updated_at = ?3 WHERE id = ?1")?
+                .execute(params![thread_id, status, now])?;
             tx.commit()
         });
     }
@@ -325,10 +326,10 @@ impl Store {
         let (thread_id, session_id) = (thread_id.to_owned(), session_id.to_owned());
         let metadata = serde_json::json!({"session": {"id": session_id, "how": how}}).to_string();
         self.enqueue("session", move |conn| {
-            conn.execute(
+            conn.prepare_cached(
                 "UPDATE threads SET session_id = ?2, metadata = ?3, updated_at = ?4 WHERE id = ?1",
-                params![thread_id, session_id, metadata, now],
-            )?;
+            )?
+            .execute(params![thread_id, session_id, metadata, now])?;
             Ok(())
         });
     }
@@ -337,10 +338,8 @@ impl Store {
     pub fn set_title(&self, thread_id: &str, title: &str, now: i64) {
         let (thread_id, title) = (thread_id.to_owned(), title.to_owned());
         self.enqueue("title", move |conn| {
-            conn.execute(
-                "UPDATE threads SET title = ?2, updated_at = ?3 WHERE id = ?1",
-                params![thread_id, title, now],
-            )?;
+            conn.prepare_cached("UPDATE threads SET title = ?2, updated_at = ?3 WHERE id = ?1")?
+                .execute(params![thread_id, title, now])?;
             Ok(())
         });
     }
@@ -349,10 +348,8 @@ impl Store {
     pub fn set_status(&self, thread_id: &str, status: &str, now: i64) {
         let (thread_id, status) = (thread_id.to_owned(), status.to_owned());
         self.enqueue("status", move |conn| {
-            conn.execute(
-                "UPDATE threads SET status = ?2, updated_at = ?3 WHERE id = ?1",
-                params![thread_id, status, now],
-            )?;
+            conn.prepare_cached("UPDATE threads SET status = ?2, updated_at = ?3 WHERE id = ?1")?
+                .execute(params![thread_id, status, now])?;
             Ok(())
         });
     }
@@ -415,16 +412,15 @@ impl Store {
         let id = id.to_owned();
         self.call(move |conn| {
             let exists: Option<i64> = conn
-                .query_row("SELECT 1 FROM threads WHERE id = ?1", [&id], |r| r.get(0))
+                .prepare_cached("SELECT 1 FROM threads WHERE id = ?1")?
+                .query_row([&id], |r| r.get(0))
                 .optional()?;
             if exists.is_none() {
                 return Ok(None);
             }
-            let total: i64 = conn.query_row(
-                "SELECT COUNT(*) FROM messages WHERE thread_id = ?1",
-                [&id],
-                |r| r.get(0),
-            )?;
+            let total: i64 = conn
+                .prepare_cached("SELECT COUNT(*) FROM messages WHERE thread_id = ?1")?
+                .query_row([&id], |r| r.get(0))?;
             let mut stmt = conn.prepare_cached(
                 "SELECT body FROM (SELECT seq, body FROM messages WHERE thread_id = ?1
                    ORDER BY seq DESC LIMIT ?2) ORDER BY seq",
@@ -446,9 +442,13 @@ impl Store {
         let id = id.to_owned();
         self.call(move |conn| {
             let tx = conn.savepoint()?;
-            tx.execute("DELETE FROM messages WHERE thread_id = ?1", [&id])?;
-            tx.execute("DELETE FROM runs WHERE thread_id = ?1", [&id])?;
-            let n = tx.execute("DELETE FROM threads WHERE id = ?1", [&id])?;
+            tx.prepare_cached("DELETE FROM messages WHERE thread_id = ?1")?
+                .execute([&id])?;
+            tx.prepare_cached("DELETE FROM runs WHERE thread_id = ?1")?
+                .execute([&id])?;
+            let n = tx
+                .prepare_cached("DELETE FROM threads WHERE id = ?1")?
+                .execute([&id])?;
             tx.commit()?;
             Ok(n > 0)
         })
@@ -479,6 +479,8 @@ pub fn decode_cursor(cursor: &str) -> Option<(i64, String)> {
 fn prepare(conn: &mut Connection) -> Result<(), StoreError> {
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
+    // Savepoints and sorts keep their scratch in memory, not in temporary files.
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
@@ -493,6 +495,31 @@ fn prepare(conn: &mut Connection) -> Result<(), StoreError> {
         tracing::info!(version = i + 1, "database migrated");
     }
     Ok(())
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        // Every mutation of the queue is a single push, pop or swap: consistent even if a
+        // holder panicked.
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The runner: runs queued jobs in batches until the queue is empty, then hands the
+    /// connection back.
+    fn drain(&self, mut conn: Connection) {
+        loop {
+            let batch: Vec<Job> = {
+                let mut queue = self.lock();
+                if queue.jobs.is_empty() {
+                    queue.idle = Some(conn);
+                    return;
+                }
+                let n = queue.jobs.len().min(BATCH);
+                queue.jobs.drain(..n).collect()
+            };
+            run_batch(&mut conn, batch);
+        }
+    }
 }
 
 /// Runs `batch` in one transaction, each job in its own savepoint, then answers the jobs'
@@ -533,7 +560,7 @@ fn run_batch(conn: &mut Connection, batch: Vec<Job>) {
 }
 
 /// Starts the thread that checkpoints the WAL on a connection of its own, so commits on
-/// the store task never wait for the checkpoint's fsync. It stops when the returned
+/// the runner never waits for the checkpoint's fsync. It stops when the returned
 /// sender is dropped.
 fn spawn_checkpointer(path: &Path) -> Result<mpsc::Sender<()>, StoreError> {
     let conn = Connection::open(path).map_err(|source| StoreError::Open {
@@ -579,11 +606,9 @@ fn append_messages(
     thread_id: &str,
     messages: &[Message],
 ) -> Result<(), rusqlite::Error> {
-    let mut next: i64 = tx.query_row(
-        "SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE thread_id = ?1",
-        [thread_id],
-        |r| r.get(0),
-    )?;
+    let mut next: i64 = tx
+        .prepare_cached("SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE thread_id = ?1")?
+        .query_row([thread_id], |r| r.get(0))?;
     let mut stmt = tx.prepare_cached(
         "INSERT INTO messages (thread_id, seq, id, role, body) VALUES (?1, ?2, ?3, ?4, ?5)
          ON CONFLICT (thread_id, id) DO UPDATE SET body = excluded.body",
@@ -601,47 +626,45 @@ fn append_messages(
 
 fn thread_row(conn: &Connection, id: &str) -> Result<Option<ThreadRow>, rusqlite::Error> {
     let row = conn
-        .query_row(
+        .prepare_cached(
             "SELECT id, agent, session_id, title, created_at, updated_at, status, metadata,
                     (SELECT COUNT(*) FROM messages m WHERE m.thread_id = threads.id)
              FROM threads WHERE id = ?1",
-            [id],
-            |r| {
-                Ok(ThreadRow {
-                    id: r.get(0)?,
-                    agent: r.get(1)?,
-                    session_id: r.get(2)?,
-                    title: r.get(3)?,
-                    created_at: r.get(4)?,
-                    updated_at: r.get(5)?,
-                    status: r.get(6)?,
-                    metadata: r
-                        .get::<_, Option<String>>(7)?
-                        .and_then(|m| serde_json::from_str(&m).ok()),
-                    message_count: r.get(8)?,
-                    last_run: None,
-                })
-            },
-        )
+        )?
+        .query_row([id], |r| {
+            Ok(ThreadRow {
+                id: r.get(0)?,
+                agent: r.get(1)?,
+                session_id: r.get(2)?,
+                title: r.get(3)?,
+                created_at: r.get(4)?,
+                updated_at: r.get(5)?,
+                status: r.get(6)?,
+                metadata: r
+                    .get::<_, Option<String>>(7)?
+                    .and_then(|m| serde_json::from_str(&m).ok()),
+                message_count: r.get(8)?,
+                last_run: None,
+            })
+        })
         .optional()?;
     let Some(mut row) = row else {
         return Ok(None);
     };
     row.last_run = conn
-        .query_row(
+        .prepare_cached(
             "SELECT id, started_at, ended_at, segments, outcome FROM runs
              WHERE thread_id = ?1 ORDER BY started_at DESC, rowid DESC LIMIT 1",
-            [id],
-            |r| {
-                Ok(RunRow {
-                    id: r.get(0)?,
-                    started_at: r.get(1)?,
-                    ended_at: r.get(2)?,
-                    segments: r.get(3)?,
-                    outcome: r.get(4)?,
-                })
-            },
-        )
+        )?
+        .query_row([id], |r| {
+            Ok(RunRow {
+                id: r.get(0)?,
+                started_at: r.get(1)?,
+                ended_at: r.get(2)?,
+                segments: r.get(3)?,
+                outcome: r.get(4)?,
+            })
+        })
         .optional()?;
     Ok(Some(row))
 }
