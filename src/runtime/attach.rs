@@ -14,7 +14,7 @@ use bytes::Bytes;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::journal::Frame;
+use super::journal::{Frame, ReaderSlot};
 use super::{LiveRun, Thread};
 use crate::protocol::{KEEP_ALIVE, Profile};
 
@@ -59,7 +59,18 @@ pub struct Attachment {
     pending: VecDeque<Frame>,
     done: bool,
     resume: Resume,
+    /// This reader's registered place in the journal (not for a preamble-only stream):
+    /// the frames after it are kept until it has taken them.
+    slot: Option<ReaderSlot>,
     _guard: Option<AttachGuard>,
+}
+
+impl Drop for Attachment {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            self.thread.journal.unregister(slot);
+        }
+    }
 }
 
 impl std::fmt::Debug for Attachment {
@@ -83,6 +94,10 @@ impl Attachment {
         run: Option<Arc<LiveRun>>,
     ) -> Attachment {
         let latest = thread.journal.subscribe();
+        // A cursor no longer retained is not registered: the first read finds the gap.
+        let slot = (mode != Mode::Preamble)
+            .then(|| thread.journal.register(cursor).ok())
+            .flatten();
         Attachment {
             mode,
             thread,
@@ -95,6 +110,7 @@ impl Attachment {
             pending: VecDeque::new(),
             done: false,
             resume: Resume::Exact,
+            slot,
             _guard: run.map(AttachGuard::new),
         }
     }
@@ -111,12 +127,27 @@ impl Attachment {
         self
     }
 
+    /// Whether the journal keeps the frames after this reader's cursor for it.
+    pub(super) fn is_registered(&self) -> bool {
+        self.slot.is_some()
+    }
+
     pub fn resume(&self) -> Resume {
         self.resume
     }
 
     pub fn thread_id(&self) -> &str {
         &self.thread.id
+    }
+
+    /// Ends the stream: nothing more is read, and the journal no longer keeps frames for
+    /// this reader.
+    fn end(&mut self) -> Option<Bytes> {
+        self.done = true;
+        if let Some(slot) = self.slot.take() {
+            self.thread.journal.unregister(slot);
+        }
+        None
     }
 
     /// The next chunk of the response body, or `None` when the stream is over.
@@ -126,7 +157,7 @@ impl Attachment {
                 return Some(bytes);
             }
             if self.done || self.mode == Mode::Preamble {
-                return None;
+                return self.end();
             }
             if let Some(frame) = self.pending.pop_front() {
                 self.cursor = frame.seq;
@@ -140,6 +171,10 @@ impl Attachment {
                 }
                 return Some(frame.bytes(self.profile));
             }
+            // Everything up to the cursor has gone out: the journal may let go of it.
+            if let Some(slot) = self.slot.as_mut() {
+                self.thread.journal.advance(slot, self.cursor);
+            }
             // Mark the current value seen before reading so no append is missed.
             self.latest.borrow_and_update();
             match self.thread.journal.replay_after(self.cursor) {
@@ -149,8 +184,7 @@ impl Attachment {
                 }
                 Ok(_) if self.stop.is_cancelled() => {
                     // Stopping: everything journaled has been delivered.
-                    self.done = true;
-                    return None;
+                    return self.end();
                 }
                 Ok(_) => {}
                 Err(_gap) => {
@@ -159,16 +193,14 @@ impl Attachment {
                         cursor = self.cursor,
                         "stream fell behind the journal window; cut so it can reattach"
                     );
-                    self.done = true;
-                    return None;
+                    return self.end();
                 }
             }
             tokio::select! {
                 biased;
                 changed = self.latest.changed() => {
                     if changed.is_err() {
-                        self.done = true;
-                        return None;
+                        return self.end();
                     }
                 }
                 // Stopping ends the stream only once what is journaled has gone out (the

@@ -1,19 +1,25 @@
 //! The per-thread replay journal: a bounded ring of encoded SSE frames.
 //!
-//! One writer (the run's pump) appends; any number of readers follow by cursor. A reader
-//! never blocks the writer: the ring drops its oldest frames when it exceeds its count or
-//! byte bound, and a reader whose cursor fell out of the retained window gets a [`Gap`]
-//! instead of a silent skip.
+//! One writer (the run's pump) appends; any number of readers follow by cursor. Readers
+//! that follow live (attachments) register their position: the ring drops its oldest frames
+//! when it exceeds its count or byte bound, but never a frame a registered reader has not
+//! taken yet. Instead the writer waits ([`Journal::room`]) while the slowest registered
+//! reader is a whole window behind: a reader that keeps reading gets every frame, however
+//! fast the agent produces, and memory stays bounded by the window (plus the one item being
+//! written, so a frame larger than the window is still delivered). A reader that stops
+//! reading is cut by its stream after the stall timeout, which unregisters it and lets the
+//! writer go on. A reader whose cursor is no longer retained (a reattach long after) gets a
+//! [`Gap`] instead of a silent skip.
 //!
 //! Frame ids carry the daemon's boot epoch and a per-thread sequence number, so they are
 //! strictly increasing within a thread and an id from an earlier boot is recognisable.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::sync::Mutex;
 
 use bytes::Bytes;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use crate::protocol::{Event, Profile, event_frame};
 
@@ -118,14 +124,31 @@ pub struct Frame {
     legacy: Option<Bytes>,
     /// This frame is a segment's terminal event: a stream following the segment ends here.
     pub ends_segment: bool,
+    /// Bytes of every frame journaled before this one (for the window's byte count).
+    offset: u64,
 }
 
 impl Frame {
+    /// Bytes held by this frame (both encodings).
+    fn size(&self) -> usize {
+        self.v1.len() + self.legacy.as_ref().map_or(0, Bytes::len)
+    }
+
     /// The bytes for a client of `profile`.
     pub fn bytes(&self, profile: Profile) -> Bytes {
         match (profile, &self.legacy) {
             (Profile::Legacy, Some(legacy)) => legacy.clone(),
             _ => self.v1.clone(),
+        }
+    }
+}
+
+/// Forgets one reader at `cursor`.
+fn release(readers: &mut BTreeMap<u64, usize>, cursor: u64) {
+    if let Some(count) = readers.get_mut(&cursor) {
+        *count -= 1;
+        if *count == 0 {
+            readers.remove(&cursor);
         }
     }
 }
@@ -143,6 +166,16 @@ pub struct Journal {
     inner: Mutex<Inner>,
     /// The sequence number of the newest frame; readers wait on it.
     latest: watch::Sender<u64>,
+    /// Signalled when a registered reader advances or leaves; the writer waits on it.
+    advanced: Notify,
+}
+
+/// A registered reader's place in the journal (see [`Journal::register`]). Dropping it
+/// without [`Journal::unregister`] leaves the position pinned, so attachments unregister in
+/// their `Drop`.
+#[derive(Debug)]
+pub struct ReaderSlot {
+    cursor: u64,
 }
 
 #[derive(Debug)]
@@ -152,6 +185,32 @@ struct Inner {
     next_seq: u64,
     /// Frames with a sequence at or below this were evicted.
     evicted_through: u64,
+    /// Bytes of every frame ever journaled.
+    total: u64,
+    /// Registered readers by cursor (the last sequence each has taken): how many at each.
+    readers: BTreeMap<u64, usize>,
+}
+
+impl Inner {
+    /// The oldest sequence a registered reader still needs (`u64::MAX` when none).
+    fn needed_from(&self) -> u64 {
+        self.readers
+            .keys()
+            .next()
+            .map_or(u64::MAX, |cursor| cursor + 1)
+    }
+
+    /// Whether the retained frames a registered reader still needs fill the window.
+    fn window_full(&self, limits: &JournalLimits) -> bool {
+        let needed_from = self.needed_from();
+        let start = self.frames.partition_point(|f| f.seq < needed_from);
+        let Some(oldest) = self.frames.get(start) else {
+            return false;
+        };
+        let behind = self.frames.len() - start;
+        let bytes = self.total - oldest.offset;
+        behind >= limits.max_frames || bytes >= limits.max_bytes as u64
+    }
 }
 
 impl Journal {
@@ -165,9 +224,75 @@ impl Journal {
                 bytes: 0,
                 next_seq: 1,
                 evicted_through: 0,
+                total: 0,
+                readers: BTreeMap::new(),
             }),
             latest: watch::Sender::new(0),
+            advanced: Notify::new(),
         }
+    }
+
+    /// Registers a reader positioned after `cursor`: frames after it are kept for it.
+    /// [`Gap`] when some of them are already gone (or `cursor` is in the future).
+    pub fn register(&self, cursor: u64) -> Result<ReaderSlot, Gap> {
+        let mut inner = self.lock();
+        if cursor < inner.evicted_through || cursor >= inner.next_seq {
+            return Err(Gap);
+        }
+        *inner.readers.entry(cursor).or_default() += 1;
+        Ok(ReaderSlot { cursor })
+    }
+
+    /// Moves a registered reader to `cursor` (it has taken every frame up to it).
+    pub fn advance(&self, slot: &mut ReaderSlot, cursor: u64) {
+        if cursor == slot.cursor {
+            return;
+        }
+        {
+            let mut inner = self.lock();
+            release(&mut inner.readers, slot.cursor);
+            *inner.readers.entry(cursor).or_default() += 1;
+        }
+        slot.cursor = cursor;
+        self.advanced.notify_waiters();
+    }
+
+    /// Ends a registration.
+    pub fn unregister(&self, slot: ReaderSlot) {
+        release(&mut self.lock().readers, slot.cursor);
+        self.advanced.notify_waiters();
+    }
+
+    /// Waits until the slowest registered reader is less than a window behind (at once
+    /// when no reader is registered). The writer calls it before each item it journals.
+    pub async fn room(&self) {
+        loop {
+            let advanced = self.advanced.notified();
+            if !self.lock().window_full(&self.limits) {
+                return;
+            }
+            advanced.await;
+        }
+    }
+
+    /// Drops every retained frame no registered reader needs (a finished run's frames,
+    /// once nobody can still be catching up on them): a later cursor into them is a
+    /// [`Gap`], answered by a resync.
+    pub fn release(&self) {
+        let mut inner = self.lock();
+        let needed_from = inner.needed_from();
+        while inner.frames.front().is_some_and(|f| f.seq < needed_from) {
+            if let Some(old) = inner.frames.pop_front() {
+                inner.bytes -= old.size();
+                inner.evicted_through = old.seq;
+            }
+        }
+        inner.frames.shrink_to_fit();
+    }
+
+    /// Bytes of frames retained.
+    pub fn retained_bytes(&self) -> usize {
+        self.lock().bytes
     }
 
     pub fn epoch(&self) -> u64 {
@@ -197,21 +322,27 @@ impl Journal {
             let legacy = Profile::Legacy
                 .adapt(event)
                 .map(|adapted| event_frame(id, &adapted, Some(timestamp_ms)));
-            let size = v1.len() + legacy.as_ref().map_or(0, Bytes::len);
-            inner.frames.push_back(Frame {
+            let frame = Frame {
                 seq,
                 v1,
                 legacy,
                 ends_segment: event.is_terminal(),
-            });
-            inner.bytes += size;
-            while inner.frames.len() > self.limits.max_frames
-                || (inner.bytes > self.limits.max_bytes && inner.frames.len() > 1)
+                offset: inner.total,
+            };
+            inner.bytes += frame.size();
+            inner.total += frame.size() as u64;
+            inner.frames.push_back(frame);
+            // Over the bounds, the oldest frames go, but never one a registered reader
+            // still needs (the writer waits for room instead, see `room`).
+            let needed_from = inner.needed_from();
+            while (inner.frames.len() > self.limits.max_frames
+                || (inner.bytes > self.limits.max_bytes && inner.frames.len() > 1))
+                && inner.frames.front().is_some_and(|f| f.seq < needed_from)
             {
                 let Some(old) = inner.frames.pop_front() else {
                     break;
                 };
-                inner.bytes -= old.v1.len() + old.legacy.as_ref().map_or(0, Bytes::len);
+                inner.bytes -= old.size();
                 inner.evicted_through = old.seq;
             }
         }

@@ -320,9 +320,10 @@ impl Runtime {
                 Err(e) => refuse!(e),
             }
         }
-        let created = existing.is_none();
-        let thread = match existing {
-            Some(thread) => thread,
+        // `created`: this request put the thread in memory (a racing request for the same
+        // new id may have put its own there first; then this one uses that).
+        let (thread, created) = match existing {
+            Some(thread) => (thread, false),
             None => self.insert_thread(new_thread(
                 &input.thread_id,
                 agent,
@@ -340,11 +341,10 @@ impl Runtime {
         if thread.retired.load(Ordering::SeqCst) {
             return Err(Retry);
         }
-        // A refusal leaves nothing behind: a thread this request created is discarded.
+        // A refusal leaves nothing behind: a thread this request created is discarded, as
+        // long as nothing else has used it meanwhile.
         let refused = |error: StartError| {
-            if created {
-                self.discard_thread(&thread);
-            }
+            self.discard_if_pristine(&thread, created);
             Ok(Err(error))
         };
         let decision = {
@@ -380,9 +380,7 @@ impl Runtime {
                 }
             },
             Decision::RejectResume { code, message } => {
-                if created {
-                    self.discard_thread(&thread);
-                }
+                self.discard_if_pristine(&thread, created);
                 Ok(Ok(self.rejection(&thread, input, profile, code, message)))
             }
             Decision::LostAnswers(calls) => {
@@ -462,6 +460,15 @@ impl Runtime {
             drop(decide);
             stored?;
             return Ok(true);
+        }
+    }
+
+    /// Discards a thread `created` by a request that ends up refused, unless it has been
+    /// used meanwhile (a run, a message): a refusal leaves nothing behind, and never takes
+    /// away another request's thread.
+    fn discard_if_pristine(&self, thread: &Arc<Thread>, created: bool) {
+        if created && lock(&thread.state).is_pristine() {
+            self.discard_thread(thread);
         }
     }
 
@@ -557,16 +564,20 @@ impl Runtime {
             Some(stored.transcript),
             stored.row.session_id.clone(),
         );
-        Ok(Some(self.insert_thread(thread)))
+        Ok(Some(self.insert_thread(thread).0))
     }
 
-    /// Inserts `thread` unless one with its id is already there; returns the one in place.
-    /// Evicts idle threads beyond the in-memory bound.
-    fn insert_thread(&self, thread: Thread) -> Arc<Thread> {
+    /// Inserts `thread` unless one with its id is already there; returns the one in place
+    /// and whether it is `thread`. Evicts idle threads beyond the in-memory bound.
+    fn insert_thread(&self, thread: Thread) -> (Arc<Thread>, bool) {
         let mut threads = lock(&self.inner.threads);
+        let mut inserted = false;
         let kept = threads
             .entry(thread.id.clone())
-            .or_insert_with(|| Arc::new(thread))
+            .or_insert_with(|| {
+                inserted = true;
+                Arc::new(thread)
+            })
             .clone();
         let bound = self.inner.options.max_threads_in_memory;
         if threads.len() > bound {
@@ -586,7 +597,7 @@ impl Runtime {
                 }
             }
         }
-        kept
+        (kept, inserted)
     }
 
     fn attachment(
@@ -617,7 +628,19 @@ impl Runtime {
         profile: Profile,
     ) -> Attachment {
         let cursor = run.segment_start.load(Ordering::SeqCst).saturating_sub(1);
-        self.attachment(thread, cursor, profile, Some(run), attach::Mode::Segment)
+        let attachment = self.attachment(
+            thread,
+            cursor,
+            profile,
+            Some(run.clone()),
+            attach::Mode::Segment,
+        );
+        if attachment.is_registered() {
+            return attachment;
+        }
+        // The segment's start is no longer retained (a long segment nobody was reading):
+        // the stream starts with a resync of the segment instead, never a cut.
+        self.resync(thread, run, profile, Resume::Resync, attach::Mode::Segment)
     }
 }
 

@@ -251,6 +251,12 @@ async fn drive(
                 pump.settle().await;
             }
             Some(item) = items.recv() => {
+                // Backpressure: a reader that keeps reading is never left a whole window
+                // behind (a cancelled run no longer waits; its stalled readers are cut).
+                tokio::select! {
+                    () = pump.writer.thread.journal.room() => {}
+                    () = run.cancel.cancelled() => {}
+                }
                 pump.on_item(item);
                 pump.settle().await;
             }
@@ -838,6 +844,27 @@ impl SegmentWriter {
     }
 }
 
+impl SegmentWriter {
+    /// Once the disconnect grace has passed (a client cut near the end can still reattach
+    /// exactly until then), a finished run's frames leave memory unless a new run is live;
+    /// a later cursor into them gets a resync.
+    fn release_later(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let thread = Arc::downgrade(&self.thread);
+        let after = self.rt.inner.options.disconnect_grace;
+        runtime.spawn(async move {
+            tokio::time::sleep(after).await;
+            if let Some(thread) = thread.upgrade()
+                && lock(&thread.state).live.is_none()
+            {
+                thread.journal.release();
+            }
+        });
+    }
+}
+
 impl Drop for SegmentWriter {
     fn drop(&mut self) {
         let open = !lock(&self.run.translator).is_ended();
@@ -872,6 +899,7 @@ impl Drop for SegmentWriter {
         }
         self.run.phase.send_replace(Phase::Running);
         self.run.finished.cancel();
+        self.release_later();
         // Released exactly once, after the thread no longer shows this run as live.
         self.permit.take();
     }

@@ -65,11 +65,25 @@ impl Runtime {
                 let parked = lock(&run.suspension)
                     .as_ref()
                     .and_then(|s| Some((s.segment_run_id.clone(), s.terminal.clone()?)));
+                let (started, ended) = {
+                    let translator = lock(&run.translator);
+                    (translator.is_started(), translator.is_ended())
+                };
                 match parked {
                     Some((run_id, terminal)) => {
                         self.snapshot_run(thread, &run_id, terminal, profile, without_cursor)
                     }
-                    None => self.resync(thread, run, profile, without_cursor),
+                    // The segment's RUN_STARTED is not journaled yet (it waits for its
+                    // commit): follow from just before it, exactly.
+                    None if !started => {
+                        let cursor = run.segment_start.load(Ordering::SeqCst).saturating_sub(1);
+                        self.attachment(thread, cursor, profile, Some(run), attach::Mode::Follow)
+                            .with_resume(without_cursor)
+                    }
+                    // Between segments, or the run's terminal event is out and the run is
+                    // about to be cleared: no segment is open to resync into.
+                    None if ended => self.hydration(thread, profile, without_cursor),
+                    None => self.resync(thread, run, profile, without_cursor, attach::Mode::Follow),
                 }
             }
             (None, None) => self.hydration(thread, profile, without_cursor),
@@ -77,12 +91,13 @@ impl Runtime {
     }
 
     /// RUN_STARTED + MESSAGES_SNAPSHOT + STATE_SNAPSHOT + re-opened items, then live.
-    fn resync(
+    pub(super) fn resync(
         &self,
         thread: &Arc<Thread>,
         run: Arc<LiveRun>,
         profile: Profile,
         resume: Resume,
+        mode: attach::Mode,
     ) -> Attachment {
         // Lock order: translator, then thread state (the pump's order).
         let translator = lock(&run.translator);
@@ -98,15 +113,7 @@ impl Runtime {
         ];
         events.extend(translator.reopen());
         drop(translator);
-        self.preamble(
-            thread,
-            cursor,
-            profile,
-            &events,
-            Some(run),
-            attach::Mode::Follow,
-            resume,
-        )
+        self.preamble(thread, cursor, profile, &events, Some(run), mode, resume)
     }
 
     /// A short run that hands the client the thread as it is: RUN_STARTED,

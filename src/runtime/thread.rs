@@ -176,6 +176,11 @@ impl ThreadState {
         Decision::Start
     }
 
+    /// Whether nothing has happened on the thread yet: no run, no message.
+    pub(super) fn is_pristine(&self) -> bool {
+        self.live.is_none() && self.seen.is_empty() && self.transcript.is_empty()
+    }
+
     /// Whether `input` carries a user or tool message the thread has not seen.
     pub(super) fn has_new_input(&self, input: &RunAgentInput) -> bool {
         input.messages.iter().any(|m| {

@@ -125,6 +125,11 @@ impl Translator {
         ))
     }
 
+    /// Whether `RUN_STARTED` has been produced.
+    pub fn is_started(&self) -> bool {
+        self.started
+    }
+
     /// Whether the terminal event has been produced.
     pub fn is_ended(&self) -> bool {
         self.ended
