@@ -27,7 +27,7 @@ use super::{
 use crate::protocol::input::Message;
 
 /// Upper bound on `/slow N` so a typo cannot pin a run for hours.
-const MAX_SLOW_CHUNKS: u64 = 10_000;
+const MAX_SLOW_CHUNKS: u64 = 100_000;
 /// Upper bound on `/slow N MS`.
 const MAX_SLOW_INTERVAL_MS: u64 = 60_000;
 
