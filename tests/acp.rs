@@ -604,14 +604,7 @@ async fn new_input_while_a_permission_is_pending_is_prompted_as_its_own_turn() {
     let body =
         json!({"threadId": "sp", "runId": "r1", "protocolVersion": "1.0", "messages": [user]});
     let first = run(&server, "scripted", &body).await;
-    let perm_id = first
-        .iter()
-        .find(|f| {
-            f.kind() == "TOOL_CALL_START" && f.data["toolCallName"] == "agui_permission_request"
-        })
-        .and_then(|f| f.data["toolCallId"].as_str())
-        .expect("permission request")
-        .to_owned();
+    let perm_id = permission_call_id(&first);
     let body = json!({"threadId": "sp", "runId": "r2", "protocolVersion": "1.0", "messages": [
         user, {"id": "sp-2", "role": "user", "content": "hello again"}]});
     let second = run(&server, "scripted", &body).await;
@@ -639,14 +632,7 @@ async fn an_answer_to_a_permission_after_a_restart_is_suspension_lost() {
     let body =
         json!({"threadId": "al", "runId": "r1", "protocolVersion": "1.0", "messages": [user]});
     let first = run(&server, "scripted", &body).await;
-    let perm_id = first
-        .iter()
-        .find(|f| {
-            f.kind() == "TOOL_CALL_START" && f.data["toolCallName"] == "agui_permission_request"
-        })
-        .and_then(|f| f.data["toolCallId"].as_str())
-        .expect("permission request")
-        .to_owned();
+    let perm_id = permission_call_id(&first);
     server.stop().await;
 
     let (s, d) = (state.clone(), data.clone());

@@ -7,40 +7,18 @@ use std::time::Duration;
 
 use serde_json::json;
 use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// POSTs `body` over a raw HTTP/1.1 connection with a tiny receive buffer (so the socket
-/// cannot absorb the run), waits `pause` before reading anything, then reads slowly to the
-/// end of the chunked body; returns the raw bytes.
+/// POSTs `body` with a tiny receive buffer, takes nothing for `pause`, then reads slowly
+/// (a short pause after every read) to the end; returns the raw bytes.
 async fn slow_read(server: &TestServer, body: &serde_json::Value, pause: Duration) -> Vec<u8> {
-    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
-    socket.set_recv_buffer_size(4096).expect("rcvbuf");
-    let mut stream = socket.connect(server.addr).await.expect("connect");
-    let payload = body.to_string();
-    let request = format!(
-        "POST /agui/demo HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {TOKEN}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{payload}",
-        payload.len()
-    );
-    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut stream = raw_post_run(server, body).await;
     tokio::time::sleep(pause).await;
-    let mut got = Vec::new();
-    let mut buf = vec![0u8; 8 * 1024];
-    loop {
-        let n = tokio::time::timeout(Duration::from_secs(60), stream.read(&mut buf))
-            .await
-            .expect("the stream keeps coming")
-            .expect("read");
-        if n == 0 {
-            break;
-        }
-        got.extend_from_slice(&buf[..n]);
-        if got.ends_with(b"\r\n0\r\n\r\n") {
-            break;
-        }
-        // Slower than the agent: a short pause every read.
-        tokio::time::sleep(Duration::from_micros(200)).await;
-    }
-    got
+    read_raw_to_end(
+        &mut stream,
+        Duration::from_secs(60),
+        Duration::from_micros(200),
+    )
+    .await
 }
 
 fn count(haystack: &[u8], needle: &str) -> usize {

@@ -517,14 +517,7 @@ async fn new_input_instead_of_an_answer_leaves_a_cancelled_result_for_the_reques
     let server = TestServer::start().await;
     let user = json!({"id": "nc-u", "role": "user", "content": "/approve launch"});
     let first = run(&server, &body("nc", "r1", &json!([user]), false)).await;
-    let perm_id = first
-        .iter()
-        .find(|f| {
-            f.kind() == "TOOL_CALL_START" && f.data["toolCallName"] == "agui_permission_request"
-        })
-        .and_then(|f| f.data["toolCallId"].as_str())
-        .expect("permission request")
-        .to_owned();
+    let perm_id = permission_call_id(&first);
     let messages = json!([user, {"id": "nc-2", "role": "user", "content": "never mind"}]);
     let second = run(&server, &body("nc", "r2", &messages, false)).await;
     assert_eq!(text_of(&second), "You said: never mind");

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[tokio::test]
 async fn thread_api_lists_shows_and_deletes() {
@@ -176,15 +175,7 @@ async fn a_reader_that_stops_reading_is_cut_and_the_others_are_not_slowed() {
     // Paced (1 ms a chunk, about 4 s in all): the run outlives the stall timeout.
     let body = run_body("stall", "r1", "/slow 4000 1");
     // The stalled reader: a tiny receive window, and it never reads.
-    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
-    socket.set_recv_buffer_size(4096).expect("rcvbuf");
-    let mut stalled = socket.connect(server.addr).await.expect("connect");
-    let payload = body.to_string();
-    let request = format!(
-        "POST /agui/demo HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {TOKEN}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{payload}",
-        payload.len()
-    );
-    stalled.write_all(request.as_bytes()).await.expect("write");
+    let mut stalled = raw_post_run(&server, &body).await;
     // Give the run a head start so the others attach to it.
     tokio::time::sleep(Duration::from_millis(50)).await;
     let mut others = Vec::new();
@@ -221,21 +212,7 @@ async fn a_reader_that_stops_reading_is_cut_and_the_others_are_not_slowed() {
         assert_eq!(log, &logs[0]);
     }
     // Now drain the stalled socket: its body ended without the terminal event.
-    let mut got = Vec::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = tokio::time::timeout(Duration::from_secs(10), stalled.read(&mut buf))
-            .await
-            .expect("stalled stream was cut and ended")
-            .expect("read");
-        if n == 0 {
-            break;
-        }
-        got.extend_from_slice(&buf[..n]);
-        if got.ends_with(b"\r\n0\r\n\r\n") {
-            break;
-        }
-    }
+    let got = read_raw_to_end(&mut stalled, Duration::from_secs(10), Duration::ZERO).await;
     let text = String::from_utf8_lossy(&got);
     assert!(text.starts_with("HTTP/1.1 200"));
     assert!(text.contains("RUN_STARTED"));

@@ -376,3 +376,60 @@ pub fn position_of(messages: &Value, id: &str) -> usize {
         .position(|m| m["id"] == id)
         .unwrap_or_else(|| panic!("no message {id}: {messages:#?}"))
 }
+
+/// The id of the `agui_permission_request` call on a stream.
+pub fn permission_call_id(frames: &[SseFrame]) -> String {
+    frames
+        .iter()
+        .find(|f| {
+            f.kind() == "TOOL_CALL_START" && f.data["toolCallName"] == "agui_permission_request"
+        })
+        .and_then(|f| f.data["toolCallId"].as_str())
+        .expect("a permission request")
+        .to_owned()
+}
+
+/// POSTs a run over a raw HTTP/1.1 connection whose receive buffer is tiny, so the socket
+/// cannot absorb the stream: the daemon sees exactly how fast the test reads.
+pub async fn raw_post_run(server: &TestServer, body: &Value) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("rcvbuf");
+    let mut stream = socket.connect(server.addr).await.expect("connect");
+    let payload = body.to_string();
+    let request = format!(
+        "POST /agui/demo HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {TOKEN}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{payload}",
+        payload.len()
+    );
+    stream.write_all(request.as_bytes()).await.expect("write");
+    stream
+}
+
+/// Reads a raw chunked response to its end, pausing `pause` after every read; each read
+/// must come within `patience`.
+pub async fn read_raw_to_end(
+    stream: &mut tokio::net::TcpStream,
+    patience: Duration,
+    pause: Duration,
+) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = tokio::time::timeout(patience, stream.read(&mut buf))
+            .await
+            .expect("the stream ends in time")
+            .expect("read");
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+        if got.ends_with(b"\r\n0\r\n\r\n") {
+            break;
+        }
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
+    }
+    got
+}
