@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, mpsc};
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use crate::protocol::Message;
 
@@ -110,12 +110,25 @@ pub struct Store {
 struct Shared {
     queue: Mutex<Queue>,
     runtime: tokio::runtime::Handle,
+    /// How far the runner has got: [`Store::commit`] waits on it.
+    progress: watch::Sender<Progress>,
     /// Stops the checkpoint thread when the last handle goes.
     _checkpointer: mpsc::Sender<()>,
 }
 
+/// The runner's progress through the FIFO.
+#[derive(Debug, Clone, Copy, Default)]
+struct Progress {
+    /// Every job numbered up to this one has run, and its batch has ended.
+    through: u64,
+    /// Batches whose commit failed so far.
+    failures: u64,
+}
+
 struct Queue {
     jobs: VecDeque<Job>,
+    /// The number of the last job queued (jobs are numbered from 1 in FIFO order).
+    last: u64,
     /// The connection while no runner holds it; `None` while one runs.
     idle: Option<Connection>,
 }
@@ -152,9 +165,11 @@ impl Store {
             shared: Arc::new(Shared {
                 queue: Mutex::new(Queue {
                     jobs: VecDeque::new(),
+                    last: 0,
                     idle: Some(conn),
                 }),
                 runtime,
+                progress: watch::Sender::new(Progress::default()),
                 _checkpointer: checkpointer,
             }),
         })
@@ -164,6 +179,7 @@ impl Store {
     fn submit(&self, job: Job) {
         let mut queue = self.shared.lock();
         queue.jobs.push_back(job);
+        queue.last += 1;
         if let Some(conn) = queue.idle.take() {
             drop(queue);
             let shared = self.shared.clone();
@@ -208,15 +224,26 @@ impl Store {
         }));
     }
 
-    /// Waits until every job enqueued before this call has run and is committed.
+    /// Waits until every job enqueued before this call has run and its transaction has
+    /// ended; an error when a transaction failed to commit meanwhile.
     pub async fn flush(&self) -> Result<(), StoreError> {
-        self.call(|_| Ok(())).await
+        self.commit().await
     }
 
-    /// Waits until every write enqueued before this call is durable (an alias of
-    /// [`Store::flush`] that names why a caller waits).
+    /// Waits until every write enqueued before this call is durable. It adds no job: it
+    /// waits for the batch that holds the last queued job to commit.
     pub async fn commit(&self) -> Result<(), StoreError> {
-        self.flush().await
+        let mut progress = self.shared.progress.subscribe();
+        let before = progress.borrow().failures;
+        let target = self.shared.lock().last;
+        let reached = progress
+            .wait_for(|p| p.through >= target)
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        if reached.failures > before {
+            return Err(StoreError::Commit);
+        }
+        Ok(())
     }
 
     /// A thread and its transcript, if it exists.
@@ -508,23 +535,30 @@ impl Shared {
     /// connection back.
     fn drain(&self, mut conn: Connection) {
         loop {
-            let batch: Vec<Job> = {
+            let (batch, through): (Vec<Job>, u64) = {
                 let mut queue = self.lock();
                 if queue.jobs.is_empty() {
                     queue.idle = Some(conn);
                     return;
                 }
                 let n = queue.jobs.len().min(BATCH);
-                queue.jobs.drain(..n).collect()
+                let through = queue.last - (queue.jobs.len() - n) as u64;
+                (queue.jobs.drain(..n).collect(), through)
             };
-            run_batch(&mut conn, batch);
+            let committed = run_batch(&mut conn, batch);
+            self.progress.send_modify(|p| {
+                p.through = through;
+                if !committed {
+                    p.failures += 1;
+                }
+            });
         }
     }
 }
 
 /// Runs `batch` in one transaction, each job in its own savepoint, then answers the jobs'
 /// callers with whether the transaction committed.
-fn run_batch(conn: &mut Connection, batch: Vec<Job>) {
+fn run_batch(conn: &mut Connection, batch: Vec<Job>) -> bool {
     let began = conn.execute_batch("BEGIN IMMEDIATE");
     if let Err(error) = &began {
         tracing::error!(%error, "store transaction could not begin; running jobs one by one");
@@ -557,6 +591,7 @@ fn run_batch(conn: &mut Connection, batch: Vec<Job>) {
     for reply in replies {
         reply(committed);
     }
+    committed
 }
 
 /// Starts the thread that checkpoints the WAL on a connection of its own, so commits on
