@@ -64,6 +64,16 @@ fn configure(c: &mut Config, state: &std::path::Path) {
     ];
 }
 
+/// The scripted agents on the data directory `data` (the same one across a restart).
+async fn server_on(state: &std::path::Path, data: &std::path::Path) -> TestServer {
+    let (s, d) = (state.to_owned(), data.to_owned());
+    TestServer::with(move |c| {
+        configure(c, &s);
+        c.data_dir = d;
+    })
+    .await
+}
+
 async fn run(server: &TestServer, agent: &str, body: &Value) -> Vec<SseFrame> {
     let r = post_run(server, agent, body).await;
     assert_eq!(r.status(), 200);
@@ -326,22 +336,12 @@ async fn an_agent_crash_mid_run_is_agent_exited_and_the_thread_goes_on() {
 async fn restart_then_continue_loads_the_session() {
     let state = temp_dir("acp-restart");
     let data = temp_dir("acp-restart-data");
-    let (s, d) = (state.clone(), data.clone());
-    let server = TestServer::with(move |c| {
-        configure(c, &s);
-        c.data_dir = d;
-    })
-    .await;
+    let server = server_on(&state, &data).await;
     let first = run(&server, "scripted", &run_body("rs", "r1", "remember me")).await;
     let session = apply_state(&first, None).expect("state")["session"].clone();
     server.stop().await;
 
-    let (s, d) = (state.clone(), data.clone());
-    let server = TestServer::with(move |c| {
-        configure(c, &s);
-        c.data_dir = d;
-    })
-    .await;
+    let server = server_on(&state, &data).await;
     let mut next = run_body("rs", "r2", "still you?");
     next["messages"] = json!([{"id": "r1-u", "role": "user", "content": "remember me"}, {"id": "r2-u", "role": "user", "content": "still you?"}]);
     let frames = run(&server, "scripted", &next).await;
@@ -622,12 +622,7 @@ async fn new_input_while_a_permission_is_pending_is_prompted_as_its_own_turn() {
 async fn an_answer_to_a_permission_after_a_restart_is_suspension_lost() {
     let state = temp_dir("acp-lost");
     let data = temp_dir("acp-lost-data");
-    let (s, d) = (state.clone(), data.clone());
-    let server = TestServer::with(move |c| {
-        configure(c, &s);
-        c.data_dir = d;
-    })
-    .await;
+    let server = server_on(&state, &data).await;
     let user = json!({"id": "al-u", "role": "user", "content": "permission"});
     let body =
         json!({"threadId": "al", "runId": "r1", "protocolVersion": "1.0", "messages": [user]});
@@ -635,12 +630,7 @@ async fn an_answer_to_a_permission_after_a_restart_is_suspension_lost() {
     let perm_id = permission_call_id(&first);
     server.stop().await;
 
-    let (s, d) = (state.clone(), data.clone());
-    let server = TestServer::with(move |c| {
-        configure(c, &s);
-        c.data_dir = d;
-    })
-    .await;
+    let server = server_on(&state, &data).await;
     let body = json!({"threadId": "al", "runId": "r2", "protocolVersion": "1.0", "messages": [
         user,
         {"id": "al-a", "role": "assistant", "toolCalls": [

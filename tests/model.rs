@@ -450,36 +450,13 @@ enum Next {
 impl Reader {
     async fn next(&mut self) -> Next {
         loop {
-            if let Some(end) = self.buf.windows(2).position(|w| w == b"\n\n") {
+            if let Some(end) = support::find(&self.buf, b"\n\n") {
                 let block: Vec<u8> = self.buf.drain(..end + 2).collect();
-                let Ok(text) = String::from_utf8(block) else {
-                    return Next::Framing("frame is not UTF-8".to_owned());
-                };
-                if text.contains('\r') {
-                    return Next::Framing(format!("CR in SSE framing: {text:?}"));
+                match parse_block(block) {
+                    Ok(Block::KeepAlive) => continue,
+                    Ok(Block::Frame(frame)) => return Next::Frame(frame),
+                    Err(problem) => return Next::Framing(problem),
                 }
-                if text.starts_with(':') {
-                    continue;
-                }
-                let mut id = None;
-                let mut data = None;
-                for line in text.trim_end_matches('\n').split('\n') {
-                    if let Some(v) = line.strip_prefix("id: ") {
-                        id = Some(v.to_owned());
-                    } else if let Some(v) = line.strip_prefix("data: ") {
-                        match serde_json::from_str::<Value>(v) {
-                            Ok(v) if data.is_none() => data = Some(v),
-                            Ok(_) => return Next::Framing("two data lines".to_owned()),
-                            Err(e) => return Next::Framing(format!("frame JSON: {e}: {v}")),
-                        }
-                    } else {
-                        return Next::Framing(format!("unexpected SSE line {line:?}"));
-                    }
-                }
-                return match data {
-                    Some(data) => Next::Frame(SseFrame { id, data }),
-                    None => Next::Framing(format!("frame without data: {text:?}")),
-                };
             }
             match self.response.chunk().await {
                 Ok(Some(chunk)) => self.buf.extend_from_slice(&chunk),

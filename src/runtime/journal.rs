@@ -290,11 +290,6 @@ impl Journal {
         inner.frames.shrink_to_fit();
     }
 
-    /// Bytes of frames retained.
-    pub fn retained_bytes(&self) -> usize {
-        self.lock().bytes
-    }
-
     pub fn epoch(&self) -> u64 {
         self.epoch
     }
@@ -473,6 +468,43 @@ mod tests {
         ] {
             assert_eq!(EventId::parse(bad), None, "{bad}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_registered_reader_pins_its_frames_and_holds_the_writer_back() {
+        use std::time::Duration;
+        let j = Journal::new(
+            7,
+            JournalLimits {
+                max_frames: 4,
+                max_bytes: usize::MAX,
+            },
+        );
+        let mut slot = j.register(0).expect("register");
+        for _ in 0..6 {
+            j.push(&text(1), 0);
+        }
+        // Beyond the bound, but the reader has taken none of them.
+        assert_eq!(j.replay_after(0).expect("kept").len(), 6);
+        let wait = Duration::from_millis(20);
+        assert!(
+            tokio::time::timeout(wait, j.room()).await.is_err(),
+            "window full"
+        );
+        j.advance(&mut slot, 5);
+        tokio::time::timeout(Duration::from_secs(5), j.room())
+            .await
+            .expect("room once the reader advanced");
+        // What the reader has taken can go now.
+        j.push(&text(1), 0);
+        assert_eq!(j.replay_after(0).err(), Some(Gap));
+        assert_eq!(j.replay_after(5).expect("kept").len(), 2);
+        // Released: nothing is kept, and a cursor into it is a gap.
+        j.unregister(slot);
+        j.release();
+        assert_eq!(j.replay_after(6).err(), Some(Gap));
+        assert!(j.register(6).is_err());
+        assert!(j.replay_after(7).expect("at the end").is_empty());
     }
 
     #[test]

@@ -84,20 +84,22 @@ impl ThreadState {
                 continue;
             }
             self.seen.insert(message.id().to_owned());
-            if let Message::Assistant(assistant) = message
-                && assistant.content.as_deref().unwrap_or("").is_empty()
-                && !assistant.tool_calls.is_empty()
-                && assistant
-                    .tool_calls
-                    .iter()
-                    .all(|call| self.seen.contains(&call.id))
-            {
+            if self.is_client_copy(message) {
                 continue;
             }
             self.transcript.push(message.clone());
             new.push(message.clone());
         }
         new
+    }
+
+    /// Whether `message` is the client's copy of an assistant tool-call message the agent
+    /// produced (clients give it their own id): no text, and every call already seen.
+    fn is_client_copy(&self, message: &Message) -> bool {
+        matches!(message, Message::Assistant(assistant)
+            if assistant.content.as_deref().unwrap_or("").is_empty()
+                && !assistant.tool_calls.is_empty()
+                && assistant.tool_calls.iter().all(|call| self.seen.contains(&call.id)))
     }
 }
 
@@ -201,10 +203,7 @@ impl ThreadState {
                 Message::Tool(tool) if self.is_client_call(&tool.tool_call_id, input) => {
                     calls.push(tool.tool_call_id.clone());
                 }
-                // The client's copy of a tool-call message the agent produced.
-                Message::Assistant(a)
-                    if a.content.as_deref().unwrap_or("").is_empty()
-                        && a.tool_calls.iter().all(|c| self.seen.contains(&c.id)) => {}
+                message if self.is_client_copy(message) => {}
                 _ => return None,
             }
         }

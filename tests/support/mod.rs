@@ -184,28 +184,11 @@ impl SseReader {
         loop {
             if let Some(end) = find(&self.buf, b"\n\n") {
                 let block: Vec<u8> = self.buf.drain(..end + 2).collect();
-                let text = String::from_utf8(block).expect("utf8 frame");
-                assert!(!text.contains('\r'), "CR in SSE framing: {text:?}");
-                if text.starts_with(':') {
-                    self.keep_alives += 1;
-                    continue;
+                match parse_block(block).unwrap_or_else(|problem| panic!("{problem}")) {
+                    Block::KeepAlive => self.keep_alives += 1,
+                    Block::Frame(frame) => return Some(frame),
                 }
-                let mut id = None;
-                let mut data = None;
-                for line in text.trim_end_matches('\n').split('\n') {
-                    if let Some(v) = line.strip_prefix("id: ") {
-                        id = Some(v.to_owned());
-                    } else if let Some(v) = line.strip_prefix("data: ") {
-                        assert!(data.is_none(), "two data lines in one frame");
-                        data = Some(serde_json::from_str(v).expect("frame JSON"));
-                    } else {
-                        panic!("unexpected SSE line {line:?}");
-                    }
-                }
-                return Some(SseFrame {
-                    id,
-                    data: data.expect("data line"),
-                });
+                continue;
             }
             match self.response.chunk().await {
                 Ok(Some(chunk)) => self.buf.extend_from_slice(&chunk),
@@ -228,7 +211,43 @@ impl SseReader {
     }
 }
 
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+/// One `\n\n`-terminated block of an SSE body.
+pub enum Block {
+    KeepAlive,
+    Frame(SseFrame),
+}
+
+/// Parses one block (with its terminating blank line) as the daemon frames it: `id:` and
+/// one `data:` line of JSON, LF only, or a comment; anything else is the problem named.
+pub fn parse_block(block: Vec<u8>) -> Result<Block, String> {
+    let text = String::from_utf8(block).map_err(|_| "frame is not UTF-8".to_owned())?;
+    if text.contains('\r') {
+        return Err(format!("CR in SSE framing: {text:?}"));
+    }
+    if text.starts_with(':') {
+        return Ok(Block::KeepAlive);
+    }
+    let mut id = None;
+    let mut data = None;
+    for line in text.trim_end_matches('\n').split('\n') {
+        if let Some(v) = line.strip_prefix("id: ") {
+            id = Some(v.to_owned());
+        } else if let Some(v) = line.strip_prefix("data: ") {
+            if data.is_some() {
+                return Err("two data lines in one frame".to_owned());
+            }
+            data = Some(serde_json::from_str(v).map_err(|e| format!("frame JSON: {e}: {v}"))?);
+        } else {
+            return Err(format!("unexpected SSE line {line:?}"));
+        }
+    }
+    match data {
+        Some(data) => Ok(Block::Frame(SseFrame { id, data })),
+        None => Err(format!("frame without data: {text:?}")),
+    }
+}
+
+pub fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
