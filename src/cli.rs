@@ -15,7 +15,7 @@ use serde::Deserialize;
 use crate::config::{
     AcpConfig, AgentConfig, AgentKind, Auth, BearerToken, Config, ConfigError, FrontendMcp, Hitl,
     LogFormat, Permissions, TlsMode, TokenSource, default_data_dir, normalize_path, parse_duration,
-    valid_agent_name,
+    parse_size, valid_agent_name,
 };
 
 /// Serve agent runtimes over the AG-UI protocol.
@@ -84,6 +84,9 @@ pub struct ServeArgs {
     /// How long a run waits on the client before failing closed.
     #[arg(long, global = true, value_name = "DUR")]
     pub suspend_timeout: Option<String>,
+    /// Bytes of finished runs' frames and idle threads kept in memory (e.g. 256MiB).
+    #[arg(long, global = true, value_name = "SIZE")]
+    pub memory_budget: Option<String>,
     /// An ACP agent: NAME=COMMAND (shell-style words).
     #[arg(long = "acp", global = true, value_name = "NAME=COMMAND")]
     pub acp: Vec<String>,
@@ -127,6 +130,7 @@ struct FileServer {
     keep_alive: Option<String>,
     suspend_timeout: Option<String>,
     stall_timeout: Option<String>,
+    memory_budget: Option<String>,
     log_format: Option<LogFormat>,
 }
 
@@ -256,6 +260,21 @@ impl ServeArgs {
             return Err(ConfigError::new("stall_timeout must be greater than zero"));
         }
 
+        const MIN_MEMORY_BUDGET: usize = 1 << 20;
+        let memory_budget = match self
+            .memory_budget
+            .as_ref()
+            .or(server.memory_budget.as_ref())
+        {
+            Some(text) => {
+                parse_size(text).map_err(|e| ConfigError::new(format!("memory_budget: {e}")))?
+            }
+            None => crate::runtime::DEFAULT_MEMORY_BUDGET,
+        };
+        if memory_budget < MIN_MEMORY_BUDGET {
+            return Err(ConfigError::new("memory_budget must be at least 1MiB"));
+        }
+
         let log_format = match self.log_format {
             Some(LogFormatArg::Text) => LogFormat::Text,
             Some(LogFormatArg::Json) => LogFormat::Json,
@@ -296,6 +315,7 @@ impl ServeArgs {
                 keep_alive,
                 suspend_timeout,
                 stall_timeout,
+                memory_budget,
                 log_format,
                 agents,
             },

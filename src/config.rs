@@ -30,6 +30,8 @@ pub struct Config {
     pub suspend_timeout: Duration,
     /// A stream whose client takes nothing for this long is cut (it can reattach).
     pub stall_timeout: Duration,
+    /// Bytes of finished runs' frames and threads' transcripts and state kept in memory.
+    pub memory_budget: usize,
     pub log_format: LogFormat,
     pub agents: Vec<AgentConfig>,
 }
@@ -237,6 +239,45 @@ pub fn parse_duration(text: &str) -> Result<Duration, ConfigError> {
     Ok(total)
 }
 
+/// Parses a byte size: `268435456`, `512KiB`, `256MiB`, `2GiB` (`K`, `M`, `G` are the same
+/// binary units; `KB`, `MB`, `GB` are decimal).
+pub fn parse_size(text: &str) -> Result<usize, ConfigError> {
+    let bad = || {
+        ConfigError::new(format!(
+            "invalid size {text:?}: expected bytes or e.g. 512KiB, 256MiB, 2GiB"
+        ))
+    };
+    let text = text.trim();
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    if digits == 0 {
+        return Err(bad());
+    }
+    let value: usize = text[..digits].parse().map_err(|_| bad())?;
+    let unit: usize = match text[digits..].trim() {
+        "" | "B" => 1,
+        "K" | "KiB" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        _ => return Err(bad()),
+    };
+    value.checked_mul(unit).ok_or_else(bad)
+}
+
+/// Formats a byte size the way [`parse_size`] reads it.
+pub fn format_size(bytes: usize) -> String {
+    for (unit, name) in [(1usize << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")] {
+        if bytes >= unit && bytes % unit == 0 {
+            return format!("{}{name}", bytes / unit);
+        }
+    }
+    bytes.to_string()
+}
+
 /// Formats a duration the way [`parse_duration`] reads it.
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
@@ -305,6 +346,7 @@ impl Config {
             keep_alive: Duration::from_secs(15),
             suspend_timeout: Duration::from_secs(15 * 60),
             stall_timeout: Duration::from_secs(30),
+            memory_budget: crate::runtime::DEFAULT_MEMORY_BUDGET,
             log_format: LogFormat::Text,
             agents: vec![AgentConfig::demo()],
         }
@@ -368,6 +410,7 @@ impl Config {
                 "keep_alive": format_duration(self.keep_alive),
                 "suspend_timeout": format_duration(self.suspend_timeout),
                 "stall_timeout": format_duration(self.stall_timeout),
+                "memory_budget": format_size(self.memory_budget),
                 "log_format": format!("{:?}", self.log_format).to_lowercase(),
             },
             "agents": agents,

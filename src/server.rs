@@ -110,6 +110,7 @@ impl Server {
         options.keep_alive = config.keep_alive;
         options.suspend_timeout = config.suspend_timeout;
         options.stall_timeout = config.stall_timeout;
+        options.memory_budget = config.memory_budget;
         options.secrets = secrets;
         options.hitl = config
             .agents

@@ -16,11 +16,12 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use tokio::sync::{Notify, watch};
 
+use super::memory::Meter;
 use crate::protocol::{Event, Profile, event_frame};
 
 /// Bounds of one thread's journal.
@@ -129,9 +130,14 @@ pub struct Frame {
 }
 
 impl Frame {
-    /// Bytes held by this frame (both encodings).
+    /// Bytes of this frame's encodings.
     fn size(&self) -> usize {
         self.v1.len() + self.legacy.as_ref().map_or(0, Bytes::len)
+    }
+
+    /// Heap allocations holding the encodings.
+    fn buffers(&self) -> usize {
+        1 + usize::from(self.legacy.is_some())
     }
 
     /// The bytes for a client of `profile`.
@@ -168,6 +174,8 @@ pub struct Journal {
     latest: watch::Sender<u64>,
     /// Signalled when a registered reader advances or leaves; the writer waits on it.
     advanced: Notify,
+    /// Counts the retained frames' bytes into the runtime's memory budget.
+    meter: Arc<Meter>,
 }
 
 /// A registered reader's place in the journal (see [`Journal::register`]). Dropping it
@@ -181,7 +189,10 @@ pub struct ReaderSlot {
 #[derive(Debug)]
 struct Inner {
     frames: VecDeque<Frame>,
+    /// Bytes of the retained frames' encodings (what the window bounds).
     bytes: usize,
+    /// Heap allocations of the retained frames' encodings.
+    buffers: usize,
     next_seq: u64,
     /// Frames with a sequence at or below this were evicted.
     evicted_through: u64,
@@ -192,6 +203,25 @@ struct Inner {
 }
 
 impl Inner {
+    /// What the retained frames cost in memory: their encodings, per buffer the
+    /// allocator's bookkeeping (16 bytes) and the shared header `Bytes` allocates when a
+    /// frame is first handed to a reader (32), and the ring's slots (counted by capacity).
+    fn held(&self) -> usize {
+        const PER_BUFFER: usize = 16 + 32;
+        self.bytes
+            + self.buffers * PER_BUFFER
+            + self.frames.capacity() * std::mem::size_of::<Frame>()
+    }
+
+    /// Forgets the oldest retained frame.
+    fn evict_oldest(&mut self) {
+        if let Some(old) = self.frames.pop_front() {
+            self.bytes -= old.size();
+            self.buffers -= old.buffers();
+            self.evicted_through = old.seq;
+        }
+    }
+
     /// The oldest sequence a registered reader still needs (`u64::MAX` when none).
     fn needed_from(&self) -> u64 {
         self.readers
@@ -215,6 +245,11 @@ impl Inner {
 
 impl Journal {
     pub fn new(epoch: u64, limits: JournalLimits) -> Journal {
+        Journal::metered(epoch, limits, Arc::default())
+    }
+
+    /// A journal whose retained bytes are counted in `meter`.
+    pub fn metered(epoch: u64, limits: JournalLimits, meter: Arc<Meter>) -> Journal {
         Journal {
             epoch,
             tag: rand::random(),
@@ -222,6 +257,7 @@ impl Journal {
             inner: Mutex::new(Inner {
                 frames: VecDeque::new(),
                 bytes: 0,
+                buffers: 0,
                 next_seq: 1,
                 evicted_through: 0,
                 total: 0,
@@ -229,6 +265,7 @@ impl Journal {
             }),
             latest: watch::Sender::new(0),
             advanced: Notify::new(),
+            meter,
         }
     }
 
@@ -278,16 +315,23 @@ impl Journal {
     /// Drops every retained frame no registered reader needs (a finished run's frames,
     /// once nobody can still be catching up on them): a later cursor into them is a
     /// [`Gap`], answered by a resync.
-    pub fn release(&self) {
+    /// Returns the bytes freed.
+    pub fn release(&self) -> usize {
         let mut inner = self.lock();
+        let before = inner.held();
         let needed_from = inner.needed_from();
         while inner.frames.front().is_some_and(|f| f.seq < needed_from) {
-            if let Some(old) = inner.frames.pop_front() {
-                inner.bytes -= old.size();
-                inner.evicted_through = old.seq;
-            }
+            inner.evict_oldest();
         }
         inner.frames.shrink_to_fit();
+        let freed = before - inner.held();
+        self.meter.sub(freed);
+        freed
+    }
+
+    /// What the retained frames cost in memory.
+    pub fn retained_bytes(&self) -> usize {
+        self.lock().held()
     }
 
     pub fn epoch(&self) -> u64 {
@@ -307,6 +351,7 @@ impl Journal {
             return None;
         }
         let mut inner = self.lock();
+        let before = inner.held();
         let mut id_buf = IdBuf::default();
         for event in events {
             let seq = inner.next_seq;
@@ -325,6 +370,7 @@ impl Journal {
                 offset: inner.total,
             };
             inner.bytes += frame.size();
+            inner.buffers += frame.buffers();
             inner.total += frame.size() as u64;
             inner.frames.push_back(frame);
             // Over the bounds, the oldest frames go, but never one a registered reader
@@ -334,14 +380,12 @@ impl Journal {
                 || (inner.bytes > self.limits.max_bytes && inner.frames.len() > 1))
                 && inner.frames.front().is_some_and(|f| f.seq < needed_from)
             {
-                let Some(old) = inner.frames.pop_front() else {
-                    break;
-                };
-                inner.bytes -= old.size();
-                inner.evicted_through = old.seq;
+                inner.evict_oldest();
             }
         }
         let last = inner.next_seq - 1;
+        let after = inner.held();
+        self.meter.replace(before, after);
         drop(inner);
         self.latest.send_replace(last);
         Some(self.id(last))
@@ -411,6 +455,13 @@ impl Journal {
         // A poisoned lock means a panic while appending; the ring itself is still
         // consistent (every mutation above is completed before any call that can panic).
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        let inner = self.inner.get_mut().unwrap_or_else(|e| e.into_inner());
+        self.meter.sub(inner.held());
     }
 }
 

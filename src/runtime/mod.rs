@@ -19,6 +19,7 @@
 mod answer;
 pub mod attach;
 pub mod journal;
+pub mod memory;
 mod pump;
 mod reattach;
 pub mod sanitize;
@@ -49,6 +50,9 @@ use crate::store::{Store, StoreError};
 use thread::{Decision, Retry, Thread, new_thread};
 use translator::Translator;
 
+/// The default of `--memory-budget`.
+pub const DEFAULT_MEMORY_BUDGET: usize = 256 * 1024 * 1024;
+
 /// Tunables of the runtime.
 #[derive(Debug, Clone)]
 pub struct RuntimeOptions {
@@ -65,6 +69,11 @@ pub struct RuntimeOptions {
     /// Threads kept in memory (journal, transcript, state); idle ones beyond this are
     /// dropped, least recently used first, and reloaded from the store when needed.
     pub max_threads_in_memory: usize,
+    /// Bytes of finished runs' frames and threads' transcripts and state documents kept in
+    /// memory (see `memory`); over it, finished runs' frames go first, then idle threads.
+    /// An idle thread whose transcript and document alone exceed a sixteenth of it leaves
+    /// memory once its run's disconnect grace is over.
+    pub memory_budget: usize,
     /// How each agent's permission requests reach the client (default: the tool).
     pub hitl: HashMap<String, Hitl>,
     /// Literal secrets scrubbed from every error message (the daemon's token).
@@ -84,6 +93,7 @@ impl RuntimeOptions {
             history_max_messages: 500,
             history_max_bytes: 2 * 1024 * 1024,
             max_threads_in_memory: 1024,
+            memory_budget: DEFAULT_MEMORY_BUDGET,
             hitl: HashMap::new(),
             secrets: Vec::new(),
         }
@@ -156,6 +166,8 @@ struct Inner {
     /// Fires to end every open stream (last step of shutdown).
     stop_streams: CancellationToken,
     started_at: Instant,
+    /// Bytes held against the memory budget.
+    meter: Arc<memory::Meter>,
 }
 
 /// Whether a live run is producing a segment or waiting on the client.
@@ -229,6 +241,7 @@ impl Runtime {
                 run_tasks: TaskTracker::new(),
                 stop_streams: CancellationToken::new(),
                 started_at: Instant::now(),
+                meter: Arc::default(),
                 options,
             }),
         }
@@ -324,14 +337,7 @@ impl Runtime {
         // new id may have put its own there first; then this one uses that).
         let (thread, created) = match existing {
             Some(thread) => (thread, false),
-            None => self.insert_thread(new_thread(
-                &input.thread_id,
-                agent,
-                inner.epoch,
-                inner.options.journal,
-                None,
-                None,
-            )),
+            None => self.insert_thread(self.new_thread(&input.thread_id, agent, None, None)),
         };
         if thread.agent != agent {
             refuse!(StartError::AgentMismatch(thread.agent.clone()));
@@ -556,15 +562,117 @@ impl Runtime {
         let Some(stored) = self.inner.store.load_thread(id).await? else {
             return Ok(None);
         };
-        let thread = new_thread(
+        let thread = self.new_thread(
             id,
             &stored.row.agent,
-            self.inner.epoch,
-            self.inner.options.journal,
             Some(stored.transcript),
             stored.row.session_id.clone(),
         );
-        Ok(Some(self.insert_thread(thread).0))
+        let (thread, inserted) = self.insert_thread(thread);
+        if inserted {
+            thread.account();
+            self.enforce_budget();
+        }
+        Ok(Some(thread))
+    }
+
+    fn new_thread(
+        &self,
+        id: &str,
+        agent: &str,
+        stored: Option<Vec<Message>>,
+        session_id: Option<String>,
+    ) -> Thread {
+        new_thread(
+            id,
+            agent,
+            self.inner.epoch,
+            self.inner.options.journal,
+            stored,
+            session_id,
+            self.inner.meter.clone(),
+        )
+    }
+
+    /// Bytes held against the memory budget.
+    pub fn memory_in_use(&self) -> usize {
+        self.inner.meter.get()
+    }
+
+    /// Lets go of what the memory budget does not cover: while over it, the retained frames
+    /// of finished runs (least recently used thread first), then idle threads (likewise).
+    /// Cheap when under the budget.
+    fn enforce_budget(&self) {
+        let budget = self.inner.options.memory_budget;
+        let meter = &self.inner.meter;
+        if meter.get() <= budget {
+            return;
+        }
+        tracing::debug!(held = meter.get(), budget, "over the memory budget");
+        let mut by_use: Vec<(u64, Arc<Thread>)> = lock(&self.inner.threads)
+            .values()
+            .map(|t| (t.last_used.load(Ordering::Relaxed), t.clone()))
+            .collect();
+        by_use.sort_by_key(|(used, _)| *used);
+        for (_, thread) in &by_use {
+            if meter.get() <= budget {
+                break;
+            }
+            // Under the state lock, so a run cannot start on the thread meanwhile.
+            let state = lock(&thread.state);
+            if state.live.is_none() {
+                thread.journal.release();
+            }
+        }
+        drop(by_use);
+        if meter.get() > budget {
+            let mut threads = lock(&self.inner.threads);
+            let mut idle: Vec<(u64, String)> = threads
+                .iter()
+                .filter(|(_, t)| Arc::strong_count(t) == 1)
+                .map(|(id, t)| (t.last_used.load(Ordering::Relaxed), id.clone()))
+                .collect();
+            idle.sort();
+            for (_, id) in idle {
+                if meter.get() <= budget {
+                    break;
+                }
+                if let Some(evicted) = threads.remove(&id) {
+                    evicted.retired.store(true, Ordering::SeqCst);
+                }
+            }
+        }
+    }
+
+    /// A thread's run ended: its share of the budget is brought up to date and the budget
+    /// enforced.
+    pub(super) fn run_ended(&self, thread: &Thread) {
+        thread.account();
+        self.enforce_budget();
+    }
+
+    /// The disconnect grace after a run ended is over: its frames leave memory unless a new
+    /// run is live, and so does the thread itself when it is idle and larger than a
+    /// sixteenth of the budget.
+    pub(super) fn grace_over(&self, thread: &Arc<Thread>) {
+        {
+            let state = lock(&thread.state);
+            if state.live.is_some() {
+                return;
+            }
+            thread.journal.release();
+        }
+        if thread.cached_bytes() > self.inner.options.memory_budget / 16 {
+            let mut threads = lock(&self.inner.threads);
+            // Held by the map and by the caller only: nobody else uses it.
+            if threads
+                .get(&thread.id)
+                .is_some_and(|t| Arc::ptr_eq(t, thread) && Arc::strong_count(t) == 2)
+                && let Some(evicted) = threads.remove(&thread.id)
+            {
+                evicted.retired.store(true, Ordering::SeqCst);
+            }
+        }
     }
 
     /// Inserts `thread` unless one with its id is already there; returns the one in place

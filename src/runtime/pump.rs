@@ -853,13 +853,12 @@ impl SegmentWriter {
             return;
         };
         let thread = Arc::downgrade(&self.thread);
-        let after = self.rt.inner.options.disconnect_grace;
+        let rt = self.rt.clone();
+        let after = rt.inner.options.disconnect_grace;
         runtime.spawn(async move {
             tokio::time::sleep(after).await;
-            if let Some(thread) = thread.upgrade()
-                && lock(&thread.state).live.is_none()
-            {
-                thread.journal.release();
+            if let Some(thread) = thread.upgrade() {
+                rt.grace_over(&thread);
             }
         });
     }
@@ -902,12 +901,18 @@ impl Drop for SegmentWriter {
         self.release_later();
         // Released exactly once, after the thread no longer shows this run as live.
         self.permit.take();
+        self.rt.run_ended(&self.thread);
     }
 }
 
 /// Adds one completed item to the transcript; returns the message to persist (a tool call
 /// is merged into its parent assistant message when there is one).
-fn absorb(transcript: &mut Vec<Message>, produced: Produced) -> Message {
+fn absorb(transcript: &mut Vec<Message>, mut produced: Produced) -> Message {
+    // Text grown delta by delta has up to twice its length in capacity: kept for the
+    // thread's lifetime, it is trimmed once complete.
+    if let Produced::Text { content, .. } | Produced::Reasoning { content, .. } = &mut produced {
+        content.shrink_to_fit();
+    }
     let message = match produced {
         Produced::Text { id, content } => Message::Assistant(AssistantMessage {
             id,

@@ -9,12 +9,13 @@
 //! waits, and decides again from scratch.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
 use super::answer::SUSPENSION_LOST;
+use super::memory::{Meter, json_size};
 use super::suspension::PERMISSION_TOOL;
 use super::{Journal, JournalLimits, LiveRun, StartError, lock, now_ms, state};
 use crate::protocol::input::Message;
@@ -51,6 +52,10 @@ pub(crate) struct Thread {
     /// lock starts over, so it never acts on a thread object that is no longer the one.
     pub(super) retired: AtomicBool,
     pub(super) state: Mutex<ThreadState>,
+    /// The runtime's memory count, and this thread's transcript and document share of it
+    /// as of the last [`Thread::account`].
+    meter: Arc<Meter>,
+    cached_bytes: AtomicUsize,
 }
 
 pub(super) struct ThreadState {
@@ -69,6 +74,8 @@ pub(super) struct ThreadState {
     pub(super) expired_interrupts: HashSet<String>,
     /// The agent session bound to this thread, if any.
     pub(super) session_id: Option<String>,
+    /// How many transcript messages [`Thread::account`] has sized, and their JSON bytes.
+    sized: (usize, usize),
 }
 
 impl ThreadState {
@@ -113,13 +120,14 @@ pub(super) fn new_thread(
     limits: JournalLimits,
     stored: Option<Vec<Message>>,
     session_id: Option<String>,
+    meter: Arc<Meter>,
 ) -> Thread {
     let history_pending = stored.is_some();
     let transcript = stored.unwrap_or_default();
     Thread {
         id: id.to_owned(),
         agent: agent.to_owned(),
-        journal: Journal::new(epoch, limits),
+        journal: Journal::metered(epoch, limits, meter.clone()),
         last_used: AtomicU64::new(now_ms()),
         decide: tokio::sync::Mutex::new(()),
         retired: AtomicBool::new(false),
@@ -132,7 +140,42 @@ pub(super) fn new_thread(
             profile: Profile::V1,
             expired_interrupts: HashSet::new(),
             session_id,
+            sized: (0, 0),
         }),
+        meter,
+        cached_bytes: AtomicUsize::new(0),
+    }
+}
+
+impl Thread {
+    /// Brings this thread's share of the memory count up to date with its transcript
+    /// (only the messages added since the last call are sized) and its state document;
+    /// returns the transcript and document bytes.
+    pub(super) fn account(&self) -> usize {
+        let bytes = {
+            let mut state = lock(&self.state);
+            let (counted, mut bytes) = state.sized;
+            bytes += state.transcript[counted.min(state.transcript.len())..]
+                .iter()
+                .map(json_size)
+                .sum::<usize>();
+            state.sized = (state.transcript.len(), bytes);
+            bytes + json_size(&state.document)
+        };
+        let old = self.cached_bytes.swap(bytes, Ordering::Relaxed);
+        self.meter.replace(old, bytes);
+        bytes
+    }
+
+    /// Transcript and document bytes as of the last [`Thread::account`].
+    pub(super) fn cached_bytes(&self) -> usize {
+        self.cached_bytes.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Thread {
+    fn drop(&mut self) {
+        self.meter.sub(*self.cached_bytes.get_mut());
     }
 }
 
