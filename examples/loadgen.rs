@@ -1,24 +1,34 @@
-//! A load client for a running agui-serve daemon, used by `scripts/bench.sh`.
+//! A load client for a running agui-serve daemon (or a baseline server that mimics its demo
+//! agent: examples/bare_sse.rs, bench/node/server.mjs), used by `scripts/bench.sh`.
 //!
-//! It drives the built-in `demo` agent over plain HTTP and prints one JSON line per
-//! measurement on stdout:
+//! It drives the built-in `demo` agent over plain HTTP (HTTP/1.1, one connection per
+//! stream, unless `--http2`) and prints one JSON line per measurement on stdout:
 //!
 //! | scenario | what it measures |
 //! |---|---|
 //! | `one-stream` | events/s of single runs, one after another, that stream many events with no delay (the demo's echo: one `TEXT_MESSAGE_CONTENT` per word of the user message; `/slow N 0` is not unpaced: each chunk still waits a timer tick, about 1 ms) |
 //! | `concurrent` | total events/s of `--concurrency` runs started together |
 //! | `ttfe` | time to the first event (`RUN_STARTED`) and to the end of the stream, over `--runs` sequential short runs, each on a fresh thread, idle daemon |
-//! | `all` | the three, in that order |
+//! | `paced` | `--paced-streams` runs started together, each `/slow N MS` (steady paced chunks): the gaps between the arrivals of consecutive `TEXT_MESSAGE_CONTENT` events of one stream, pooled over all streams, p50 and p99 in ms, and how many streams were incomplete |
+//! | `idle` | memory per idle stream, for each N of `--idle-streams`: the server's RSS before, then N open streams of `/slow 2 60000` (the first chunk, then a minute of silence), the RSS once every stream got its first `TEXT_MESSAGE_CONTENT`; (after - before) / N in kB. Then every connection is dropped (and, before a next N, `--idle-settle` is waited) |
+//! | `rss-after` | the server's RSS after `--rss-runs` finished runs of about `--rss-events` events each, `--rss-parallel` at a time, read after the last stream ended; its peak RSS (VmHWM); its RSS again after `--rss-wait` seconds (MiB) |
+//! | `all` | all of them, in that order |
 //!
-//! With `--pid` (the daemon's process id) it also reads the daemon's CPU time (utime +
-//! stime from `/proc/<pid>/stat`) around each scenario and reports CPU seconds per
-//! million events (per run for `ttfe`).
+//! `--scenario` takes a comma-separated list. With `--pid` (the server's process id) it
+//! also reads the server's CPU time (utime + stime from `/proc/<pid>/stat`) around
+//! `one-stream`, `concurrent` and `ttfe` and reports CPU seconds per million events (per
+//! run for `ttfe`); `idle` and `rss-after` need `--pid` (they read `/proc/<pid>/status`).
 //!
 //! Run: `cargo run --release --example loadgen -- --url http://127.0.0.1:PORT/agui
-//! --token TOKEN --scenario all`. The daemon needs `--max-concurrent-runs` at least
-//! `--concurrency` (its default is 64).
+//! --token TOKEN --scenario all --pid PID`. agui-serve needs `--max-concurrent-runs` above
+//! the largest number of runs at once (its default is 64), and both processes need a file
+//! descriptor limit (`ulimit -n`) above the largest `--idle-streams`. agui-serve keeps a run
+//! alive for its disconnect grace (30 s by default) after its client left: to measure
+//! several idle levels on one daemon, start it with `--disconnect-grace 1s` (or measure
+//! each level on a fresh daemon, as `scripts/bench.sh` does).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
@@ -30,7 +40,22 @@ enum Scenario {
     OneStream,
     Concurrent,
     Ttfe,
+    Paced,
+    Idle,
+    RssAfter,
     All,
+}
+
+impl Scenario {
+    /// Every scenario, in the order `all` runs them.
+    const EVERY: [Scenario; 6] = [
+        Scenario::OneStream,
+        Scenario::Concurrent,
+        Scenario::Ttfe,
+        Scenario::Paced,
+        Scenario::Idle,
+        Scenario::RssAfter,
+    ];
 }
 
 #[derive(Debug, Parser)]
@@ -45,8 +70,9 @@ struct Args {
     /// Agent name (a demo-kind agent).
     #[arg(long, default_value = "demo")]
     agent: String,
-    #[arg(long, value_enum, default_value = "all")]
-    scenario: Scenario,
+    /// Scenarios to run, comma-separated, in this order.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
+    scenario: Vec<Scenario>,
     /// The daemon's process id, to report its CPU time.
     #[arg(long)]
     pid: Option<u32>,
@@ -80,6 +106,39 @@ struct Args {
     /// ttfe: measured sequential runs.
     #[arg(long, default_value_t = 500)]
     runs: usize,
+    /// paced: runs at once.
+    #[arg(long, default_value_t = 500)]
+    paced_streams: usize,
+    /// paced: chunks per run.
+    #[arg(long, default_value_t = 40)]
+    paced_chunks: u64,
+    /// paced: milliseconds between two chunks of a run.
+    #[arg(long, default_value_t = 25)]
+    paced_interval_ms: u64,
+    /// idle: numbers of open streams measured, one after the other (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "2000,10000")]
+    idle_streams: Vec<usize>,
+    /// idle: streams being opened at once (each waits for its first text delta).
+    #[arg(long, default_value_t = 200)]
+    idle_opening: usize,
+    /// idle: seconds allowed to open all the streams of one level.
+    #[arg(long, default_value_t = 120.0)]
+    idle_timeout: f64,
+    /// idle: seconds waited after dropping the streams of one level before the next.
+    #[arg(long, default_value_t = 3.0)]
+    idle_settle: f64,
+    /// rss-after: finished runs before the reading.
+    #[arg(long, default_value_t = 1_000)]
+    rss_runs: usize,
+    /// rss-after: text deltas per run (the run has 7 more events).
+    #[arg(long, default_value_t = 4_000)]
+    rss_events: usize,
+    /// rss-after: runs at a time.
+    #[arg(long, default_value_t = 4)]
+    rss_parallel: usize,
+    /// rss-after: seconds between the first and the last reading.
+    #[arg(long, default_value_t = 3.0)]
+    rss_wait: f64,
     /// Unmeasured runs before each scenario.
     #[arg(long, default_value_t = 20)]
     warmup: usize,
@@ -98,6 +157,8 @@ struct RunStats {
     first_event: Duration,
     /// From sending the request to the end of the stream.
     total: Duration,
+    /// Arrival of each `TEXT_MESSAGE_CONTENT`, when asked for.
+    content_at: Vec<Instant>,
 }
 
 impl RunStats {
@@ -113,19 +174,27 @@ struct SseCounter {
     events: u64,
     first_type: Option<String>,
     first_at: Option<Instant>,
+    /// Arrival of the first `TEXT_MESSAGE_CONTENT`.
+    first_content_at: Option<Instant>,
+    /// Arrival of every `TEXT_MESSAGE_CONTENT`, if kept.
+    content_at: Option<Vec<Instant>>,
 }
 
 /// Bytes of a `data:` line kept: enough to hold `"type":"..."`, which serde writes first.
 const KEEP: usize = 96;
 
+const CONTENT: &str = "TEXT_MESSAGE_CONTENT";
+
 impl SseCounter {
-    fn new() -> SseCounter {
+    fn new(keep_content_times: bool) -> SseCounter {
         SseCounter {
             line: Vec::with_capacity(KEEP),
             last_data: Vec::with_capacity(KEEP),
             events: 0,
             first_type: None,
             first_at: None,
+            first_content_at: None,
+            content_at: keep_content_times.then(Vec::new),
         }
     }
 
@@ -151,17 +220,38 @@ impl SseCounter {
                 self.first_type = Some(event_type(&self.line));
                 self.first_at = Some(now);
             }
+            if (self.first_content_at.is_none() || self.content_at.is_some())
+                && is_type(&self.line, CONTENT)
+            {
+                self.first_content_at.get_or_insert(now);
+                if let Some(times) = &mut self.content_at {
+                    times.push(now);
+                }
+            }
             std::mem::swap(&mut self.line, &mut self.last_data);
         }
         self.line.clear();
     }
 }
 
+/// The `"type":"..."` value of a kept `data:` line.
+fn type_of(line: &[u8]) -> Option<&[u8]> {
+    const KEY: &[u8] = b"\"type\":\"";
+    let at = line.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
+    let rest = &line[at..];
+    let end = rest.iter().position(|&b| b == b'"')?;
+    Some(&rest[..end])
+}
+
+fn is_type(line: &[u8], ty: &str) -> bool {
+    type_of(line) == Some(ty.as_bytes())
+}
+
 fn event_type(line: &[u8]) -> String {
-    let text = String::from_utf8_lossy(line);
-    text.split_once("\"type\":\"")
-        .and_then(|(_, rest)| rest.split_once('"'))
-        .map_or_else(|| "?".to_owned(), |(ty, _)| ty.to_owned())
+    type_of(line).map_or_else(
+        || "?".to_owned(),
+        |ty| String::from_utf8_lossy(ty).into_owned(),
+    )
 }
 
 struct Client {
@@ -171,8 +261,9 @@ struct Client {
 }
 
 impl Client {
-    /// One run on a fresh thread whose user message is `text`, read to the end.
-    async fn run(&self, text: &str) -> Result<RunStats, String> {
+    /// Starts one run on a fresh thread whose user message is `text`: the response, once
+    /// its status says it streams.
+    async fn start(&self, text: &str) -> Result<reqwest::Response, String> {
         let id = uuid::Uuid::new_v4();
         let body = json!({
             "threadId": format!("bench-{id}"),
@@ -180,7 +271,6 @@ impl Client {
             "messages": [{"id": format!("m-{id}"), "role": "user", "content": text}],
         });
         let body = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
-        let started = Instant::now();
         let response = self
             .http
             .post(&self.endpoint)
@@ -190,16 +280,28 @@ impl Client {
             .body(body)
             .send()
             .await
-            .map_err(|e| format!("request failed: {e}"))?;
+            .map_err(|e| format!("request failed: {e:?}"))?;
         let status = response.status();
         if !status.is_success() {
             let text = response.text().await.unwrap_or_default();
             return Err(format!("status {status}: {text}"));
         }
-        let mut counter = SseCounter::new();
+        Ok(response)
+    }
+
+    /// One run whose user message is `text`, read to the end.
+    async fn run(&self, text: &str) -> Result<RunStats, String> {
+        self.run_timed(text, false).await
+    }
+
+    /// One run, read to the end, keeping the arrival of each text delta if asked.
+    async fn run_timed(&self, text: &str, content_times: bool) -> Result<RunStats, String> {
+        let started = Instant::now();
+        let response = self.start(text).await?;
+        let mut counter = SseCounter::new(content_times);
         let mut stream = response.bytes_stream();
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| format!("stream failed: {e}"))?;
+            let chunk = chunk.map_err(|e| format!("stream failed: {e:?}"))?;
             counter.feed(&chunk, Instant::now());
         }
         let total = started.elapsed();
@@ -211,6 +313,7 @@ impl Client {
                 .first_at
                 .map_or(total, |at| at.duration_since(started)),
             total,
+            content_at: counter.content_at.unwrap_or_default(),
         })
     }
 }
@@ -237,6 +340,20 @@ fn cpu_seconds(pid: u32, clk_tck: u64) -> Option<f64> {
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
     Some((utime + stime) as f64 / clk_tck as f64)
+}
+
+/// A `kB` field of `/proc/<pid>/status` (`VmRSS`, `VmHWM`), in kB.
+fn status_kb(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|line| {
+        let value = line.strip_prefix(field)?.strip_prefix(':')?;
+        value.trim().strip_suffix("kB")?.trim().parse().ok()
+    })
+}
+
+fn rss_kb(args: &Args) -> Result<u64, String> {
+    let pid = args.pid.ok_or("needs --pid")?;
+    status_kb(pid, "VmRSS").ok_or_else(|| format!("no VmRSS in /proc/{pid}/status"))
 }
 
 struct Report<'a> {
@@ -410,6 +527,251 @@ async fn ttfe(args: &Args, client: &Client, report: &Report<'_>) -> Result<(), S
     Ok(())
 }
 
+async fn paced(args: &Args, client: &Arc<Client>, report: &Report<'_>) -> Result<(), String> {
+    warm(client, args.warmup).await?;
+    let text = Arc::new(format!(
+        "/slow {} {}",
+        args.paced_chunks, args.paced_interval_ms
+    ));
+    let n = args.paced_streams;
+    let barrier = Arc::new(tokio::sync::Barrier::new(n + 1));
+    let mut tasks = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (client, text, barrier) = (client.clone(), text.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            client.run_timed(&text, true).await
+        }));
+    }
+    barrier.wait().await;
+    let started = Instant::now();
+    let (mut gaps, mut incomplete, mut failed, mut first_error) = (Vec::new(), 0, 0, None);
+    for task in tasks {
+        match task.await.map_err(|e| e.to_string()).and_then(|r| r) {
+            Ok(stats) => {
+                let whole = stats.content_at.len() as u64 == args.paced_chunks;
+                incomplete += usize::from(!stats.complete() || !whole);
+                gaps.extend(
+                    stats
+                        .content_at
+                        .windows(2)
+                        .map(|w| w[1].duration_since(w[0]).as_secs_f64() * 1e3),
+                );
+            }
+            Err(error) => {
+                failed += 1;
+                first_error.get_or_insert(error);
+            }
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    gaps.sort_by(f64::total_cmp);
+    let extra = json!({
+        "streams": n,
+        "chunks": args.paced_chunks,
+        "interval_ms": args.paced_interval_ms,
+        "gaps": gaps.len(),
+        "gap_max_ms": gaps.last().copied().unwrap_or(f64::NAN),
+        "incomplete": incomplete,
+        "failed": failed,
+        "first_error": first_error,
+        "seconds": seconds,
+    });
+    for (measure, p) in [("paced_gap_p50_ms", 50.0), ("paced_gap_p99_ms", 99.0)] {
+        report.line("paced", measure, percentile(&gaps, p), "ms", extra.clone());
+    }
+    report.line(
+        "paced",
+        "paced_incomplete_streams",
+        (incomplete + failed) as f64,
+        "streams",
+        extra,
+    );
+    Ok(())
+}
+
+/// What became of one idle stream.
+enum Idle {
+    /// Its first text delta came; it stays open until told to stop.
+    Open,
+    Failed(String),
+}
+
+async fn idle(args: &Args, client: &Arc<Client>, report: &Report<'_>) -> Result<(), String> {
+    for (level, &n) in args.idle_streams.iter().enumerate() {
+        if level > 0 {
+            tokio::time::sleep(Duration::from_secs_f64(args.idle_settle)).await;
+        }
+        idle_level(args, client, report, n).await?;
+    }
+    Ok(())
+}
+
+/// `n` streams held open at once, each past its first text delta: the server's RSS growth.
+async fn idle_level(
+    args: &Args,
+    client: &Arc<Client>,
+    report: &Report<'_>,
+    n: usize,
+) -> Result<(), String> {
+    warm(client, args.warmup).await?;
+    let before = rss_kb(args)?;
+    let text = Arc::new("/slow 2 60000".to_owned());
+    let opening = Arc::new(tokio::sync::Semaphore::new(args.idle_opening.max(1)));
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::unbounded_channel();
+    // Streams that ended while they should have been held open.
+    let ended = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (client, text, opening) = (client.clone(), text.clone(), opening.clone());
+        let (ready_tx, ended) = (ready_tx.clone(), ended.clone());
+        tasks.push(tokio::spawn(async move {
+            let permit = opening.acquire_owned().await;
+            let mut stream = match client.start(&text).await {
+                Ok(response) => response.bytes_stream(),
+                Err(error) => {
+                    let _ = ready_tx.send(Idle::Failed(error));
+                    return;
+                }
+            };
+            let mut counter = SseCounter::new(false);
+            while counter.first_content_at.is_none() {
+                match stream.next().await {
+                    Some(Ok(chunk)) => counter.feed(&chunk, Instant::now()),
+                    Some(Err(error)) => {
+                        let _ = ready_tx.send(Idle::Failed(format!("stream failed: {error:?}")));
+                        return;
+                    }
+                    None => {
+                        let _ = ready_tx.send(Idle::Failed(
+                            "the stream ended before its first text delta".to_owned(),
+                        ));
+                        return;
+                    }
+                }
+            }
+            drop(permit);
+            let _ = ready_tx.send(Idle::Open);
+            // Held open (and read) until aborted, which drops the connection.
+            while let Some(Ok(_)) = stream.next().await {}
+            ended.fetch_add(1, Ordering::Relaxed);
+        }));
+    }
+    drop(ready_tx);
+    let (mut open, mut failed, mut first_error) = (0usize, 0usize, None);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(args.idle_timeout);
+    while open + failed < n {
+        match tokio::time::timeout_at(deadline, ready_rx.recv()).await {
+            Ok(Some(Idle::Open)) => open += 1,
+            Ok(Some(Idle::Failed(error))) => {
+                failed += 1;
+                first_error.get_or_insert(error);
+            }
+            Ok(None) => break,
+            Err(_) => {
+                first_error.get_or_insert(format!(
+                    "{} streams still opening after {} s",
+                    n - open - failed,
+                    args.idle_timeout
+                ));
+                break;
+            }
+        }
+    }
+    let open_seconds = started.elapsed().as_secs_f64();
+    let after = rss_kb(args)?;
+    let ended_early = ended.load(Ordering::Relaxed);
+    for task in tasks {
+        task.abort();
+        let _ = task.await;
+    }
+    let extra = json!({
+        "streams": n,
+        "open": open,
+        "failed": n - open,
+        "ended_early": ended_early,
+        "first_error": first_error,
+        "rss_before_kb": before,
+        "rss_after_kb": after,
+        "open_seconds": open_seconds,
+    });
+    report.line(
+        "idle",
+        &format!("idle_kb_per_stream_{n}"),
+        (after as f64 - before as f64) / open.max(1) as f64,
+        "kB/stream",
+        extra,
+    );
+    Ok(())
+}
+
+async fn rss_after(args: &Args, client: &Arc<Client>, report: &Report<'_>) -> Result<(), String> {
+    warm(client, args.warmup).await?;
+    let pid = args.pid.ok_or("needs --pid")?;
+    let start = rss_kb(args)?;
+    let text = Arc::new(words(args.rss_events));
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut workers = Vec::with_capacity(args.rss_parallel);
+    for _ in 0..args.rss_parallel.max(1) {
+        let (client, text, next, runs) =
+            (client.clone(), text.clone(), next.clone(), args.rss_runs);
+        workers.push(tokio::spawn(async move {
+            let (mut events, mut incomplete, mut failed, mut first_error) = (0u64, 0, 0, None);
+            while next.fetch_add(1, Ordering::Relaxed) < runs {
+                match client.run(&text).await {
+                    Ok(stats) => {
+                        events += stats.events;
+                        incomplete += usize::from(!stats.complete());
+                    }
+                    Err(error) => {
+                        failed += 1;
+                        first_error.get_or_insert(error);
+                    }
+                }
+            }
+            (events, incomplete, failed, first_error)
+        }));
+    }
+    let (mut events, mut incomplete, mut failed, mut first_error) = (0u64, 0, 0, None);
+    for worker in workers {
+        let (e, i, f, error) = worker.await.map_err(|e| e.to_string())?;
+        events += e;
+        incomplete += i;
+        failed += f;
+        if let Some(error) = error {
+            first_error.get_or_insert(error);
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let after = rss_kb(args)?;
+    let peak = status_kb(pid, "VmHWM").ok_or("no VmHWM")?;
+    tokio::time::sleep(Duration::from_secs_f64(args.rss_wait)).await;
+    let later = rss_kb(args)?;
+    let extra = json!({
+        "runs": args.rss_runs,
+        "parallel": args.rss_parallel,
+        "events": events,
+        "incomplete": incomplete,
+        "failed": failed,
+        "first_error": first_error,
+        "seconds": seconds,
+        "wait_s": args.rss_wait,
+        "rss_start_kb": start,
+    });
+    let mib = |kb: u64| kb as f64 / 1024.0;
+    for (measure, kb) in [
+        ("rss_start_mib", start),
+        ("rss_after_runs_mib", after),
+        ("rss_peak_mib", peak),
+        ("rss_after_wait_mib", later),
+    ] {
+        report.line("rss-after", measure, mib(kb), "MiB", extra.clone());
+    }
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
@@ -428,17 +790,22 @@ async fn main() -> std::process::ExitCode {
         token: args.token.clone(),
     });
     let report = Report { args: &args };
-    let scenarios: &[Scenario] = match args.scenario {
-        Scenario::All => &[Scenario::OneStream, Scenario::Concurrent, Scenario::Ttfe],
-        Scenario::OneStream => &[Scenario::OneStream],
-        Scenario::Concurrent => &[Scenario::Concurrent],
-        Scenario::Ttfe => &[Scenario::Ttfe],
-    };
+    let scenarios: Vec<Scenario> = args
+        .scenario
+        .iter()
+        .flat_map(|&scenario| match scenario {
+            Scenario::All => Scenario::EVERY.to_vec(),
+            one => vec![one],
+        })
+        .collect();
     for scenario in scenarios {
         let done = match scenario {
             Scenario::OneStream => one_stream(&args, &client, &report).await,
             Scenario::Concurrent => concurrent(&args, &client, &report).await,
-            Scenario::Ttfe | Scenario::All => ttfe(&args, &client, &report).await,
+            Scenario::Ttfe => ttfe(&args, &client, &report).await,
+            Scenario::Paced => paced(&args, &client, &report).await,
+            Scenario::Idle => idle(&args, &client, &report).await,
+            Scenario::RssAfter | Scenario::All => rss_after(&args, &client, &report).await,
         };
         if let Err(error) = done {
             eprintln!("loadgen: {scenario:?}: {error}");

@@ -1,85 +1,188 @@
 #!/usr/bin/env bash
-# Compares two agui-serve binaries under the same load, interleaved: each round starts a
-# fresh daemon from BIN_A, runs the load client against it, stops it, then does the same
-# for BIN_B (A B A B ...). Prints the median of each measure per binary and the ratio B/A.
+# The benchmark: the same load, from the one load client (examples/loadgen.rs), against
+# several servers over loopback, in interleaved rounds (a fresh server for every measure
+# group, in turn: H N A H N A ...). Prints, for every measure, each server's min/median/max
+# and the median of the last server with its ratio to each of the others.
 #
-#   cargo build --release --bin agui-serve && cargo build --release --example loadgen
-#   scripts/bench.sh OLD_BIN NEW_BIN [rounds]
+#   scripts/bench.sh [rounds]                  # the full benchmark (default 3 rounds)
+#   scripts/bench.sh BIN_A BIN_B [rounds]      # two daemon builds, A B A B ..., ratio B/A
 #
-# Environment: LOADGEN (the load client; default target/release/examples/loadgen),
-# LOADGEN_ARGS (extra loadgen flags, e.g. "--runs 200 --http2"), DAEMON_ARGS (extra daemon
-# flags), OUT (keep the raw JSON lines in this file), BENCH_TMP (where the daemons' data
-# directories go; default target/). Needs python3 for the summary.
+# With no BIN it builds what it needs and compares agui-serve with two baselines that answer
+# the demo agent's requests with the same events and sizes but have no runtime:
+#   hyper      examples/bare_sse.rs, a bare hyper SSE server;
+#   node       bench/node/server.mjs, Node's plain http with the official AG-UI encoder
+#              (@ag-ui/encoder, pinned), installed with `npm ci` into bench/node/ (only
+#              where node and npm are installed; skipped otherwise);
+#   agui-serve target/release/agui-serve.
+# A BIN is any executable that takes agui-serve's command line and prints its "agui-serve
+# listening on URL" line: a daemon build, or a baseline (target/release/examples/bare_sse,
+# bench/node/server.mjs).
+#
+# Measure groups, each on a fresh server (so that one group's memory does not weigh on the
+# next): one-stream, concurrent, ttfe and paced together; idle once per level of
+# IDLE_STREAMS (a fresh server per level, so agui-serve's 30 s disconnect grace never keeps
+# a level's runs alive into the next); rss-after. See examples/loadgen.rs for each measure.
+#
+# Environment: SCENARIOS (comma-separated loadgen scenarios; default all of them),
+# IDLE_STREAMS (idle levels; default "2000 10000"), LOADGEN (the load client; default
+# target/release/examples/loadgen), LOADGEN_ARGS (extra loadgen flags), DAEMON_ARGS (extra
+# server flags), OUT (keep the raw JSON lines in this file), BENCH_TMP (where the servers'
+# data directories go; default target/). Needs python3 for the summary. The soft limit on
+# open files is raised to the hard limit (the idle measure holds 10 000 connections).
 #
 # Build the daemon and the client in separate cargo invocations: building them together
 # unifies dev-dependency features (tokio's test-util) into the daemon.
 set -euo pipefail
 
-if [ $# -lt 2 ]; then
-  echo "usage: $0 BIN_A BIN_B [rounds]" >&2
+usage() {
+  echo "usage: $0 [rounds] | $0 BIN_A BIN_B [rounds]" >&2
   exit 2
-fi
-bin_a="$(realpath "$1")"
-bin_b="$(realpath "$2")"
-rounds="${3:-3}"
+}
+is_count() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
+
 root="$(cd "$(dirname "$0")/.." && pwd)"
 loadgen="${LOADGEN:-$root/target/release/examples/loadgen}"
-for exe in "$bin_a" "$bin_b" "$loadgen"; do
+labels=()
+bins=()
+
+if [ $# -le 1 ]; then
+  rounds="${1:-3}"
+  is_count "$rounds" || usage
+  (cd "$root" && cargo build --release --bin agui-serve)
+  (cd "$root" && cargo build --release --example loadgen --example bare_sse)
+  labels+=(hyper)
+  bins+=("$root/target/release/examples/bare_sse")
+  node_dir="$root/bench/node"
+  if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+    # npm ci only when the lock file changed since the last install.
+    stamp="$node_dir/node_modules/.bench-lock"
+    if cmp -s "$node_dir/package-lock.json" "$stamp" \
+      || { (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error) \
+        && cp "$node_dir/package-lock.json" "$stamp"; }; then
+      labels+=(node)
+      bins+=("$node_dir/server.mjs")
+    else
+      echo "warning: npm ci failed in $node_dir: no Node baseline" >&2
+    fi
+  else
+    echo "warning: node/npm not installed: no Node baseline" >&2
+  fi
+  labels+=(agui-serve)
+  bins+=("$root/target/release/agui-serve")
+elif [ $# -le 3 ]; then
+  rounds="${3:-3}"
+  is_count "$rounds" || usage
+  labels+=(A B)
+  bins+=("$(realpath "$1")" "$(realpath "$2")")
+else
+  usage
+fi
+for exe in "${bins[@]}" "$loadgen"; do
   [ -x "$exe" ] || { echo "not an executable: $exe" >&2; exit 2; }
 done
 
-# Scratch space (daemon data directories) under target/, out of reach of /tmp cleaners.
+# Every open stream is a socket on both sides.
+hard="$(ulimit -Hn)"
+[ "$hard" = unlimited ] && hard=1048576
+ulimit -n "$hard" 2>/dev/null || echo "warning: could not raise ulimit -n to $hard" >&2
+echo "open files limit: $(ulimit -n)" >&2
+
+scenarios="${SCENARIOS:-one-stream,concurrent,ttfe,paced,idle,rss-after}"
+read -r -a idle_levels <<<"${IDLE_STREAMS:-2000 10000}"
+# The groups of loadgen flags, each run on a fresh server.
+groups=()
+main=""
+for scenario in ${scenarios//,/ }; do
+  case "$scenario" in
+    one-stream | concurrent | ttfe | paced) main="${main:+$main,}$scenario" ;;
+    idle) for n in "${idle_levels[@]}"; do groups+=("--scenario idle --idle-streams $n"); done ;;
+    rss-after) groups+=("--scenario rss-after") ;;
+    *) echo "unknown scenario: $scenario" >&2; exit 2 ;;
+  esac
+done
+if [ -n "$main" ]; then groups=("--scenario $main" "${groups[@]}"); fi
+
+# Scratch space (the servers' data directories) under target/, out of reach of /tmp cleaners.
 mkdir -p "$root/target"
 work="$(mktemp -d "${BENCH_TMP:-$root/target}/bench.XXXXXX")"
-daemon_pid=""
+server_pid=""
+stop_server() {
+  [ -n "$server_pid" ] || return 0
+  kill -TERM "$server_pid" 2>/dev/null || true
+  # agui-serve waits for live runs (idle streams) up to its shutdown grace: not that long.
+  for _ in $(seq 1 50); do
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -KILL "$server_pid" 2>/dev/null || true
+  wait "$server_pid" 2>/dev/null || true
+  server_pid=""
+}
 cleanup() {
-  if [ -n "$daemon_pid" ]; then kill -TERM "$daemon_pid" 2>/dev/null || true; wait "$daemon_pid" 2>/dev/null || true; fi
+  stop_server
   rm -rf "$work"
 }
 trap cleanup EXIT
 results="${OUT:-$work/results.jsonl}"
 : >"$results"
+failures="$work/failures"
+: >"$failures"
 
-# bench_one LABEL BIN ROUND: one daemon, one load client run, the daemon stopped.
+# bench_one LABEL BIN ROUND GROUP: a fresh server, one load client run, the server stopped.
 bench_one() {
-  local label="$1" bin="$2" round="$3" dir="$work/$1-$3" url=""
+  local label="$1" bin="$2" round="$3" group="$4" dir url=""
+  dir="$(mktemp -d "$work/$label-$round.XXXXXX")"
   mkdir -p "$dir/data"
   # shellcheck disable=SC2086
-  "$bin" --no-tls --port 0 --token t --data-dir "$dir/data" --max-concurrent-runs 256 \
+  "$bin" --no-tls --port 0 --token t --data-dir "$dir/data" --max-concurrent-runs 20000 \
     ${DAEMON_ARGS:-} >"$dir/stdout" 2>"$dir/stderr" &
-  daemon_pid=$!
+  server_pid=$!
   for _ in $(seq 1 300); do
     url="$(sed -n 's#^agui-serve listening on \([^ ]*\).*#\1#p' "$dir/stdout" 2>/dev/null | head -n1 || true)"
     [ -n "$url" ] && break
-    kill -0 "$daemon_pid" 2>/dev/null || break
+    kill -0 "$server_pid" 2>/dev/null || break
     sleep 0.1
   done
   if [ -z "$url" ]; then
-    echo "$label: the daemon did not start:" >&2
+    echo "$label: the server did not start:" >&2
     cat "$dir/stdout" "$dir/stderr" >&2
     exit 1
   fi
-  echo "round $round $label: $bin at $url (pid $daemon_pid)" >&2
+  echo "round $round $label ($group): $bin at $url (pid $server_pid)" >&2
   # shellcheck disable=SC2086
-  "$loadgen" --url "$url" --token t --agent demo --scenario all --pid "$daemon_pid" \
+  if ! "$loadgen" --url "$url" --token t --agent demo $group --pid "$server_pid" \
     --clk-tck "$(getconf CLK_TCK)" --label "$label" --round "$round" ${LOADGEN_ARGS:-} \
-    | tee -a "$results" >&2
-  kill -TERM "$daemon_pid"
-  wait "$daemon_pid" || true
-  daemon_pid=""
+    | tee -a "$results" >&2; then
+    echo "round $round $label ($group): the load client failed" | tee -a "$failures" >&2
+  fi
+  if ! kill -0 "$server_pid" 2>/dev/null; then
+    echo "round $round $label ($group): the server died; its stderr ends:" | tee -a "$failures" >&2
+    tail -n 20 "$dir/stderr" | tee -a "$failures" >&2
+  fi
+  stop_server
   rm -rf "$dir"
 }
 
+started=$SECONDS
 for round in $(seq 1 "$rounds"); do
-  bench_one A "$bin_a" "$round"
-  bench_one B "$bin_b" "$round"
+  for group in "${groups[@]}"; do
+    for i in "${!labels[@]}"; do
+      bench_one "${labels[$i]}" "${bins[$i]}" "$round" "$group"
+    done
+  done
 done
 
-echo "A = $bin_a" >&2
-echo "B = $bin_b" >&2
-python3 - "$results" <<'EOF'
+echo >&2
+for i in "${!labels[@]}"; do
+  echo "${labels[$i]} = ${bins[$i]}" >&2
+done
+echo "$rounds rounds in $((SECONDS - started)) s on $(nproc) cores" >&2
+cat "$failures"
+python3 - "$results" "${labels[@]}" <<'EOF'
 import json, statistics, sys
-rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+path, labels = sys.argv[1], sys.argv[2:]
+subject, refs = labels[-1], labels[:-1]
+rows = [json.loads(line) for line in open(path) if line.strip()]
 measures, values, units = [], {}, {}
 for row in rows:
     key = row["measure"]
@@ -87,17 +190,46 @@ for row in rows:
         measures.append(key)
         units[key] = row["unit"]
     values.setdefault((key, row["label"]), []).append(row["value"])
-    for flag in ("incomplete", "failed"):
+    for flag in ("incomplete", "failed", "ended_early"):
         if row.get(flag):
-            print(f"warning: {row['label']} round {row['round']} {key}: {flag} = {row[flag]}")
+            print(f"warning: {row['label']} round {row['round']} {key}: {flag} = {row[flag]}"
+                  + (f" ({row['first_error']})" if row.get("first_error") else ""))
+nan = float("nan")
 def fmt(x):
-    return f"{x:.4g}" if x == x else "-"
-print(f"{'measure':32} {'unit':16} {'A median':>10} {'B median':>10} {'B/A':>6}   A min..max / B min..max")
+    if x != x:
+        return "-"
+    if abs(x) >= 1e6:
+        return f"{x / 1e6:.3g} M"
+    if abs(x) >= 1e4:
+        return f"{x / 1e3:.3g} k"
+    return f"{x:.4g}"
+def fmt_ratio(x):
+    return f"{x:.3f}" if x == x else "-"
+def median(key, label):
+    v = values.get((key, label), [])
+    return statistics.median(v) if v else nan
+def ratio(key, label):
+    a, b = median(key, subject), median(key, label)
+    return a / b if a == a and b == b and b else nan
+def spread(key, label):
+    v = values.get((key, label), [])
+    return f"{fmt(min(v))}/{fmt(median(key, label))}/{fmt(max(v))}" if v else "-"
+head = f"{'measure':28} {'unit':16} {subject + ' median':>17}"
+head += "".join(f" {subject + '/' + ref:>17}" for ref in refs)
+print(head + "   " + " | ".join(f"{label} min/median/max" for label in labels))
 for key in measures:
-    a, b = values.get((key, "A"), []), values.get((key, "B"), [])
-    ma = statistics.median(a) if a else float("nan")
-    mb = statistics.median(b) if b else float("nan")
-    ratio = mb / ma if a and b and ma else float("nan")
-    spread = f"{fmt(min(a))}..{fmt(max(a))} / {fmt(min(b))}..{fmt(max(b))}" if a and b else ""
-    print(f"{key:32} {units[key]:16} {fmt(ma):>10} {fmt(mb):>10} {ratio:6.3f}   {spread}")
+    line = f"{key:28} {units[key]:16} {fmt(median(key, subject)):>17}"
+    line += "".join(f" {fmt_ratio(ratio(key, ref)):>17}" for ref in refs)
+    print(line + "   " + " | ".join(spread(key, label) for label in labels))
+print()
+print(f"| measure | unit | {subject} | " + " | ".join(f"/ {ref}" for ref in refs)
+      + " | " + " | ".join(f"{label} min..max" for label in labels) + " |")
+print("|---" * (3 + len(refs) + len(labels)) + "|")
+for key in measures:
+    cells = [key, units[key], fmt(median(key, subject))]
+    cells += [fmt_ratio(ratio(key, ref)) for ref in refs]
+    for label in labels:
+        v = values.get((key, label), [])
+        cells.append(f"{fmt(min(v))}..{fmt(max(v))}" if v else "-")
+    print("| " + " | ".join(cells) + " |")
 EOF
