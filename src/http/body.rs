@@ -1,9 +1,9 @@
 //! Response bodies: small JSON documents, and the event stream read from an attachment.
 //!
-//! An event stream is two halves: a writer task that reads the [`Attachment`] and hands
-//! frames to a small channel, and the response body that drains the channel. A body that
-//! takes nothing for the stall timeout is cut (the client can reattach with its last id); a
-//! dropped body detaches at once. Either way the run goes on.
+//! An event stream is the attachment itself, polled by hyper whenever it can take more: no
+//! task and no channel in between. A dropped body detaches at once; a body that takes
+//! nothing for the stall timeout is cut by the runtime's stall check (the client can
+//! reattach with its last id). Either way the run goes on.
 
 use std::convert::Infallible;
 
@@ -11,14 +11,7 @@ use bytes::Bytes;
 use http_body::Frame;
 use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
 
-use std::time::Duration;
-
-use tokio::sync::mpsc::{self, error::SendTimeoutError};
-
 use crate::runtime::Attachment;
-
-/// Frames buffered between a stream's writer task and its response body.
-const STREAM_BUFFER: usize = 16;
 
 /// Every response body this server sends.
 pub type Body = UnsyncBoxBody<Bytes, Infallible>;
@@ -34,42 +27,11 @@ pub fn empty() -> Body {
 }
 
 /// The SSE body of `attachment`: each frame (or keep-alive comment) becomes one data frame,
-/// written as soon as hyper can take it. A body that takes nothing for `stall` is cut.
-pub fn event_stream(attachment: Attachment, stall: Duration) -> Body {
-    let frames = spawn_writer(attachment, stall);
-    let stream = futures_util::stream::unfold(frames, |mut frames| async move {
-        let bytes = frames.recv().await?;
-        Some((Ok::<_, Infallible>(Frame::data(bytes)), frames))
+/// written as soon as hyper can take it.
+pub fn event_stream(attachment: Attachment) -> Body {
+    let stream = futures_util::stream::unfold(attachment, |mut attachment| async move {
+        let bytes = attachment.next().await?;
+        Some((Ok::<_, Infallible>(Frame::data(bytes)), attachment))
     });
     StreamBody::new(stream).boxed_unsync()
-}
-
-/// Moves `attachment` into its own task feeding a bounded channel; the receiver is the
-/// response body.
-fn spawn_writer(mut attachment: Attachment, stall: Duration) -> mpsc::Receiver<Bytes> {
-    let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-    tokio::spawn(async move {
-        loop {
-            let bytes = tokio::select! {
-                next = attachment.next() => match next {
-                    Some(bytes) => bytes,
-                    None => break,
-                },
-                () = tx.closed() => break,
-            };
-            match tx.send_timeout(bytes, stall).await {
-                Ok(()) => {}
-                Err(SendTimeoutError::Timeout(_)) => {
-                    tracing::warn!(
-                        thread.id = %attachment.thread_id(),
-                        stall_ms = stall.as_millis() as u64,
-                        "stream stopped draining; cut so it can reattach"
-                    );
-                    break;
-                }
-                Err(SendTimeoutError::Closed(_)) => break,
-            }
-        }
-    });
-    rx
 }

@@ -223,7 +223,7 @@ async fn dispatch(
                 .map(str::to_owned)
                 .or_else(|| query_param(req.uri().query(), "lastEventId"));
             let attachment = app.runtime.reattach(&id, last_event_id.as_deref()).await?;
-            Ok(stream_response(app, attachment))
+            Ok(stream_response(attachment))
         }
     }
 }
@@ -355,13 +355,13 @@ async fn run(app: &App, agent: &str, req: Request<Incoming>) -> Result<Response<
         return Err(ApiError::unknown_agent(agent));
     }
     let attachment = app.runtime.start_run(agent, input).await?;
-    Ok(stream_response(app, attachment))
+    Ok(stream_response(attachment))
 }
 
 /// The 200 event-stream response for an attachment.
-fn stream_response(app: &App, attachment: Attachment) -> Response<Body> {
+fn stream_response(attachment: Attachment) -> Response<Body> {
     let resume = attachment.resume();
-    let mut response = Response::new(event_stream(attachment, app.runtime.stall_timeout()));
+    let mut response = Response::new(event_stream(attachment));
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(

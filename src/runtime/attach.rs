@@ -14,9 +14,12 @@ use bytes::Bytes;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::journal::{Frame, ReaderSlot};
+use super::journal::{Cut, Frame, ReaderSlot};
 use super::{LiveRun, Thread};
 use crate::protocol::{KEEP_ALIVE, Profile};
+
+/// Frames a reader takes between reports of its progress within one batch.
+const TELL_EVERY: usize = 64;
 
 /// Whether a reattach replays exactly or had to resynchronise (`agui-resume` header).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +65,8 @@ pub struct Attachment {
     /// This reader's registered place in the journal (not for a preamble-only stream):
     /// the frames after it are kept until it has taken them.
     slot: Option<ReaderSlot>,
+    /// Frames taken since the journal was last told.
+    untold: usize,
     _guard: Option<AttachGuard>,
 }
 
@@ -111,6 +116,7 @@ impl Attachment {
             done: false,
             resume: Resume::Exact,
             slot,
+            untold: 0,
             _guard: run.map(AttachGuard::new),
         }
     }
@@ -150,6 +156,25 @@ impl Attachment {
         None
     }
 
+    /// Tells the journal this reader has taken everything up to its cursor; [`Cut`] when
+    /// it was cut for stalling.
+    fn tell_progress(&mut self) -> Result<(), Cut> {
+        self.untold = 0;
+        let Some(slot) = self.slot.as_mut() else {
+            return Ok(());
+        };
+        self.thread
+            .journal
+            .advance(slot, self.cursor)
+            .inspect_err(|_| {
+                tracing::warn!(
+                    thread.id = %self.thread.id,
+                    cursor = self.cursor,
+                    "stream stopped draining; cut so it can reattach"
+                );
+            })
+    }
+
     /// The next chunk of the response body, or `None` when the stream is over.
     pub async fn next(&mut self) -> Option<Bytes> {
         loop {
@@ -161,6 +186,12 @@ impl Attachment {
             }
             if let Some(frame) = self.pending.pop_front() {
                 self.cursor = frame.seq;
+                // Within a long batch, progress is reported now and then, so the stall
+                // check sees a reader that is taking frames as one.
+                self.untold += 1;
+                if self.untold >= TELL_EVERY && self.tell_progress().is_err() {
+                    return self.end();
+                }
                 if frame.ends_segment {
                     self.done = match self.mode {
                         Mode::Segment | Mode::Preamble => true,
@@ -172,8 +203,8 @@ impl Attachment {
                 return Some(frame.bytes(self.profile));
             }
             // Everything up to the cursor has gone out: the journal may let go of it.
-            if let Some(slot) = self.slot.as_mut() {
-                self.thread.journal.advance(slot, self.cursor);
+            if self.tell_progress().is_err() {
+                return self.end();
             }
             // Mark the current value seen before reading so no append is missed.
             self.latest.borrow_and_update();

@@ -14,7 +14,7 @@
 //! Frame ids carry the daemon's boot epoch and a per-thread sequence number, so they are
 //! strictly increasing within a thread and an id from an earlier boot is recognisable.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
@@ -149,16 +149,6 @@ impl Frame {
     }
 }
 
-/// Forgets one reader at `cursor`.
-fn release(readers: &mut BTreeMap<u64, usize>, cursor: u64) {
-    if let Some(count) = readers.get_mut(&cursor) {
-        *count -= 1;
-        if *count == 0 {
-            readers.remove(&cursor);
-        }
-    }
-}
-
 /// The requested position is no longer (or never was) in the journal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gap;
@@ -183,8 +173,14 @@ pub struct Journal {
 /// their `Drop`.
 #[derive(Debug)]
 pub struct ReaderSlot {
+    id: u64,
     cursor: u64,
 }
+
+/// The reader was cut for taking nothing for the stall timeout (see
+/// [`Journal::cut_stalled`]); its registration is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cut;
 
 #[derive(Debug)]
 struct Inner {
@@ -198,8 +194,12 @@ struct Inner {
     evicted_through: u64,
     /// Bytes of every frame ever journaled.
     total: u64,
-    /// Registered readers by cursor (the last sequence each has taken): how many at each.
-    readers: BTreeMap<u64, usize>,
+    /// Registered readers by cursor (the last sequence each has taken) and id; the value
+    /// is when the stall check first saw the reader behind at that cursor (ms), if it has.
+    readers: BTreeMap<(u64, u64), Option<u64>>,
+    next_reader: u64,
+    /// Readers cut for stalling that have not noticed yet.
+    cut: HashSet<u64>,
 }
 
 impl Inner {
@@ -227,7 +227,7 @@ impl Inner {
         self.readers
             .keys()
             .next()
-            .map_or(u64::MAX, |cursor| cursor + 1)
+            .map_or(u64::MAX, |(cursor, _)| cursor + 1)
     }
 
     /// Whether the retained frames a registered reader still needs fill the window.
@@ -262,6 +262,8 @@ impl Journal {
                 evicted_through: 0,
                 total: 0,
                 readers: BTreeMap::new(),
+                next_reader: 0,
+                cut: HashSet::new(),
             }),
             latest: watch::Sender::new(0),
             advanced: Notify::new(),
@@ -276,28 +278,75 @@ impl Journal {
         if cursor < inner.evicted_through || cursor >= inner.next_seq {
             return Err(Gap);
         }
-        *inner.readers.entry(cursor).or_default() += 1;
-        Ok(ReaderSlot { cursor })
+        let id = inner.next_reader;
+        inner.next_reader += 1;
+        inner.readers.insert((cursor, id), None);
+        Ok(ReaderSlot { id, cursor })
     }
 
-    /// Moves a registered reader to `cursor` (it has taken every frame up to it).
-    pub fn advance(&self, slot: &mut ReaderSlot, cursor: u64) {
-        if cursor == slot.cursor {
-            return;
-        }
+    /// Moves a registered reader to `cursor` (it has taken every frame up to it); [`Cut`]
+    /// when it was cut for stalling meanwhile.
+    pub fn advance(&self, slot: &mut ReaderSlot, cursor: u64) -> Result<(), Cut> {
         {
             let mut inner = self.lock();
-            release(&mut inner.readers, slot.cursor);
-            *inner.readers.entry(cursor).or_default() += 1;
+            if inner.cut.remove(&slot.id) {
+                return Err(Cut);
+            }
+            if cursor == slot.cursor {
+                return Ok(());
+            }
+            inner.readers.remove(&(slot.cursor, slot.id));
+            inner.readers.insert((cursor, slot.id), None);
         }
         slot.cursor = cursor;
         self.advanced.notify_waiters();
+        Ok(())
     }
 
     /// Ends a registration.
     pub fn unregister(&self, slot: ReaderSlot) {
-        release(&mut self.lock().readers, slot.cursor);
+        {
+            let mut inner = self.lock();
+            inner.readers.remove(&(slot.cursor, slot.id));
+            inner.cut.remove(&slot.id);
+        }
         self.advanced.notify_waiters();
+    }
+
+    /// Cuts every registered reader that has had frames to take and taken none of them for
+    /// `stall`, as seen by successive calls (`now_ms` is the caller's clock): the first
+    /// call that finds a reader behind notes the time; a later one cuts it if it is still
+    /// at the same cursor. Its frames are no longer kept for it, the writer may go on, and
+    /// its next [`Journal::advance`] says [`Cut`]. Returns how many were cut.
+    pub fn cut_stalled(&self, now_ms: u64, stall: std::time::Duration) -> usize {
+        let stall_ms = stall.as_millis() as u64;
+        let mut inner = self.lock();
+        let last = inner.next_seq - 1;
+        let mut stalled = Vec::new();
+        for (&(cursor, id), behind_since) in inner.readers.range_mut(..(last, 0)) {
+            debug_assert!(cursor < last);
+            match behind_since {
+                None => *behind_since = Some(now_ms),
+                Some(since) if now_ms.saturating_sub(*since) >= stall_ms => {
+                    stalled.push((cursor, id));
+                }
+                Some(_) => {}
+            }
+        }
+        for key in &stalled {
+            inner.readers.remove(key);
+            inner.cut.insert(key.1);
+        }
+        drop(inner);
+        if !stalled.is_empty() {
+            self.advanced.notify_waiters();
+        }
+        stalled.len()
+    }
+
+    /// Whether any reader is registered.
+    pub fn has_readers(&self) -> bool {
+        !self.lock().readers.is_empty()
     }
 
     /// Waits until the slowest registered reader is less than a window behind (at once
@@ -542,7 +591,7 @@ mod tests {
             tokio::time::timeout(wait, j.room()).await.is_err(),
             "window full"
         );
-        j.advance(&mut slot, 5);
+        j.advance(&mut slot, 5).expect("not cut");
         tokio::time::timeout(Duration::from_secs(5), j.room())
             .await
             .expect("room once the reader advanced");
@@ -556,6 +605,46 @@ mod tests {
         assert_eq!(j.replay_after(6).err(), Some(Gap));
         assert!(j.register(6).is_err());
         assert!(j.replay_after(7).expect("at the end").is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_reader_that_takes_nothing_for_the_stall_timeout_is_cut_and_frees_the_writer() {
+        use std::time::Duration;
+        let stall = Duration::from_millis(100);
+        let j = Journal::new(
+            7,
+            JournalLimits {
+                max_frames: 4,
+                max_bytes: usize::MAX,
+            },
+        );
+        let mut steady = j.register(0).expect("register");
+        let mut stalled = j.register(0).expect("register");
+        // Nothing to take yet: never stalled, however long.
+        assert_eq!(j.cut_stalled(0, stall), 0);
+        assert_eq!(j.cut_stalled(10_000, stall), 0);
+        for _ in 0..4 {
+            j.push(&text(1), 0);
+        }
+        // Both behind: noted at 20 000, not cut before the stall timeout has passed.
+        assert_eq!(j.cut_stalled(20_000, stall), 0);
+        assert_eq!(j.cut_stalled(20_050, stall), 0);
+        // The steady one takes its frames: its note is cleared.
+        j.advance(&mut steady, 4).expect("not cut");
+        assert_eq!(j.cut_stalled(20_100, stall), 1, "only the stalled one");
+        // The writer, held back by the stalled reader's full window, may go on.
+        tokio::time::timeout(Duration::from_secs(5), j.room())
+            .await
+            .expect("room once the stalled reader is cut");
+        // The stalled reader hears it at its next report, once.
+        assert_eq!(j.advance(&mut stalled, 1), Err(Cut));
+        j.unregister(stalled);
+        j.push(&text(1), 0);
+        assert_eq!(j.cut_stalled(30_000, stall), 0, "noted");
+        assert_eq!(j.cut_stalled(30_099, stall), 0, "not yet");
+        j.advance(&mut steady, 5).expect("steady is never cut");
+        assert_eq!(j.cut_stalled(40_000, stall), 0);
+        j.unregister(steady);
     }
 
     #[test]

@@ -168,6 +168,8 @@ struct Inner {
     started_at: Instant,
     /// Bytes held against the memory budget.
     meter: Arc<memory::Meter>,
+    /// Origin of the stall check's clock (tokio's, so paused-time tests can drive it).
+    clock_origin: tokio::time::Instant,
 }
 
 /// Whether a live run is producing a segment or waiting on the client.
@@ -229,7 +231,7 @@ impl Runtime {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(1);
-        Runtime {
+        let runtime = Runtime {
             inner: Arc::new(Inner {
                 agents,
                 threads: Mutex::new(HashMap::new()),
@@ -242,9 +244,45 @@ impl Runtime {
                 stop_streams: CancellationToken::new(),
                 started_at: Instant::now(),
                 meter: Arc::default(),
+                clock_origin: tokio::time::Instant::now(),
                 options,
             }),
-        }
+        };
+        runtime.spawn_stall_check();
+        runtime
+    }
+
+    /// Checks every thread's registered readers a few times per stall timeout and cuts the
+    /// ones that took nothing for it (see [`Journal::cut_stalled`]). One task for all
+    /// streams; it ends with the runtime.
+    fn spawn_stall_check(&self) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let stall = self.inner.options.stall_timeout;
+        let every = (stall / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        let inner = Arc::downgrade(&self.inner);
+        handle.spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(inner) = inner.upgrade() else {
+                    return;
+                };
+                let threads: Vec<Arc<Thread>> = lock(&inner.threads)
+                    .values()
+                    .filter(|t| Arc::strong_count(t) > 1)
+                    .cloned()
+                    .collect();
+                let now = tokio::time::Instant::now()
+                    .duration_since(inner.clock_origin)
+                    .as_millis() as u64;
+                for thread in threads {
+                    thread.journal.cut_stalled(now, stall);
+                }
+            }
+        });
     }
 
     pub fn has_agent(&self, name: &str) -> bool {
@@ -523,11 +561,6 @@ impl Runtime {
     /// Stops every agent backend (end of shutdown).
     pub async fn shutdown_agents(&self) {
         futures_util::future::join_all(self.inner.agents.values().map(|a| a.shutdown())).await;
-    }
-
-    /// How long a stream may fail to take a frame before it is cut (it can reattach).
-    pub fn stall_timeout(&self) -> Duration {
-        self.inner.options.stall_timeout
     }
 
     /// Waits for pending store writes (end of shutdown).
