@@ -170,3 +170,25 @@ async fn an_unanswered_approval_times_out_as_a_denial() {
     assert_eq!(last["content"], "Denied: delete everything");
     assert_eq!(runtime.gauge().active, 0, "slot released");
 }
+
+#[tokio::test(start_paused = true)]
+async fn keep_alives_come_after_each_stretch_of_silence_and_never_between_frames() {
+    let runtime = runtime(Duration::from_secs(30));
+    let mut attachment = runtime
+        .start_run("demo", run_input("ka", "r", "/slow 3 40000"))
+        .await
+        .expect("start");
+    let origin = tokio::time::Instant::now();
+    // (seconds since the start, whether it was a keep-alive), up to the first 60 s.
+    let mut seen = Vec::new();
+    while let Some(bytes) = attachment.next().await {
+        let at = origin.elapsed().as_secs();
+        if at > 60 {
+            break;
+        }
+        seen.push((at, bytes.starts_with(b":")));
+    }
+    let keep_alives: Vec<u64> = seen.iter().filter(|(_, k)| *k).map(|(at, _)| *at).collect();
+    // Chunks at 0, 40 and 80 s; 15 s of silence after each before a keep-alive.
+    assert_eq!(keep_alives, [15, 30, 55], "{seen:?}");
+}

@@ -7,11 +7,13 @@
 //! the disconnect grace once nobody is attached.
 
 use std::collections::VecDeque;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::watch;
+use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 
 use super::journal::{Cut, Frame, ReaderSlot};
@@ -67,6 +69,10 @@ pub struct Attachment {
     slot: Option<ReaderSlot>,
     /// Frames taken since the journal was last told.
     untold: usize,
+    /// When frames last went out (the keep-alive counts silence from there), and the
+    /// keep-alive timer.
+    last_sent: Instant,
+    silence: Pin<Box<Sleep>>,
     _guard: Option<AttachGuard>,
 }
 
@@ -117,6 +123,8 @@ impl Attachment {
             resume: Resume::Exact,
             slot,
             untold: 0,
+            last_sent: Instant::now(),
+            silence: Box::pin(tokio::time::sleep(keep_alive)),
             _guard: run.map(AttachGuard::new),
         }
     }
@@ -208,9 +216,13 @@ impl Attachment {
             }
             // Mark the current value seen before reading so no append is missed.
             self.latest.borrow_and_update();
-            match self.thread.journal.replay_after(self.cursor) {
-                Ok(frames) if !frames.is_empty() => {
-                    self.pending.extend(frames);
+            match self
+                .thread
+                .journal
+                .replay_into(self.cursor, &mut self.pending)
+            {
+                Ok(taken) if taken > 0 => {
+                    self.last_sent = Instant::now();
                     continue;
                 }
                 Ok(_) if self.stop.is_cancelled() => {
@@ -237,7 +249,16 @@ impl Attachment {
                 // Stopping ends the stream only once what is journaled has gone out (the
                 // loop re-reads the journal first).
                 () = self.stop.cancelled() => {}
-                () = tokio::time::sleep(self.keep_alive) => {
+                () = self.silence.as_mut() => {
+                    // One timer per stream, re-armed only when it fires: after a frame
+                    // went out meanwhile, it waits out the rest of the silence.
+                    let due = self.last_sent + self.keep_alive;
+                    if due > Instant::now() {
+                        self.silence.as_mut().reset(due);
+                        continue;
+                    }
+                    self.last_sent = Instant::now();
+                    self.silence.as_mut().reset(self.last_sent + self.keep_alive);
                     return Some(Bytes::from_static(KEEP_ALIVE));
                 }
             }

@@ -230,10 +230,16 @@ impl Inner {
             .map_or(u64::MAX, |(cursor, _)| cursor + 1)
     }
 
+    /// Where the frame with sequence `seq` is (or would be) in the ring: the retained frames
+    /// are contiguous, right after the evicted ones.
+    fn index_of(&self, seq: u64) -> usize {
+        let first = self.evicted_through + 1;
+        (seq.saturating_sub(first) as usize).min(self.frames.len())
+    }
+
     /// Whether the retained frames a registered reader still needs fill the window.
     fn window_full(&self, limits: &JournalLimits) -> bool {
-        let needed_from = self.needed_from();
-        let start = self.frames.partition_point(|f| f.seq < needed_from);
+        let start = self.index_of(self.needed_from());
         let Some(oldest) = self.frames.get(start) else {
             return false;
         };
@@ -295,10 +301,15 @@ impl Journal {
             if cursor == slot.cursor {
                 return Ok(());
             }
+            // The writer only ever waits on a full window.
+            let was_full = inner.window_full(&self.limits);
             inner.readers.remove(&(slot.cursor, slot.id));
             inner.readers.insert((cursor, slot.id), None);
+            slot.cursor = cursor;
+            if !was_full {
+                return Ok(());
+            }
         }
-        slot.cursor = cursor;
         self.advanced.notify_waiters();
         Ok(())
     }
@@ -474,12 +485,21 @@ impl Journal {
     /// Every retained frame strictly after `after` (a sequence number of this journal), or
     /// [`Gap`] when some of them were evicted.
     pub fn replay_after(&self, after: u64) -> Result<Vec<Frame>, Gap> {
+        let mut frames = VecDeque::new();
+        self.replay_into(after, &mut frames)?;
+        Ok(frames.into())
+    }
+
+    /// Appends every retained frame strictly after `after` to `out` (sharing their bytes);
+    /// how many, or [`Gap`] when some of them were evicted.
+    pub fn replay_into(&self, after: u64, out: &mut VecDeque<Frame>) -> Result<usize, Gap> {
         let inner = self.lock();
         if after < inner.evicted_through || after >= inner.next_seq {
             return Err(Gap);
         }
-        let start = inner.frames.partition_point(|f| f.seq <= after);
-        Ok(inner.frames.range(start..).cloned().collect())
+        let start = inner.index_of(after + 1);
+        out.extend(inner.frames.range(start..).cloned());
+        Ok(inner.frames.len() - start)
     }
 
     /// Resolves a client-supplied id to a cursor in this journal, or [`Gap`] when it cannot
