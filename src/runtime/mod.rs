@@ -182,8 +182,9 @@ pub(crate) enum Phase {
 /// What the runtime tells a run's pump.
 #[derive(Debug)]
 pub(crate) enum Control {
-    /// The waits were answered (or failed closed): open the next segment.
-    Resume(NextSegment),
+    /// The waits were answered (or failed closed): open the next segment. (Boxed: the
+    /// channel preallocates slots of this enum's size for every run.)
+    Resume(Box<NextSegment>),
 }
 
 /// The segment a suspended run opens next.

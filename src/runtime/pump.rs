@@ -455,7 +455,7 @@ impl Pump {
 
     fn on_control(&mut self, command: Control) {
         match command {
-            Control::Resume(next) => self.next_segment(next),
+            Control::Resume(next) => self.next_segment(*next),
         }
     }
 
