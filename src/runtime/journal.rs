@@ -368,6 +368,7 @@ impl Journal {
             if !self.lock().window_full(&self.limits) {
                 return;
             }
+            self.publish();
             advanced.await;
         }
     }
@@ -407,6 +408,34 @@ impl Journal {
     /// Encodes and appends `events` in order, waking readers once; returns the id of the
     /// last one (`None` when `events` is empty).
     pub fn push_all(&self, events: &[Event], timestamp_ms: u64) -> Option<EventId> {
+        let last = self.append(events, timestamp_ms)?;
+        self.latest.send_replace(last.seq);
+        Some(last)
+    }
+
+    /// [`Journal::push_all`] without waking readers: the writer appends a batch and then
+    /// calls [`Journal::publish`] once. (Readers waiting on [`Journal::room`] are never
+    /// left waiting on unpublished frames: `room` publishes before it waits.)
+    pub fn push_all_quietly(&self, events: &[Event], timestamp_ms: u64) -> Option<EventId> {
+        self.append(events, timestamp_ms)
+    }
+
+    /// Wakes readers for everything appended so far.
+    pub fn publish(&self) {
+        let last = self.last_seq();
+        self.latest.send_if_modified(|latest| {
+            let changed = *latest != last;
+            *latest = last;
+            changed
+        });
+    }
+
+    /// Whether the writer may append without waiting (see [`Journal::room`]).
+    pub fn has_room(&self) -> bool {
+        !self.lock().window_full(&self.limits)
+    }
+
+    fn append(&self, events: &[Event], timestamp_ms: u64) -> Option<EventId> {
         if events.is_empty() {
             return None;
         }
@@ -447,7 +476,6 @@ impl Journal {
         let after = inner.held();
         self.meter.replace(before, after);
         drop(inner);
-        self.latest.send_replace(last);
         Some(self.id(last))
     }
 

@@ -47,6 +47,8 @@ use crate::protocol::{Event, Message, Profile, RunAgentInput};
 const CANCEL_BOUND: Duration = Duration::from_millis(1500);
 /// Agent events buffered between the agent and the pump.
 const SINK_CAPACITY: usize = 64;
+/// Agent items the pump turns into frames before it wakes the readers.
+const DRAIN_BATCH: usize = 64;
 
 /// Starts a run on `thread`; the caller is in the thread's decide section and holds `permit`.
 pub(super) fn start(
@@ -142,6 +144,7 @@ pub(super) fn start(
             thread: thread.clone(),
             run: run.clone(),
             permit: Some(permit),
+            quiet: false,
         },
         hitl,
         suspend_timeout: inner.options.suspend_timeout,
@@ -257,7 +260,26 @@ async fn drive(
                     () = pump.writer.thread.journal.room() => {}
                     () = run.cancel.cancelled() => {}
                 }
+                // What the agent has already produced goes out as one batch: one wake-up
+                // of the readers, one write. The batch stops where a step needs the store
+                // (a suspension, a new segment) or the window is full.
+                pump.writer.quiet = true;
                 pump.on_item(item);
+                for _ in 1..DRAIN_BATCH {
+                    if pump.deadline.is_some()
+                        || pump.pending_park.is_some()
+                        || pump.pending_segment.is_some()
+                        || !pump.writer.thread.journal.has_room()
+                    {
+                        break;
+                    }
+                    let Ok(item) = items.try_recv() else {
+                        break;
+                    };
+                    pump.on_item(item);
+                }
+                pump.writer.quiet = false;
+                pump.writer.thread.journal.publish();
                 pump.settle().await;
             }
             outcome = &mut turn_future => {
@@ -586,6 +608,9 @@ struct SegmentWriter {
     thread: Arc<Thread>,
     run: Arc<LiveRun>,
     permit: Option<OwnedSemaphorePermit>,
+    /// Within a batch: frames are journaled without waking readers (the pump publishes
+    /// once at the end of the batch).
+    quiet: bool,
 }
 
 impl SegmentWriter {
@@ -777,7 +802,13 @@ impl SegmentWriter {
     /// Appends events to the journal and records what they completed, while the translator
     /// is locked, so a resync sees journal, transcript and open items at one position.
     fn emit(&self, translator: &mut Translator, events: &[Event]) {
-        if let Some(last) = self.thread.journal.push_all(events, now_ms()) {
+        let journal = &self.thread.journal;
+        let pushed = if self.quiet {
+            journal.push_all_quietly(events, now_ms())
+        } else {
+            journal.push_all(events, now_ms())
+        };
+        if let Some(last) = pushed {
             tracing::trace!(events = events.len(), last = %last, "events journaled");
         }
         let completed = translator.take_completed();
