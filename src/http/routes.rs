@@ -125,6 +125,9 @@ pub(super) async fn handle(app: &App, req: Request<Incoming>, tls: bool) -> Resp
         },
     };
     policy::cors_headers(response.headers_mut(), &origin);
+    if method == Method::HEAD {
+        strip_body(&mut response);
+    }
     tracing::info!(
         method = %method,
         path = %path,
@@ -135,6 +138,18 @@ pub(super) async fn handle(app: &App, req: Request<Incoming>, tls: bool) -> Resp
         "request"
     );
     response
+}
+
+/// A response to `HEAD`: the headers of the `GET`, no body on any protocol (HTTP/2 treats
+/// DATA on a HEAD stream as a protocol error). `Content-Length` says what `GET` would send.
+fn strip_body(response: &mut Response<Body>) {
+    use http_body::Body as _;
+    if let Some(length) = response.body().size_hint().exact() {
+        response
+            .headers_mut()
+            .insert(CONTENT_LENGTH, HeaderValue::from(length));
+    }
+    *response.body_mut() = empty();
 }
 
 async fn dispatch(
