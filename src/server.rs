@@ -204,9 +204,7 @@ impl Server {
         }
         self.runtime.flush_store().await;
         if let Some(graceful) = graceful
-            && tokio::time::timeout_at(deadline.into(), graceful.shutdown())
-                .await
-                .is_err()
+            && !graceful.finish(deadline.into()).await
         {
             tracing::info!("connections still open at the end of the grace; closing them");
         }

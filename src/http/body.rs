@@ -1,4 +1,5 @@
-//! Response bodies: small JSON documents, and the event stream read from an attachment.
+//! Bodies: reading a request body within its limit, and the response bodies (small JSON
+//! documents, and the event stream read from an attachment).
 //!
 //! An event stream is two halves: a writer task that reads the [`Attachment`] and hands
 //! frames to a small channel, and the response body that drains the channel. A body that
@@ -8,14 +9,21 @@
 use std::convert::Infallible;
 
 use bytes::Bytes;
+use http::HeaderMap;
+use http::header::CONTENT_LENGTH;
 use http_body::Frame;
-use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
+use http_body_util::{BodyExt, Full, Limited, StreamBody, combinators::UnsyncBoxBody};
+use hyper::body::Incoming;
 
 use std::time::Duration;
 
 use tokio::sync::mpsc::{self, error::SendTimeoutError};
 
+use super::error::ApiError;
 use crate::runtime::Attachment;
+
+/// Largest accepted request body.
+pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
 /// Frames buffered between a stream's writer task and its response body.
 const STREAM_BUFFER: usize = 16;
@@ -31,6 +39,37 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
 /// An empty body.
 pub fn empty() -> Body {
     full(Bytes::new())
+}
+
+/// Reads a request body up to `limit` bytes; a declared or actual excess is 413 without
+/// reading further.
+pub async fn read_body(
+    body: Incoming,
+    headers: &HeaderMap,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit as u64) {
+        return Err(ApiError::payload_too_large(limit));
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error) => {
+            if error
+                .downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                Err(ApiError::payload_too_large(limit))
+            } else {
+                Err(ApiError::invalid_request(
+                    "the request body could not be read",
+                ))
+            }
+        }
+    }
 }
 
 /// The SSE body of `attachment`: each frame (or keep-alive comment) becomes one data frame,

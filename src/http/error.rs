@@ -158,6 +158,17 @@ impl ApiError {
         e
     }
 
+    /// A connection over the listener's connection cap.
+    pub fn too_many_connections() -> ApiError {
+        let mut e = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "OVER_CAPACITY",
+            "too many open connections; retry later",
+        );
+        e.retry_after = Some(Duration::from_secs(1));
+        e
+    }
+
     /// The response for this error.
     pub fn into_response(self) -> Response<Body> {
         let mut body = json!({"code": self.code, "message": self.message});

@@ -138,6 +138,9 @@ impl Agent for AcpBackend {
             lock(&inner.sessions).clear();
             // Concurrently: the whole stop sequence stays bounded whatever the pool size.
             futures_util::future::join_all(processes.iter().map(|p| p.stop())).await;
+            if let Some(bridge) = inner.mcp.get().cloned().flatten() {
+                bridge.closed().await;
+            }
         })
     }
 }
@@ -500,8 +503,9 @@ impl Inner {
         let bridge = self
             .mcp
             .get_or_init(|| async {
-                match mcp::McpBridge::start().await {
-                    Ok(bridge) => Some(bridge),
+                let limits = crate::http::mcp::default_limits();
+                match mcp::McpBridge::start(limits, self.stopped.child_token()).await {
+                    Ok(bridge) => Some(Arc::new(bridge)),
                     Err(error) => {
                         tracing::warn!(%error, "cannot start the frontend-tools MCP endpoint");
                         None

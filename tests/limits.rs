@@ -1,0 +1,90 @@
+//! The limits in the README's table, each enforced with a JSON error over a real socket:
+//! connections per listener, header and body timeouts, header size, id length.
+
+mod support;
+
+use std::time::Duration;
+
+use agui_serve::http::Limits;
+use serde_json::Value;
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Sends `request` on a fresh connection and reads until the server closes it.
+async fn raw_exchange(server: &TestServer, request: &[u8]) -> String {
+    let mut stream = TcpStream::connect(server.addr).await.expect("connect");
+    stream.write_all(request).await.expect("write");
+    read_until_closed(&mut stream).await
+}
+
+async fn read_until_closed(stream: &mut TcpStream) -> String {
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut got))
+        .await
+        .expect("the server closes the connection")
+        .expect("read");
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// The status and JSON body of a raw HTTP/1.1 response (`content-length` framed).
+fn json_answer(raw: &str) -> (u16, Value) {
+    let (head, body) = raw.split_once("\r\n\r\n").expect("a response head");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status");
+    let lower = head.to_ascii_lowercase();
+    assert!(
+        lower.contains("content-type: application/json"),
+        "JSON error: {raw}"
+    );
+    let body: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {raw}"));
+    assert!(
+        body["code"].is_string() && body["message"].is_string(),
+        "{body}"
+    );
+    (status, body)
+}
+
+#[tokio::test]
+async fn connections_over_the_cap_get_a_json_503_and_are_closed() {
+    let limits = Limits {
+        max_connections: 4,
+        ..Limits::default()
+    };
+    let server = TestServer::with_limits(|_| {}, limits).await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(TcpStream::connect(server.addr).await.expect("connect"));
+    }
+    let raw = raw_exchange(&server, b"GET /agui/healthz HTTP/1.1\r\nhost: x\r\n\r\n").await;
+    let (status, body) = json_answer(&raw);
+    assert_eq!(status, 503, "{raw}");
+    assert_eq!(body["code"], "OVER_CAPACITY");
+    assert!(raw.to_ascii_lowercase().contains("retry-after: 1"), "{raw}");
+
+    // A held connection is served normally, and once one closes a new one is too.
+    held[0]
+        .write_all(b"GET /agui/healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await
+        .expect("write");
+    let raw = read_until_closed(&mut held[0]).await;
+    assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+    drop(held.remove(0));
+    let mut again = None;
+    for _ in 0..100 {
+        let raw = raw_exchange(
+            &server,
+            b"GET /agui/healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+        )
+        .await;
+        if raw.starts_with("HTTP/1.1 200") {
+            again = Some(raw);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(again.is_some(), "a freed slot is served again");
+}
