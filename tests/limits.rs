@@ -88,3 +88,49 @@ async fn connections_over_the_cap_get_a_json_503_and_are_closed() {
     }
     assert!(again.is_some(), "a freed slot is served again");
 }
+
+#[tokio::test]
+async fn a_body_that_never_arrives_gets_a_json_408_and_the_connection_closes() {
+    let limits = Limits {
+        body_read_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let server = TestServer::with_limits(|_| {}, limits).await;
+    let started = std::time::Instant::now();
+    let raw = raw_exchange(
+        &server,
+        format!(
+            "POST /agui/demo HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {TOKEN}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{{\"threadId\":"
+        )
+        .as_bytes(),
+    )
+    .await;
+    let (status, body) = json_answer(&raw);
+    assert_eq!(status, 408, "{raw}");
+    assert_eq!(body["code"], "REQUEST_TIMEOUT");
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    // Chunked, over HTTP/2 with TLS: the same answer on the stream.
+    let dir = temp_dir("body-timeout");
+    let tls = TestServer::with_limits(
+        move |c| {
+            c.tls = agui_serve::config::TlsMode::SelfSigned;
+            c.data_dir = dir;
+        },
+        limits,
+    )
+    .await;
+    let never = futures_util::stream::pending::<Result<Vec<u8>, std::io::Error>>();
+    let first = futures_util::stream::iter([Ok(b"{\"threadId\":".to_vec())]);
+    let body = reqwest::Body::wrap_stream(futures_util::StreamExt::chain(first, never));
+    let response = tls
+        .post("/demo")
+        .header("content-type", "application/json")
+        .body(body)
+        .sent()
+        .await;
+    assert_eq!(response.version(), reqwest::Version::HTTP_2);
+    assert_eq!(response.status(), 408);
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(body["code"], "REQUEST_TIMEOUT");
+}

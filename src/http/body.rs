@@ -41,12 +41,13 @@ pub fn empty() -> Body {
     full(Bytes::new())
 }
 
-/// Reads a request body up to `limit` bytes; a declared or actual excess is 413 without
-/// reading further.
+/// Reads a request body up to `limit` bytes within `timeout`; a declared or actual excess
+/// is 413 without reading further, a body still incomplete at the timeout is 408.
 pub async fn read_body(
     body: Incoming,
     headers: &HeaderMap,
     limit: usize,
+    timeout: Duration,
 ) -> Result<Bytes, ApiError> {
     let declared = headers
         .get(CONTENT_LENGTH)
@@ -55,7 +56,11 @@ pub async fn read_body(
     if declared.is_some_and(|len| len > limit as u64) {
         return Err(ApiError::payload_too_large(limit));
     }
-    match Limited::new(body, limit).collect().await {
+    let collected = match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
+        Ok(collected) => collected,
+        Err(_) => return Err(ApiError::request_timeout(timeout)),
+    };
+    match collected {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(error) => {
             if error

@@ -158,6 +158,18 @@ impl ApiError {
         e
     }
 
+    /// The request body did not arrive within the body-read timeout.
+    pub fn request_timeout(timeout: Duration) -> ApiError {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "REQUEST_TIMEOUT",
+            format!(
+                "the request body did not arrive within {} ms",
+                timeout.as_millis()
+            ),
+        )
+    }
+
     /// A connection over the listener's connection cap.
     pub fn too_many_connections() -> ApiError {
         let mut e = ApiError::new(

@@ -175,7 +175,7 @@ where
     async fn answer(
         &self,
         req: Request<Incoming>,
-        _conn: ConnInfo,
+        conn: ConnInfo,
     ) -> Result<Response<Body>, ApiError> {
         let id = req
             .uri()
@@ -190,7 +190,8 @@ where
             return Err(ApiError::unauthorized());
         }
         let (parts, body) = req.into_parts();
-        let body = read_body(body, &parts.headers, MAX_BODY_BYTES).await?;
+        let timeout = conn.limits.body_read_timeout;
+        let body = read_body(body, &parts.headers, MAX_BODY_BYTES, timeout).await?;
         let request = Request::from_parts(parts, Full::new(body));
         let mut service = endpoint.service;
         match service.call(request).await {

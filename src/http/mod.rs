@@ -33,6 +33,8 @@ pub struct Limits {
     /// Time allowed from accept to the end of the first request's headers (TLS handshake
     /// included), and for each later HTTP/1.1 request's headers.
     pub header_read_timeout: Duration,
+    /// Time allowed to receive a request's whole body, from the end of its headers.
+    pub body_read_timeout: Duration,
     /// Kernel send buffer per connection (bytes).
     pub send_buffer: usize,
     /// Connections served at once by one listener.
@@ -43,6 +45,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
             send_buffer: 256 * 1024,
             max_connections: 512,
         }

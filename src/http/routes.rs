@@ -358,7 +358,7 @@ async fn run(
     app: &App,
     agent: &str,
     req: Request<Incoming>,
-    _conn: ConnInfo,
+    conn: ConnInfo,
 ) -> Result<Response<Body>, ApiError> {
     if !is_json(req.headers()) {
         return Err(ApiError::unsupported_media_type());
@@ -368,7 +368,13 @@ async fn run(
         return Err(ApiError::not_acceptable());
     }
     let (parts, body) = req.into_parts();
-    let body = read_body(body, &parts.headers, MAX_BODY_BYTES).await?;
+    let body = read_body(
+        body,
+        &parts.headers,
+        MAX_BODY_BYTES,
+        conn.limits.body_read_timeout,
+    )
+    .await?;
     let input = decode_run_input(&body)?;
     if !app.runtime.has_agent(agent) {
         return Err(ApiError::unknown_agent(agent));
