@@ -185,6 +185,17 @@ async fn token_never_appears_in_logs_even_at_trace() {
             .sent()
             .await;
         assert_eq!(r.status(), 200);
+        // Under other query names, after other separators, in the path: the value is
+        // what is scrubbed, wherever it is.
+        for path in [
+            format!("/info?access_token={secret}"),
+            format!("/info?a=1;token={secret}"),
+            format!("/threads/{secret}"),
+            format!("/{secret}"),
+        ] {
+            let r = http.get(daemon.url(&path)).bearer_auth(secret).sent().await;
+            assert!(r.status().is_success() || r.status().is_client_error());
+        }
         // A wrong token, echoed nowhere either.
         let r = http
             .get(daemon.url("/info?token=wrong-s3cret-guess"))
@@ -219,11 +230,67 @@ async fn token_never_appears_in_logs_even_at_trace() {
         "trace logging was on"
     );
     assert!(logs.contains("token=[redacted]"), "query logged, scrubbed");
+    assert!(
+        logs.contains("access_token=[redacted]") && logs.contains("/threads/[redacted]"),
+        "the value is scrubbed under any name"
+    );
     assert!(!logs.contains(secret), "token found in logs");
     assert!(
         !logs.contains("wrong-s3cret-guess"),
         "presented token found in logs"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_secrets_never_appear_in_logs_even_at_trace() {
+    let state = temp_dir("mcp-logs");
+    let agent = format!("scripted={}", scripted_agent().display());
+    let data = temp_dir("mcp-logs-data");
+    let args = quiet_port_args(&[
+        "--no-tls",
+        "--token",
+        TOKEN,
+        "--data-dir",
+        data.to_str().expect("utf8"),
+        "--acp",
+        &agent,
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let state_env = state.to_str().expect("utf8");
+    let mut daemon = Daemon::start(
+        &args,
+        &[("RUST_LOG", "trace"), ("SCRIPTED_AGENT_STATE", state_env)],
+    );
+    let tools = serde_json::json!([{"name": "chart", "description": "draws", "parameters": {"type": "object"}}]);
+    let body = serde_json::json!({"threadId": "t", "runId": "r", "protocolVersion": "1.0",
+        "tools": tools,
+        "messages": [{"id": "u", "role": "user", "content": "mcp chart {\"kind\":\"bar\"}"}]});
+    let r = daemon.post("/scripted").json(&body).sent().await;
+    assert_eq!(r.status(), 200);
+    let frames = SseReader::new(r).collect().await;
+    assert!(
+        frames.iter().any(|f| f.kind() == "TOOL_CALL_START"),
+        "the agent called the frontend tool over MCP: {:?}",
+        kinds(&frames)
+    );
+    daemon.signal("TERM");
+    daemon.wait(Duration::from_secs(15)).expect("exits");
+    let recorded = std::fs::read_dir(&state)
+        .expect("state dir")
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().ends_with(".mcp.json"))
+        .expect("the agent recorded its MCP servers");
+    let servers: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(recorded.path()).expect("read")).expect("json");
+    let auth = servers[0]["headers"][0]["value"].as_str().expect("header");
+    let secret = auth.strip_prefix("Bearer ").expect("bearer");
+    assert!(secret.len() >= 32, "{secret}");
+    let logs = daemon.logs();
+    assert!(
+        logs.contains("TRACE") && logs.contains("mcpServers"),
+        "the ACP crate's trace output, with the session/new request, was on"
+    );
+    assert!(!logs.contains(secret), "MCP secret found in logs");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -28,6 +28,7 @@ use super::error::ApiError;
 use super::listener::{ConnInfo, Handler, accept_loop};
 use super::{Limits, policy};
 use crate::config::BearerToken;
+use crate::logging;
 
 /// How long open MCP connections get to finish once the listener stops.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
@@ -68,6 +69,8 @@ struct Endpoint<S: ServerHandler + Clone> {
     service: StreamableHttpService<S, LocalSessionManager>,
     /// Ends the endpoint's open MCP streams when it is removed.
     ended: CancellationToken,
+    /// The secret is scrubbed from log lines while the endpoint exists.
+    _logged: Arc<logging::SecretGuard>,
 }
 
 impl<S: ServerHandler + Clone> Clone for Endpoint<S> {
@@ -76,6 +79,7 @@ impl<S: ServerHandler + Clone> Clone for Endpoint<S> {
             secret: self.secret.clone(),
             service: self.service.clone(),
             ended: self.ended.clone(),
+            _logged: self._logged.clone(),
         }
     }
 }
@@ -131,6 +135,7 @@ where
                 secret: secret.clone(),
                 service,
                 ended,
+                _logged: Arc::new(logging::register(&secret)),
             },
         );
         McpEndpoint {
