@@ -6,6 +6,8 @@
 //! `session/new` request with the MCP URL and headers; a client can put the token in any
 //! query name or path), every occurrence of a registered value, as written or JSON-,
 //! `Debug`- or percent-encoded, is replaced by `[redacted]` before the line is written.
+//! Every control character in a line (but its newline and the formatter's own colours) is
+//! escaped, so a value from a client or an agent cannot forge lines or drive a terminal.
 //! The transport crates are still capped at `info`: their trace output is raw frames, where
 //! a value can be split or compressed (HPACK) beyond recognition.
 
@@ -76,7 +78,7 @@ pub fn init(format: LogFormat, ansi: bool) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
-        .with_writer(ScrubbedStderr);
+        .with_writer(ScrubbedStderr { ansi });
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -106,20 +108,71 @@ fn write_lock() -> std::sync::RwLockWriteGuard<'static, BTreeMap<u64, Vec<String
     SECRETS.write().unwrap_or_else(|e| e.into_inner())
 }
 
+/// `line` with every control character escaped (`\n`, `\r`, `\u{1b}`, ...) except its
+/// final newline, tabs, and, when `ansi`, the colour codes (`ESC [ digits ; m`) the
+/// formatter itself writes: whatever a client or an agent managed to get into a field, one
+/// event stays one line and cannot drive the terminal.
+pub fn escape_controls(line: &str, ansi: bool) -> std::borrow::Cow<'_, str> {
+    let body = line.strip_suffix('\n').unwrap_or(line);
+    if !body.chars().any(|c| c.is_control() && c != '\t') {
+        return std::borrow::Cow::Borrowed(line);
+    }
+    let mut out = String::with_capacity(line.len() + 16);
+    let mut rest = body;
+    while let Some(c) = rest.chars().next() {
+        let len = c.len_utf8();
+        if c == '\x1b'
+            && ansi
+            && let Some(sgr) = colour_code(rest)
+        {
+            out.push_str(&rest[..sgr]);
+            rest = &rest[sgr..];
+            continue;
+        }
+        if c.is_control() && c != '\t' {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+        rest = &rest[len..];
+    }
+    if body.len() < line.len() {
+        out.push('\n');
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// The length of the SGR sequence (`ESC [ 0-9;* m`) at the start of `text`, if any.
+fn colour_code(text: &str) -> Option<usize> {
+    let params = text.strip_prefix("\x1b[")?;
+    let digits = params
+        .bytes()
+        .take_while(|b| b.is_ascii_digit() || *b == b';')
+        .count();
+    (params.as_bytes().get(digits) == Some(&b'm')).then_some(2 + digits + 1)
+}
+
 /// Makes one [`LineWriter`] per event.
-struct ScrubbedStderr;
+struct ScrubbedStderr {
+    ansi: bool,
+}
 
 impl<'a> MakeWriter<'a> for ScrubbedStderr {
     type Writer = LineWriter;
 
     fn make_writer(&'a self) -> LineWriter {
-        LineWriter { buf: Vec::new() }
+        LineWriter {
+            buf: Vec::new(),
+            ansi: self.ansi,
+        }
     }
 }
 
-/// Collects one formatted event, scrubs it and writes it to stderr when dropped.
+/// Collects one formatted event, scrubs and escapes it, and writes it to stderr when
+/// dropped.
 struct LineWriter {
     buf: Vec<u8>,
+    ansi: bool,
 }
 
 impl Write for LineWriter {
@@ -136,7 +189,8 @@ impl Write for LineWriter {
 impl Drop for LineWriter {
     fn drop(&mut self) {
         let text = String::from_utf8_lossy(&self.buf);
-        let line = scrub(&text);
+        let scrubbed = scrub(&text);
+        let line = escape_controls(&scrubbed, self.ansi);
         // One locked write per line, so lines from different threads never interleave.
         // Nowhere to report a failed log write.
         let _ = io::stderr().lock().write_all(line.as_bytes());
@@ -146,6 +200,24 @@ impl Drop for LineWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_are_escaped_but_the_newline_and_colours_are_kept() {
+        assert_eq!(escape_controls("plain line\n", false), "plain line\n");
+        assert_eq!(
+            escape_controls(
+                "id=a\r\nFORGED \u{1b}]0;title\u{7}\u{0}\u{7f}\u{85}\n",
+                false
+            ),
+            "id=a\\r\\nFORGED \\u{1b}]0;title\\u{7}\\u{0}\\u{7f}\\u{85}\n"
+        );
+        let coloured = "\u{1b}[2m2026\u{1b}[0m \u{1b}[32m INFO\u{1b}[0m x=\u{1b}[2J\n";
+        assert_eq!(
+            escape_controls(coloured, true),
+            "\u{1b}[2m2026\u{1b}[0m \u{1b}[32m INFO\u{1b}[0m x=\\u{1b}[2J\n"
+        );
+        assert!(!escape_controls(coloured, false).contains('\u{1b}'));
+    }
 
     #[test]
     fn every_spelling_of_a_registered_secret_is_scrubbed_until_it_is_dropped() {

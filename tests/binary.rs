@@ -294,6 +294,47 @@ async fn mcp_secrets_never_appear_in_logs_even_at_trace() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_text_never_forges_log_lines() {
+    let data = temp_dir("forged");
+    let args = quiet_port_args(&[
+        "--no-tls",
+        "--token",
+        TOKEN,
+        "--data-dir",
+        data.to_str().expect("utf8"),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut daemon = Daemon::start(&args, &[("RUST_LOG", "trace")]);
+    for (thread, run) in [("t\r\nFORGED line", "r"), ("t", "r\nFORGED\u{1b}[2J")] {
+        let r = daemon
+            .post("/demo")
+            .json(&run_body(thread, run, "hi"))
+            .sent()
+            .await;
+        assert_eq!(r.status(), 400);
+    }
+    let r = daemon
+        .post("/demo")
+        .json(&run_body("t", "r", "hi\nFORGED"))
+        .sent()
+        .await;
+    assert_eq!(r.status(), 200);
+    SseReader::new(r).collect().await;
+    daemon.signal("TERM");
+    daemon.wait(Duration::from_secs(15)).expect("exits");
+    let logs = daemon.logs();
+    assert!(logs.contains("TRACE"), "trace logging was on");
+    assert!(
+        !logs.lines().any(|line| line.starts_with("FORGED")),
+        "a forged line: {logs}"
+    );
+    assert!(
+        !logs.contains('\u{1b}') && !logs.contains('\r'),
+        "raw control characters"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_ends_open_streams_with_a_terminal_event_and_exits_within_grace() {
     let args = quiet_port_args(&["--no-tls", "--token", TOKEN, "--shutdown-grace", "2s"]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();

@@ -134,3 +134,84 @@ async fn a_body_that_never_arrives_gets_a_json_408_and_the_connection_closes() {
     let body: Value = response.json().await.expect("json");
     assert_eq!(body["code"], "REQUEST_TIMEOUT");
 }
+
+#[tokio::test]
+async fn ids_with_control_characters_or_over_256_bytes_are_400_naming_the_field() {
+    let server = TestServer::start().await;
+    let long = "x".repeat(257);
+    for (thread, run, field) in [
+        ("t\r\nFORGED", "r", "threadId"),
+        ("t", "r\u{1b}[2J", "runId"),
+        (long.as_str(), "r", "threadId"),
+    ] {
+        let response = post_run(&server, "demo", &run_body(thread, run, "hi")).await;
+        assert_eq!(response.status(), 400);
+        let body: Value = response.json().await.expect("json");
+        assert_eq!(body["code"], "INVALID_INPUT");
+        assert_eq!(body["field"], field, "{body}");
+    }
+    let mut body = run_body("t", "r", "hi");
+    body["messages"][0]["id"] = Value::from("m\u{7f}");
+    let response = post_run(&server, "demo", &body).await;
+    assert_eq!(response.status(), 400);
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(body["field"], "messages[0].id");
+    // The same rules for ids in a path.
+    for (path, field) in [
+        ("/threads/a%0Ab", "threadId"),
+        (&*format!("/threads/{long}/messages"), "threadId"),
+        ("/runs/r%1B/cancel", "runId"),
+    ] {
+        let response = if path.starts_with("/runs") {
+            server.post(path).sent().await
+        } else {
+            server.get(path).sent().await
+        };
+        assert_eq!(response.status(), 400, "{path}");
+        let body: Value = response.json().await.expect("json");
+        assert_eq!(body["field"], field, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn listing_pages_past_threads_with_the_longest_ids() {
+    let server = TestServer::start().await;
+    // 256 bytes each: the longest ids accepted, in multi-byte characters.
+    let ids: Vec<String> = ["é", "ß", "€"]
+        .iter()
+        .map(|c| {
+            let mut id = c.repeat(256 / c.len());
+            while id.len() < 256 {
+                id.push('x');
+            }
+            id
+        })
+        .collect();
+    for id in &ids {
+        assert_eq!(id.len(), 256);
+        let response = post_run(&server, "demo", &run_body(id, "r", "hi")).await;
+        assert_eq!(response.status(), 200);
+        SseReader::new(response).collect().await;
+    }
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/threads?limit=1&cursor={c}"),
+            None => "/threads?limit=1".to_owned(),
+        };
+        let (status, page) = get_json(&server, &path).await;
+        assert_eq!(status, 200, "{page}");
+        for thread in page["threads"].as_array().expect("threads") {
+            seen.push(thread["threadId"].as_str().expect("id").to_owned());
+        }
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    seen.sort();
+    let mut expected = ids.clone();
+    expected.sort();
+    assert_eq!(seen, expected);
+}

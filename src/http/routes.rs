@@ -16,7 +16,8 @@ use super::body::{Body, empty, event_stream, full, read_body};
 use super::error::ApiError;
 use super::policy::{self, OriginCheck};
 use super::{App, ConnInfo};
-use crate::protocol::{decode_run_input, negotiate};
+use crate::protocol::input::check_id;
+use crate::protocol::{InputError, decode_run_input, negotiate};
 use crate::runtime::{Attachment, CancelReason};
 use crate::store;
 
@@ -78,6 +79,17 @@ impl Route {
             Route::Thread(_) => method == Method::GET || method == Method::DELETE,
             Route::Healthz | Route::Readyz => method == Method::GET || method == Method::HEAD,
             _ => method == Method::GET,
+        }
+    }
+
+    /// Ids in the path obey the same rules as ids in a body.
+    fn check_ids(&self) -> Result<(), InputError> {
+        match self {
+            Route::Thread(id) | Route::ThreadMessages(id) | Route::ThreadStream(id) => {
+                check_id(id, "threadId")
+            }
+            Route::Cancel(id) => check_id(id, "runId"),
+            _ => Ok(()),
         }
     }
 
@@ -169,6 +181,7 @@ async fn dispatch(
         }
         policy::authenticate(&app.auth, req.headers(), req.uri().query())?;
     }
+    route.check_ids()?;
     match route {
         Route::Run(agent) => run(app, &agent, req, conn).await,
         Route::Info => Ok(json_response(

@@ -247,6 +247,25 @@ pub fn decode_run_input(body: &[u8]) -> Result<RunAgentInput, InputError> {
     Ok(input)
 }
 
+/// Longest id accepted (thread, run, message, tool call, interrupt), in bytes of UTF-8.
+pub const MAX_ID_BYTES: usize = 256;
+
+/// Checks an id a client chose: at most [`MAX_ID_BYTES`], no control characters (C0, DEL,
+/// C1), so that it can be logged, stored and paged through as it is.
+pub fn check_id(id: &str, field: &str) -> Result<(), InputError> {
+    let problem = if id.len() > MAX_ID_BYTES {
+        format!("must be at most {MAX_ID_BYTES} bytes")
+    } else if id.chars().any(char::is_control) {
+        "must not contain control characters".to_owned()
+    } else {
+        return Ok(());
+    };
+    Err(InputError {
+        field: Some(field.to_owned()),
+        message: format!("invalid id at `{field}`: {problem}"),
+    })
+}
+
 impl RunAgentInput {
     fn validate(&self) -> Result<(), InputError> {
         let empty = |field: &str| InputError {
@@ -259,10 +278,33 @@ impl RunAgentInput {
         if self.run_id.is_empty() {
             return Err(empty("runId"));
         }
+        check_id(&self.thread_id, "threadId")?;
+        check_id(&self.run_id, "runId")?;
+        if let Some(parent) = &self.parent_run_id {
+            check_id(parent, "parentRunId")?;
+        }
+        for (i, message) in self.messages.iter().enumerate() {
+            check_id(message.id(), &format!("messages[{i}].id"))?;
+            match message {
+                Message::Assistant(m) => {
+                    for (j, call) in m.tool_calls.iter().enumerate() {
+                        check_id(&call.id, &format!("messages[{i}].toolCalls[{j}].id"))?;
+                    }
+                }
+                Message::Tool(m) => {
+                    check_id(&m.tool_call_id, &format!("messages[{i}].toolCallId"))?
+                }
+                _ => {}
+            }
+        }
         for (i, tool) in self.tools.iter().enumerate() {
             if tool.name.is_empty() {
                 return Err(empty(&format!("tools[{i}].name")));
             }
+            check_id(&tool.name, &format!("tools[{i}].name"))?;
+        }
+        for (i, resume) in self.resume.iter().enumerate() {
+            check_id(&resume.interrupt_id, &format!("resume[{i}].interruptId"))?;
         }
         Ok(())
     }
@@ -431,6 +473,28 @@ mod tests {
     fn empty_thread_id_is_rejected() {
         let e = err(r#"{"threadId":"","runId":"r","messages":[]}"#);
         assert_eq!(e.field.as_deref(), Some("threadId"));
+    }
+
+    #[test]
+    fn ids_with_control_characters_or_over_the_limit_are_refused_naming_the_field() {
+        let long = "é".repeat(MAX_ID_BYTES / 2 + 1);
+        let at_limit = "é".repeat(MAX_ID_BYTES / 2);
+        for (body, field) in [
+            (r#"{"threadId":"t\r\nforged","runId":"r","messages":[]}"#.to_owned(), "threadId"),
+            (r#"{"threadId":"t","runId":"r\u001b[31m","messages":[]}"#.to_owned(), "runId"),
+            (r#"{"threadId":"t","runId":"r","parentRunId":"p\u007f","messages":[]}"#.to_owned(), "parentRunId"),
+            (format!(r#"{{"threadId":"{long}","runId":"r","messages":[]}}"#), "threadId"),
+            (r#"{"threadId":"t","runId":"r","messages":[{"id":"m\u0000","role":"user","content":"x"}]}"#.to_owned(), "messages[0].id"),
+            (r#"{"threadId":"t","runId":"r","messages":[{"id":"a","role":"assistant","toolCalls":[{"id":"c\n","type":"function","function":{"name":"f","arguments":"{}"}}]}]}"#.to_owned(), "messages[0].toolCalls[0].id"),
+            (r#"{"threadId":"t","runId":"r","messages":[{"id":"x","role":"tool","content":"ok","toolCallId":"c\u0085"}]}"#.to_owned(), "messages[0].toolCallId"),
+            (r#"{"threadId":"t","runId":"r","messages":[],"resume":[{"interruptId":"i\t","status":"cancelled"}]}"#.to_owned(), "resume[0].interruptId"),
+        ] {
+            let e = err(&body);
+            assert_eq!(e.field.as_deref(), Some(field), "{body}: {}", e.message);
+            assert!(e.message.contains(field), "{}", e.message);
+        }
+        let ok = format!(r#"{{"threadId":"{at_limit}","runId":"r","messages":[]}}"#);
+        assert!(decode_run_input(ok.as_bytes()).is_ok());
     }
 
     #[test]

@@ -25,6 +25,7 @@ use serde_json::Value;
 use tokio::sync::{oneshot, watch};
 
 use crate::protocol::Message;
+use crate::protocol::input::MAX_ID_BYTES;
 
 /// The embedded migrations, in order. `user_version` = number applied.
 const MIGRATIONS: &[&str] = &[include_str!("../../migrations/0001_init.sql")];
@@ -489,9 +490,14 @@ pub fn encode_cursor(updated_at: i64, id: &str) -> String {
     raw.bytes().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Longest cursor accepted: room for any accepted thread id, so that every page of a
+/// listing has a `nextCursor` that is accepted back.
+const MAX_CURSOR_LEN: usize = 2048;
+const _: () = assert!(2 * ("-9223372036854775808:".len() + MAX_ID_BYTES) <= MAX_CURSOR_LEN);
+
 /// Decodes a cursor made by [`encode_cursor`]; `None` when malformed.
 pub fn decode_cursor(cursor: &str) -> Option<(i64, String)> {
-    if cursor.len() % 2 != 0 || cursor.len() > 2048 {
+    if cursor.len() % 2 != 0 || cursor.len() > MAX_CURSOR_LEN {
         return None;
     }
     let bytes: Option<Vec<u8>> = (0..cursor.len())
