@@ -215,3 +215,109 @@ async fn listing_pages_past_threads_with_the_longest_ids() {
     expected.sort();
     assert_eq!(seen, expected);
 }
+
+#[tokio::test]
+async fn requests_the_http_parser_refuses_get_our_json_errors() {
+    let server = TestServer::start().await;
+    for (what, request, status, code) in [
+        (
+            "conflicting content-length",
+            &b"POST /agui/demo HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\nhello!"[..],
+            400,
+            "MALFORMED_REQUEST",
+        ),
+        (
+            "obs-fold",
+            b"GET /agui/healthz HTTP/1.1\r\nhost: x\r\nx-a: b\r\n c\r\n\r\n",
+            400,
+            "MALFORMED_REQUEST",
+        ),
+        (
+            "NUL in a header",
+            b"GET /agui/healthz HTTP/1.1\r\nhost: x\r\nx-a: a\0b\r\n\r\n",
+            400,
+            "MALFORMED_REQUEST",
+        ),
+        (
+            "control bytes in Last-Event-ID",
+            b"GET /agui/threads/t/stream HTTP/1.1\r\nhost: x\r\nlast-event-id: 1\x01\x1b[2J\r\n\r\n",
+            400,
+            "MALFORMED_REQUEST",
+        ),
+        (
+            "bad request line",
+            b"GET /agui/healthz HTTP/9.9 extra\r\nhost: x\r\n\r\n",
+            400,
+            "MALFORMED_REQUEST",
+        ),
+    ] {
+        let raw = raw_exchange(&server, request).await;
+        let (got, body) = json_answer(&raw);
+        assert_eq!(got, status, "{what}: {raw}");
+        assert_eq!(body["code"], code, "{what}: {raw}");
+    }
+}
+
+#[tokio::test]
+async fn a_long_uri_is_a_json_414_and_large_headers_a_json_431() {
+    let server = TestServer::start().await;
+    let long_path = format!("/agui/threads?cursor={}", "a".repeat(9 * 1024));
+    let raw = raw_exchange(
+        &server,
+        format!("GET {long_path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes(),
+    )
+    .await;
+    let (status, body) = json_answer(&raw);
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (414, Some("URI_TOO_LONG")),
+        "{raw}"
+    );
+
+    // Headers over 64 KiB in all, in one header or in many.
+    for headers in [
+        format!("x-big: {}\r\n", "b".repeat(70 * 1024)),
+        (0..90)
+            .map(|i| format!("x-h{i}: {}\r\n", "c".repeat(800)))
+            .collect::<String>(),
+    ] {
+        let raw = raw_exchange(
+            &server,
+            format!("GET /agui/healthz HTTP/1.1\r\nhost: x\r\n{headers}\r\n").as_bytes(),
+        )
+        .await;
+        let (status, body) = json_answer(&raw);
+        assert_eq!(status, 431, "{}", &raw[..raw.len().min(300)]);
+        assert_eq!(body["code"], "HEADERS_TOO_LARGE");
+    }
+    // Just under the cap is served.
+    let raw = raw_exchange(
+        &server,
+        format!(
+            "GET /agui/healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\nx-big: {}\r\n\r\n",
+            "d".repeat(60 * 1024)
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert!(
+        raw.starts_with("HTTP/1.1 200"),
+        "{}",
+        &raw[..raw.len().min(300)]
+    );
+
+    // Over HTTP/2 the header list is capped too (refused by the HTTP/2 layer with 431).
+    let dir = temp_dir("h2-headers");
+    let tls = TestServer::with(move |c| {
+        c.tls = agui_serve::config::TlsMode::SelfSigned;
+        c.data_dir = dir;
+    })
+    .await;
+    let response = client()
+        .get(tls.url("/healthz"))
+        .header("x-big", "e".repeat(70 * 1024))
+        .sent()
+        .await;
+    assert_eq!(response.version(), reqwest::Version::HTTP_2);
+    assert_eq!(response.status(), 431);
+}

@@ -27,9 +27,10 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::Limits;
 use super::body::Body;
 use super::error::ApiError;
+use super::parse_errors::JsonErrors;
+use super::{Limits, MAX_HEADER_BYTES, MAX_URI_BYTES};
 
 /// How long a connection over the cap may take to send the request it is refused.
 pub const REFUSAL_WINDOW: Duration = Duration::from_secs(1);
@@ -183,8 +184,11 @@ impl<H: Handler> Connection<H> {
             let handler = handler.clone();
             async move {
                 let response = match admission {
-                    Admission::Serve => handler.handle(req, info).await,
                     Admission::Refuse => ApiError::too_many_connections().into_response(),
+                    Admission::Serve if uri_len(&req) > MAX_URI_BYTES => {
+                        ApiError::uri_too_long().into_response()
+                    }
+                    Admission::Serve => handler.handle(req, info).await,
                 };
                 Ok::<_, std::convert::Infallible>(response)
             }
@@ -194,12 +198,15 @@ impl<H: Handler> Connection<H> {
             .http1()
             .timer(TokioTimer::new())
             .header_read_timeout(self.limits.header_read_timeout)
+            .max_buf_size(MAX_HEADER_BYTES)
             .keep_alive(admission == Admission::Serve);
         builder
             .http2()
             .timer(TokioTimer::new())
+            .max_header_list_size(MAX_HEADER_BYTES as u32)
             .keep_alive_interval(Some(Duration::from_secs(30)));
-        let conn = builder.serve_connection(TokioIo::new(io), service);
+        let io = TokioIo::new(JsonErrors::new(io));
+        let conn = builder.serve_connection(io, service);
         let conn = watcher.watch(conn.into_owned());
         tokio::pin!(conn);
         // The watchdog: a connection that has not produced a complete request by the
@@ -235,6 +242,11 @@ impl<H: Handler> Connection<H> {
             }
         }
     }
+}
+
+/// The length of a request's target as sent (path and query).
+fn uri_len<B>(req: &Request<B>) -> usize {
+    req.uri().path_and_query().map_or(0, |pq| pq.as_str().len())
 }
 
 fn tune_socket(stream: &TcpStream, limits: Limits) -> std::io::Result<()> {

@@ -12,6 +12,7 @@ pub mod body;
 pub mod error;
 pub mod listener;
 pub mod mcp;
+mod parse_errors;
 pub mod policy;
 pub mod routes;
 pub mod tls;
@@ -26,6 +27,13 @@ use crate::runtime::Runtime;
 use body::Body;
 pub use listener::{ConnInfo, Handler, Serving, accept_loop};
 use policy::OriginPolicy;
+
+/// Largest request head (request line and headers) accepted, in all: over it, 431
+/// `HEADERS_TOO_LARGE` (HTTP/2: the header list, answered 431 by the HTTP/2 layer).
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// Longest request target (path and query) accepted: over it, 414 `URI_TOO_LONG`.
+pub const MAX_URI_BYTES: usize = 8 * 1024;
 
 /// Per-listener and per-connection limits.
 #[derive(Debug, Clone, Copy)]
