@@ -222,9 +222,17 @@ pub async fn serve(config: Config, shutdown: impl Future<Output = ()>) -> Result
     Ok(())
 }
 
+/// Creates the data directory (and missing parents) readable by this user only, whatever
+/// the umask: it holds every transcript. An existing directory is left as it is (the
+/// database files in it are made private by the store).
 fn ensure_dir(path: &std::path::Path) -> Result<(), ServeError> {
-    std::fs::create_dir_all(path).map_err(|source| ServeError::DataDir {
-        path: path.to_owned(),
-        source,
-    })
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(|source| ServeError::DataDir {
+            path: path.to_owned(),
+            source,
+        })
 }

@@ -21,8 +21,14 @@ struct Daemon {
 impl Daemon {
     /// Starts the binary and waits for its "listening on" line.
     fn start(args: &[&str], envs: &[(&str, &str)]) -> Daemon {
+        Daemon::start_program(BIN, args, envs)
+    }
+
+    /// Starts `program` (the binary, or a shell that execs it) and waits for the
+    /// binary's "listening on" line.
+    fn start_program(program: &str, args: &[&str], envs: &[(&str, &str)]) -> Daemon {
         let home = temp_dir("home");
-        let mut command = Command::new(BIN);
+        let mut command = Command::new(program);
         command
             .args(args)
             .env_remove("AGUI_TOKEN")
@@ -332,6 +338,42 @@ async fn client_text_never_forges_log_lines() {
         !logs.contains('\u{1b}') && !logs.contains('\r'),
         "raw control characters"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_directory_and_database_are_private_under_umask_022() {
+    use std::os::unix::fs::PermissionsExt;
+    let parent = temp_dir("umask");
+    let data = parent.join("state").join("agui-serve");
+    let data_arg = data.to_str().expect("utf8").to_owned();
+    // The daemon runs under `umask 022`, as from a login shell.
+    let wrapper = format!("umask 022 && exec {BIN} \"$@\"");
+    let mut args = vec!["-c", &wrapper, "agui-serve"];
+    let daemon_args = quiet_port_args(&["--token", TOKEN, "--data-dir", &data_arg]);
+    args.extend(daemon_args.iter().map(String::as_str));
+    let mut daemon = Daemon::start_program("sh", &args, &[]);
+    let r = daemon
+        .post("/demo")
+        .json(&run_body("t", "r", "hi"))
+        .sent()
+        .await;
+    assert_eq!(r.status(), 200);
+    SseReader::new(r).collect().await;
+    let mode = |path: &std::path::Path| {
+        std::fs::metadata(path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode(&data), 0o700, "data directory");
+    assert_eq!(mode(&data.join("tls")), 0o700, "certificate directory");
+    assert_eq!(mode(&data.join("tls/key.pem")), 0o600, "private key");
+    for file in ["agui-serve.db", "agui-serve.db-wal", "agui-serve.db-shm"] {
+        assert_eq!(mode(&data.join(file)), 0o600, "{file}");
+    }
+    daemon.signal("TERM");
+    daemon.wait(Duration::from_secs(15)).expect("exits");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -63,10 +63,15 @@ fn generate(cert_path: &Path, key_path: &Path) -> Result<(), TlsError> {
     let certified =
         rcgen::generate_simple_self_signed(names).map_err(|e| TlsError::Generate(e.to_string()))?;
     if let Some(dir) = cert_path.parent() {
-        fs::create_dir_all(dir).map_err(|source| TlsError::Write {
-            path: dir.to_owned(),
-            source,
-        })?;
+        use std::os::unix::fs::DirBuilderExt;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|source| TlsError::Write {
+                path: dir.to_owned(),
+                source,
+            })?;
     }
     write_private(key_path, certified.signing_key.serialize_pem().as_bytes())?;
     fs::write(cert_path, certified.cert.pem()).map_err(|source| TlsError::Write {

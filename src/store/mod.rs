@@ -38,6 +38,11 @@ pub enum StoreError {
         path: PathBuf,
         source: rusqlite::Error,
     },
+    #[error("cannot make database {path} private: {source}")]
+    Private {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("the store is closed")]
@@ -145,6 +150,10 @@ impl Store {
     /// left live by a previous process as interrupted.
     pub fn open(data_dir: &Path) -> Result<Store, StoreError> {
         let path = data_dir.join("agui-serve.db");
+        make_private(&path).map_err(|source| StoreError::Private {
+            path: path.clone(),
+            source,
+        })?;
         let mut conn = Connection::open(&path).map_err(|source| StoreError::Open {
             path: path.clone(),
             source,
@@ -488,6 +497,28 @@ impl Store {
 pub fn encode_cursor(updated_at: i64, id: &str) -> String {
     let raw = format!("{updated_at}:{id}");
     raw.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Creates the database file readable and writable by this user only (0600), whatever the
+/// umask, and makes an existing one and its `-wal` / `-shm` files so. SQLite creates the
+/// `-wal` and `-shm` files with the database file's mode.
+fn make_private(db: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(db)?;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = db.as_os_str().to_owned();
+        name.push(suffix);
+        let path = std::path::PathBuf::from(name);
+        match std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)) {
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            other => other?,
+        }
+    }
+    Ok(())
 }
 
 /// Longest cursor accepted: room for any accepted thread id, so that every page of a
