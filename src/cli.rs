@@ -329,10 +329,50 @@ fn read_file_config(path: &Path) -> Result<FileConfig, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         ConfigError::new(format!("cannot read config file {}: {e}", path.display()))
     })?;
-    toml::from_str(&text).map_err(|e| {
-        let detail = e.message().to_owned();
-        ConfigError::new(format!("config file {}: {detail}", path.display()))
+    let fail = |key: Option<String>, error: &toml::de::Error| {
+        ConfigError::new(format!(
+            "config file {}: {}",
+            path.display(),
+            located(&text, key, error)
+        ))
+    };
+    let document = toml::Deserializer::parse(&text).map_err(|e| fail(None, &e))?;
+    serde_path_to_error::deserialize(document).map_err(|e| {
+        let key = e.path().to_string();
+        fail((key != ".").then_some(key), e.inner())
     })
+}
+
+/// A TOML error with the key it is about and its line: ``server.port` (line 3): expected
+/// u16, found string "x"`.
+fn located(text: &str, key: Option<String>, error: &toml::de::Error) -> String {
+    let message = error.message().trim_end();
+    // serde names a missing key in its message, not in the path.
+    let named = message
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.split('`').next());
+    let key = match (key, named) {
+        (Some(key), Some(name)) => Some(format!("{key}.{name}")),
+        (None, Some(name)) => Some(name.to_owned()),
+        (key, None) => key,
+    };
+    let message = match message
+        .strip_prefix("invalid type: ")
+        .and_then(|rest| rest.split_once(", expected "))
+    {
+        Some((found, expected)) => format!("expected {expected}, found {found}"),
+        None => message.to_owned(),
+    };
+    let line = error
+        .span()
+        .and_then(|span| text.get(..span.start))
+        .map(|before| before.matches('\n').count() + 1);
+    match (key, line) {
+        (Some(key), Some(line)) => format!("`{key}` (line {line}): {message}"),
+        (Some(key), None) => format!("`{key}`: {message}"),
+        (None, Some(line)) => format!("line {line}: {message}"),
+        (None, None) => message,
+    }
 }
 
 fn read_token_file(path: &Path) -> Result<BearerToken, ConfigError> {
@@ -524,6 +564,37 @@ mod tests {
             .resolve(&no_env)
             .expect_err("unknown key");
         assert!(err.to_string().contains("prot"), "{err}");
+    }
+
+    #[test]
+    fn config_file_errors_name_the_key_and_its_line() {
+        let dir = std::env::temp_dir().join(format!("agui-cli-types-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("c.toml");
+        for (text, says) in [
+            (
+                "[server]\nhost = \"127.0.0.1\"\nport = \"eighty\"\n",
+                "`server.port` (line 3): expected u16, found string \"eighty\"",
+            ),
+            (
+                "[server]\nport = 1\n\n[[agents]]\nname = \"a\"\nkind = \"acp\"\npool_size = -1\n",
+                "`agents[0].pool_size` (line 7):",
+            ),
+            (
+                "[server]\nprot = 1\n",
+                "`server.prot` (line 2): unknown field `prot`",
+            ),
+            ("[[agents]]\nkind = \"demo\"\n", "`agents[0].name`"),
+            ("[server\nport = 1\n", "line 1:"),
+        ] {
+            std::fs::write(&file, text).expect("write");
+            let err = parse(&["--config", file.to_str().expect("utf8")])
+                .args
+                .resolve(&no_env)
+                .expect_err("invalid");
+            assert!(err.to_string().contains(says), "{text}: {err}");
+            assert!(!err.to_string().contains('\n'), "one line: {err}");
+        }
     }
 
     #[test]

@@ -37,7 +37,7 @@ use super::{
     PermissionRequest, SinkClosed, ToolAnswer, Turn, TurnEnd,
 };
 use crate::config::{AcpConfig, FrontendMcp, Permissions};
-use crate::protocol::input::{ContentPart, MediaSource, Message};
+use crate::protocol::input::{BinaryPart, ContentPart, DataSource, MediaSource, Message};
 use process::{AcpProcess, Busy, PermissionResponder, SessionEvent};
 use translate::UpdateTranslator;
 
@@ -638,21 +638,23 @@ fn prompt_blocks(turn: &Turn, process: &AcpProcess) -> Vec<Value> {
             crate::protocol::input::Content::Parts(parts) => {
                 for part in parts {
                     match part {
-                        ContentPart::Text { text } => {
-                            blocks.push(json!({"type": "text", "text": text}))
+                        ContentPart::Text(part) => {
+                            blocks.push(json!({"type": "text", "text": part.text}))
                         }
                         ContentPart::Image(media) if images => {
-                            if let MediaSource::Data { value, mime_type } = &media.source {
+                            if let MediaSource::Data(DataSource { value, mime_type }) =
+                                &media.source
+                            {
                                 blocks.push(
                                     json!({"type": "image", "data": value, "mimeType": mime_type}),
                                 );
                             }
                         }
-                        ContentPart::Binary {
+                        ContentPart::Binary(BinaryPart {
                             mime_type,
                             data: Some(data),
                             ..
-                        } if images && mime_type.starts_with("image/") => {
+                        }) if images && mime_type.starts_with("image/") => {
                             blocks.push(
                                 json!({"type": "image", "data": data, "mimeType": mime_type}),
                             );
