@@ -22,9 +22,17 @@ fn main() -> ExitCode {
         }
     };
     if let Some(Command::CheckConfig) = cli.command {
-        let text = serde_json::to_string_pretty(&resolved.config.redacted_json())
-            .unwrap_or_else(|_| "{}".to_owned());
-        println!("{text}");
+        let (report, warnings) = resolved.report();
+        for warning in &warnings {
+            eprintln!("agui-serve: warning: {warning}");
+        }
+        match serde_json::to_string_pretty(&report) {
+            Ok(text) => println!("{text}"),
+            Err(error) => {
+                eprintln!("agui-serve: cannot print the configuration: {error}");
+                return ExitCode::from(1);
+            }
+        }
         return ExitCode::SUCCESS;
     }
     // The token is scrubbed from every log line, whichever crate writes it.

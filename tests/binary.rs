@@ -473,6 +473,43 @@ fn check_config_prints_the_resolved_configuration_redacted() {
     assert_eq!(value["server"]["token"], "<redacted>");
     assert_eq!(value["agents"][0]["name"], "demo2");
 
+    // No token configured: one will be generated, and check-config says so.
+    let output = Command::new(BIN)
+        .args(["check-config", "--config", config.to_str().expect("utf8")])
+        .env_remove("AGUI_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    assert!(output.status.success());
+    let value: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    let token = value["server"]["token"].as_str().expect("token entry");
+    assert!(token.contains("generated"), "{token}");
+
+    // An ACP agent whose command cannot be found gets a warning.
+    let output = Command::new(BIN)
+        .args([
+            "check-config",
+            "--token",
+            "t",
+            "--acp",
+            "x=/no/such/bin --flag",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("warning") && stderr.contains("/no/such/bin"),
+        "{stderr}"
+    );
+    let value: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(
+        value["warnings"].as_array().map(Vec::len),
+        Some(1),
+        "{value}"
+    );
+
     std::fs::write(&config, "[server]\nbogus = 1\n").expect("write");
     let output = Command::new(BIN)
         .args(["check-config", "--config", config.to_str().expect("utf8")])

@@ -44,6 +44,12 @@ use translate::UpdateTranslator;
 /// How long a cancelled prompt may take to answer before the turn gives up on it.
 const CANCEL_WAIT: Duration = Duration::from_millis(1000);
 
+/// Whether an agent command names a program that can be started (an executable path, or a
+/// program on `PATH`).
+pub fn command_found(command: &[String]) -> bool {
+    process::startable(command)
+}
+
 /// One configured ACP agent.
 pub struct AcpBackend {
     inner: Arc<Inner>,
