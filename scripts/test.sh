@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Every test: formatting, lints, unit and integration tests, the conformance suite with the
-# official AG-UI clients, frontend tools over MCP with elizacp, streaming through nginx,
-# Caddy and the Go reverse proxy, and the CopilotKit example in headless Chromium. Installs
-# what it needs from the registries (npm packages, a Python virtualenv, elizacp); needs
-# cargo, node, python3, nginx, caddy, go and chromium (.ci/run installs the system packages).
+# Every test: formatting, lints, dependency policy (cargo deny), unit and integration tests,
+# the conformance suite with the official AG-UI clients, frontend tools over MCP with
+# elizacp, streaming through nginx, Caddy and the Go reverse proxy, and the CopilotKit
+# example in headless Chromium. Installs what it needs from the registries (cargo-deny, npm
+# packages, a Python virtualenv, elizacp); needs cargo, node, python3, curl, nginx, caddy,
+# go, chromium and systemd-analyze, and says which are missing before it starts (.ci/run
+# installs the system packages).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -38,6 +40,10 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --all-targets --locked -- -D warnings
+echo "== cargo deny (bans, licenses, sources)"
+# Advisories need a network database and are left out.
+command -v cargo-deny >/dev/null 2>&1 || cargo install --locked cargo-deny </dev/null
+cargo deny check --hide-inclusion-graph bans licenses sources
 echo "== cargo test"
 cargo test --locked --no-fail-fast
 echo "== conformance (official AG-UI clients)"

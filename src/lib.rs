@@ -18,6 +18,7 @@
 pub mod agent;
 pub mod cli;
 pub mod config;
+mod hex;
 pub mod http;
 pub mod logging;
 pub mod protocol;

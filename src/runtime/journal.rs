@@ -217,7 +217,7 @@ impl Journal {
     pub fn new(epoch: u64, limits: JournalLimits) -> Journal {
         Journal {
             epoch,
-            tag: rand::random(),
+            tag: getrandom::u32().expect("the OS random generator"),
             limits,
             inner: Mutex::new(Inner {
                 frames: VecDeque::new(),

@@ -495,8 +495,7 @@ impl Store {
 
 /// Encodes a listing position as an opaque cursor.
 pub fn encode_cursor(updated_at: i64, id: &str) -> String {
-    let raw = format!("{updated_at}:{id}");
-    raw.bytes().map(|b| format!("{b:02x}")).collect()
+    crate::hex::encode(format!("{updated_at}:{id}").as_bytes())
 }
 
 /// Creates the database file readable and writable by this user only (0600), whatever the
@@ -528,14 +527,10 @@ const _: () = assert!(2 * ("-9223372036854775808:".len() + MAX_ID_BYTES) <= MAX_
 
 /// Decodes a cursor made by [`encode_cursor`]; `None` when malformed.
 pub fn decode_cursor(cursor: &str) -> Option<(i64, String)> {
-    if cursor.len() % 2 != 0 || cursor.len() > MAX_CURSOR_LEN {
+    if cursor.len() > MAX_CURSOR_LEN {
         return None;
     }
-    let bytes: Option<Vec<u8>> = (0..cursor.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(cursor.get(i..i + 2)?, 16).ok())
-        .collect();
-    let raw = String::from_utf8(bytes?).ok()?;
+    let raw = String::from_utf8(crate::hex::decode(cursor)?).ok()?;
     let (time, id) = raw.split_once(':')?;
     Some((time.parse().ok()?, id.to_owned()))
 }
