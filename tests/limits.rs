@@ -321,3 +321,67 @@ async fn a_long_uri_is_a_json_414_and_large_headers_a_json_431() {
     assert_eq!(response.version(), reqwest::Version::HTTP_2);
     assert_eq!(response.status(), 431);
 }
+
+#[tokio::test]
+async fn more_than_100_header_fields_are_a_json_431() {
+    let server = TestServer::start().await;
+    let headers: String = (0..101).map(|i| format!("x-h{i}: v\r\n")).collect();
+    let raw = raw_exchange(
+        &server,
+        format!("GET /agui/healthz HTTP/1.1\r\nhost: x\r\n{headers}\r\n").as_bytes(),
+    )
+    .await;
+    let (status, body) = json_answer(&raw);
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (431, Some("HEADERS_TOO_LARGE")),
+        "{raw}"
+    );
+}
+
+#[tokio::test]
+async fn an_http2_connection_carries_at_most_the_configured_streams_at_once() {
+    let limits = Limits {
+        max_h2_streams: 2,
+        ..Limits::default()
+    };
+    let dir = temp_dir("h2-streams");
+    let server = TestServer::with_limits(
+        move |c| {
+            c.tls = agui_serve::config::TlsMode::SelfSigned;
+            c.data_dir = dir;
+        },
+        limits,
+    )
+    .await;
+    let http = client();
+    // Two long streams on the one connection, each seen started.
+    let mut open = Vec::new();
+    for thread in ["a", "b"] {
+        let response = http
+            .post(server.url("/demo"))
+            .bearer_auth(TOKEN)
+            .json(&run_body(thread, thread, "/slow 1000 1000"))
+            .sent()
+            .await;
+        assert_eq!(response.version(), reqwest::Version::HTTP_2);
+        assert_eq!(response.status(), 200);
+        let mut reader = SseReader::new(response);
+        assert_eq!(reader.next().await.expect("a frame").kind(), "RUN_STARTED");
+        open.push(reader);
+    }
+    // A third request waits for a stream to close: the server announced two at most.
+    let third = tokio::spawn({
+        let http = http.clone();
+        let url = server.url("/healthz");
+        async move { http.get(url).sent().await.status() }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!third.is_finished(), "the third stream waited");
+    drop(open.remove(0));
+    let status = tokio::time::timeout(Duration::from_secs(10), third)
+        .await
+        .expect("served once a stream closed")
+        .expect("task");
+    assert_eq!(status, 200);
+}

@@ -30,7 +30,7 @@ use tracing::Instrument;
 use super::body::Body;
 use super::error::ApiError;
 use super::parse_errors::JsonErrors;
-use super::{Limits, MAX_HEADER_BYTES, MAX_URI_BYTES};
+use super::{Limits, MAX_HEADER_BYTES, MAX_HEADER_FIELDS, MAX_URI_BYTES};
 
 /// How long a connection over the cap may take to send the request it is refused.
 pub const REFUSAL_WINDOW: Duration = Duration::from_secs(1);
@@ -199,11 +199,13 @@ impl<H: Handler> Connection<H> {
             .timer(TokioTimer::new())
             .header_read_timeout(self.limits.header_read_timeout)
             .max_buf_size(MAX_HEADER_BYTES)
+            .max_headers(MAX_HEADER_FIELDS)
             .keep_alive(admission == Admission::Serve);
         builder
             .http2()
             .timer(TokioTimer::new())
             .max_header_list_size(MAX_HEADER_BYTES as u32)
+            .max_concurrent_streams(self.limits.max_h2_streams)
             .keep_alive_interval(Some(Duration::from_secs(30)));
         let io = TokioIo::new(JsonErrors::new(io));
         let conn = builder.serve_connection(io, service);

@@ -35,6 +35,9 @@ pub const MAX_HEADER_BYTES: usize = 64 * 1024;
 /// Longest request target (path and query) accepted: over it, 414 `URI_TOO_LONG`.
 pub const MAX_URI_BYTES: usize = 8 * 1024;
 
+/// Most header fields in an HTTP/1.1 request: over it, 431 `HEADERS_TOO_LARGE`.
+pub const MAX_HEADER_FIELDS: usize = 100;
+
 /// Per-listener and per-connection limits.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -47,6 +50,9 @@ pub struct Limits {
     pub send_buffer: usize,
     /// Connections served at once by one listener.
     pub max_connections: usize,
+    /// Requests in flight at once on one HTTP/2 connection (`SETTINGS_MAX_CONCURRENT_STREAMS`;
+    /// a client that opens more gets `REFUSED_STREAM`, which it may retry).
+    pub max_h2_streams: u32,
 }
 
 impl Default for Limits {
@@ -56,6 +62,7 @@ impl Default for Limits {
             body_read_timeout: Duration::from_secs(30),
             send_buffer: 256 * 1024,
             max_connections: 512,
+            max_h2_streams: 100,
         }
     }
 }
