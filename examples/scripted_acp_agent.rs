@@ -455,11 +455,13 @@ async fn main() -> Result<(), Error> {
         .on_receive_request(
             async move |request: NewSessionRequest, responder, _cx| {
                 let id = format!("sess-{}", uuid::Uuid::new_v4());
+                let servers = serde_json::to_value(&request.mcp_servers).unwrap_or(Value::Null);
+                if let Some(dir) = std::env::var_os("SCRIPTED_AGENT_STATE") {
+                    let path = std::path::Path::new(&dir).join(format!("{id}.mcp.json"));
+                    let _ = std::fs::write(path, servers.to_string());
+                }
                 if let Ok(mut mcp) = on_new.mcp.lock() {
-                    mcp.insert(
-                        id.clone(),
-                        serde_json::to_value(&request.mcp_servers).unwrap_or(Value::Null),
-                    );
+                    mcp.insert(id.clone(), servers);
                 }
                 let response: NewSessionResponse = cast(json!({"sessionId": id}))?;
                 responder.respond(response)

@@ -1,17 +1,49 @@
 #!/usr/bin/env bash
-# Every test: formatting, lints, unit and integration tests, the conformance suite with the
-# official AG-UI clients, frontend tools over MCP with elizacp, streaming through nginx,
-# Caddy and the Go reverse proxy, and the CopilotKit example in headless Chromium. Installs
-# what it needs from the registries (npm packages, a Python virtualenv, elizacp); needs
-# cargo, node, python3, nginx, caddy, go and chromium (.ci/run installs the system packages).
+# Every test: formatting, lints, dependency policy (cargo deny), unit and integration tests,
+# the conformance suite with the official AG-UI clients, frontend tools over MCP with
+# elizacp, streaming through nginx, Caddy and the Go reverse proxy, and the CopilotKit
+# example in headless Chromium. Installs what it needs from the registries (cargo-deny, npm
+# packages, a Python virtualenv, elizacp); needs cargo, node, python3, curl, nginx, caddy,
+# go, chromium and systemd-analyze, and says which are missing before it starts (.ci/run
+# installs the system packages).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+
+# Every tool a later phase needs, checked before the first long one. Each entry:
+# "COMMAND|Debian package|what needs it".
+missing=()
+for need in \
+  "cargo|rustup (https://rustup.rs)|the build and cargo test" \
+  "node|nodejs|the conformance suite and the CopilotKit example" \
+  "npm|npm|the conformance suite and the CopilotKit example" \
+  "python3|python3 python3-venv|the conformance suite's Python agent and the proxy test" \
+  "curl|curl|the elizacp MCP test" \
+  "nginx|nginx|streaming through nginx" \
+  "caddy|caddy|streaming through Caddy" \
+  "go|golang-go|streaming through the Go reverse proxy" \
+  "systemd-analyze|systemd|tests/deploy.rs (the systemd unit verifies)"; do
+  IFS='|' read -r cmd package why <<<"$need"
+  command -v "$cmd" >/dev/null 2>&1 || missing+=("$cmd (Debian: $package) for $why")
+done
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 \
+  || missing+=("python3's venv module (Debian: python3-venv) for the conformance suite's Python agent")
+chromium="${CHROMIUM:-/usr/bin/chromium}"
+[ -x "$chromium" ] || missing+=("chromium at $chromium (Debian: chromium; or set CHROMIUM) for the browser test")
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "scripts/test.sh: missing tools; install them first:" >&2
+  printf '  - %s\n' "${missing[@]}" >&2
+  exit 1
+fi
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --all-targets --locked -- -D warnings
+echo "== cargo deny (bans, licenses, sources)"
+# Advisories need a network database and are left out.
+command -v cargo-deny >/dev/null 2>&1 || cargo install --locked cargo-deny </dev/null
+cargo deny check --hide-inclusion-graph bans licenses sources
 echo "== cargo test"
 cargo test --locked --no-fail-fast
 echo "== conformance (official AG-UI clients)"

@@ -36,28 +36,29 @@ pub enum Command {
 
 #[derive(Debug, Default, clap::Args)]
 pub struct ServeArgs {
-    /// TOML configuration file; flags override it.
+    /// TOML configuration file; flags override it [default: none]
     #[arg(long, env = "AGUI_CONFIG", global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Bind address.
+    /// Bind address [default: 127.0.0.1]
     #[arg(long, global = true)]
     pub host: Option<IpAddr>,
-    /// Port; 0 picks a free one.
+    /// Port; 0 picks a free one [default: 8443]
     #[arg(long, global = true)]
     pub port: Option<u16>,
-    /// Route namespace.
+    /// Route namespace [default: /agui]
     #[arg(long, global = true)]
     pub path: Option<String>,
-    /// Bearer token (prefer --token-file: flags are visible in the process list).
+    /// Bearer token (prefer --token-file: flags are visible in the process list) [default:
+    /// --token-file, else AGUI_TOKEN, else one is generated and printed]
     #[arg(long, global = true, hide_env_values = true)]
     pub token: Option<String>,
     /// File holding the bearer token (trailing newline trimmed).
     #[arg(long, global = true, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
-    /// Allowed browser origin; repeatable; exact, case-insensitive, or `*`.
+    /// Allowed browser origin; repeatable; exact, case-insensitive, or `*` [default: none]
     #[arg(long = "allowed-origin", global = true, value_name = "ORIGIN")]
     pub allowed_origins: Vec<String>,
-    /// Serve plain HTTP.
+    /// Serve plain HTTP [default: TLS with a self-signed certificate]
     #[arg(long, global = true)]
     pub no_tls: bool,
     /// PEM certificate chain (with --tls-key).
@@ -66,31 +67,33 @@ pub struct ServeArgs {
     /// PEM private key (with --tls-cert).
     #[arg(long, global = true, value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
-    /// SQLite database and generated certificate.
+    /// SQLite database and generated certificate [default: $STATE_DIRECTORY, else
+    /// $XDG_STATE_HOME/agui-serve, else ~/.local/state/agui-serve]
     #[arg(long, global = true, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Admission cap; a suspended run still holds its slot.
+    /// Admission cap; a suspended run still holds its slot [default: 64]
     #[arg(long, global = true, value_name = "N")]
     pub max_concurrent_runs: Option<usize>,
-    /// How long a run with no attached stream lives on.
+    /// How long a run with no attached stream lives on [default: 30s]
     #[arg(long, global = true, value_name = "DUR")]
     pub disconnect_grace: Option<String>,
-    /// How long shutdown waits for running runs.
+    /// How long shutdown waits for running runs [default: 10s]
     #[arg(long, global = true, value_name = "DUR")]
     pub shutdown_grace: Option<String>,
-    /// SSE keep-alive comment after this much silence.
+    /// SSE keep-alive comment after this much silence [default: 15s]
     #[arg(long, global = true, value_name = "DUR")]
     pub keep_alive: Option<String>,
-    /// How long a run waits on the client before failing closed.
+    /// How long a run waits on the client before failing closed [default: 15m]
     #[arg(long, global = true, value_name = "DUR")]
     pub suspend_timeout: Option<String>,
-    /// Bytes of finished runs' frames and idle threads kept in memory (e.g. 256MiB).
+    /// Bytes of finished runs' frames and idle threads kept in memory [default: 256MiB]
     #[arg(long, global = true, value_name = "SIZE")]
     pub memory_budget: Option<String>,
-    /// An ACP agent: NAME=COMMAND (shell-style words).
+    /// An ACP agent: NAME=COMMAND (shell-style words); repeatable [default: the built-in
+    /// `demo` agent when no agent is configured]
     #[arg(long = "acp", global = true, value_name = "NAME=COMMAND")]
     pub acp: Vec<String>,
-    /// Log format.
+    /// Log format (levels from RUST_LOG) [default: text]
     #[arg(long, global = true, value_enum)]
     pub log_format: Option<LogFormatArg>,
 }
@@ -157,6 +160,33 @@ struct FileAgent {
 pub struct Resolved {
     pub config: Config,
     pub token_source: TokenSource,
+}
+
+impl Resolved {
+    /// What `check-config` prints: the configuration with secrets redacted (a token that
+    /// will be generated is said to be), and warnings about what would keep it from
+    /// working (an agent command that cannot be found), also listed under `warnings`.
+    pub fn report(&self) -> (serde_json::Value, Vec<String>) {
+        let mut value = self.config.redacted_json();
+        if self.token_source == TokenSource::Generated {
+            value["server"]["token"] =
+                serde_json::json!("<none configured: one is generated and printed at start>");
+        }
+        let mut warnings = Vec::new();
+        for agent in &self.config.agents {
+            if let AgentKind::Acp(acp) = &agent.kind
+                && !crate::agent::acp::command_found(&acp.command)
+            {
+                warnings.push(format!(
+                    "agent {:?}: command {:?} cannot be found or is not executable",
+                    agent.name,
+                    acp.command.first().map_or("", String::as_str)
+                ));
+            }
+        }
+        value["warnings"] = serde_json::json!(warnings);
+        (value, warnings)
+    }
 }
 
 impl ServeArgs {
@@ -349,10 +379,50 @@ fn read_file_config(path: &Path) -> Result<FileConfig, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         ConfigError::new(format!("cannot read config file {}: {e}", path.display()))
     })?;
-    toml::from_str(&text).map_err(|e| {
-        let detail = e.message().to_owned();
-        ConfigError::new(format!("config file {}: {detail}", path.display()))
+    let fail = |key: Option<String>, error: &toml::de::Error| {
+        ConfigError::new(format!(
+            "config file {}: {}",
+            path.display(),
+            located(&text, key, error)
+        ))
+    };
+    let document = toml::Deserializer::parse(&text).map_err(|e| fail(None, &e))?;
+    serde_path_to_error::deserialize(document).map_err(|e| {
+        let key = e.path().to_string();
+        fail((key != ".").then_some(key), e.inner())
     })
+}
+
+/// A TOML error with the key it is about and its line: ``server.port` (line 3): expected
+/// u16, found string "x"`.
+fn located(text: &str, key: Option<String>, error: &toml::de::Error) -> String {
+    let message = error.message().trim_end();
+    // serde names a missing key in its message, not in the path.
+    let named = message
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.split('`').next());
+    let key = match (key, named) {
+        (Some(key), Some(name)) => Some(format!("{key}.{name}")),
+        (None, Some(name)) => Some(name.to_owned()),
+        (key, None) => key,
+    };
+    let message = match message
+        .strip_prefix("invalid type: ")
+        .and_then(|rest| rest.split_once(", expected "))
+    {
+        Some((found, expected)) => format!("expected {expected}, found {found}"),
+        None => message.to_owned(),
+    };
+    let line = error
+        .span()
+        .and_then(|span| text.get(..span.start))
+        .map(|before| before.matches('\n').count() + 1);
+    match (key, line) {
+        (Some(key), Some(line)) => format!("`{key}` (line {line}): {message}"),
+        (Some(key), None) => format!("`{key}`: {message}"),
+        (None, Some(line)) => format!("line {line}: {message}"),
+        (None, None) => message,
+    }
 }
 
 fn read_token_file(path: &Path) -> Result<BearerToken, ConfigError> {
@@ -479,6 +549,48 @@ mod tests {
     }
 
     #[test]
+    fn help_shows_the_defaults_that_apply() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_help().to_string();
+        let line = |flag: &str| {
+            help.lines()
+                .find(|l| l.split_whitespace().next() == Some(flag))
+                .unwrap_or_else(|| panic!("{flag} in {help}"))
+                .to_owned()
+        };
+        let config = parse(&[]).args.resolve(&no_env).expect("valid").config;
+        let duration = crate::config::format_duration;
+        for (flag, default) in [
+            ("--host", config.host.to_string()),
+            ("--port", config.port.to_string()),
+            ("--path", config.path.clone()),
+            (
+                "--max-concurrent-runs",
+                config.max_concurrent_runs.to_string(),
+            ),
+            ("--disconnect-grace", duration(config.disconnect_grace)),
+            ("--shutdown-grace", duration(config.shutdown_grace)),
+            ("--keep-alive", duration(config.keep_alive)),
+            ("--suspend-timeout", duration(config.suspend_timeout)),
+            ("--log-format", "text".to_owned()),
+        ] {
+            let line = line(flag);
+            assert!(line.contains(&format!("[default: {default}]")), "{line}");
+        }
+        for flag in [
+            "--config",
+            "--token",
+            "--data-dir",
+            "--no-tls",
+            "--acp",
+            "--allowed-origin",
+        ] {
+            let line = line(flag);
+            assert!(line.contains("[default:"), "{line}");
+        }
+    }
+
+    #[test]
     fn token_precedence() {
         let dir = std::env::temp_dir().join(format!("agui-cli-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
@@ -544,6 +656,37 @@ mod tests {
             .resolve(&no_env)
             .expect_err("unknown key");
         assert!(err.to_string().contains("prot"), "{err}");
+    }
+
+    #[test]
+    fn config_file_errors_name_the_key_and_its_line() {
+        let dir = std::env::temp_dir().join(format!("agui-cli-types-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("c.toml");
+        for (text, says) in [
+            (
+                "[server]\nhost = \"127.0.0.1\"\nport = \"eighty\"\n",
+                "`server.port` (line 3): expected u16, found string \"eighty\"",
+            ),
+            (
+                "[server]\nport = 1\n\n[[agents]]\nname = \"a\"\nkind = \"acp\"\npool_size = -1\n",
+                "`agents[0].pool_size` (line 7):",
+            ),
+            (
+                "[server]\nprot = 1\n",
+                "`server.prot` (line 2): unknown field `prot`",
+            ),
+            ("[[agents]]\nkind = \"demo\"\n", "`agents[0].name`"),
+            ("[server\nport = 1\n", "line 1:"),
+        ] {
+            std::fs::write(&file, text).expect("write");
+            let err = parse(&["--config", file.to_str().expect("utf8")])
+                .args
+                .resolve(&no_env)
+                .expect_err("invalid");
+            assert!(err.to_string().contains(says), "{text}: {err}");
+            assert!(!err.to_string().contains('\n'), "one line: {err}");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! - [`runtime`]: runs, threads, the replay journal, admission and shutdown.
 //! - [`store`]: durable threads, transcripts and runs in SQLite, on its own thread.
 //! - [`http`]: the only code that knows hyper: listener, TLS, routes, policy, errors.
+//! - [`logging`]: the subscriber, and the writer that scrubs registered secrets.
 //!
 //! [`serve`] ties them together: bind, serve until a shutdown future resolves, drain.
 
@@ -17,7 +18,9 @@
 pub mod agent;
 pub mod cli;
 pub mod config;
+mod hex;
 pub mod http;
+pub mod logging;
 pub mod protocol;
 pub mod runtime;
 mod server;

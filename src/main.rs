@@ -5,11 +5,11 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use agui_serve::cli::{Cli, Command};
-use agui_serve::config::{Auth, LogFormat, TokenSource};
+use agui_serve::config::{Auth, TokenSource};
+use agui_serve::logging;
 use agui_serve::{Server, config::Config};
 use clap::Parser;
 use sd_notify::NotifyState;
-use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -22,12 +22,25 @@ fn main() -> ExitCode {
         }
     };
     if let Some(Command::CheckConfig) = cli.command {
-        let text = serde_json::to_string_pretty(&resolved.config.redacted_json())
-            .unwrap_or_else(|_| "{}".to_owned());
-        println!("{text}");
+        let (report, warnings) = resolved.report();
+        for warning in &warnings {
+            eprintln!("agui-serve: warning: {warning}");
+        }
+        match serde_json::to_string_pretty(&report) {
+            Ok(text) => println!("{text}"),
+            Err(error) => {
+                eprintln!("agui-serve: cannot print the configuration: {error}");
+                return ExitCode::from(1);
+            }
+        }
         return ExitCode::SUCCESS;
     }
-    init_tracing(resolved.config.log_format);
+    // The token is scrubbed from every log line, whichever crate writes it.
+    let _token = match &resolved.config.auth {
+        Auth::Token(token) => Some(logging::register(token)),
+        Auth::Misconfigured => None,
+    };
+    logging::init(resolved.config.log_format, std::io::stderr().is_terminal());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -116,30 +129,5 @@ impl ShutdownSignals {
             () = next(&mut self.term) => tracing::info!("SIGTERM received"),
             () = next(&mut self.int) => tracing::info!("SIGINT received"),
         }
-    }
-}
-
-fn init_tracing(format: LogFormat) {
-    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    // Transport crates log raw frames at debug/trace; those may hold request headers (and
-    // so a bearer token). They are capped whatever RUST_LOG asks for.
-    for directive in [
-        "h2=info",
-        "hyper=info",
-        "hyper_util=info",
-        "rustls=info",
-        "tokio_rustls=info",
-    ] {
-        if let Ok(directive) = directive.parse() {
-            filter = filter.add_directive(directive);
-        }
-    }
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
     }
 }

@@ -205,9 +205,7 @@ impl Server {
         }
         self.runtime.flush_store().await;
         if let Some(graceful) = graceful
-            && tokio::time::timeout_at(deadline.into(), graceful.shutdown())
-                .await
-                .is_err()
+            && !graceful.finish(deadline.into()).await
         {
             tracing::info!("connections still open at the end of the grace; closing them");
         }
@@ -225,9 +223,17 @@ pub async fn serve(config: Config, shutdown: impl Future<Output = ()>) -> Result
     Ok(())
 }
 
+/// Creates the data directory (and missing parents) readable by this user only, whatever
+/// the umask: it holds every transcript. An existing directory is left as it is (the
+/// database files in it are made private by the store).
 fn ensure_dir(path: &std::path::Path) -> Result<(), ServeError> {
-    std::fs::create_dir_all(path).map_err(|source| ServeError::DataDir {
-        path: path.to_owned(),
-        source,
-    })
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(|source| ServeError::DataDir {
+            path: path.to_owned(),
+            source,
+        })
 }

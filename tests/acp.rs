@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use agui_serve::config::{
@@ -12,22 +11,6 @@ use agui_serve::config::{
 };
 use serde_json::{Value, json};
 use support::*;
-
-fn scripted_agent() -> PathBuf {
-    // target/debug/deps/acp-<hash> -> target/debug/examples/scripted_acp_agent
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target dir");
-    let agent = dir.join("examples").join("scripted_acp_agent");
-    assert!(
-        agent.exists(),
-        "{} missing: `cargo test` builds it (or `cargo build --example scripted_acp_agent`)",
-        agent.display()
-    );
-    agent
-}
 
 fn acp_agent(
     name: &str,

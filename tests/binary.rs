@@ -21,8 +21,14 @@ struct Daemon {
 impl Daemon {
     /// Starts the binary and waits for its "listening on" line.
     fn start(args: &[&str], envs: &[(&str, &str)]) -> Daemon {
+        Daemon::start_program(BIN, args, envs)
+    }
+
+    /// Starts `program` (the binary, or a shell that execs it) and waits for the
+    /// binary's "listening on" line.
+    fn start_program(program: &str, args: &[&str], envs: &[(&str, &str)]) -> Daemon {
         let home = temp_dir("home");
-        let mut command = Command::new(BIN);
+        let mut command = Command::new(program);
         command
             .args(args)
             .env_remove("AGUI_TOKEN")
@@ -185,6 +191,17 @@ async fn token_never_appears_in_logs_even_at_trace() {
             .sent()
             .await;
         assert_eq!(r.status(), 200);
+        // Under other query names, after other separators, in the path: the value is
+        // what is scrubbed, wherever it is.
+        for path in [
+            format!("/info?access_token={secret}"),
+            format!("/info?a=1;token={secret}"),
+            format!("/threads/{secret}"),
+            format!("/{secret}"),
+        ] {
+            let r = http.get(daemon.url(&path)).bearer_auth(secret).sent().await;
+            assert!(r.status().is_success() || r.status().is_client_error());
+        }
         // A wrong token, echoed nowhere either.
         let r = http
             .get(daemon.url("/info?token=wrong-s3cret-guess"))
@@ -219,11 +236,144 @@ async fn token_never_appears_in_logs_even_at_trace() {
         "trace logging was on"
     );
     assert!(logs.contains("token=[redacted]"), "query logged, scrubbed");
+    assert!(
+        logs.contains("access_token=[redacted]") && logs.contains("/threads/[redacted]"),
+        "the value is scrubbed under any name"
+    );
     assert!(!logs.contains(secret), "token found in logs");
     assert!(
         !logs.contains("wrong-s3cret-guess"),
         "presented token found in logs"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_secrets_never_appear_in_logs_even_at_trace() {
+    let state = temp_dir("mcp-logs");
+    let agent = format!("scripted={}", scripted_agent().display());
+    let data = temp_dir("mcp-logs-data");
+    let args = quiet_port_args(&[
+        "--no-tls",
+        "--token",
+        TOKEN,
+        "--data-dir",
+        data.to_str().expect("utf8"),
+        "--acp",
+        &agent,
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let state_env = state.to_str().expect("utf8");
+    let mut daemon = Daemon::start(
+        &args,
+        &[("RUST_LOG", "trace"), ("SCRIPTED_AGENT_STATE", state_env)],
+    );
+    let tools = serde_json::json!([{"name": "chart", "description": "draws", "parameters": {"type": "object"}}]);
+    let body = serde_json::json!({"threadId": "t", "runId": "r", "protocolVersion": "1.0",
+        "tools": tools,
+        "messages": [{"id": "u", "role": "user", "content": "mcp chart {\"kind\":\"bar\"}"}]});
+    let r = daemon.post("/scripted").json(&body).sent().await;
+    assert_eq!(r.status(), 200);
+    let frames = SseReader::new(r).collect().await;
+    assert!(
+        frames.iter().any(|f| f.kind() == "TOOL_CALL_START"),
+        "the agent called the frontend tool over MCP: {:?}",
+        kinds(&frames)
+    );
+    daemon.signal("TERM");
+    daemon.wait(Duration::from_secs(15)).expect("exits");
+    let recorded = std::fs::read_dir(&state)
+        .expect("state dir")
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().ends_with(".mcp.json"))
+        .expect("the agent recorded its MCP servers");
+    let servers: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(recorded.path()).expect("read")).expect("json");
+    let auth = servers[0]["headers"][0]["value"].as_str().expect("header");
+    let secret = auth.strip_prefix("Bearer ").expect("bearer");
+    assert!(secret.len() >= 32, "{secret}");
+    let logs = daemon.logs();
+    assert!(
+        logs.contains("TRACE") && logs.contains("mcpServers"),
+        "the ACP crate's trace output, with the session/new request, was on"
+    );
+    assert!(!logs.contains(secret), "MCP secret found in logs");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_text_never_forges_log_lines() {
+    let data = temp_dir("forged");
+    let args = quiet_port_args(&[
+        "--no-tls",
+        "--token",
+        TOKEN,
+        "--data-dir",
+        data.to_str().expect("utf8"),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut daemon = Daemon::start(&args, &[("RUST_LOG", "trace")]);
+    for (thread, run) in [("t\r\nFORGED line", "r"), ("t", "r\nFORGED\u{1b}[2J")] {
+        let r = daemon
+            .post("/demo")
+            .json(&run_body(thread, run, "hi"))
+            .sent()
+            .await;
+        assert_eq!(r.status(), 400);
+    }
+    let r = daemon
+        .post("/demo")
+        .json(&run_body("t", "r", "hi\nFORGED"))
+        .sent()
+        .await;
+    assert_eq!(r.status(), 200);
+    SseReader::new(r).collect().await;
+    daemon.signal("TERM");
+    daemon.wait(Duration::from_secs(15)).expect("exits");
+    let logs = daemon.logs();
+    assert!(logs.contains("TRACE"), "trace logging was on");
+    assert!(
+        !logs.lines().any(|line| line.starts_with("FORGED")),
+        "a forged line: {logs}"
+    );
+    assert!(
+        !logs.contains('\u{1b}') && !logs.contains('\r'),
+        "raw control characters"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_directory_and_database_are_private_under_umask_022() {
+    use std::os::unix::fs::PermissionsExt;
+    let parent = temp_dir("umask");
+    let data = parent.join("state").join("agui-serve");
+    let data_arg = data.to_str().expect("utf8").to_owned();
+    // The daemon runs under `umask 022`, as from a login shell.
+    let wrapper = format!("umask 022 && exec {BIN} \"$@\"");
+    let mut args = vec!["-c", &wrapper, "agui-serve"];
+    let daemon_args = quiet_port_args(&["--token", TOKEN, "--data-dir", &data_arg]);
+    args.extend(daemon_args.iter().map(String::as_str));
+    let mut daemon = Daemon::start_program("sh", &args, &[]);
+    let r = daemon
+        .post("/demo")
+        .json(&run_body("t", "r", "hi"))
+        .sent()
+        .await;
+    assert_eq!(r.status(), 200);
+    SseReader::new(r).collect().await;
+    let mode = |path: &std::path::Path| {
+        std::fs::metadata(path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode(&data), 0o700, "data directory");
+    assert_eq!(mode(&data.join("tls")), 0o700, "certificate directory");
+    assert_eq!(mode(&data.join("tls/key.pem")), 0o600, "private key");
+    for file in ["agui-serve.db", "agui-serve.db-wal", "agui-serve.db-shm"] {
+        assert_eq!(mode(&data.join(file)), 0o600, "{file}");
+    }
+    daemon.signal("TERM");
+    daemon.wait(Duration::from_secs(15)).expect("exits");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -322,6 +472,43 @@ fn check_config_prints_the_resolved_configuration_redacted() {
     assert_eq!(value["server"]["keep_alive"], "20s");
     assert_eq!(value["server"]["token"], "<redacted>");
     assert_eq!(value["agents"][0]["name"], "demo2");
+
+    // No token configured: one will be generated, and check-config says so.
+    let output = Command::new(BIN)
+        .args(["check-config", "--config", config.to_str().expect("utf8")])
+        .env_remove("AGUI_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    assert!(output.status.success());
+    let value: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    let token = value["server"]["token"].as_str().expect("token entry");
+    assert!(token.contains("generated"), "{token}");
+
+    // An ACP agent whose command cannot be found gets a warning.
+    let output = Command::new(BIN)
+        .args([
+            "check-config",
+            "--token",
+            "t",
+            "--acp",
+            "x=/no/such/bin --flag",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("warning") && stderr.contains("/no/such/bin"),
+        "{stderr}"
+    );
+    let value: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(
+        value["warnings"].as_array().map(Vec::len),
+        Some(1),
+        "{value}"
+    );
 
     std::fs::write(&config, "[server]\nbogus = 1\n").expect("write");
     let output = Command::new(BIN)

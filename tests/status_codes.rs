@@ -59,6 +59,37 @@ async fn invalid_input_is_400_naming_the_field() {
     let (status, _, body) = error_body(response).await;
     assert_eq!(status, 400);
     assert_eq!(body["code"], "INVALID_INPUT");
+
+    // The messages read like the contract: the whole path, plain words.
+    for (raw, field, says) in [
+        (
+            r#"{"threadId":"t","runId":"r","messages":[{"id":"1","role":"user","content":5}]}"#,
+            Some("messages[0].content"),
+            "expected a string or an array of content parts, found a number",
+        ),
+        (
+            r#"{"threadId":"t","runId":"r","messages":["#,
+            None,
+            "the request body ends before its JSON is complete",
+        ),
+        ("not json", None, "the request body is not valid JSON"),
+    ] {
+        let response = server
+            .post("/demo")
+            .header("content-type", "application/json")
+            .body(raw)
+            .sent()
+            .await;
+        let (status, _, body) = error_body(response).await;
+        assert_eq!(status, 400);
+        assert_eq!(body["field"].as_str(), field, "{body}");
+        let message = body["message"].as_str().expect("message");
+        assert!(message.contains(says), "{message}");
+        assert!(
+            !message.contains("untagged") && !message.contains("EOF") && !message.contains("`?`"),
+            "{message}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -302,3 +302,52 @@ async fn tls_connections_that_never_handshake_are_closed() {
         .expect("connect");
     assert!(closed_within(&mut silent, Duration::from_secs(5)).await);
 }
+
+#[tokio::test]
+async fn head_requests_get_headers_and_no_body_over_http2_and_http1() {
+    let dir = temp_dir("head");
+    let server = TestServer::with(move |c| {
+        c.tls = TlsMode::SelfSigned;
+        c.data_dir = dir;
+    })
+    .await;
+    let http = client();
+    // Routes that answer HEAD, and ones that refuse it (405, 404, 401): none sends a body.
+    for (path, status) in [
+        ("/healthz", 200),
+        ("/readyz", 200),
+        ("/info", 405),
+        ("/nowhere/at/all", 404),
+        ("/threads/t", 405),
+    ] {
+        let response = http.head(server.url(path)).sent().await;
+        assert_eq!(response.version(), reqwest::Version::HTTP_2, "{path}");
+        assert_eq!(response.status(), status, "{path}");
+        if status == 200 {
+            assert_eq!(response.headers()["content-type"], "application/json");
+        }
+        let body = response.bytes().await.expect("no protocol error");
+        assert!(body.is_empty(), "{path}: {body:?}");
+    }
+
+    // HTTP/1.1: the answer to HEAD carries the GET's Content-Length and no body, so the
+    // next response on the connection starts right after the headers.
+    let plain = TestServer::start().await;
+    let mut stream = tokio::net::TcpStream::connect(plain.addr)
+        .await
+        .expect("connect");
+    stream
+        .write_all(b"HEAD /agui/healthz HTTP/1.1\r\nhost: x\r\n\r\nGET /agui/no/such/route HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await
+        .expect("write");
+    let mut got = Vec::new();
+    stream.read_to_end(&mut got).await.expect("read");
+    let text = String::from_utf8_lossy(&got);
+    let (head, rest) = text.split_once("\r\n\r\n").expect("head response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        head.to_ascii_lowercase().contains("content-length: "),
+        "{head}"
+    );
+    assert!(rest.starts_with("HTTP/1.1 404"), "{text}");
+}

@@ -1,4 +1,5 @@
-//! Response bodies: small JSON documents, and the event stream read from an attachment.
+//! Bodies: reading a request body within its limit, and the response bodies (small JSON
+//! documents, and the event stream read from an attachment).
 //!
 //! An event stream is the attachment itself, polled by hyper whenever it can take more: no
 //! task and no channel in between. A dropped body detaches at once; a body that takes
@@ -8,10 +9,19 @@
 use std::convert::Infallible;
 
 use bytes::Bytes;
+use http::HeaderMap;
+use http::header::CONTENT_LENGTH;
 use http_body::Frame;
-use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
+use http_body_util::{BodyExt, Full, Limited, StreamBody, combinators::UnsyncBoxBody};
+use hyper::body::Incoming;
 
+use std::time::Duration;
+
+use super::error::ApiError;
 use crate::runtime::Attachment;
+
+/// Largest accepted request body.
+pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
 /// Every response body this server sends.
 pub type Body = UnsyncBoxBody<Bytes, Infallible>;
@@ -24,6 +34,42 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
 /// An empty body.
 pub fn empty() -> Body {
     full(Bytes::new())
+}
+
+/// Reads a request body up to `limit` bytes within `timeout`; a declared or actual excess
+/// is 413 without reading further, a body still incomplete at the timeout is 408.
+pub async fn read_body(
+    body: Incoming,
+    headers: &HeaderMap,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Bytes, ApiError> {
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit as u64) {
+        return Err(ApiError::payload_too_large(limit));
+    }
+    let collected = match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
+        Ok(collected) => collected,
+        Err(_) => return Err(ApiError::request_timeout(timeout)),
+    };
+    match collected {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error) => {
+            if error
+                .downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                Err(ApiError::payload_too_large(limit))
+            } else {
+                Err(ApiError::invalid_request(
+                    "the request body could not be read",
+                ))
+            }
+        }
+    }
 }
 
 /// The SSE body of `attachment`: each frame (or keep-alive comment) becomes one data frame,

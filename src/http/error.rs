@@ -158,13 +158,76 @@ impl ApiError {
         e
     }
 
-    /// The response for this error.
-    pub fn into_response(self) -> Response<Body> {
+    /// The request body did not arrive within the body-read timeout.
+    pub fn request_timeout(timeout: Duration) -> ApiError {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "REQUEST_TIMEOUT",
+            format!(
+                "the request body did not arrive within {} ms",
+                timeout.as_millis()
+            ),
+        )
+    }
+
+    /// A connection over the listener's connection cap.
+    pub fn too_many_connections() -> ApiError {
+        let mut e = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "OVER_CAPACITY",
+            "too many open connections; retry later",
+        );
+        e.retry_after = Some(Duration::from_secs(1));
+        e
+    }
+
+    /// A request the HTTP/1.1 parser refused before routing, by the status it chose: 400
+    /// (bad request line or header), 414 (URI too long) or 431 (headers too large).
+    pub fn unparsable_request(status: StatusCode) -> ApiError {
+        match status {
+            StatusCode::URI_TOO_LONG => ApiError::uri_too_long(),
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => ApiError::headers_too_large(),
+            _ => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "MALFORMED_REQUEST",
+                "the request line or a header is malformed",
+            ),
+        }
+    }
+
+    /// The request target is over the URI limit.
+    pub fn uri_too_long() -> ApiError {
+        ApiError::new(
+            StatusCode::URI_TOO_LONG,
+            "URI_TOO_LONG",
+            format!("the request target exceeds {} bytes", super::MAX_URI_BYTES),
+        )
+    }
+
+    /// The request's headers are over the header limit.
+    pub fn headers_too_large() -> ApiError {
+        ApiError::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "HEADERS_TOO_LARGE",
+            format!(
+                "the request headers exceed {} bytes",
+                super::MAX_HEADER_BYTES
+            ),
+        )
+    }
+
+    /// The JSON body: `{"code","message"[,"field"]}`.
+    pub fn body(&self) -> Bytes {
         let mut body = json!({"code": self.code, "message": self.message});
         if let Some(field) = &self.field {
             body["field"] = json!(field);
         }
-        let mut response = Response::new(full(Bytes::from(body.to_string())));
+        Bytes::from(body.to_string())
+    }
+
+    /// The response for this error.
+    pub fn into_response(self) -> Response<Body> {
+        let mut response = Response::new(full(self.body()));
         *response.status_mut() = self.status;
         let headers = response.headers_mut();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -11,7 +11,7 @@ use http::{HeaderMap, HeaderValue};
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
-use crate::config::Auth;
+use crate::config::{Auth, BearerToken};
 
 /// The allowed browser origins.
 #[derive(Debug, Clone)]
@@ -86,14 +86,22 @@ pub fn preflight_headers(headers: &mut HeaderMap) {
 /// Checks the bearer token: `Authorization: Bearer T`, else `?token=T`.
 pub fn authenticate(auth: &Auth, headers: &HeaderMap, query: Option<&str>) -> Result<(), ApiError> {
     let expected = match auth {
-        Auth::Token(token) => token.expose().as_bytes(),
+        Auth::Token(token) => token,
         Auth::Misconfigured => return Err(ApiError::auth_misconfigured()),
     };
-    let presented = bearer_from_header(headers).or_else(|| token_from_query(query));
-    match presented {
-        Some(presented) if constant_time_eq(presented.as_bytes(), expected) => Ok(()),
-        _ => Err(ApiError::unauthorized()),
+    if presents_bearer(expected, headers, query) {
+        Ok(())
+    } else {
+        Err(ApiError::unauthorized())
     }
+}
+
+/// Whether a request presents `expected`: `Authorization: Bearer T` (the scheme in any
+/// case), else the query parameter `token`; compared in constant time. Every listener
+/// checks its secret with this.
+pub fn presents_bearer(expected: &BearerToken, headers: &HeaderMap, query: Option<&str>) -> bool {
+    let presented = bearer_from_header(headers).or_else(|| token_from_query(query));
+    presented.is_some_and(|p| constant_time_eq(p.as_bytes(), expected.expose().as_bytes()))
 }
 
 fn bearer_from_header(headers: &HeaderMap) -> Option<String> {
@@ -138,7 +146,6 @@ pub fn scrub_query(query: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::BearerToken;
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

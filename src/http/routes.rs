@@ -8,21 +8,20 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::header::{ACCEPT, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, HOST, VARY};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use percent_encoding::percent_decode_str;
 use serde_json::json;
 
-use super::App;
-use super::body::{Body, empty, event_stream, full};
+use super::body::{Body, empty, event_stream, full, read_body};
 use super::error::ApiError;
 use super::policy::{self, OriginCheck};
-use crate::protocol::{decode_run_input, negotiate};
+use super::{App, ConnInfo};
+use crate::protocol::input::check_id;
+use crate::protocol::{InputError, decode_run_input, negotiate};
 use crate::runtime::{Attachment, CancelReason};
 use crate::store;
 
-/// Largest accepted request body.
-pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+pub use super::body::MAX_BODY_BYTES;
 
 /// A matched route (method not yet checked).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +82,17 @@ impl Route {
         }
     }
 
+    /// Ids in the path obey the same rules as ids in a body.
+    fn check_ids(&self) -> Result<(), InputError> {
+        match self {
+            Route::Thread(id) | Route::ThreadMessages(id) | Route::ThreadStream(id) => {
+                check_id(id, "threadId")
+            }
+            Route::Cancel(id) => check_id(id, "runId"),
+            _ => Ok(()),
+        }
+    }
+
     fn authenticated(&self) -> bool {
         !matches!(self, Route::Healthz | Route::Readyz)
     }
@@ -103,7 +113,7 @@ impl Route {
 }
 
 /// Handles one request; never fails (errors become responses).
-pub(super) async fn handle(app: &App, req: Request<Incoming>, tls: bool) -> Response<Body> {
+pub(super) async fn handle(app: &App, req: Request<Incoming>, conn: ConnInfo) -> Response<Body> {
     let started = Instant::now();
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
@@ -114,7 +124,7 @@ pub(super) async fn handle(app: &App, req: Request<Incoming>, tls: bool) -> Resp
 
     let mut response = match route {
         None => ApiError::not_found("route").into_response(),
-        Some(route) => match dispatch(app, route, req, tls, &origin).await {
+        Some(route) => match dispatch(app, route, req, conn, &origin).await {
             Ok(response) => response,
             Err(error) => {
                 if error.status.is_server_error() {
@@ -125,6 +135,9 @@ pub(super) async fn handle(app: &App, req: Request<Incoming>, tls: bool) -> Resp
         },
     };
     policy::cors_headers(response.headers_mut(), &origin);
+    if method == Method::HEAD {
+        strip_body(&mut response);
+    }
     tracing::info!(
         method = %method,
         path = %path,
@@ -137,11 +150,23 @@ pub(super) async fn handle(app: &App, req: Request<Incoming>, tls: bool) -> Resp
     response
 }
 
+/// A response to `HEAD`: the headers of the `GET`, no body on any protocol (HTTP/2 treats
+/// DATA on a HEAD stream as a protocol error). `Content-Length` says what `GET` would send.
+fn strip_body(response: &mut Response<Body>) {
+    use http_body::Body as _;
+    if let Some(length) = response.body().size_hint().exact() {
+        response
+            .headers_mut()
+            .insert(CONTENT_LENGTH, HeaderValue::from(length));
+    }
+    *response.body_mut() = empty();
+}
+
 async fn dispatch(
     app: &App,
     route: Route,
     req: Request<Incoming>,
-    tls: bool,
+    conn: ConnInfo,
     origin: &OriginCheck,
 ) -> Result<Response<Body>, ApiError> {
     if req.method() == Method::OPTIONS {
@@ -156,11 +181,12 @@ async fn dispatch(
         }
         policy::authenticate(&app.auth, req.headers(), req.uri().query())?;
     }
+    route.check_ids()?;
     match route {
-        Route::Run(agent) => run(app, &agent, req).await,
+        Route::Run(agent) => run(app, &agent, req, conn).await,
         Route::Info => Ok(json_response(
             StatusCode::OK,
-            info(app, req.headers(), req.uri(), tls),
+            info(app, req.headers(), req.uri(), conn.tls),
         )),
         Route::Healthz => Ok(healthz(app)),
         Route::Readyz => Ok(readyz(app)),
@@ -341,7 +367,12 @@ fn preflight(origin: &OriginCheck) -> Result<Response<Body>, ApiError> {
     }
 }
 
-async fn run(app: &App, agent: &str, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+async fn run(
+    app: &App,
+    agent: &str,
+    req: Request<Incoming>,
+    conn: ConnInfo,
+) -> Result<Response<Body>, ApiError> {
     if !is_json(req.headers()) {
         return Err(ApiError::unsupported_media_type());
     }
@@ -349,7 +380,14 @@ async fn run(app: &App, agent: &str, req: Request<Incoming>) -> Result<Response<
     if negotiate(accept).is_none() {
         return Err(ApiError::not_acceptable());
     }
-    let body = read_body(req).await?;
+    let (parts, body) = req.into_parts();
+    let body = read_body(
+        body,
+        &parts.headers,
+        MAX_BODY_BYTES,
+        conn.limits.body_read_timeout,
+    )
+    .await?;
     let input = decode_run_input(&body)?;
     if !app.runtime.has_agent(agent) {
         return Err(ApiError::unknown_agent(agent));
@@ -385,37 +423,6 @@ fn is_json(headers: &HeaderMap) -> bool {
         .trim()
         .to_ascii_lowercase();
     media == "application/json" || (media.starts_with("application/") && media.ends_with("+json"))
-}
-
-/// Reads the body up to [`MAX_BODY_BYTES`]; a declared or actual excess is 413 without
-/// reading further.
-async fn read_body(req: Request<Incoming>) -> Result<Bytes, ApiError> {
-    let declared = req
-        .headers()
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
-        return Err(ApiError::payload_too_large(MAX_BODY_BYTES));
-    }
-    match Limited::new(req.into_body(), MAX_BODY_BYTES)
-        .collect()
-        .await
-    {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(error) => {
-            if error
-                .downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-            {
-                Err(ApiError::payload_too_large(MAX_BODY_BYTES))
-            } else {
-                Err(ApiError::invalid_request(
-                    "the request body could not be read",
-                ))
-            }
-        }
-    }
 }
 
 fn info(app: &App, headers: &HeaderMap, uri: &http::Uri, tls: bool) -> serde_json::Value {

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::ServerConfig;
+use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
 
@@ -17,6 +18,8 @@ pub enum TlsError {
     Read { path: PathBuf, source: io::Error },
     #[error("cannot write {path}: {source}")]
     Write { path: PathBuf, source: io::Error },
+    #[error("cannot parse {path}: {source}")]
+    Pem { path: PathBuf, source: pem::Error },
     #[error("{path} holds no {what}")]
     Missing { path: PathBuf, what: &'static str },
     #[error("cannot generate a certificate: {0}")]
@@ -63,10 +66,15 @@ fn generate(cert_path: &Path, key_path: &Path) -> Result<(), TlsError> {
     let certified =
         rcgen::generate_simple_self_signed(names).map_err(|e| TlsError::Generate(e.to_string()))?;
     if let Some(dir) = cert_path.parent() {
-        fs::create_dir_all(dir).map_err(|source| TlsError::Write {
-            path: dir.to_owned(),
-            source,
-        })?;
+        use std::os::unix::fs::DirBuilderExt;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|source| TlsError::Write {
+                path: dir.to_owned(),
+                source,
+            })?;
     }
     write_private(key_path, certified.signing_key.serialize_pem().as_bytes())?;
     fs::write(cert_path, certified.cert.pem()).map_err(|source| TlsError::Write {
@@ -99,9 +107,9 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
         path: path.to_owned(),
         source,
     })?;
-    let certs: Vec<_> = rustls_pemfile::certs(&mut data.as_slice())
+    let certs: Vec<_> = CertificateDer::pem_slice_iter(&data)
         .collect::<Result<_, _>>()
-        .map_err(|source| TlsError::Read {
+        .map_err(|source| TlsError::Pem {
             path: path.to_owned(),
             source,
         })?;
@@ -119,13 +127,49 @@ fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
         path: path.to_owned(),
         source,
     })?;
-    rustls_pemfile::private_key(&mut data.as_slice())
-        .map_err(|source| TlsError::Read {
-            path: path.to_owned(),
-            source,
-        })?
-        .ok_or_else(|| TlsError::Missing {
+    PrivateKeyDer::from_pem_slice(&data).map_err(|source| match source {
+        pem::Error::NoItemsFound => TlsError::Missing {
             path: path.to_owned(),
             what: "private key",
-        })
+        },
+        source => TlsError::Pem {
+            path: path.to_owned(),
+            source,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pem_files_are_read_and_bad_ones_named() {
+        let dir = std::env::temp_dir().join(format!("agui-tls-{}", std::process::id()));
+        let (cert, key) = self_signed_paths(&dir);
+        generate(&cert, &key).expect("generated");
+        assert!(acceptor_from_files(&cert, &key).is_ok());
+        let empty = dir.join("empty.pem");
+        fs::write(&empty, "no PEM here\n").expect("write");
+        assert!(matches!(
+            read_key(&empty),
+            Err(TlsError::Missing {
+                what: "private key",
+                ..
+            })
+        ));
+        assert!(matches!(
+            read_certs(&empty),
+            Err(TlsError::Missing {
+                what: "certificate",
+                ..
+            })
+        ));
+        let broken = dir.join("broken.pem");
+        fs::write(&broken, "-----BEGIN CERTIFICATE-----\n!!!\n").expect("write");
+        assert!(matches!(read_certs(&broken), Err(TlsError::Pem { .. })));
+        // A key file's certificate is not a key, and the other way round.
+        assert!(matches!(read_key(&cert), Err(TlsError::Missing { .. })));
+        let _ = fs::remove_dir_all(&dir);
+    }
 }

@@ -7,6 +7,8 @@
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
+use super::decode;
+
 /// The decoded body of a run request.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -67,7 +69,7 @@ pub enum ResumeStatus {
 }
 
 /// An AG-UI message, by `role`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "role", rename_all = "lowercase")]
 pub enum Message {
     Developer(TextMessage),
@@ -75,12 +77,7 @@ pub enum Message {
     Assistant(AssistantMessage),
     User(UserMessage),
     Tool(ToolMessage),
-    #[serde(rename_all = "camelCase")]
-    Activity {
-        id: String,
-        activity_type: String,
-        content: Value,
-    },
+    Activity(ActivityMessage),
     Reasoning(TextMessage),
 }
 
@@ -127,6 +124,14 @@ pub struct ToolMessage {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ActivityMessage {
+    pub id: String,
+    pub activity_type: String,
+    pub content: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {
     pub id: String,
     #[serde(rename = "type")]
@@ -149,7 +154,7 @@ pub struct FunctionCall {
 }
 
 /// Message content: a string, or a list of parts.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Content {
     Text(String),
@@ -157,29 +162,21 @@ pub enum Content {
 }
 
 /// One part of multimodal content.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum ContentPart {
-    Text {
-        text: String,
-    },
+    Text(TextPart),
     Image(MediaPart),
     Audio(MediaPart),
     Video(MediaPart),
     Document(MediaPart),
     /// The pre-1.0 part (`@ag-ui/client` 0.0.59).
-    #[serde(rename_all = "camelCase")]
-    Binary {
-        mime_type: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        data: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        url: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        id: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        filename: Option<String>,
-    },
+    Binary(BinaryPart),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TextPart {
+    pub text: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -190,22 +187,122 @@ pub struct MediaPart {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BinaryPart {
+    pub mime_type: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filename: Option<String>,
+}
+
+/// Where a media part's bytes are.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum MediaSource {
-    #[serde(rename_all = "camelCase")]
-    Data { value: String, mime_type: String },
-    #[serde(rename_all = "camelCase")]
-    Url {
-        value: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        mime_type: Option<String>,
-    },
-    #[serde(rename_all = "camelCase")]
-    File {
-        value: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        mime_type: Option<String>,
-    },
+    Data(DataSource),
+    Url(LinkedSource),
+    File(LinkedSource),
+}
+
+/// Inline base64 data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DataSource {
+    pub value: String,
+    pub mime_type: String,
+}
+
+/// A URL or a file id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LinkedSource {
+    pub value: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+}
+
+// The enums choose their variant themselves so that an error inside one names its whole
+// path (serde's own tagged and untagged enums lose it): see `decode.rs`.
+
+impl<'de> Deserialize<'de> for Message {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let (role, rest) = decode::tagged(deserializer, "role")?;
+        Ok(match role.as_str() {
+            "developer" => Message::Developer(decode::nested(rest)?),
+            "system" => Message::System(decode::nested(rest)?),
+            "assistant" => Message::Assistant(decode::nested(rest)?),
+            "user" => Message::User(decode::nested(rest)?),
+            "tool" => Message::Tool(decode::nested(rest)?),
+            "activity" => Message::Activity(decode::nested(rest)?),
+            "reasoning" => Message::Reasoning(decode::nested(rest)?),
+            other => {
+                return Err(decode::unknown(
+                    "role",
+                    other,
+                    &[
+                        "developer",
+                        "system",
+                        "assistant",
+                        "user",
+                        "tool",
+                        "activity",
+                        "reasoning",
+                    ],
+                ));
+            }
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Content {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match Value::deserialize(deserializer)? {
+            Value::String(text) => Ok(Content::Text(text)),
+            parts @ Value::Array(_) => Ok(Content::Parts(decode::nested(parts)?)),
+            other => Err(serde::de::Error::custom(format!(
+                "expected a string or an array of content parts, found {}",
+                decode::kind(&other)
+            ))),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ContentPart {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let (kind, rest) = decode::tagged(deserializer, "type")?;
+        Ok(match kind.as_str() {
+            "text" => ContentPart::Text(decode::nested(rest)?),
+            "image" => ContentPart::Image(decode::nested(rest)?),
+            "audio" => ContentPart::Audio(decode::nested(rest)?),
+            "video" => ContentPart::Video(decode::nested(rest)?),
+            "document" => ContentPart::Document(decode::nested(rest)?),
+            "binary" => ContentPart::Binary(decode::nested(rest)?),
+            other => {
+                return Err(decode::unknown(
+                    "type",
+                    other,
+                    &["text", "image", "audio", "video", "document", "binary"],
+                ));
+            }
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for MediaSource {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let (kind, rest) = decode::tagged(deserializer, "type")?;
+        Ok(match kind.as_str() {
+            "data" => MediaSource::Data(decode::nested(rest)?),
+            "url" => MediaSource::Url(decode::nested(rest)?),
+            "file" => MediaSource::File(decode::nested(rest)?),
+            other => return Err(decode::unknown("type", other, &["data", "url", "file"])),
+        })
+    }
 }
 
 /// Why a body is not a valid `RunAgentInput`.
@@ -220,31 +317,33 @@ pub struct InputError {
 /// Decodes a request body, naming the offending field on failure.
 pub fn decode_run_input(body: &[u8]) -> Result<RunAgentInput, InputError> {
     let mut de = serde_json::Deserializer::from_slice(body);
-    let input: RunAgentInput = serde_path_to_error::deserialize(&mut de).map_err(|err| {
-        let path = err.path().to_string();
-        let inner = err.into_inner();
-        let field = missing_field(&inner.to_string())
-            .map(|name| {
-                if path == "." || path.is_empty() {
-                    name.to_owned()
-                } else {
-                    format!("{path}.{name}")
-                }
-            })
-            .or_else(|| (path != "." && !path.is_empty()).then_some(path));
-        let detail = strip_position(&inner.to_string());
-        let message = match &field {
-            Some(field) => format!("invalid RunAgentInput at `{field}`: {detail}"),
-            None => format!("invalid RunAgentInput: {detail}"),
-        };
-        InputError { field, message }
-    })?;
+    let input: RunAgentInput = serde_path_to_error::deserialize(&mut de)
+        .map_err(|error| InputError::from_json("RunAgentInput", error))?;
     de.end().map_err(|_| InputError {
         field: None,
         message: "invalid RunAgentInput: trailing characters after the JSON body".to_owned(),
     })?;
     input.validate()?;
     Ok(input)
+}
+
+/// Longest id accepted (thread, run, message, tool call, interrupt), in bytes of UTF-8.
+pub const MAX_ID_BYTES: usize = 256;
+
+/// Checks an id a client chose: at most [`MAX_ID_BYTES`], no control characters (C0, DEL,
+/// C1), so that it can be logged, stored and paged through as it is.
+pub fn check_id(id: &str, field: &str) -> Result<(), InputError> {
+    let problem = if id.len() > MAX_ID_BYTES {
+        format!("must be at most {MAX_ID_BYTES} bytes")
+    } else if id.chars().any(char::is_control) {
+        "must not contain control characters".to_owned()
+    } else {
+        return Ok(());
+    };
+    Err(InputError {
+        field: Some(field.to_owned()),
+        message: format!("invalid id at `{field}`: {problem}"),
+    })
 }
 
 impl RunAgentInput {
@@ -259,10 +358,33 @@ impl RunAgentInput {
         if self.run_id.is_empty() {
             return Err(empty("runId"));
         }
+        check_id(&self.thread_id, "threadId")?;
+        check_id(&self.run_id, "runId")?;
+        if let Some(parent) = &self.parent_run_id {
+            check_id(parent, "parentRunId")?;
+        }
+        for (i, message) in self.messages.iter().enumerate() {
+            check_id(message.id(), &format!("messages[{i}].id"))?;
+            match message {
+                Message::Assistant(m) => {
+                    for (j, call) in m.tool_calls.iter().enumerate() {
+                        check_id(&call.id, &format!("messages[{i}].toolCalls[{j}].id"))?;
+                    }
+                }
+                Message::Tool(m) => {
+                    check_id(&m.tool_call_id, &format!("messages[{i}].toolCallId"))?
+                }
+                _ => {}
+            }
+        }
         for (i, tool) in self.tools.iter().enumerate() {
             if tool.name.is_empty() {
                 return Err(empty(&format!("tools[{i}].name")));
             }
+            check_id(&tool.name, &format!("tools[{i}].name"))?;
+        }
+        for (i, resume) in self.resume.iter().enumerate() {
+            check_id(&resume.interrupt_id, &format!("resume[{i}].interruptId"))?;
         }
         Ok(())
     }
@@ -276,7 +398,7 @@ impl Message {
             Message::Assistant(m) => &m.id,
             Message::User(m) => &m.id,
             Message::Tool(m) => &m.id,
-            Message::Activity { id, .. } => id,
+            Message::Activity(m) => &m.id,
         }
     }
 }
@@ -290,7 +412,7 @@ impl Message {
             Message::Assistant(_) => "assistant",
             Message::User(_) => "user",
             Message::Tool(_) => "tool",
-            Message::Activity { .. } => "activity",
+            Message::Activity(_) => "activity",
             Message::Reasoning(_) => "reasoning",
         }
     }
@@ -304,7 +426,7 @@ impl Content {
             Content::Parts(parts) => parts
                 .iter()
                 .filter_map(|part| match part {
-                    ContentPart::Text { text } => Some(text.as_str()),
+                    ContentPart::Text(part) => Some(part.text.as_str()),
                     _ => None,
                 })
                 .collect::<Vec<_>>()
@@ -319,21 +441,6 @@ where
     T: Default + Deserialize<'de>,
 {
     Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
-}
-
-/// The field name in serde's "missing field `x`" message.
-fn missing_field(message: &str) -> Option<&str> {
-    let rest = message.strip_prefix("missing field `")?;
-    rest.split('`').next()
-}
-
-/// Drops serde_json's " at line L column C" suffix: positions mean nothing to a client that
-/// built the body as an object.
-fn strip_position(message: &str) -> String {
-    match message.rfind(" at line ") {
-        Some(at) => message[..at].to_owned(),
-        None => message.to_owned(),
-    }
 }
 
 #[cfg(test)]
@@ -431,6 +538,105 @@ mod tests {
     fn empty_thread_id_is_rejected() {
         let e = err(r#"{"threadId":"","runId":"r","messages":[]}"#);
         assert_eq!(e.field.as_deref(), Some("threadId"));
+    }
+
+    #[test]
+    fn ids_with_control_characters_or_over_the_limit_are_refused_naming_the_field() {
+        let long = "é".repeat(MAX_ID_BYTES / 2 + 1);
+        let at_limit = "é".repeat(MAX_ID_BYTES / 2);
+        for (body, field) in [
+            (r#"{"threadId":"t\r\nforged","runId":"r","messages":[]}"#.to_owned(), "threadId"),
+            (r#"{"threadId":"t","runId":"r\u001b[31m","messages":[]}"#.to_owned(), "runId"),
+            (r#"{"threadId":"t","runId":"r","parentRunId":"p\u007f","messages":[]}"#.to_owned(), "parentRunId"),
+            (format!(r#"{{"threadId":"{long}","runId":"r","messages":[]}}"#), "threadId"),
+            (r#"{"threadId":"t","runId":"r","messages":[{"id":"m\u0000","role":"user","content":"x"}]}"#.to_owned(), "messages[0].id"),
+            (r#"{"threadId":"t","runId":"r","messages":[{"id":"a","role":"assistant","toolCalls":[{"id":"c\n","type":"function","function":{"name":"f","arguments":"{}"}}]}]}"#.to_owned(), "messages[0].toolCalls[0].id"),
+            (r#"{"threadId":"t","runId":"r","messages":[{"id":"x","role":"tool","content":"ok","toolCallId":"c\u0085"}]}"#.to_owned(), "messages[0].toolCallId"),
+            (r#"{"threadId":"t","runId":"r","messages":[],"resume":[{"interruptId":"i\t","status":"cancelled"}]}"#.to_owned(), "resume[0].interruptId"),
+        ] {
+            let e = err(&body);
+            assert_eq!(e.field.as_deref(), Some(field), "{body}: {}", e.message);
+            assert!(e.message.contains(field), "{}", e.message);
+        }
+        let ok = format!(r#"{{"threadId":"{at_limit}","runId":"r","messages":[]}}"#);
+        assert!(decode_run_input(ok.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn errors_name_the_whole_path_in_plain_words() {
+        let base =
+            |messages: &str| format!(r#"{{"threadId":"t","runId":"r","messages":[{messages}]}}"#);
+        for (body, field, says) in [
+            (
+                base(r#"{"id":"1","role":"user","content":5}"#),
+                Some("messages[0].content"),
+                "expected a string or an array of content parts, found a number",
+            ),
+            (
+                base(
+                    r#"{"id":"1","role":"user","content":[{"type":"text","text":"a"},{"type":"image","source":{"type":"data","value":1,"mimeType":"image/png"}}]}"#,
+                ),
+                Some("messages[0].content[1].source.value"),
+                "expected a string, found the number 1",
+            ),
+            (
+                base(
+                    r#"{"id":"1","role":"user","content":[{"type":"image","source":{"type":"data","value":"AA"}}]}"#,
+                ),
+                Some("messages[0].content[0].source.mimeType"),
+                "is required",
+            ),
+            (
+                base(r#"{"id":"1","role":"user","content":[{"type":"gif"}]}"#),
+                Some("messages[0].content[0].type"),
+                "unknown value \"gif\"",
+            ),
+            (
+                base(
+                    r#"{"id":"1","role":"assistant","toolCalls":[{"id":"c","type":"function","function":{"name":"f","arguments":{}}}]}"#,
+                ),
+                Some("messages[0].toolCalls[0].function.arguments"),
+                "expected a string, found an object",
+            ),
+            (
+                base(r#"{"id":"1","content":"x"}"#),
+                Some("messages[0].role"),
+                "is required",
+            ),
+            (
+                base(r#"{"id":1,"role":"user","content":"x"}"#),
+                Some("messages[0].id"),
+                "expected a string, found the number 1",
+            ),
+            (
+                r#"{"threadId":5,"runId":"r","messages":[]}"#.to_owned(),
+                Some("threadId"),
+                "expected a string, found the number 5",
+            ),
+            (
+                r#"{"threadId":"t","runId":"r","messages":{}}"#.to_owned(),
+                Some("messages"),
+                "expected an array, found an object",
+            ),
+            (
+                r#"{"threadId":"t","runId":"r","messages":[{"id":"1","role":"user","content":"x""#
+                    .to_owned(),
+                None,
+                "ends before its JSON is complete",
+            ),
+            (
+                "not json".to_owned(),
+                None,
+                "not valid JSON (line 1, column 2)",
+            ),
+        ] {
+            let e = err(&body);
+            assert_eq!(e.field.as_deref(), field, "{body}: {}", e.message);
+            assert!(e.message.contains(says), "{body}: {}", e.message);
+            for internal in ["untagged", "EOF", "ident", "`?`", "\u{1}", "variant"] {
+                assert!(!e.message.contains(internal), "{body}: {}", e.message);
+            }
+        }
     }
 
     #[test]

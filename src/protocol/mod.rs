@@ -5,6 +5,7 @@
 //! the one place that knows what bytes go on the wire.
 
 pub mod accept;
+mod decode;
 pub mod events;
 pub mod input;
 pub mod sse;

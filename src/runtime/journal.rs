@@ -258,7 +258,7 @@ impl Journal {
     pub fn metered(epoch: u64, limits: JournalLimits, meter: Arc<Meter>) -> Journal {
         Journal {
             epoch,
-            tag: rand::random(),
+            tag: getrandom::u32().expect("the OS random generator"),
             limits,
             inner: Mutex::new(Inner {
                 frames: VecDeque::new(),

@@ -25,6 +25,7 @@ use serde_json::Value;
 use tokio::sync::{oneshot, watch};
 
 use crate::protocol::Message;
+use crate::protocol::input::MAX_ID_BYTES;
 
 /// The embedded migrations, in order. `user_version` = number applied.
 const MIGRATIONS: &[&str] = &[include_str!("../../migrations/0001_init.sql")];
@@ -36,6 +37,11 @@ pub enum StoreError {
     Open {
         path: PathBuf,
         source: rusqlite::Error,
+    },
+    #[error("cannot make database {path} private: {source}")]
+    Private {
+        path: PathBuf,
+        source: std::io::Error,
     },
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
@@ -144,6 +150,10 @@ impl Store {
     /// left live by a previous process as interrupted.
     pub fn open(data_dir: &Path) -> Result<Store, StoreError> {
         let path = data_dir.join("agui-serve.db");
+        make_private(&path).map_err(|source| StoreError::Private {
+            path: path.clone(),
+            source,
+        })?;
         let mut conn = Connection::open(&path).map_err(|source| StoreError::Open {
             path: path.clone(),
             source,
@@ -485,20 +495,42 @@ impl Store {
 
 /// Encodes a listing position as an opaque cursor.
 pub fn encode_cursor(updated_at: i64, id: &str) -> String {
-    let raw = format!("{updated_at}:{id}");
-    raw.bytes().map(|b| format!("{b:02x}")).collect()
+    crate::hex::encode(format!("{updated_at}:{id}").as_bytes())
 }
+
+/// Creates the database file readable and writable by this user only (0600), whatever the
+/// umask, and makes an existing one and its `-wal` / `-shm` files so. SQLite creates the
+/// `-wal` and `-shm` files with the database file's mode.
+fn make_private(db: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(db)?;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = db.as_os_str().to_owned();
+        name.push(suffix);
+        let path = std::path::PathBuf::from(name);
+        match std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)) {
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            other => other?,
+        }
+    }
+    Ok(())
+}
+
+/// Longest cursor accepted: room for any accepted thread id, so that every page of a
+/// listing has a `nextCursor` that is accepted back.
+const MAX_CURSOR_LEN: usize = 2048;
+const _: () = assert!(2 * ("-9223372036854775808:".len() + MAX_ID_BYTES) <= MAX_CURSOR_LEN);
 
 /// Decodes a cursor made by [`encode_cursor`]; `None` when malformed.
 pub fn decode_cursor(cursor: &str) -> Option<(i64, String)> {
-    if cursor.len() % 2 != 0 || cursor.len() > 2048 {
+    if cursor.len() > MAX_CURSOR_LEN {
         return None;
     }
-    let bytes: Option<Vec<u8>> = (0..cursor.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(cursor.get(i..i + 2)?, 16).ok())
-        .collect();
-    let raw = String::from_utf8(bytes?).ok()?;
+    let raw = String::from_utf8(crate::hex::decode(cursor)?).ok()?;
     let (time, id) = raw.split_once(':')?;
     Some((time.parse().ok()?, id.to_owned()))
 }

@@ -452,3 +452,20 @@ pub async fn read_raw_to_end(
     }
     got
 }
+
+/// The scripted ACP agent example, built by `cargo test`.
+pub fn scripted_agent() -> PathBuf {
+    // target/debug/deps/<test>-<hash> -> target/debug/examples/scripted_acp_agent
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target dir");
+    let agent = dir.join("examples").join("scripted_acp_agent");
+    assert!(
+        agent.exists(),
+        "{} missing: `cargo test` builds it (or `cargo build --example scripted_acp_agent`)",
+        agent.display()
+    );
+    agent
+}

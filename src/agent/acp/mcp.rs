@@ -1,57 +1,44 @@
 //! Frontend tools over MCP: the browser's tools (`RunAgentInput.tools`) served to ACP agents
-//! as an MCP server (streamable HTTP, the rmcp crate) on a loopback listener of its own.
+//! as an MCP server (streamable HTTP, the rmcp crate) on the loopback MCP listener
+//! (`http::mcp`, one per agent, served like the public API).
 //!
 //! Each ACP session that the agent can give MCP servers gets its own URL
-//! (`http://127.0.0.1:PORT/mcp/<token>`) and bearer secret, passed in
+//! (`http://127.0.0.1:PORT/mcp/<id>`) and bearer secret, passed in
 //! `session/new.mcpServers` as the server `frontend`. `tools/list` answers the tools of the
 //! session's current run; a `tools/call` goes to the session's turn, which calls the
 //! frontend tool (the AG-UI segment ends, the run waits) and answers the MCP request with
 //! the browser's result.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
-use http::{Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock as Content,
     ListToolsResult, PaginatedRequestParams, ServerConfig,
 };
 use rmcp::service::RequestContext;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Value, json};
-use subtle::ConstantTimeEq;
-use tokio::net::TcpListener;
 use tokio::sync::oneshot;
-use tower_service::Service;
+use tokio_util::sync::CancellationToken;
 
 use super::process::{Router, SessionEvent};
 use crate::agent::ToolAnswer;
+use crate::http::Limits;
+use crate::http::mcp::McpServer;
 use crate::protocol::input::Tool;
-
-type McpService = StreamableHttpService<FrontendTools, LocalSessionManager>;
-type McpBody = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
 
 /// The loopback MCP listener shared by every session of an agent.
 pub(super) struct McpBridge {
-    addr: SocketAddr,
-    bindings: Arc<Mutex<HashMap<String, Binding>>>,
+    server: McpServer<FrontendTools>,
+    /// Endpoint id -> what the endpoint serves.
+    bindings: Mutex<HashMap<String, Binding>>,
 }
 
-#[derive(Clone)]
 struct Binding {
-    secret: String,
     /// The ACP session id (known once `session/new` has answered).
     session: Arc<Mutex<String>>,
     tools: Arc<Mutex<Vec<Tool>>>,
-    service: McpService,
 }
 
 /// Names the session an endpoint belongs to, once the agent has said it.
@@ -66,69 +53,40 @@ impl McpHandle {
 }
 
 impl McpBridge {
-    /// Binds 127.0.0.1:0 and serves until the process ends.
-    pub(super) async fn start() -> std::io::Result<Arc<McpBridge>> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let bindings: Arc<Mutex<HashMap<String, Binding>>> = Arc::default();
-        let served = bindings.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                };
-                let bindings = served.clone();
-                tokio::spawn(async move {
-                    let service = service_fn(move |req| {
-                        let bindings = bindings.clone();
-                        async move { Ok::<_, std::convert::Infallible>(handle(&bindings, req).await) }
-                    });
-                    let builder =
-                        hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                    if let Err(error) = builder
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await
-                    {
-                        tracing::debug!(%error, "MCP connection ended");
-                    }
-                });
-            }
-        });
-        Ok(Arc::new(McpBridge { addr, bindings }))
+    /// Binds 127.0.0.1:0 and serves until `stop` fires.
+    pub(super) async fn start(
+        limits: Limits,
+        stop: CancellationToken,
+    ) -> std::io::Result<McpBridge> {
+        Ok(McpBridge {
+            server: McpServer::start(limits, stop).await?,
+            bindings: Mutex::default(),
+        })
     }
 
     /// Gives `session` an MCP endpoint whose calls go to the session's turn through
     /// `router`; returns the `mcpServers` entry for `session/new` / `session/load`.
     pub(super) fn bind(&self, router: &Arc<Router>) -> (Value, McpHandle) {
-        let token = hex(&rand::random::<[u8; 16]>());
-        let secret = hex(&rand::random::<[u8; 32]>());
         let tools: Arc<Mutex<Vec<Tool>>> = Arc::default();
         let session: Arc<Mutex<String>> = Arc::default();
-        let handler = FrontendTools {
+        let endpoint = self.server.add(FrontendTools {
             router: Arc::downgrade(router),
             session: session.clone(),
             tools: tools.clone(),
-        };
-        let service = StreamableHttpService::new(
-            move || Ok(handler.clone()),
-            Arc::new(LocalSessionManager::default()),
-            StreamableHttpServerConfig::default(),
-        );
+        });
         lock(&self.bindings).insert(
-            token.clone(),
+            endpoint.id.clone(),
             Binding {
-                secret: secret.clone(),
                 session: session.clone(),
                 tools,
-                service,
             },
         );
+        let secret = endpoint.secret.expose();
         let entry = json!({
             "type": "http",
             "name": "frontend",
             // The secret also rides in the URL for agents that send no headers.
-            "url": format!("http://{}/mcp/{token}?token={secret}", self.addr),
+            "url": format!("{}?token={secret}", endpoint.url),
             "headers": [{"name": "Authorization", "value": format!("Bearer {secret}")}],
         });
         (entry, McpHandle { session })
@@ -145,51 +103,22 @@ impl McpBridge {
 
     /// Drops a session's endpoints.
     pub(super) fn unbind(&self, session: &str) {
-        lock(&self.bindings).retain(|_, b| *lock(&b.session) != session);
+        let mut bindings = lock(&self.bindings);
+        let gone: Vec<String> = bindings
+            .iter()
+            .filter(|(_, b)| *lock(&b.session) == session)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in gone {
+            bindings.remove(&id);
+            self.server.remove(&id);
+        }
     }
-}
 
-async fn handle(
-    bindings: &Mutex<HashMap<String, Binding>>,
-    req: Request<Incoming>,
-) -> Response<McpBody> {
-    let token = req
-        .uri()
-        .path()
-        .strip_prefix("/mcp/")
-        .map(|t| t.trim_end_matches('/').to_owned());
-    let binding = token.and_then(|t| lock(bindings).get(&t).cloned());
-    let Some(binding) = binding else {
-        return plain(StatusCode::NOT_FOUND, "no such MCP endpoint");
-    };
-    let from_query = req.uri().query().and_then(|q| {
-        form_urlencoded::parse(q.as_bytes())
-            .find(|(k, _)| k == "token")
-            .map(|(_, v)| v.into_owned())
-    });
-    let presented = req
-        .headers()
-        .get(http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_owned)
-        .or(from_query)
-        .unwrap_or_default();
-    let expected = binding.secret.as_bytes();
-    if presented.len() != expected.len() || !bool::from(presented.as_bytes().ct_eq(expected)) {
-        return plain(StatusCode::UNAUTHORIZED, "missing or invalid bearer token");
+    /// Resolves once the listener has stopped (after `stop`) and its connections are closed.
+    pub(super) async fn closed(&self) {
+        self.server.closed().await;
     }
-    let mut service = binding.service.clone();
-    match service.call(req).await {
-        Ok(response) => response,
-        Err(never) => match never {},
-    }
-}
-
-fn plain(status: StatusCode, message: &str) -> Response<McpBody> {
-    let mut response = Response::new(Full::new(Bytes::from(message.to_owned())).boxed());
-    *response.status_mut() = status;
-    response
 }
 
 /// The MCP server of one session: the frontend tools of its current run.
@@ -272,16 +201,14 @@ impl ServerHandler for FrontendTools {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -298,9 +225,30 @@ mod tests {
         assert!(info.is_ok(), "{info:?}");
     }
 
+    fn bridge_limits(header_read_timeout: Duration, max_connections: usize) -> Limits {
+        Limits {
+            header_read_timeout,
+            max_connections,
+            ..Limits::default()
+        }
+    }
+
+    const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+
+    async fn error_code(response: reqwest::Response) -> (u16, String) {
+        let status = response.status().as_u16();
+        assert_eq!(response.headers()["content-type"], "application/json");
+        let body: Value = response.json().await.expect("JSON error");
+        assert!(body["message"].is_string(), "{body}");
+        (status, body["code"].as_str().expect("code").to_owned())
+    }
+
     #[tokio::test]
     async fn endpoints_require_their_own_bearer_secret() {
-        let bridge = McpBridge::start().await.expect("bridge");
+        let stop = CancellationToken::new();
+        let bridge = McpBridge::start(Limits::default(), stop.clone())
+            .await
+            .expect("bridge");
         let router = Arc::new(Router::default());
         let (entry, handle) = bridge.bind(&router);
         handle.set_session("s1");
@@ -312,54 +260,139 @@ mod tests {
             .expect("auth")
             .to_owned();
         let http = reqwest::Client::new();
-        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"}}});
-        for bad in [None, Some("Bearer wrong")] {
-            let mut request = http
-                .post(&url)
+        let post = |url: &str| {
+            http.post(url)
                 .header("accept", "application/json, text/event-stream")
-                .json(&init);
+                .header("content-type", "application/json")
+                .body(INIT)
+        };
+        for bad in [None, Some("Bearer wrong"), Some("Basic x")] {
+            let mut request = post(&url);
             if let Some(bad) = bad {
                 request = request.header("authorization", bad);
             }
-            assert_eq!(request.send().await.expect("request").status(), 401);
+            let response = request.send().await.expect("request");
+            assert_eq!(response.headers()["www-authenticate"], "Bearer");
+            assert_eq!(
+                error_code(response).await,
+                (401, "UNAUTHORIZED".to_owned()),
+                "{bad:?}"
+            );
         }
         let other = url.replace("/mcp/", "/mcp/x");
-        let r = http
-            .post(&other)
-            .header("authorization", &auth)
-            .json(&init)
-            .send()
-            .await
-            .expect("request");
-        assert_eq!(r.status(), 404);
-        let r = http
-            .post(&url)
-            .header("authorization", &auth)
-            .header("accept", "application/json, text/event-stream")
-            .json(&init)
-            .send()
-            .await
-            .expect("request");
-        assert_eq!(r.status(), 200);
+        let r = post(&other).header("authorization", &auth).send().await;
+        assert_eq!(
+            error_code(r.expect("request")).await,
+            (404, "NOT_FOUND".to_owned())
+        );
+        let r = post(&url).header("authorization", &auth).send().await;
+        assert_eq!(r.expect("request").status(), 200);
+        // The scheme is case-insensitive, as on the public listener.
+        let lower = auth.replacen("Bearer", "bearer", 1);
+        let r = post(&url).header("authorization", lower).send().await;
+        assert_eq!(r.expect("request").status(), 200);
         // The secret in the URL is accepted too (agents that send no headers).
-        let r = http
-            .post(&with_query)
+        let r = post(&with_query).send().await;
+        assert_eq!(r.expect("request").status(), 200);
+        bridge.unbind("s1");
+        let r = post(&url).header("authorization", &auth).send().await;
+        assert_eq!(r.expect("request").status(), 404, "unbound");
+
+        // The listener stops with the backend.
+        stop.cancel();
+        tokio::time::timeout(Duration::from_secs(5), bridge.closed())
+            .await
+            .expect("the listener closes");
+        let port = url.split(':').nth(2).and_then(|p| p.split('/').next());
+        let addr = format!("127.0.0.1:{}", port.expect("port"));
+        assert!(
+            tokio::net::TcpStream::connect(addr).await.is_err(),
+            "closed"
+        );
+    }
+
+    async fn closed_within(stream: &mut tokio::net::TcpStream, bound: Duration) -> bool {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 1024];
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return true,
+                Ok(Ok(_)) => continue,
+                Err(_) => return false,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn idle_connections_are_capped_and_closed_after_the_header_timeout() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let stop = CancellationToken::new();
+        let bridge = McpBridge::start(bridge_limits(Duration::from_millis(300), 8), stop.clone())
+            .await
+            .expect("bridge");
+        let router = Arc::new(Router::default());
+        let (entry, _handle) = bridge.bind(&router);
+        let url = entry["url"].as_str().expect("url").to_owned();
+        let addr = url
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .expect("addr")
+            .to_owned();
+        // Many idle connections, no secret: every one is closed, none is kept.
+        let mut idle = Vec::new();
+        for _ in 0..100 {
+            idle.push(
+                tokio::net::TcpStream::connect(&addr)
+                    .await
+                    .expect("connect"),
+            );
+        }
+        for stream in &mut idle {
+            assert!(closed_within(stream, Duration::from_secs(3)).await);
+        }
+        drop(idle);
+        // The cap is free again.
+        let r = reqwest::Client::new()
+            .post(&url)
             .header("accept", "application/json, text/event-stream")
-            .json(&init)
+            .header("content-type", "application/json")
+            .body(INIT)
             .send()
             .await
             .expect("request");
         assert_eq!(r.status(), 200);
-        bridge.unbind("s1");
-        let r = http
-            .post(&url)
-            .header("authorization", &auth)
-            .json(&init)
-            .send()
+
+        // With a long header timeout, the cap holds: the connection after the eighth gets a
+        // JSON 503 and is closed.
+        let patient = McpBridge::start(bridge_limits(Duration::from_secs(30), 8), stop.clone())
             .await
-            .expect("request");
-        assert_eq!(r.status(), 404, "unbound");
+            .expect("bridge");
+        let (entry, _handle) = patient.bind(&router);
+        let url = entry["url"].as_str().expect("url").to_owned();
+        let addr = url
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .expect("addr");
+        let mut held = Vec::new();
+        for _ in 0..8 {
+            held.push(tokio::net::TcpStream::connect(addr).await.expect("connect"));
+        }
+        let mut over = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        over.write_all(b"GET /mcp/x HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+            .await
+            .expect("write");
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), over.read_to_end(&mut answer))
+            .await
+            .expect("closed after the answer")
+            .expect("read");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        assert!(answer.contains("\"code\":\"OVER_CAPACITY\""), "{answer}");
+        drop(held);
+        stop.cancel();
     }
 }

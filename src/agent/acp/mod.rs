@@ -37,12 +37,18 @@ use super::{
     PermissionRequest, SinkClosed, ToolAnswer, Turn, TurnEnd,
 };
 use crate::config::{AcpConfig, FrontendMcp, Permissions};
-use crate::protocol::input::{ContentPart, MediaSource, Message};
+use crate::protocol::input::{BinaryPart, ContentPart, DataSource, MediaSource, Message};
 use process::{AcpProcess, Busy, PermissionResponder, SessionEvent};
 use translate::UpdateTranslator;
 
 /// How long a cancelled prompt may take to answer before the turn gives up on it.
 const CANCEL_WAIT: Duration = Duration::from_millis(1000);
+
+/// Whether an agent command names a program that can be started (an executable path, or a
+/// program on `PATH`).
+pub fn command_found(command: &[String]) -> bool {
+    process::startable(command)
+}
 
 /// One configured ACP agent.
 pub struct AcpBackend {
@@ -138,6 +144,9 @@ impl Agent for AcpBackend {
             lock(&inner.sessions).clear();
             // Concurrently: the whole stop sequence stays bounded whatever the pool size.
             futures_util::future::join_all(processes.iter().map(|p| p.stop())).await;
+            if let Some(bridge) = inner.mcp.get().cloned().flatten() {
+                bridge.closed().await;
+            }
         })
     }
 }
@@ -500,8 +509,9 @@ impl Inner {
         let bridge = self
             .mcp
             .get_or_init(|| async {
-                match mcp::McpBridge::start().await {
-                    Ok(bridge) => Some(bridge),
+                let limits = crate::http::mcp::default_limits();
+                match mcp::McpBridge::start(limits, self.stopped.child_token()).await {
+                    Ok(bridge) => Some(Arc::new(bridge)),
                     Err(error) => {
                         tracing::warn!(%error, "cannot start the frontend-tools MCP endpoint");
                         None
@@ -634,21 +644,23 @@ fn prompt_blocks(turn: &Turn, process: &AcpProcess) -> Vec<Value> {
             crate::protocol::input::Content::Parts(parts) => {
                 for part in parts {
                     match part {
-                        ContentPart::Text { text } => {
-                            blocks.push(json!({"type": "text", "text": text}))
+                        ContentPart::Text(part) => {
+                            blocks.push(json!({"type": "text", "text": part.text}))
                         }
                         ContentPart::Image(media) if images => {
-                            if let MediaSource::Data { value, mime_type } = &media.source {
+                            if let MediaSource::Data(DataSource { value, mime_type }) =
+                                &media.source
+                            {
                                 blocks.push(
                                     json!({"type": "image", "data": value, "mimeType": mime_type}),
                                 );
                             }
                         }
-                        ContentPart::Binary {
+                        ContentPart::Binary(BinaryPart {
                             mime_type,
                             data: Some(data),
                             ..
-                        } if images && mime_type.starts_with("image/") => {
+                        }) if images && mime_type.starts_with("image/") => {
                             blocks.push(
                                 json!({"type": "image", "data": data, "mimeType": mime_type}),
                             );

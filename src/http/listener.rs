@@ -1,0 +1,259 @@
+//! The accept loop every listener shares (the public API and the loopback MCP endpoint):
+//! TLS handshake, the connection cap, the header-read watchdog, socket tuning, hyper's
+//! per-protocol limits, and shutdown.
+//!
+//! A listener serves at most [`Limits::max_connections`] connections at a time. A
+//! connection over the cap is not served: it gets one `503 OVER_CAPACITY` answer if its
+//! request arrives within [`REFUSAL_WINDOW`] and is then closed; while too many such
+//! refusals are already pending it is closed at once. Either way it holds its descriptor
+//! for a bounded time.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::body::Body;
+use super::error::ApiError;
+use super::parse_errors::JsonErrors;
+use super::{Limits, MAX_HEADER_BYTES, MAX_HEADER_FIELDS, MAX_URI_BYTES};
+
+/// How long a connection over the cap may take to send the request it is refused.
+pub const REFUSAL_WINDOW: Duration = Duration::from_secs(1);
+
+/// What answers the requests of a listener.
+pub trait Handler: Send + Sync + 'static {
+    /// Answers one request; errors are responses too.
+    fn handle(
+        &self,
+        req: Request<Incoming>,
+        conn: ConnInfo,
+    ) -> impl Future<Output = Response<Body>> + Send;
+}
+
+/// What a handler knows about the connection a request came on.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnInfo {
+    /// The connection is TLS.
+    pub tls: bool,
+    /// The listener's limits (the body-read timeout applies per request).
+    pub limits: Limits,
+}
+
+/// The connections of a listener that has stopped accepting.
+pub struct Serving {
+    graceful: GracefulShutdown,
+    abort: CancellationToken,
+}
+
+impl Serving {
+    /// Lets open connections finish their responses (HTTP/1.1 closes after the current
+    /// one, HTTP/2 sends GOAWAY) until `deadline`, then closes whatever is still open.
+    /// Returns whether everything finished in time.
+    pub async fn finish(self, deadline: tokio::time::Instant) -> bool {
+        let finished = tokio::time::timeout_at(deadline, self.graceful.shutdown())
+            .await
+            .is_ok();
+        self.abort.cancel();
+        finished
+    }
+}
+
+/// Accepts connections until `shutdown` fires and serves them with `handler`; returns the
+/// open connections, to be finished with [`Serving::finish`].
+pub async fn accept_loop<H: Handler>(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    handler: Arc<H>,
+    limits: Limits,
+    shutdown: CancellationToken,
+) -> Serving {
+    let graceful = GracefulShutdown::new();
+    let abort = CancellationToken::new();
+    let open = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let refusals = Arc::new(Semaphore::new((limits.max_connections / 8).max(1)));
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let (admission, permit) = match open.clone().try_acquire_owned() {
+            Ok(permit) => (Admission::Serve, permit),
+            Err(_) => match refusals.clone().try_acquire_owned() {
+                Ok(permit) => (Admission::Refuse, permit),
+                Err(_) => {
+                    tracing::debug!(peer = %peer, "connection cap reached; closed at once");
+                    continue;
+                }
+            },
+        };
+        if admission == Admission::Refuse {
+            tracing::warn!(
+                peer = %peer,
+                max_connections = limits.max_connections,
+                "connection cap reached; refusing"
+            );
+        }
+        if let Err(error) = tune_socket(&stream, limits) {
+            tracing::debug!(%error, "socket options not applied");
+        }
+        let conn = Connection {
+            handler: handler.clone(),
+            limits,
+            peer,
+            admission,
+            abort: abort.clone(),
+            _permit: permit,
+        };
+        let watcher = graceful.watcher();
+        let span = tracing::debug_span!("conn", peer = %peer);
+        tokio::spawn(conn.start(stream, tls.clone(), watcher).instrument(span));
+    }
+    Serving { graceful, abort }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admission {
+    Serve,
+    /// Over the cap: answer 503 to whatever comes within the refusal window, then close.
+    Refuse,
+}
+
+struct Connection<H> {
+    handler: Arc<H>,
+    limits: Limits,
+    peer: SocketAddr,
+    admission: Admission,
+    abort: CancellationToken,
+    /// Held for the connection's whole life.
+    _permit: OwnedSemaphorePermit,
+}
+
+impl<H: Handler> Connection<H> {
+    async fn start(self, stream: TcpStream, tls: Option<TlsAcceptor>, watcher: Watcher) {
+        let Some(acceptor) = tls else {
+            return self.serve(stream, false, watcher).await;
+        };
+        let bound = match self.admission {
+            Admission::Serve => self.limits.header_read_timeout,
+            Admission::Refuse => REFUSAL_WINDOW.min(self.limits.header_read_timeout),
+        };
+        match tokio::time::timeout(bound, acceptor.accept(stream)).await {
+            Ok(Ok(stream)) => self.serve(stream, true, watcher).await,
+            Ok(Err(error)) => tracing::debug!(%error, "TLS handshake failed"),
+            Err(_) => tracing::debug!("TLS handshake timed out"),
+        }
+    }
+
+    async fn serve<IO>(self, io: IO, tls: bool, watcher: Watcher)
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let info = ConnInfo {
+            tls,
+            limits: self.limits,
+        };
+        let first_request = Arc::new(AtomicBool::new(false));
+        let seen = first_request.clone();
+        let handler = self.handler.clone();
+        let admission = self.admission;
+        let service = service_fn(move |req| {
+            seen.store(true, Ordering::Relaxed);
+            let handler = handler.clone();
+            async move {
+                let response = match admission {
+                    Admission::Refuse => ApiError::too_many_connections().into_response(),
+                    Admission::Serve if uri_len(&req) > MAX_URI_BYTES => {
+                        ApiError::uri_too_long().into_response()
+                    }
+                    Admission::Serve => handler.handle(req, info).await,
+                };
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        });
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.limits.header_read_timeout)
+            .max_buf_size(MAX_HEADER_BYTES)
+            .max_headers(MAX_HEADER_FIELDS)
+            .keep_alive(admission == Admission::Serve);
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_header_list_size(MAX_HEADER_BYTES as u32)
+            .max_concurrent_streams(self.limits.max_h2_streams)
+            .keep_alive_interval(Some(Duration::from_secs(30)));
+        let io = TokioIo::new(JsonErrors::new(io));
+        let conn = builder.serve_connection(io, service);
+        let conn = watcher.watch(conn.into_owned());
+        tokio::pin!(conn);
+        // The watchdog: a connection that has not produced a complete request by the
+        // header timeout is closed (hyper does not time the wait for the first bytes). A
+        // refused connection lives for the refusal window at most.
+        let (bound, whole_life) = match admission {
+            Admission::Serve => (self.limits.header_read_timeout, false),
+            Admission::Refuse => (REFUSAL_WINDOW.min(self.limits.header_read_timeout), true),
+        };
+        let deadline = tokio::time::sleep(bound);
+        tokio::pin!(deadline);
+        let mut armed = true;
+        loop {
+            tokio::select! {
+                result = &mut conn => {
+                    if let Err(error) = result {
+                        tracing::debug!(peer = %self.peer, %error, "connection ended with an error");
+                    }
+                    return;
+                }
+                () = &mut deadline, if armed => {
+                    if first_request.load(Ordering::Relaxed) && !whole_life {
+                        armed = false;
+                    } else {
+                        tracing::debug!(peer = %self.peer, "no complete request within the header timeout; closing");
+                        return;
+                    }
+                }
+                () = self.abort.cancelled() => {
+                    tracing::debug!(peer = %self.peer, "closed at the end of the shutdown grace");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The length of a request's target as sent (path and query).
+fn uri_len<B>(req: &Request<B>) -> usize {
+    req.uri().path_and_query().map_or(0, |pq| pq.as_str().len())
+}
+
+fn tune_socket(stream: &TcpStream, limits: Limits) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
+    let sock = socket2::SockRef::from(stream);
+    sock.set_send_buffer_size(limits.send_buffer)?;
+    Ok(())
+}
