@@ -134,7 +134,7 @@ bench_one() {
   dir="$(mktemp -d "$work/$label-$round.XXXXXX")"
   mkdir -p "$dir/data"
   # shellcheck disable=SC2086
-  "$bin" --no-tls --port 0 --token t --data-dir "$dir/data" --max-concurrent-runs 20000 \
+  "$bin" --no-tls --port 0 --token t --data-dir "$dir/data" --max-concurrent-runs 20000 --max-connections 20000 \
     ${DAEMON_ARGS:-} >"$dir/stdout" 2>"$dir/stderr" &
   server_pid=$!
   for _ in $(seq 1 300); do

@@ -89,6 +89,10 @@ pub struct ServeArgs {
     /// Bytes of finished runs' frames and idle threads kept in memory [default: 256MiB]
     #[arg(long, global = true, value_name = "SIZE")]
     pub memory_budget: Option<String>,
+    /// Connections served at once (each open event stream holds one) [default: 4096,
+    /// lowered to fit the process's open-file limit]
+    #[arg(long, global = true, value_name = "N")]
+    pub max_connections: Option<usize>,
     /// An ACP agent: NAME=COMMAND (shell-style words); repeatable [default: the built-in
     /// `demo` agent when no agent is configured]
     #[arg(long = "acp", global = true, value_name = "NAME=COMMAND")]
@@ -134,6 +138,7 @@ struct FileServer {
     suspend_timeout: Option<String>,
     stall_timeout: Option<String>,
     memory_budget: Option<String>,
+    max_connections: Option<usize>,
     log_format: Option<LogFormat>,
 }
 
@@ -305,6 +310,14 @@ impl ServeArgs {
             return Err(ConfigError::new("memory_budget must be at least 1MiB"));
         }
 
+        let max_connections = self
+            .max_connections
+            .or(server.max_connections)
+            .unwrap_or(crate::http::DEFAULT_MAX_CONNECTIONS);
+        if max_connections == 0 {
+            return Err(ConfigError::new("max_connections must be at least 1"));
+        }
+
         let log_format = match self.log_format {
             Some(LogFormatArg::Text) => LogFormat::Text,
             Some(LogFormatArg::Json) => LogFormat::Json,
@@ -346,6 +359,7 @@ impl ServeArgs {
                 suspend_timeout,
                 stall_timeout,
                 memory_budget,
+                max_connections,
                 log_format,
                 agents,
             },

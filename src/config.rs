@@ -32,6 +32,8 @@ pub struct Config {
     pub stall_timeout: Duration,
     /// Bytes of finished runs' frames and threads' transcripts and state kept in memory.
     pub memory_budget: usize,
+    /// Connections the public listener serves at once.
+    pub max_connections: usize,
     pub log_format: LogFormat,
     pub agents: Vec<AgentConfig>,
 }
@@ -311,6 +313,7 @@ impl Config {
             suspend_timeout: Duration::from_secs(15 * 60),
             stall_timeout: Duration::from_secs(30),
             memory_budget: crate::runtime::DEFAULT_MEMORY_BUDGET,
+            max_connections: crate::http::DEFAULT_MAX_CONNECTIONS,
             log_format: LogFormat::Text,
             agents: vec![AgentConfig::demo()],
         }
@@ -375,6 +378,7 @@ impl Config {
                 "suspend_timeout": format_duration(self.suspend_timeout),
                 "stall_timeout": format_duration(self.stall_timeout),
                 "memory_budget": format_size(self.memory_budget),
+                "max_connections": self.max_connections,
                 "log_format": format!("{:?}", self.log_format).to_lowercase(),
             },
             "agents": agents,
@@ -410,6 +414,20 @@ pub fn valid_agent_name(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_parse_and_format_back() {
+        assert_eq!(parse_size("268435456").ok(), Some(256 << 20));
+        assert_eq!(parse_size("256MiB").ok(), Some(256 << 20));
+        assert_eq!(parse_size(" 2G ").ok(), Some(2 << 30));
+        assert_eq!(parse_size("512KB").ok(), Some(512_000));
+        for bad in ["", "MiB", "12 parsecs", "-1M", "99999999999999999999G"] {
+            assert!(parse_size(bad).is_err(), "{bad:?}");
+        }
+        for n in [1usize, 1024, 3 << 20, 256 << 20, 5 << 30, 1_000_000] {
+            assert_eq!(parse_size(&format_size(n)).ok(), Some(n));
+        }
+    }
 
     #[test]
     fn durations_parse() {

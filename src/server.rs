@@ -134,7 +134,10 @@ impl Server {
             tls,
             app,
             runtime,
-            limits: Limits::default(),
+            limits: Limits {
+                max_connections: fit_to_open_files(config.max_connections),
+                ..Limits::default()
+            },
             shutdown_grace: config.shutdown_grace,
             local_addr,
             path: config.path,
@@ -236,4 +239,35 @@ fn ensure_dir(path: &std::path::Path) -> Result<(), ServeError> {
             path: path.to_owned(),
             source,
         })
+}
+
+/// Descriptors kept for everything but client connections: the store, agent processes and
+/// their pipes, the MCP listener and its connections, logs.
+const RESERVED_FILES: u64 = 256;
+
+/// Raises the process's soft open-file limit to its hard limit (as much room as the system
+/// allows), and lowers `wanted` connections to what then fits beside the reserve, so the
+/// listener refuses connections with a 503 before accept() starts failing.
+fn fit_to_open_files(wanted: usize) -> usize {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return wanted;
+    };
+    let limit = if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        hard
+    } else {
+        soft
+    };
+    let room = limit.saturating_sub(RESERVED_FILES).max(1);
+    if (wanted as u64) <= room {
+        return wanted;
+    }
+    let fitted = usize::try_from(room).unwrap_or(wanted);
+    tracing::warn!(
+        wanted,
+        fitted,
+        open_file_limit = limit,
+        "max_connections lowered to fit the open-file limit (raise LimitNOFILE to serve more)"
+    );
+    fitted
 }

@@ -592,3 +592,50 @@ async fn kill_9_mid_run_then_restart_keeps_the_thread_and_reports_the_cut_run() 
             .success()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_are_capped_to_fit_the_open_file_limit() {
+    let data = temp_dir("nofile");
+    let data_arg = data.to_str().expect("utf8").to_owned();
+    // A hard limit of 300 descriptors: the default 4096 connections cannot fit.
+    let wrapper = format!("ulimit -n 300 && exec {BIN} \"$@\"");
+    let mut args = vec!["-c", &wrapper, "agui-serve"];
+    let daemon_args = quiet_port_args(&["--token", TOKEN, "--data-dir", &data_arg]);
+    args.extend(daemon_args.iter().map(String::as_str));
+    let mut daemon = Daemon::start_program("sh", &args, &[]);
+    let logs = daemon.logs();
+    assert!(
+        logs.contains("max_connections lowered") && logs.contains("fitted=44"),
+        "{logs}"
+    );
+    // 44 connections that send nothing hold every slot...
+    let url = daemon.url("");
+    let addr = url
+        .split("://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .expect("host:port")
+        .to_owned();
+    let mut idle = Vec::new();
+    for _ in 0..44 {
+        idle.push(
+            tokio::net::TcpStream::connect(&addr)
+                .await
+                .expect("connect"),
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // ...so the next one is refused with our JSON 503, not left to exhaust descriptors.
+    let r = daemon
+        .post("/demo")
+        .json(&run_body("t", "r", "hi"))
+        .send()
+        .await;
+    let r = r.expect("answered");
+    assert_eq!(r.status(), 503);
+    let body: serde_json::Value = r.json().await.expect("json");
+    assert_eq!(body["code"], "OVER_CAPACITY", "{body}");
+    drop(idle);
+    daemon.signal("TERM");
+    daemon.wait(Duration::from_secs(15)).expect("exits");
+}

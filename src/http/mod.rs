@@ -38,6 +38,9 @@ pub const MAX_URI_BYTES: usize = 8 * 1024;
 /// Most header fields in an HTTP/1.1 request: over it, 431 `HEADERS_TOO_LARGE`.
 pub const MAX_HEADER_FIELDS: usize = 100;
 
+/// The default of `--max-connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+
 /// Per-listener and per-connection limits.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -61,7 +64,7 @@ impl Default for Limits {
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(30),
             send_buffer: 256 * 1024,
-            max_connections: 512,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             max_h2_streams: 100,
         }
     }
