@@ -388,3 +388,38 @@ async fn missing_token_configuration_fails_closed_with_500() {
     let response = client().get(server.url("/healthz")).sent().await;
     assert_eq!(response.status(), 200);
 }
+
+#[tokio::test]
+async fn info_is_the_copilotkit_runtime_shape_plus_our_fields() {
+    let server = TestServer::start().await;
+    let (status, info) = get_json(&server, "/info").await;
+    assert_eq!(status, 200);
+    // CopilotKit reads `agents` with Object.entries: an object keyed by agent name.
+    let demo = &info["agents"]["demo"];
+    assert_eq!(demo["name"], "demo");
+    assert_eq!(demo["className"], "HttpAgent");
+    assert!(demo["description"].is_string());
+    assert_eq!(
+        demo["url"],
+        format!("http://{}/agui/demo", server.addr),
+        "{info}"
+    );
+    assert_eq!(info["mode"], "sse");
+    assert_eq!(info["version"], env!("CARGO_PKG_VERSION"));
+    for key in ["list", "inspect", "mutations", "realtimeMetadata"] {
+        assert_eq!(info["threadEndpoints"][key], false, "{key}");
+    }
+    for key in [
+        "suggestions",
+        "audioFileTranscriptionEnabled",
+        "a2uiEnabled",
+        "openGenerativeUIEnabled",
+    ] {
+        assert_eq!(info[key], false, "{key}");
+    }
+    assert_eq!(info["telemetryDisabled"], true);
+    assert_eq!(info["protocol"], "ag-ui");
+    assert_eq!(info["protocolVersion"], "1.0");
+    assert_eq!(info["path"], "/agui");
+    assert_eq!(info["capabilities"]["reattach"], true);
+}

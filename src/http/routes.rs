@@ -445,25 +445,45 @@ fn info(app: &App, headers: &HeaderMap, uri: &http::Uri, tls: bool) -> serde_jso
         .map(str::to_owned)
         .or_else(|| uri.authority().map(|a| a.as_str().to_owned()))
         .filter(|h| valid_host(h));
-    let agents: Vec<_> = app
+    // Keyed by name: CopilotKit reads `agents` with `Object.entries`.
+    let agents: serde_json::Map<String, serde_json::Value> = app
         .agents
         .iter()
         .map(|(name, description)| {
-            let mut agent = json!({"name": name, "description": description});
+            let mut agent = json!({
+                "name": name,
+                "description": description,
+                "className": "HttpAgent",
+            });
             if let Some(host) = &host {
                 let encoded =
                     percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC);
                 agent["url"] = json!(format!("{scheme}://{host}{}/{encoded}", app.path));
             }
-            agent
+            (name.clone(), agent)
         })
         .collect();
+    // The CopilotKit runtime-info shape (`RuntimeInfo` of @copilotkit/shared 1.74), then our
+    // own fields. No CopilotKit thread endpoints, suggestions, transcription or generative
+    // UI are served, so they are advertised as off.
     json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "agents": agents,
+        "mode": "sse",
+        "threadEndpoints": {
+            "list": false,
+            "inspect": false,
+            "mutations": false,
+            "realtimeMetadata": false,
+        },
+        "suggestions": false,
+        "audioFileTranscriptionEnabled": false,
+        "a2uiEnabled": false,
+        "openGenerativeUIEnabled": false,
+        "telemetryDisabled": true,
         "protocol": "ag-ui",
         "protocolVersion": crate::protocol::PROTOCOL_VERSION,
-        "version": env!("CARGO_PKG_VERSION"),
         "path": app.path,
-        "agents": agents,
         "capabilities": {
             "frontendTools": true,
             "humanInTheLoop": true,
