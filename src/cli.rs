@@ -14,8 +14,8 @@ use serde::Deserialize;
 
 use crate::config::{
     AcpConfig, AgentConfig, AgentKind, Auth, BearerToken, Config, ConfigError, FrontendMcp, Hitl,
-    LogFormat, Permissions, TlsMode, TokenSource, default_data_dir, normalize_path, parse_duration,
-    parse_size, valid_agent_name,
+    LogFormat, Permissions, RESERVED_AGENT_NAMES, TlsMode, TokenSource, default_data_dir,
+    normalize_path, parse_duration, parse_size, valid_agent_name,
 };
 
 /// Serve agent runtimes over the AG-UI protocol.
@@ -451,8 +451,9 @@ fn read_token_file(path: &Path) -> Result<BearerToken, ConfigError> {
 fn agent_from_file(agent: FileAgent) -> Result<AgentConfig, ConfigError> {
     if !valid_agent_name(&agent.name) {
         return Err(ConfigError::new(format!(
-            "invalid agent name {:?}: use letters, digits, '-', '_' or '.'",
-            agent.name
+            "invalid agent name {:?}: use letters, digits, '-', '_' or '.', and none of the route words {}",
+            agent.name,
+            RESERVED_AGENT_NAMES[..RESERVED_AGENT_NAMES.len() - 2].join(", ")
         )));
     }
     let hitl = agent.hitl.unwrap_or(Hitl::Tool);

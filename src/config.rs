@@ -405,11 +405,15 @@ pub fn valid_agent_name(name: &str) -> bool {
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
-        && !matches!(
-            name,
-            "info" | "healthz" | "readyz" | "threads" | "runs" | "." | ".."
-        )
+        && !RESERVED_AGENT_NAMES.contains(&name)
 }
+
+/// Names an agent cannot take: the words of the daemon's own routes under `{path}` (a
+/// request to `{path}/<word>` must never be ambiguous), and the path dots.
+pub const RESERVED_AGENT_NAMES: &[&str] = &[
+    "info", "healthz", "readyz", "threads", "runs", "agent", "agents", "metrics", "tokens", ".",
+    "..",
+];
 
 #[cfg(test)]
 mod tests {

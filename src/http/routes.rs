@@ -15,7 +15,7 @@ use serde_json::json;
 use super::body::{Body, empty, event_stream, full, read_body};
 use super::error::ApiError;
 use super::policy::{self, OriginCheck};
-use super::{App, ConnInfo};
+use super::{App, ConnInfo, copilotkit};
 use crate::protocol::input::check_id;
 use crate::protocol::{InputError, decode_run_input, negotiate};
 use crate::runtime::{Attachment, CancelReason};
@@ -35,11 +35,19 @@ enum Route {
     ThreadMessages(String),
     ThreadStream(String),
     Cancel(String),
+    /// CopilotKit's runtime protocol (see `copilotkit`).
+    Envelope,
+    AgentRun(String),
+    AgentConnect(String),
+    AgentStop(String, String),
 }
 
 impl Route {
     fn parse(namespace: &str, path: &str) -> Option<Route> {
         let rest = path.strip_prefix(namespace)?;
+        if rest.is_empty() || rest == "/" {
+            return Some(Route::Envelope);
+        }
         let rest = rest.strip_prefix('/')?;
         let segments: Vec<String> = rest
             .split('/')
@@ -57,6 +65,13 @@ impl Route {
             }
             ["threads", id, "stream"] if !id.is_empty() => Route::ThreadStream((*id).to_owned()),
             ["runs", id, "cancel"] if !id.is_empty() => Route::Cancel((*id).to_owned()),
+            ["agent", agent, "run"] if !agent.is_empty() => Route::AgentRun((*agent).to_owned()),
+            ["agent", agent, "connect"] if !agent.is_empty() => {
+                Route::AgentConnect((*agent).to_owned())
+            }
+            ["agent", agent, "stop", thread] if !agent.is_empty() && !thread.is_empty() => {
+                Route::AgentStop((*agent).to_owned(), (*thread).to_owned())
+            }
             [agent] if !agent.is_empty() => Route::Run((*agent).to_owned()),
             _ => return None,
         };
@@ -66,7 +81,12 @@ impl Route {
     /// The methods this route answers (besides the CORS preflight).
     fn allow(&self) -> &'static str {
         match self {
-            Route::Run(_) | Route::Cancel(_) => "POST, OPTIONS",
+            Route::Run(_)
+            | Route::Cancel(_)
+            | Route::Envelope
+            | Route::AgentRun(_)
+            | Route::AgentConnect(_)
+            | Route::AgentStop(..) => "POST, OPTIONS",
             Route::Thread(_) => "GET, DELETE, OPTIONS",
             Route::Healthz | Route::Readyz => "GET, HEAD, OPTIONS",
             _ => "GET, OPTIONS",
@@ -75,7 +95,12 @@ impl Route {
 
     fn allows(&self, method: &Method) -> bool {
         match self {
-            Route::Run(_) | Route::Cancel(_) => method == Method::POST,
+            Route::Run(_)
+            | Route::Cancel(_)
+            | Route::Envelope
+            | Route::AgentRun(_)
+            | Route::AgentConnect(_)
+            | Route::AgentStop(..) => method == Method::POST,
             Route::Thread(_) => method == Method::GET || method == Method::DELETE,
             Route::Healthz | Route::Readyz => method == Method::GET || method == Method::HEAD,
             _ => method == Method::GET,
@@ -89,6 +114,7 @@ impl Route {
                 check_id(id, "threadId")
             }
             Route::Cancel(id) => check_id(id, "runId"),
+            Route::AgentStop(_, thread) => check_id(thread, "threadId"),
             _ => Ok(()),
         }
     }
@@ -108,6 +134,10 @@ impl Route {
             Route::ThreadMessages(_) => "thread_messages",
             Route::ThreadStream(_) => "thread_stream",
             Route::Cancel(_) => "cancel",
+            Route::Envelope => "copilotkit_envelope",
+            Route::AgentRun(_) => "copilotkit_run",
+            Route::AgentConnect(_) => "copilotkit_connect",
+            Route::AgentStop(..) => "copilotkit_stop",
         }
     }
 }
@@ -183,7 +213,41 @@ async fn dispatch(
     }
     route.check_ids()?;
     match route {
-        Route::Run(agent) => run(app, &agent, req, conn).await,
+        Route::Run(agent) | Route::AgentRun(agent) => run(app, &agent, req, conn).await,
+        Route::AgentConnect(agent) => {
+            check_stream_request(req.headers())?;
+            let (parts, body) = req.into_parts();
+            let body = read_json(body, &parts.headers, &conn).await?;
+            copilotkit::connect(app, &agent, &body).await
+        }
+        Route::AgentStop(agent, thread) => {
+            let (parts, body) = req.into_parts();
+            let body = read_body(
+                body,
+                &parts.headers,
+                MAX_BODY_BYTES,
+                conn.limits.body_read_timeout,
+            )
+            .await?;
+            let body = if body.iter().all(u8::is_ascii_whitespace) {
+                None
+            } else {
+                Some(parse_json(&body)?)
+            };
+            copilotkit::stop(app, &agent, &thread, body.as_ref())
+        }
+        Route::Envelope => {
+            if !is_json(req.headers()) {
+                return Err(ApiError::unsupported_media_type());
+            }
+            let info_of = (req.headers().clone(), req.uri().clone());
+            let (parts, body) = req.into_parts();
+            let envelope = read_json(body, &parts.headers, &conn).await?;
+            copilotkit::envelope(app, &parts.headers, &envelope, || {
+                info(app, &info_of.0, &info_of.1, conn.tls)
+            })
+            .await
+        }
         Route::Info => Ok(json_response(
             StatusCode::OK,
             info(app, req.headers(), req.uri(), conn.tls),
@@ -373,13 +437,7 @@ async fn run(
     req: Request<Incoming>,
     conn: ConnInfo,
 ) -> Result<Response<Body>, ApiError> {
-    if !is_json(req.headers()) {
-        return Err(ApiError::unsupported_media_type());
-    }
-    let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok());
-    if negotiate(accept).is_none() {
-        return Err(ApiError::not_acceptable());
-    }
+    check_stream_request(req.headers())?;
     let (parts, body) = req.into_parts();
     let body = read_body(
         body,
@@ -388,7 +446,33 @@ async fn run(
         conn.limits.body_read_timeout,
     )
     .await?;
-    let input = decode_run_input(&body)?;
+    start_run(app, agent, &parts.headers, &body).await
+}
+
+/// A request answered with an event stream: a JSON body, and an `Accept` that allows SSE.
+fn check_stream_request(headers: &HeaderMap) -> Result<(), ApiError> {
+    if !is_json(headers) {
+        return Err(ApiError::unsupported_media_type());
+    }
+    let accept = headers.get(ACCEPT).and_then(|v| v.to_str().ok());
+    if negotiate(accept).is_none() {
+        return Err(ApiError::not_acceptable());
+    }
+    Ok(())
+}
+
+/// Starts a run of `agent` from a `RunAgentInput` body; the stream of its current segment.
+pub(super) async fn start_run(
+    app: &App,
+    agent: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response<Body>, ApiError> {
+    let accept = headers.get(ACCEPT).and_then(|v| v.to_str().ok());
+    if negotiate(accept).is_none() {
+        return Err(ApiError::not_acceptable());
+    }
+    let input = decode_run_input(body)?;
     if !app.runtime.has_agent(agent) {
         return Err(ApiError::unknown_agent(agent));
     }
@@ -396,11 +480,34 @@ async fn run(
     Ok(stream_response(attachment))
 }
 
+/// Reads a JSON request body (within the body limits).
+async fn read_json(
+    body: Incoming,
+    headers: &HeaderMap,
+    conn: &ConnInfo,
+) -> Result<serde_json::Value, ApiError> {
+    let bytes = read_body(body, headers, MAX_BODY_BYTES, conn.limits.body_read_timeout).await?;
+    parse_json(&bytes)
+}
+
+fn parse_json(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
+    serde_json::from_slice(bytes).map_err(|error| {
+        ApiError::invalid_input(format!("the body is not valid JSON: {error}"), None)
+    })
+}
+
 /// The 200 event-stream response for an attachment.
-fn stream_response(attachment: Attachment) -> Response<Body> {
+pub(super) fn stream_response(attachment: Attachment) -> Response<Body> {
     let resume = attachment.resume();
     let mut response = Response::new(event_stream(attachment));
     let headers = response.headers_mut();
+    sse_headers(headers);
+    headers.insert("agui-resume", HeaderValue::from_static(resume.as_str()));
+    response
+}
+
+/// The headers of every event stream.
+pub(super) fn sse_headers(headers: &mut HeaderMap) {
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(
         CACHE_CONTROL,
@@ -408,8 +515,6 @@ fn stream_response(attachment: Attachment) -> Response<Body> {
     );
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     headers.insert(VARY, HeaderValue::from_static("accept"));
-    headers.insert("agui-resume", HeaderValue::from_static(resume.as_str()));
-    response
 }
 
 fn is_json(headers: &HeaderMap) -> bool {
@@ -528,7 +633,7 @@ fn readyz(app: &App) -> Response<Body> {
     json_response(StatusCode::OK, json!({"status": "ready"}))
 }
 
-fn json_response(status: StatusCode, value: serde_json::Value) -> Response<Body> {
+pub(super) fn json_response(status: StatusCode, value: serde_json::Value) -> Response<Body> {
     let mut response = Response::new(full(Bytes::from(value.to_string())));
     *response.status_mut() = status;
     response
@@ -556,7 +661,14 @@ mod tests {
             Route::parse("/agui", "/agui/runs/r1/cancel"),
             Some(Route::Cancel("r1".into()))
         );
-        assert_eq!(Route::parse("/agui", "/agui"), None);
+        assert_eq!(Route::parse("/agui", "/agui"), Some(Route::Envelope));
+        assert_eq!(Route::parse("/agui", "/agui/"), Some(Route::Envelope));
+        assert_eq!(Route::parse("", "/"), Some(Route::Envelope));
+        assert_eq!(
+            Route::parse("/agui", "/agui/agent/demo/stop/t%201"),
+            Some(Route::AgentStop("demo".into(), "t 1".into()))
+        );
+        assert_eq!(Route::parse("/agui", "/agui/agent/demo"), None);
         assert_eq!(Route::parse("/agui", "/aguix/demo"), None);
         assert_eq!(Route::parse("/agui", "/agui/demo/extra"), None);
         assert_eq!(Route::parse("", "/demo"), Some(Route::Run("demo".into())));

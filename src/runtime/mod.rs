@@ -469,6 +469,29 @@ impl Runtime {
         }
     }
 
+    /// Cancels the live run of `agent`'s thread `thread_id` (only the one that has `run_id`
+    /// among its run ids, when given); its id, or `None` when no such run is live.
+    pub fn cancel_thread_run(
+        &self,
+        thread_id: &str,
+        agent: &str,
+        run_id: Option<&str>,
+    ) -> Option<String> {
+        let thread = lock(&self.inner.threads).get(thread_id).cloned()?;
+        if thread.agent != agent {
+            return None;
+        }
+        let run = lock(&thread.state).live.clone()?;
+        if let Some(wanted) = run_id
+            && run.id != wanted
+            && !lock(&run.aliases).iter().any(|alias| alias == wanted)
+        {
+            return None;
+        }
+        run.cancel_with(CancelReason::Requested);
+        Some(run.id.clone())
+    }
+
     /// Cancels the thread's live run (waiting for it to end), then deletes the thread from
     /// memory and the store. `false` when there was no such thread.
     pub async fn delete_thread(&self, thread_id: &str) -> Result<bool, StoreError> {

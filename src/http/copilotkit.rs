@@ -1,0 +1,145 @@
+//! CopilotKit's runtime protocol, served on the same runtime as the AG-UI routes, so that
+//! CopilotKit's `runtimeUrl` can point at `{path}` with no Node server in between.
+//!
+//! What CopilotKit's client (`@copilotkit/core` 1.74) calls, and what each becomes here:
+//! - `POST {path}/agent/{id}/run`: the run route (`POST {path}/{id}`);
+//! - `POST {path}/agent/{id}/connect` (a `RunAgentInput` plus an optional
+//!   `lastSeenEventId`): the stream route, i.e. the thread's history as a run, then its live
+//!   run to the end; after a `lastSeenEventId` of this boot, an exact replay. A thread this
+//!   agent does not have is an empty 200 stream;
+//! - `POST {path}/agent/{id}/stop/{threadId}` (body `{"runId"}` or none): cancels the live
+//!   run, whose terminal event then ends every stream attached to it;
+//! - `POST {path}` with `{"method","params","body"}` (the single-endpoint transport):
+//!   `info`, `agent/run`, `agent/connect`, `agent/stop`, onto the same handlers.
+
+use http::{HeaderMap, Response, StatusCode};
+use serde_json::{Value, json};
+
+use super::App;
+use super::body::{Body, empty};
+use super::error::ApiError;
+use super::routes::{json_response, sse_headers, start_run, stream_response};
+use crate::protocol::input::check_id;
+
+/// `POST {path}/agent/{id}/connect`: `body` is the request's JSON.
+pub(super) async fn connect(
+    app: &App,
+    agent: &str,
+    body: &Value,
+) -> Result<Response<Body>, ApiError> {
+    if !app.runtime.has_agent(agent) {
+        return Err(ApiError::unknown_agent(agent));
+    }
+    let thread_id = string_field(body, "threadId")?
+        .ok_or_else(|| ApiError::invalid_input("missing field threadId", field("threadId")))?;
+    check_id(&thread_id, "threadId")?;
+    let last_seen = string_field(body, "lastSeenEventId")?;
+    let known = app
+        .runtime
+        .store()
+        .thread(&thread_id)
+        .await
+        .map_err(|error| {
+            tracing::error!(%error, "thread read failed");
+            ApiError::store_unavailable()
+        })?
+        .is_some_and(|row| row.agent == agent);
+    if !known {
+        // Nothing to hand over: an empty stream, which CopilotKit takes as "no history".
+        let mut response = Response::new(empty());
+        sse_headers(response.headers_mut());
+        return Ok(response);
+    }
+    let attachment = app
+        .runtime
+        .reattach(&thread_id, last_seen.as_deref())
+        .await?;
+    Ok(stream_response(attachment))
+}
+
+/// `POST {path}/agent/{id}/stop/{threadId}`: `body` is the request's JSON, if any.
+pub(super) fn stop(
+    app: &App,
+    agent: &str,
+    thread_id: &str,
+    body: Option<&Value>,
+) -> Result<Response<Body>, ApiError> {
+    if !app.runtime.has_agent(agent) {
+        return Err(ApiError::unknown_agent(agent));
+    }
+    let run_id = match body {
+        Some(body) => string_field(body, "runId")?,
+        None => None,
+    };
+    let answer = match app
+        .runtime
+        .cancel_thread_run(thread_id, agent, run_id.as_deref())
+    {
+        Some(run_id) => json!({"stopped": true, "threadId": thread_id, "runId": run_id}),
+        None => json!({
+            "stopped": false,
+            "threadId": thread_id,
+            "message": match run_id {
+                Some(_) => "that run is not in progress on this thread",
+                None => "no run is in progress on this thread",
+            },
+        }),
+    };
+    Ok(json_response(StatusCode::OK, answer))
+}
+
+/// The single-endpoint transport: `{"method","params","body"}` posted to `{path}`.
+pub(super) async fn envelope(
+    app: &App,
+    headers: &HeaderMap,
+    envelope: &Value,
+    info: impl FnOnce() -> Value,
+) -> Result<Response<Body>, ApiError> {
+    let method = string_field(envelope, "method")?
+        .ok_or_else(|| ApiError::invalid_input("missing field method", field("method")))?;
+    let params = envelope.get("params").unwrap_or(&Value::Null);
+    let body = envelope.get("body");
+    let agent = || {
+        string_field(params, "agentId")?.ok_or_else(|| {
+            ApiError::invalid_input("missing field params.agentId", field("params.agentId"))
+        })
+    };
+    let body_or_empty = || body.cloned().unwrap_or_else(|| json!({}));
+    match method.as_str() {
+        "info" => Ok(json_response(StatusCode::OK, info())),
+        "agent/run" => {
+            let bytes = serde_json::to_vec(&body_or_empty()).unwrap_or_default();
+            start_run(app, &agent()?, headers, &bytes).await
+        }
+        "agent/connect" => connect(app, &agent()?, &body_or_empty()).await,
+        "agent/stop" => {
+            let thread_id = string_field(params, "threadId")?.ok_or_else(|| {
+                ApiError::invalid_input("missing field params.threadId", field("params.threadId"))
+            })?;
+            check_id(&thread_id, "params.threadId")?;
+            stop(app, &agent()?, &thread_id, body)
+        }
+        other => Err(ApiError::invalid_input(
+            format!(
+                "unknown method {other:?}: expected info, agent/run, agent/connect or agent/stop"
+            ),
+            field("method"),
+        )),
+    }
+}
+
+fn field(name: &str) -> Option<String> {
+    Some(name.to_owned())
+}
+
+/// A string member of a JSON object: `None` when absent or null, an error when another type.
+fn string_field(value: &Value, name: &str) -> Result<Option<String>, ApiError> {
+    match value.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) => Ok(Some(text.clone())),
+        Some(_) => Err(ApiError::invalid_input(
+            format!("{name} must be a string"),
+            field(name),
+        )),
+    }
+}

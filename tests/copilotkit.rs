@@ -1,0 +1,187 @@
+//! CopilotKit's runtime protocol over real sockets: `/agent/{id}/run`, `connect` (unknown
+//! thread, finished thread, live run), `stop`, and the single-endpoint envelope.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::*;
+
+async fn post_json(server: &TestServer, path: &str, body: &Value) -> reqwest::Response {
+    server
+        .post(path)
+        .header("accept", "text/event-stream")
+        .json(body)
+        .sent()
+        .await
+}
+
+async fn frames_of(response: reqwest::Response) -> Vec<SseFrame> {
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"],
+        "text/event-stream",
+        "an event stream"
+    );
+    SseReader::new(response).collect().await
+}
+
+#[tokio::test]
+async fn run_and_connect_through_the_agent_routes() {
+    let server = TestServer::start().await;
+    let frames =
+        frames_of(post_json(&server, "/agent/demo/run", &run_body("t1", "r1", "hi")).await).await;
+    assert_valid_segment(&frames);
+    assert_eq!(text_of(&frames), "You said: hi");
+
+    // A thread the agent does not have: 200, an empty stream.
+    let unknown = post_json(&server, "/agent/demo/connect", &run_body("nope", "r", "x")).await;
+    assert!(frames_of(unknown).await.is_empty());
+
+    // A finished thread: its history as one valid run.
+    let mut body = run_body("t1", "r2", "ignored");
+    body["messages"] = json!([]);
+    let frames = frames_of(post_json(&server, "/agent/demo/connect", &body).await).await;
+    assert_eq!(
+        kinds(&frames),
+        [
+            "RUN_STARTED",
+            "MESSAGES_SNAPSHOT",
+            "STATE_SNAPSHOT",
+            "RUN_FINISHED"
+        ]
+    );
+    let snapshot = &frames[1].data["messages"];
+    assert_eq!(snapshot[0]["content"], "hi");
+    assert_eq!(snapshot[1]["content"], "You said: hi");
+
+    // Unknown agent: 404 before any stream.
+    let response = post_json(&server, "/agent/nobody/connect", &body).await;
+    assert_eq!(response.status(), 404);
+}
+
+#[tokio::test]
+async fn connect_joins_a_live_run_and_stop_ends_every_stream_on_it() {
+    let server = TestServer::start().await;
+    let running = post_json(
+        &server,
+        "/agent/demo/run",
+        &run_body("live", "r1", "/slow 100 50"),
+    )
+    .await;
+    assert_eq!(running.status(), 200);
+    let mut first = SseReader::new(running);
+    // Wait until the run is producing.
+    loop {
+        let frame = first.next().await.expect("frame");
+        if frame.kind() == "TEXT_MESSAGE_CONTENT" {
+            break;
+        }
+    }
+    // A reloaded page: history and the live run, in one stream.
+    let joined = post_json(&server, "/agent/demo/connect", &run_body("live", "rc", "x")).await;
+    assert_eq!(joined.status(), 200);
+    let mut joined = SseReader::new(joined);
+    let head = joined.next().await.expect("frame");
+    assert_eq!(head.kind(), "RUN_STARTED");
+    assert_eq!(
+        joined.next().await.expect("frame").kind(),
+        "MESSAGES_SNAPSHOT"
+    );
+
+    // Stop with the run id CopilotKit knows.
+    let (status, answer) = {
+        let r = server
+            .post("/agent/demo/stop/live")
+            .json(&json!({"runId": "r1"}))
+            .sent()
+            .await;
+        (r.status().as_u16(), r.json::<Value>().await.expect("json"))
+    };
+    assert_eq!(status, 200);
+    assert_eq!(answer["stopped"], true, "{answer}");
+    assert_eq!(answer["runId"], "r1");
+
+    // Both streams end with a terminal event, well before the 5 s the run would take.
+    for reader in [first, joined] {
+        let frames = tokio::time::timeout(Duration::from_secs(5), reader.collect())
+            .await
+            .expect("the stream ends");
+        let last = frames.last().expect("frames");
+        assert!(
+            matches!(last.kind(), "RUN_FINISHED" | "RUN_ERROR"),
+            "{:?}",
+            kinds(&frames)
+        );
+    }
+    // Nothing left to stop.
+    let r = server.post("/agent/demo/stop/live").sent().await;
+    assert_eq!(r.status(), 200);
+    let answer: Value = r.json().await.expect("json");
+    assert_eq!(answer["stopped"], false, "{answer}");
+    assert!(answer["message"].is_string());
+}
+
+#[tokio::test]
+async fn the_single_endpoint_envelope_reaches_the_same_handlers() {
+    let server = TestServer::start().await;
+    let envelope = |method: &str, params: Value, body: Value| json!({"method": method, "params": params, "body": body});
+
+    let r = post_json(&server, "", &envelope("info", json!({}), Value::Null)).await;
+    assert_eq!(r.status(), 200);
+    let info: Value = r.json().await.expect("json");
+    assert_eq!(info["agents"]["demo"]["name"], "demo");
+    assert_eq!(info["mode"], "sse");
+
+    let run = envelope(
+        "agent/run",
+        json!({"agentId": "demo"}),
+        run_body("e1", "r1", "hello"),
+    );
+    let frames = frames_of(post_json(&server, "", &run).await).await;
+    assert_eq!(text_of(&frames), "You said: hello");
+
+    let connect = envelope(
+        "agent/connect",
+        json!({"agentId": "demo"}),
+        run_body("e1", "r2", "x"),
+    );
+    let frames = frames_of(post_json(&server, "", &connect).await).await;
+    assert_eq!(kinds(&frames)[1], "MESSAGES_SNAPSHOT");
+
+    let stop = envelope(
+        "agent/stop",
+        json!({"agentId": "demo", "threadId": "e1"}),
+        Value::Null,
+    );
+    let r = post_json(&server, "", &stop).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.expect("json")["stopped"], false);
+
+    let r = post_json(
+        &server,
+        "",
+        &envelope("agent/dance", json!({}), Value::Null),
+    )
+    .await;
+    assert_eq!(r.status(), 400);
+    let error: Value = r.json().await.expect("json");
+    assert_eq!(error["code"], "INVALID_INPUT");
+    assert_eq!(error["field"], "method");
+    assert!(
+        error["message"]
+            .as_str()
+            .expect("message")
+            .contains("agent/dance"),
+        "{error}"
+    );
+
+    // The envelope is authenticated like every other route.
+    let r = client()
+        .post(server.url(""))
+        .json(&envelope("info", json!({}), Value::Null))
+        .sent()
+        .await;
+    assert_eq!(r.status(), 401);
+}
