@@ -17,7 +17,7 @@ daemon_port="$(echo "$daemon" | sed -E 's#http://127.0.0.1:([0-9]+)/agui#\1#')"
 # nginx with the location block from deploy/nginx.conf.
 nginx_port="$(free_port)"
 mkdir -p "$work/nginx/logs"
-location="$(awk '/^    location \/agui\/ \{/{p=1} p{print} p&&/^    \}/{exit}' "$root/deploy/nginx.conf")"
+location="$(awk '/^    location \/agui \{/{p=1} p{print} p&&/^    \}/{exit}' "$root/deploy/nginx.conf")"
 [ -n "$location" ] || { echo "no location block in deploy/nginx.conf" >&2; exit 1; }
 cat >"$work/nginx/nginx.conf" <<NGINX
 worker_processes 1;
@@ -93,4 +93,18 @@ check "caddy" "$(python3 "$root/scripts/stream_timing.py" "http://127.0.0.1:$cad
 # Through the Go proxy the browser holds no token, sends ?token= junk and an Origin the
 # daemon would refuse: the proxy strips both and sets the daemon's token itself.
 check "go-proxy" "$(python3 "$root/scripts/stream_timing.py" "http://127.0.0.1:$go_port/agui/demo?token=leaked" "" "https://evil.example")"
-echo "ok: chunks stream one by one through nginx, Caddy and the Go proxy"
+# CopilotKit's single-endpoint transport posts to the route namespace itself ({path}, no
+# trailing slash): each proxy must pass it through.
+envelope() { # NAME URL [TOKEN]
+  local auth=()
+  [ -n "${3:-}" ] && auth=(-H "Authorization: Bearer $3")
+  local body
+  body="$(curl -sS -X POST "$2" "${auth[@]}" -H 'content-type: application/json' \
+    --data '{"method":"info"}')"
+  echo "$body" | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["mode"]=="sse" and "demo" in d["agents"], d' \
+    || { echo "$1: the envelope did not reach the daemon: $body" >&2; exit 1; }
+}
+envelope "nginx" "http://127.0.0.1:$nginx_port/agui" "$token"
+envelope "caddy" "http://127.0.0.1:$caddy_port/agui" "$token"
+envelope "go-proxy" "http://127.0.0.1:$go_port/agui"
+echo "ok: chunks stream one by one through nginx, Caddy and the Go proxy; the envelope passes"
