@@ -34,6 +34,10 @@ page="$(wait_for_url "$work/app" "copilotkit example listening on" "${pids[-1]}"
 status=0
 (cd "$app" && E2E_URL="$page" CHROMIUM="$chromium" AGUI_BASE="$daemon" AGUI_TOKEN_FILE="$work/token" \
   NODE_EXTRA_CA_CERTS="$work/data/tls/cert.pem" node e2e/run.mjs) || status=$?
+# CopilotKit's own client classes against the daemon directly (its runtime protocol, no
+# Node runtime in between): REST routes and the single-endpoint envelope.
+(cd "$app" && AGUI_BASE="$daemon" AGUI_TOKEN_FILE="$work/token" \
+  NODE_EXTRA_CA_CERTS="$work/data/tls/cert.pem" node e2e/direct.mjs) || status=$?
 if [ "$status" -ne 0 ]; then
   echo "--- example server log" >&2; cat "$work/app" "$work/app.err" >&2
   echo "--- daemon log (tail)" >&2; tail -n 40 "$work/daemon.err" >&2
