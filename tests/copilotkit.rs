@@ -185,3 +185,35 @@ async fn the_single_endpoint_envelope_reaches_the_same_handlers() {
         .await;
     assert_eq!(r.status(), 401);
 }
+
+#[tokio::test]
+async fn the_thread_list_reads_as_copilotkits_thread_records() {
+    let server = TestServer::start().await;
+    for i in 0..3 {
+        let body = run_body(&format!("ck{i}"), "r", &format!("hello {i}"));
+        frames_of(post_json(&server, "/agent/demo/run", &body).await).await;
+    }
+    // CopilotKit asks with `agentId`, `limit` and then `cursor`.
+    let (status, page) = get_json(&server, "/threads?agentId=demo&limit=2").await;
+    assert_eq!(status, 200);
+    let first = &page["threads"][0];
+    assert_eq!(first["id"], "ck2");
+    assert_eq!(first["agentId"], "demo");
+    assert_eq!(first["archived"], false);
+    assert!(
+        first["name"].is_string() || first["name"].is_null(),
+        "{first}"
+    );
+    assert!(first["createdAt"].is_string() && first["updatedAt"].is_string());
+    let cursor = page["nextCursor"].as_str().expect("a next page");
+    let (status, next) = get_json(
+        &server,
+        &format!("/threads?agentId=demo&limit=2&cursor={cursor}"),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(next["threads"][0]["id"], "ck0");
+    // Another agent's filter sees none of them.
+    let (_, other) = get_json(&server, "/threads?agentId=other").await;
+    assert_eq!(other["threads"], json!([]));
+}

@@ -406,7 +406,8 @@ async fn info_is_the_copilotkit_runtime_shape_plus_our_fields() {
     );
     assert_eq!(info["mode"], "sse");
     assert_eq!(info["version"], env!("CARGO_PKG_VERSION"));
-    for key in ["list", "inspect", "mutations", "realtimeMetadata"] {
+    assert_eq!(info["threadEndpoints"]["list"], true);
+    for key in ["inspect", "mutations", "realtimeMetadata"] {
         assert_eq!(info["threadEndpoints"][key], false, "{key}");
     }
     for key in [

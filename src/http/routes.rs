@@ -327,7 +327,8 @@ async fn list_threads(app: &App, query: Option<&str>) -> Result<Response<Body>, 
             })?),
             None => None,
         };
-    let agent = query_param(query, "agent");
+    // `agentId` is CopilotKit's name for the same filter.
+    let agent = query_param(query, "agent").or_else(|| query_param(query, "agentId"));
     let page = app
         .runtime
         .store()
@@ -362,6 +363,12 @@ fn thread_json(app: &App, row: &store::ThreadRow, detail: bool) -> serde_json::V
         "updatedAt": rfc3339(row.updated_at),
         "messageCount": row.message_count,
         "status": status,
+        // CopilotKit's thread record (`ThreadRecord` of @copilotkit/core 1.74), so its
+        // thread list reads this route as it is.
+        "id": row.id,
+        "agentId": row.agent,
+        "name": row.title,
+        "archived": false,
     });
     if let Some(title) = &row.title {
         value["title"] = json!(title);
@@ -569,14 +576,15 @@ fn info(app: &App, headers: &HeaderMap, uri: &http::Uri, tls: bool) -> serde_jso
         })
         .collect();
     // The CopilotKit runtime-info shape (`RuntimeInfo` of @copilotkit/shared 1.74), then our
-    // own fields. No CopilotKit thread endpoints, suggestions, transcription or generative
-    // UI are served, so they are advertised as off.
+    // own fields. Of CopilotKit's thread endpoints the list is served (`{path}/threads`);
+    // its inspect and mutation routes, suggestions, transcription and generative UI are
+    // not, so they are advertised as off.
     json!({
         "version": env!("CARGO_PKG_VERSION"),
         "agents": agents,
         "mode": "sse",
         "threadEndpoints": {
-            "list": false,
+            "list": true,
             "inspect": false,
             "mutations": false,
             "realtimeMetadata": false,
