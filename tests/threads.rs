@@ -141,6 +141,17 @@ async fn stream_route_reattaches_exactly_and_says_so() {
     assert_eq!(r.headers()["agui-resume"], "resync");
     let frames = SseReader::new(r).collect().await;
     assert_eq!(kinds(&frames), SNAPSHOT_RUN);
+    // An id that is not even text (bytes over 0x7f) is malformed too, not absent.
+    let r = server
+        .get("/threads/s/stream")
+        .header(
+            "last-event-id",
+            reqwest::header::HeaderValue::from_bytes(b"1-2-\xff").expect("obs-text"),
+        )
+        .sent()
+        .await;
+    assert_eq!(r.headers()["agui-resume"], "resync");
+    SseReader::new(r).collect().await;
     let r = server.get("/threads/unknown/stream").sent().await;
     assert_eq!(r.status(), 404);
 }

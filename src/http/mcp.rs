@@ -158,6 +158,13 @@ where
     }
 }
 
+impl<S: ServerHandler + Clone> Drop for McpServer<S> {
+    /// A listener nobody can add endpoints to any more stops, like one told to.
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
 impl<S> Handler for Endpoints<S>
 where
     S: ServerHandler + Clone + Send + Sync + 'static,

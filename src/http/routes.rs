@@ -306,11 +306,11 @@ async fn dispatch(
             if negotiate(accept).is_none() {
                 return Err(ApiError::not_acceptable());
             }
+            // A header that is not text is a malformed id (resync), not an absent one.
             let last_event_id = req
                 .headers()
                 .get("last-event-id")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
                 .or_else(|| query_param(req.uri().query(), "lastEventId"));
             let attachment = app.runtime.reattach(&id, last_event_id.as_deref()).await?;
             Ok(stream_response(attachment))

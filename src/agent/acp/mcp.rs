@@ -311,6 +311,25 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_dropped_bridge_stops_listening() {
+        let bridge = McpBridge::start(Limits::default(), CancellationToken::new())
+            .await
+            .expect("bridge");
+        let addr = bridge.server.local_addr();
+        assert!(tokio::net::TcpStream::connect(addr).await.is_ok());
+        drop(bridge);
+        let mut refused = false;
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(addr).await.is_err() {
+                refused = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(refused, "the listener closed with its bridge");
+    }
+
     async fn closed_within(stream: &mut tokio::net::TcpStream, bound: Duration) -> bool {
         use tokio::io::AsyncReadExt;
         let mut buf = [0u8; 1024];

@@ -33,8 +33,8 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Agent, AgentError, BoxFuture, ClientToolCall, EventSink, PermissionOption, PermissionOutcome,
-    PermissionRequest, SinkClosed, ToolAnswer, Turn, TurnEnd,
+    Agent, AgentError, AgentEvent, BoxFuture, ClientToolCall, EventSink, PermissionOption,
+    PermissionOutcome, PermissionRequest, SinkClosed, ToolAnswer, Turn, TurnEnd,
 };
 use crate::config::{AcpConfig, FrontendMcp, Permissions};
 use crate::protocol::input::{BinaryPart, ContentPart, DataSource, MediaSource, Message};
@@ -48,6 +48,33 @@ const CANCEL_WAIT: Duration = Duration::from_millis(1000);
 /// program on `PATH`).
 pub fn command_found(command: &[String]) -> bool {
     process::startable(command)
+}
+
+/// Runs `updates` (ACP `session/update` payloads) through the update translator as one
+/// turn that offers `frontend_tools`, and closes it as a turn does; returns the agent events
+/// it reported. The translation with no agent process: for the fuzz target `acp_update`.
+#[doc(hidden)]
+pub async fn translate_updates(updates: &[Value], frontend_tools: Vec<String>) -> Vec<AgentEvent> {
+    let (sink, mut items) = EventSink::channel(64);
+    let produce = async move {
+        let mut translator = UpdateTranslator::default().with_frontend_tools(frontend_tools);
+        for update in updates {
+            if translator.apply(update, &sink).await.is_err() {
+                return;
+            }
+        }
+        let _ = translator.close(&sink).await;
+    };
+    let collect = async {
+        let mut events = Vec::new();
+        while let Some(item) = items.recv().await {
+            if let crate::agent::SinkItem::Event(event) = item {
+                events.push(event);
+            }
+        }
+        events
+    };
+    tokio::join!(produce, collect).1
 }
 
 /// One configured ACP agent.
@@ -680,4 +707,37 @@ fn cast<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, AgentError> {
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn updates_translate_without_an_agent_process() {
+        let chunk = |id: &str, text: &str| {
+            json!({"sessionUpdate": "agent_message_chunk", "messageId": id,
+                "content": {"type": "text", "text": text}})
+        };
+        let events = translate_updates(&[chunk("m", "a"), chunk("m", "b")], Vec::new()).await;
+        assert_eq!(
+            events,
+            vec![
+                AgentEvent::TextStart {
+                    message_id: "acp-m".into()
+                },
+                AgentEvent::TextDelta {
+                    message_id: "acp-m".into(),
+                    delta: "a".into()
+                },
+                AgentEvent::TextDelta {
+                    message_id: "acp-m".into(),
+                    delta: "b".into()
+                },
+                AgentEvent::TextEnd {
+                    message_id: "acp-m".into()
+                },
+            ]
+        );
+    }
 }
