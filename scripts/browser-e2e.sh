@@ -34,12 +34,33 @@ page="$(wait_for_url "$work/app" "copilotkit example listening on" "${pids[-1]}"
 status=0
 (cd "$app" && E2E_URL="$page" CHROMIUM="$chromium" AGUI_BASE="$daemon" AGUI_TOKEN_FILE="$work/token" \
   NODE_EXTRA_CA_CERTS="$work/data/tls/cert.pem" node e2e/run.mjs) || status=$?
+# Direct mode: the same page built for the daemon's own CopilotKit routes, served as static
+# files by the Go reverse proxy of examples/reverse-proxy, which forwards {path} to the
+# daemon with the token: no Node process at run time, and the browser holds no token.
+(cd "$app" && VITE_RUNTIME_URL=/agui VITE_AGENT_ID=demo \
+  npx vite build --logLevel warn --outDir dist-direct --emptyOutDir)
+[ -f "$app/dist-direct/index.html" ] || { echo "browser-e2e: the direct page did not build" >&2; exit 1; }
+(cd "$root/examples/reverse-proxy" && GOFLAGS=-mod=mod go build -o "$work/reverse-proxy" .)
+proxy_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+AGUI_TOKEN="$(cat "$work/token")" "$work/reverse-proxy" -listen "127.0.0.1:$proxy_port" \
+  -upstream "${daemon%/agui}" -upstream-ca "$work/data/tls/cert.pem" -static "$app/dist-direct" \
+  >"$work/proxy" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 100); do
+  curl -sf "http://127.0.0.1:$proxy_port/" >/dev/null && break
+  sleep 0.1
+done
+echo "== direct mode: the page on agui-serve's CopilotKit routes through the Go proxy"
+(cd "$app" && E2E_URL="http://127.0.0.1:$proxy_port" E2E_MODE=direct CHROMIUM="$chromium" \
+  AGUI_BASE="$daemon" AGUI_TOKEN_FILE="$work/token" NODE_EXTRA_CA_CERTS="$work/data/tls/cert.pem" \
+  node e2e/run.mjs) || status=$?
 # CopilotKit's own client classes against the daemon directly (its runtime protocol, no
 # Node runtime in between): REST routes and the single-endpoint envelope.
 (cd "$app" && AGUI_BASE="$daemon" AGUI_TOKEN_FILE="$work/token" \
   NODE_EXTRA_CA_CERTS="$work/data/tls/cert.pem" node e2e/direct.mjs) || status=$?
 if [ "$status" -ne 0 ]; then
   echo "--- example server log" >&2; cat "$work/app" "$work/app.err" >&2
+  echo "--- proxy log" >&2; cat "$work/proxy" >&2 2>/dev/null || true
   echo "--- daemon log (tail)" >&2; tail -n 40 "$work/daemon.err" >&2
 fi
 exit "$status"

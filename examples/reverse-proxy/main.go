@@ -10,16 +10,25 @@
 //     /info name this proxy;
 //   - body limit: requests over 8 MiB are refused here too.
 //
+// With -static DIR it also serves a built web page (e.g. the CopilotKit example built for
+// direct mode) for every path outside -path, so the page and its runtimeUrl share one
+// origin and the browser holds no token at all.
+//
 // Usage: AGUI_TOKEN=... go run . -listen 127.0.0.1:8080 -upstream http://127.0.0.1:8443
+//
+//	[-upstream-ca cert.pem] [-path /agui] [-static dist]
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"flag"
 	"log"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"strings"
 )
 
 const maxBody = 8 << 20
@@ -27,6 +36,9 @@ const maxBody = 8 << 20
 func main() {
 	listen := flag.String("listen", "127.0.0.1:8080", "address to listen on")
 	upstream := flag.String("upstream", "http://127.0.0.1:8443", "agui-serve base URL")
+	upstreamCA := flag.String("upstream-ca", "", "PEM certificate to trust for an https upstream (agui-serve's generated one)")
+	prefix := flag.String("path", "/agui", "agui-serve's route namespace: requests under it are proxied")
+	static := flag.String("static", "", "directory of a built page served for every other path")
 	flag.Parse()
 	token := os.Getenv("AGUI_TOKEN")
 	if token == "" {
@@ -37,6 +49,19 @@ func main() {
 		log.Fatalf("bad -upstream: %v", err)
 	}
 	proxy := httputil.NewSingleHostReverseProxy(target)
+	if *upstreamCA != "" {
+		pem, err := os.ReadFile(*upstreamCA)
+		if err != nil {
+			log.Fatalf("bad -upstream-ca: %v", err)
+		}
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			log.Fatalf("bad -upstream-ca: no certificate in %s", *upstreamCA)
+		}
+		transport := http.DefaultTransport.(*http.Transport).Clone()
+		transport.TLSClientConfig = &tls.Config{RootCAs: roots}
+		proxy.Transport = transport
+	}
 	direct := proxy.Director
 	proxy.Director = func(r *http.Request) {
 		host := r.Host
@@ -56,7 +81,16 @@ func main() {
 		r.Header.Set("X-Forwarded-Proto", proto)
 	}
 	proxy.FlushInterval = -1
+	var files http.Handler
+	if *static != "" {
+		files = http.FileServer(http.Dir(*static))
+	}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		underPrefix := r.URL.Path == *prefix || strings.HasPrefix(r.URL.Path, *prefix+"/")
+		if files != nil && !underPrefix {
+			files.ServeHTTP(w, r)
+			return
+		}
 		if r.ContentLength > maxBody {
 			http.Error(w, `{"code":"PAYLOAD_TOO_LARGE","message":"request body exceeds 8 MiB"}`, http.StatusRequestEntityTooLarge)
 			return

@@ -21,13 +21,20 @@ function threadFromUrl() {
   return thread;
 }
 
+// Two ways to reach agui-serve, chosen when the page is built:
+// - through the CopilotKit runtime of server.mjs (`/api/copilotkit`, agent `default`);
+// - direct: VITE_RUNTIME_URL=/agui VITE_AGENT_ID=demo, the daemon's own CopilotKit routes
+//   behind a proxy that serves this page and adds the token (examples/reverse-proxy).
+const RUNTIME_URL = import.meta.env.VITE_RUNTIME_URL ?? "/api/copilotkit";
+const AGENT_ID = import.meta.env.VITE_AGENT_ID ?? "default";
+
 export function App() {
   const threadId = useMemo(threadFromUrl, []);
   // A run that ends in RUN_ERROR (the agent failed, the daemon is unreachable, the run was
   // refused) is shown to the person, not only logged.
   const [error, setError] = useState(null);
   return (
-    <CopilotKitProvider runtimeUrl="/api/copilotkit" showDevConsole={false}>
+    <CopilotKitProvider runtimeUrl={RUNTIME_URL} showDevConsole={false}>
       <Tools />
       <div className="layout">
         <section className="chat" aria-label="Chat">
@@ -40,6 +47,7 @@ export function App() {
             </div>
           ) : null}
           <CopilotChat
+            agentId={AGENT_ID}
             threadId={threadId}
             labels={{ chatInputPlaceholder: "Message the agent…" }}
             onError={({ error }) => setError(error.message)}
@@ -53,7 +61,7 @@ export function App() {
 
 // The agent's todos arrive as shared state (STATE_SNAPSHOT, then RFC 6902 STATE_DELTA).
 function TodoPanel() {
-  const { agent } = useAgent({ agentId: "default" });
+  const { agent } = useAgent({ agentId: AGENT_ID });
   const todos = Array.isArray(agent.state?.todos) ? agent.state.todos : [];
   return (
     <aside className="todos" aria-label="Todos" data-testid="todos">
