@@ -8,6 +8,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${1:-$root/target/debug/agui-serve}"
 [ -x "$bin" ] || (cd "$root" && cargo build --locked --bin agui-serve)
+bin="$(realpath "$bin")"
 chromium="${CHROMIUM:-/usr/bin/chromium}"
 [ -x "$chromium" ] || { echo "browser-e2e: no Chromium at $chromium (apt-get install chromium)" >&2; exit 1; }
 app="$root/examples/copilotkit"
@@ -41,19 +42,48 @@ status=0
   npx vite build --logLevel warn --outDir dist-direct --emptyOutDir)
 [ -f "$app/dist-direct/index.html" ] || { echo "browser-e2e: the direct page did not build" >&2; exit 1; }
 (cd "$root/examples/reverse-proxy" && GOFLAGS=-mod=mod go build -o "$work/reverse-proxy" .)
-proxy_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# Its own daemon on a fixed port and data directory, so the test can restart it.
+direct_port="$(free_port)"
+cat >"$work/direct-daemon.sh" <<SH
+#!/usr/bin/env bash
+# (Re)starts the direct-mode daemon and waits until it listens.
+set -euo pipefail
+if [ -f "$work/direct.pid" ]; then
+  pid="\$(cat "$work/direct.pid")"
+  kill -TERM "\$pid" 2>/dev/null || true
+  while kill -0 "\$pid" 2>/dev/null; do sleep 0.1; done
+fi
+: >"$work/direct.out"
+"$bin" --port "$direct_port" --data-dir "$work/direct-data" --token-file "$work/token" \
+  >"$work/direct.out" 2>>"$work/direct.err" &
+echo \$! >"$work/direct.pid"
+for _ in \$(seq 1 600); do
+  grep -q "agui-serve listening on" "$work/direct.out" 2>/dev/null && exit 0
+  sleep 0.05
+done
+echo "the direct-mode daemon did not start:" >&2
+cat "$work/direct.out" >&2
+tail -n 5 "$work/direct.err" >&2
+exit 1
+SH
+chmod +x "$work/direct-daemon.sh"
+"$work/direct-daemon.sh"
+direct="https://127.0.0.1:$direct_port/agui"
+proxy_port="$(free_port)"
 AGUI_TOKEN="$(cat "$work/token")" "$work/reverse-proxy" -listen "127.0.0.1:$proxy_port" \
-  -upstream "${daemon%/agui}" -upstream-ca "$work/data/tls/cert.pem" -static "$app/dist-direct" \
-  >"$work/proxy" 2>&1 &
+  -upstream "https://127.0.0.1:$direct_port" -upstream-ca "$work/direct-data/tls/cert.pem" \
+  -static "$app/dist-direct" >"$work/proxy" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do
   curl -sf "http://127.0.0.1:$proxy_port/" >/dev/null && break
   sleep 0.1
 done
 echo "== direct mode: the page on agui-serve's CopilotKit routes through the Go proxy"
-(cd "$app" && E2E_URL="http://127.0.0.1:$proxy_port" E2E_MODE=direct CHROMIUM="$chromium" \
-  AGUI_BASE="$daemon" AGUI_TOKEN_FILE="$work/token" NODE_EXTRA_CA_CERTS="$work/data/tls/cert.pem" \
-  node e2e/run.mjs) || status=$?
+(cd "$app" && E2E_URL="http://127.0.0.1:$proxy_port" E2E_RESTART="$work/direct-daemon.sh" \
+  CHROMIUM="$chromium" AGUI_BASE="$direct" AGUI_TOKEN_FILE="$work/token" \
+  NODE_EXTRA_CA_CERTS="$work/direct-data/tls/cert.pem" node e2e/run.mjs) || status=$?
+kill -TERM "$(cat "$work/direct.pid")" 2>/dev/null || true
 # CopilotKit's own client classes against the daemon directly (its runtime protocol, no
 # Node runtime in between): REST routes and the single-endpoint envelope.
 (cd "$app" && AGUI_BASE="$daemon" AGUI_TOKEN_FILE="$work/token" \
@@ -61,6 +91,7 @@ echo "== direct mode: the page on agui-serve's CopilotKit routes through the Go 
 if [ "$status" -ne 0 ]; then
   echo "--- example server log" >&2; cat "$work/app" "$work/app.err" >&2
   echo "--- proxy log" >&2; cat "$work/proxy" >&2 2>/dev/null || true
+  echo "--- direct-mode daemon log (tail)" >&2; tail -n 40 "$work/direct.err" >&2 2>/dev/null || true
   echo "--- daemon log (tail)" >&2; tail -n 40 "$work/daemon.err" >&2
 fi
 exit "$status"

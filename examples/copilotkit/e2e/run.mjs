@@ -7,6 +7,7 @@
 // CHROMIUM overrides the browser (default /usr/bin/chromium). Screenshots (of a failure, or of
 // the final page) go to E2E_ARTIFACTS (default: a new temp dir).
 import { chromium } from "playwright-core";
+import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -231,6 +232,23 @@ const cases = [
     },
   ],
 ];
+
+// With E2E_RESTART (a command that restarts the daemon behind the page), one more case.
+if (process.env.E2E_RESTART) {
+  cases.push([
+    "restarting agui-serve between two messages keeps the conversation after a reload",
+    async () => {
+      await send("before the restart");
+      await reply("You said: before the restart");
+      execFileSync(process.env.E2E_RESTART, { stdio: "inherit" });
+      await page.reload();
+      await reply("You said: before the restart");
+      check((await assistant.filter({ hasText: "You said: hello browser" }).count()) > 0, "earlier history lost");
+      await send("after the restart");
+      await reply("You said: after the restart");
+    },
+  ]);
+}
 
 let failed = 0;
 let passed = 0;
