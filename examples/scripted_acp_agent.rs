@@ -8,6 +8,7 @@
 //! | anything else | `Echo: <text>` in two message chunks |
 //! | `think` | a thought, then a message |
 //! | `tool` | a tool call (pending, no status key) with input and locations, then its completion with text and a diff |
+//! | `tools` | two tool calls, `call_1` (title `get_weather`, kind `execute`) and `call_2` (title `List the files`, kind `read`), each completed; the same ids every turn |
 //! | `plan` | a plan of three entries |
 //! | `usage` | a usage update |
 //! | `misc` | commands, mode, config and session info updates, and one unknown update variant |
@@ -242,6 +243,48 @@ async fn play(
                 }),
             )?;
             chunk(&cx, &session, "agent_message_chunk", &mid, "Read it.")?;
+        }
+        "tools" => {
+            update(
+                &cx,
+                &session,
+                json!({
+                    "sessionUpdate": "tool_call", "toolCallId": "call_1", "title": "get_weather",
+                    "kind": "execute", "status": "in_progress", "rawInput": {"city": "Paris"}
+                }),
+            )?;
+            update(
+                &cx,
+                &session,
+                json!({
+                    "sessionUpdate": "tool_call_update", "toolCallId": "call_1", "status": "completed",
+                    "content": [{"type": "content", "content": {"type": "text", "text": "sunny"}}]
+                }),
+            )?;
+            update(
+                &cx,
+                &session,
+                json!({
+                    "sessionUpdate": "tool_call", "toolCallId": "call_2", "title": "List the files",
+                    "kind": "read", "status": "in_progress", "rawInput": {"path": "/src"},
+                    "locations": [{"path": "/src"}]
+                }),
+            )?;
+            update(
+                &cx,
+                &session,
+                json!({
+                    "sessionUpdate": "tool_call_update", "toolCallId": "call_2", "status": "completed",
+                    "content": [{"type": "content", "content": {"type": "text", "text": "main.rs"}}]
+                }),
+            )?;
+            chunk(
+                &cx,
+                &session,
+                "agent_message_chunk",
+                &mid,
+                "Used two tools.",
+            )?;
         }
         "plan" => {
             update(

@@ -626,3 +626,177 @@ async fn an_answer_to_a_permission_after_a_restart_is_suspension_lost() {
     let transcript = get_json(&server, "/threads/al/messages").await.1["messages"].clone();
     assert_every_client_call_answered(&transcript);
 }
+
+/// The body of a run on `thread` whose user said each of `texts`, one run each.
+fn turns(thread: &str, texts: &[&str]) -> Value {
+    let messages: Vec<Value> = texts
+        .iter()
+        .enumerate()
+        .map(|(i, text)| json!({"id": format!("{thread}-u{i}"), "role": "user", "content": text}))
+        .collect();
+    json!({"threadId": thread, "runId": format!("{thread}-r{}", texts.len()),
+        "protocolVersion": "1.0", "messages": messages})
+}
+
+fn tool_call_ids(frames: &[SseFrame]) -> Vec<String> {
+    frames
+        .iter()
+        .filter(|f| f.kind() == "TOOL_CALL_START")
+        .map(|f| f.data["toolCallId"].as_str().expect("id").to_owned())
+        .collect()
+}
+
+/// Tool-call ids of the calls in a transcript, and of the results, in order.
+fn transcript_calls(messages: &Value) -> (Vec<String>, Vec<String>) {
+    let messages = messages.as_array().expect("messages");
+    let calls = messages
+        .iter()
+        .flat_map(|m| m["toolCalls"].as_array().cloned().unwrap_or_default())
+        .map(|c| c["id"].as_str().expect("id").to_owned())
+        .collect();
+    let results = messages
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["toolCallId"].as_str().expect("id").to_owned())
+        .collect();
+    (calls, results)
+}
+
+#[tokio::test]
+async fn tool_call_ids_an_agent_reuses_across_turns_stay_unique_through_a_restart() {
+    let state = temp_dir("acp-ids");
+    let data = temp_dir("acp-ids-data");
+    let server = server_on(&state, &data).await;
+    let first = run(&server, "scripted", &turns("ids", &["tools"])).await;
+    assert_eq!(tool_call_ids(&first), ["call_1", "call_2"]);
+    let second = run(&server, "scripted", &turns("ids", &["tools", "tools"])).await;
+    assert_eq!(
+        tool_call_ids(&second),
+        ["call_1~2", "call_2~2"],
+        "the agent's reused ids are renamed"
+    );
+    let results: Vec<&Value> = second
+        .iter()
+        .filter(|f| f.kind() == "TOOL_CALL_RESULT")
+        .map(|f| &f.data["toolCallId"])
+        .collect();
+    assert_eq!(results, [&json!("call_1~2"), &json!("call_2~2")]);
+    let all = ["call_1", "call_2", "call_1~2", "call_2~2"];
+    let transcript = get_json(&server, "/threads/ids/messages").await.1["messages"].clone();
+    assert_eq!(
+        transcript_calls(&transcript),
+        (
+            all.map(String::from).to_vec(),
+            all.map(String::from).to_vec()
+        )
+    );
+    server.stop().await;
+
+    // After a restart the history (from the store) has every call and every result.
+    let server = server_on(&state, &data).await;
+    let transcript = get_json(&server, "/threads/ids/messages").await.1["messages"].clone();
+    assert_eq!(
+        transcript_calls(&transcript),
+        (
+            all.map(String::from).to_vec(),
+            all.map(String::from).to_vec()
+        )
+    );
+    let hydration = SseReader::new(server.get("/threads/ids/stream").sent().await)
+        .collect()
+        .await;
+    let snapshot = hydration
+        .iter()
+        .find(|f| f.kind() == "MESSAGES_SNAPSHOT")
+        .expect("snapshot");
+    assert_eq!(
+        transcript_calls(&snapshot.data["messages"]),
+        (
+            all.map(String::from).to_vec(),
+            all.map(String::from).to_vec()
+        ),
+        "the snapshot that replaces the client's messages keeps every turn's calls"
+    );
+    // The thread's ids are known after the restart too.
+    let third = run(
+        &server,
+        "scripted",
+        &turns("ids", &["tools", "tools", "tools"]),
+    )
+    .await;
+    assert_eq!(tool_call_ids(&third), ["call_1~3", "call_2~3"]);
+}
+
+#[tokio::test]
+async fn a_reused_tool_call_id_is_renamed_in_permission_and_frontend_tool_calls() {
+    let state = temp_dir("acp-ids-hitl");
+    let s = state.clone();
+    let server = TestServer::with(move |c| configure(c, &s)).await;
+    // Permission: the same `call-p` in two turns; each answer reaches the agent.
+    let first = permission_round_trip(&server, "pr", "yes-once").await;
+    assert_eq!(text_of(&first), "Permission allowed.");
+    let user =
+        |i: usize| json!({"id": format!("pr-u{i}"), "role": "user", "content": "permission"});
+    let body =
+        json!({"threadId": "pr", "runId": "r3", "protocolVersion": "1.0", "messages": [user(2)]});
+    let asked = run(&server, "scripted", &body).await;
+    assert_eq!(tool_call_ids(&asked)[0], "call-p~2");
+    let perm_id = permission_call_id(&asked);
+    let args: String = asked
+        .iter()
+        .filter(|f| f.kind() == "TOOL_CALL_ARGS" && f.data["toolCallId"] == perm_id.as_str())
+        .map(|f| f.data["delta"].as_str().expect("delta").to_owned())
+        .collect();
+    let args: Value = serde_json::from_str(&args).expect("json");
+    assert_eq!(
+        args["toolCallId"], "call-p~2",
+        "the request names the renamed call"
+    );
+    let body = json!({"threadId": "pr", "runId": "r4", "protocolVersion": "1.0", "messages": [
+        user(2),
+        {"id": "pr-a2", "role": "assistant", "toolCalls": [
+            {"id": perm_id, "type": "function", "function": {"name": "agui_permission_request", "arguments": "{}"}}]},
+        {"id": "pr-t2", "role": "tool", "toolCallId": perm_id, "content": r#"{"optionId":"no"}"#}
+    ]});
+    let answered = run(&server, "scripted", &body).await;
+    assert_eq!(text_of(&answered), "Permission rejected.");
+    let result = answered
+        .iter()
+        .find(|f| f.kind() == "TOOL_CALL_RESULT")
+        .expect("result");
+    assert_eq!(result.data["toolCallId"], "call-p~2");
+    let transcript = get_json(&server, "/threads/pr/messages").await.1["messages"].clone();
+    let (calls, _) = transcript_calls(&transcript);
+    assert_eq!(
+        calls.iter().collect::<std::collections::HashSet<_>>().len(),
+        calls.len(),
+        "unique ids: {calls:?}"
+    );
+    assert!(calls.contains(&"call-p".to_owned()) && calls.contains(&"call-p~2".to_owned()));
+
+    // Frontend tool over MCP: the agent's `call-mcp` in two turns.
+    let tools = json!([{"name": "chart", "description": "draws a chart", "parameters": {"type": "object"}}]);
+    let mut history: Vec<Value> = Vec::new();
+    for (turn, expected) in [(0, "call-mcp"), (1, "call-mcp~2")] {
+        history
+            .push(json!({"id": format!("fm-u{turn}"), "role": "user", "content": "mcp chart {}"}));
+        let body = json!({"threadId": "fm", "runId": format!("fm-r{turn}"), "protocolVersion": "1.0",
+            "tools": tools, "messages": history});
+        let asked = run(&server, "scripted", &body).await;
+        assert_eq!(tool_call_ids(&asked), [expected]);
+        history.push(json!({"id": format!("fm-a{turn}"), "role": "assistant", "toolCalls": [
+            {"id": expected, "type": "function", "function": {"name": "chart", "arguments": "{}"}}]}));
+        history.push(
+            json!({"id": format!("fm-t{turn}"), "role": "tool", "toolCallId": expected,
+            "content": format!("chart {turn}")}),
+        );
+        let body = json!({"threadId": "fm", "runId": format!("fm-s{turn}"), "protocolVersion": "1.0",
+            "tools": tools, "messages": history});
+        let answered = run(&server, "scripted", &body).await;
+        assert_eq!(
+            text_of(&answered),
+            format!("MCP chart returned: chart {turn}"),
+            "the answer to {expected} reached the agent"
+        );
+    }
+}

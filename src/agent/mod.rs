@@ -12,6 +12,7 @@
 pub mod acp;
 pub mod demo;
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -67,6 +68,9 @@ pub struct Turn {
     pub session_id: Option<String>,
     /// The thread's shared state document when the turn started.
     pub document: Value,
+    /// Every tool-call id the thread's transcript already holds. A backend whose agent
+    /// reuses ids across turns renames a colliding call, so ids stay unique per thread.
+    pub tool_call_ids: HashSet<String>,
     pub cancel: CancellationToken,
 }
 

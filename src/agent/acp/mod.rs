@@ -196,7 +196,8 @@ impl Inner {
         let frontend: Vec<String> = turn.tools.iter().map(|t| t.name.clone()).collect();
         let mut translator = UpdateTranslator::default()
             .with_files(files)
-            .with_frontend_tools(frontend);
+            .with_frontend_tools(frontend)
+            .with_used_ids(turn.tool_call_ids.clone());
         let mut cancel_sent = false;
         let cancel_wait = tokio::time::sleep(Duration::from_secs(u64::MAX / 4));
         tokio::pin!(cancel_wait);
@@ -342,8 +343,8 @@ impl Inner {
             Permissions::Deny => by_kind(&["reject_once", "reject_always"]),
             Permissions::Ask => {
                 let tool_call = &request["toolCall"];
-                let tool_call_id = tool_call["toolCallId"].as_str().map(str::to_owned);
-                if let Some(id) = &tool_call_id
+                let acp_id = tool_call["toolCallId"].as_str().filter(|id| !id.is_empty());
+                if let Some(id) = acp_id
                     && !translator.is_open(id)
                 {
                     let mut opening = tool_call.clone();
@@ -354,6 +355,7 @@ impl Inner {
                     translator.apply(&opening, sink).await?;
                 }
                 translator.close(sink).await?;
+                let tool_call_id = acp_id.map(|id| translator.wire_id(id));
                 let title = tool_call["title"]
                     .as_str()
                     .filter(|t| !t.is_empty())

@@ -3,8 +3,14 @@
 //! usage, locations and diffs, commands/mode/config/session info, and unknown variants as
 //! `CUSTOM acp.<variant>`. Works on the update's JSON so a variant this build does not know
 //! is passed on, never dropped and never fatal.
+//!
+//! Tool-call ids are unique per thread on the AG-UI side: an agent may reuse `call_1` in
+//! every turn, so a call whose id the thread has already used is renamed (`call_1~2`,
+//! `call_1~3`, ...) for the whole turn: stream, transcript, permission request and
+//! frontend-tool call alike. The agent never sees the new name; its answers travel by
+//! JSON-RPC request, not by tool-call id.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::{Value, json};
 
@@ -24,12 +30,39 @@ pub(super) struct UpdateTranslator {
     frontend: Vec<String>,
     /// The agent's own tool calls for frontend tools, held back: id -> tool name.
     held: Vec<(String, String, bool)>,
+    /// Tool-call ids the thread has used on the AG-UI side (earlier turns and this one).
+    used: HashSet<String>,
+    /// This turn's ACP tool-call id -> its AG-UI id.
+    wire: HashMap<String, String>,
 }
 
 impl UpdateTranslator {
-    /// The AG-UI id of an ACP tool call (known, or not).
+    /// Whether the ACP tool call `tool_call_id` is open on the AG-UI stream.
     pub(super) fn is_open(&self, tool_call_id: &str) -> bool {
         self.tools.contains(tool_call_id)
+    }
+
+    /// Starts from the tool-call ids the thread already uses.
+    pub(super) fn with_used_ids(mut self, ids: HashSet<String>) -> UpdateTranslator {
+        self.used = ids;
+        self
+    }
+
+    /// The AG-UI id of this turn's ACP tool call `acp_id`: the same id unless the thread
+    /// already used it, else the first free `acp_id~N` (N = 2, 3, ...).
+    pub(super) fn wire_id(&mut self, acp_id: &str) -> String {
+        if let Some(id) = self.wire.get(acp_id) {
+            return id.clone();
+        }
+        let mut id = acp_id.to_owned();
+        let mut n = 1;
+        while self.used.contains(&id) {
+            n += 1;
+            id = format!("{acp_id}~{n}");
+        }
+        self.used.insert(id.clone());
+        self.wire.insert(acp_id.to_owned(), id.clone());
+        id
     }
 
     /// The browser's tools, whose MCP calls the agent also reports as its own tool calls.
@@ -38,14 +71,15 @@ impl UpdateTranslator {
         self
     }
 
-    /// The id of a held agent tool call for frontend tool `name`, not yet used.
+    /// The AG-UI id of a held agent tool call for frontend tool `name`, not yet used.
     pub(super) fn claim_frontend(&mut self, name: &str) -> Option<String> {
         let held = self
             .held
             .iter_mut()
             .find(|(_, tool, claimed)| tool == name && !*claimed)?;
         held.2 = true;
-        Some(held.0.clone())
+        let acp_id = held.0.clone();
+        Some(self.wire_id(&acp_id))
     }
 
     /// Whether this update is the agent's own report of a frontend tool call (held back:
@@ -252,6 +286,7 @@ impl UpdateTranslator {
         if !self.tools.insert(id.to_owned()) {
             return Ok(());
         }
+        let id = &self.wire_id(id);
         let name = ["name", "kind", "title"]
             .iter()
             .find_map(|k| update[*k].as_str().filter(|s| !s.is_empty()))
@@ -287,6 +322,7 @@ impl UpdateTranslator {
             return Ok(());
         }
         self.answered.insert(id.to_owned());
+        let id = &self.wire_id(id);
         let mut content = contents_text(&update["content"]);
         if content.is_empty()
             && let Some(raw) = update.get("rawOutput").filter(|v| !v.is_null())
