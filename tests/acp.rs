@@ -800,3 +800,85 @@ async fn a_reused_tool_call_id_is_renamed_in_permission_and_frontend_tool_calls(
         );
     }
 }
+
+/// A scripted agent whose authentication fails (at `session/new` or at `session/prompt`,
+/// per `at`) while `switch` exists.
+fn with_auth_switch(state: &std::path::Path, switch: &std::path::Path, at: &str) -> AgentConfig {
+    let mut agent = acp_agent("scripted", Permissions::Ask, 1, state);
+    if let AgentKind::Acp(acp) = &mut agent.kind {
+        acp.env.insert(
+            "SCRIPTED_AGENT_AUTH_FILE".into(),
+            switch.to_str().expect("utf8").into(),
+        );
+        acp.env.insert("SCRIPTED_AGENT_AUTH_AT".into(), at.into());
+    }
+    agent
+}
+
+fn terminal(frames: &[SseFrame]) -> &SseFrame {
+    frames.last().expect("terminal")
+}
+
+#[tokio::test]
+async fn a_prompt_refused_for_authentication_at_session_new_is_sent_once_credentials_work() {
+    let state = temp_dir("acp-auth-new");
+    let switch = state.join("needs-auth");
+    std::fs::write(&switch, b"").expect("switch");
+    let (s, w) = (state.clone(), switch.clone());
+    let server = TestServer::with(move |c| c.agents = vec![with_auth_switch(&s, &w, "new")]).await;
+    let failed = run(&server, "scripted", &turns("an", &["hello"])).await;
+    assert_eq!(terminal(&failed).data["code"], "AUTH_REQUIRED");
+
+    std::fs::remove_file(&switch).expect("credentials");
+    let mut again = turns("an", &["hello"]);
+    again["runId"] = json!("an-again");
+    let frames = run(&server, "scripted", &again).await;
+    assert_eq!(
+        text_of(&frames),
+        "Echo: hello",
+        "the message that never reached the agent is sent now"
+    );
+    let frames = run(&server, "scripted", &turns("an", &["hello", "recall"])).await;
+    assert_eq!(text_of(&frames), "Heard: hello | recall", "and only once");
+}
+
+#[tokio::test]
+async fn a_prompt_refused_for_authentication_at_session_prompt_goes_with_the_next_one() {
+    let state = temp_dir("acp-auth-prompt");
+    let switch = state.join("needs-auth");
+    let (s, w) = (state.clone(), switch.clone());
+    let server =
+        TestServer::with(move |c| c.agents = vec![with_auth_switch(&s, &w, "prompt")]).await;
+    let frames = run(&server, "scripted", &turns("ap", &["one"])).await;
+    assert_eq!(text_of(&frames), "Echo: one");
+    std::fs::write(&switch, b"").expect("switch");
+    let failed = run(&server, "scripted", &turns("ap", &["one", "two"])).await;
+    assert_eq!(terminal(&failed).data["code"], "AUTH_REQUIRED");
+    std::fs::remove_file(&switch).expect("credentials");
+    let frames = run(&server, "scripted", &turns("ap", &["one", "two", "recall"])).await;
+    assert_eq!(text_of(&frames), "Heard: one | two | recall");
+}
+
+#[tokio::test]
+async fn a_prompt_refused_for_authentication_is_sent_after_a_restart_with_credentials() {
+    let state = temp_dir("acp-auth-restart");
+    let data = temp_dir("acp-auth-restart-data");
+    let switch = state.join("needs-auth");
+    std::fs::write(&switch, b"").expect("switch");
+    let start = |state: &std::path::Path, data: &std::path::Path, switch: &std::path::Path| {
+        let (s, d, w) = (state.to_owned(), data.to_owned(), switch.to_owned());
+        TestServer::with(move |c| {
+            c.agents = vec![with_auth_switch(&s, &w, "new")];
+            c.data_dir = d;
+        })
+    };
+    let server = start(&state, &data, &switch).await;
+    let failed = run(&server, "scripted", &turns("ar", &["hello"])).await;
+    assert_eq!(terminal(&failed).data["code"], "AUTH_REQUIRED");
+    server.stop().await;
+
+    std::fs::remove_file(&switch).expect("credentials");
+    let server = start(&state, &data, &switch).await;
+    let frames = run(&server, "scripted", &turns("ar", &["hello", "recall"])).await;
+    assert_eq!(text_of(&frames), "Heard: hello | recall");
+}

@@ -13,6 +13,12 @@
 //! stays blocked in `session/prompt`, and the answer from a later request is sent back as
 //! the chosen `optionId`. Cancel sends `session/cancel`; a pending permission is answered
 //! `cancelled`.
+//!
+//! Input that never reached the agent (no session could be had, or the prompt was refused
+//! with `AUTH_REQUIRED`) is kept per thread and sent first with the thread's next prompt,
+//! so a message typed before the credentials were in place is not lost. A thread that has
+//! never had a session has delivered nothing, so its first prompt carries the user
+//! messages of the client's transcript: that also holds across a restart.
 
 mod mcp;
 mod process;
@@ -61,6 +67,9 @@ struct Inner {
     processes: Mutex<Vec<Arc<AcpProcess>>>,
     /// thread id -> (process, session id).
     sessions: Mutex<HashMap<String, (Arc<AcpProcess>, String)>>,
+    /// thread id -> messages the agent has not received (their turn failed before it
+    /// accepted the prompt).
+    undelivered: Mutex<HashMap<String, Vec<Message>>>,
     spawning: tokio::sync::Mutex<()>,
     reaper: AtomicBool,
     stopped: CancellationToken,
@@ -76,6 +85,7 @@ impl AcpBackend {
                 config,
                 processes: Mutex::new(Vec::new()),
                 sessions: Mutex::new(HashMap::new()),
+                undelivered: Mutex::new(HashMap::new()),
                 spawning: tokio::sync::Mutex::new(()),
                 reaper: AtomicBool::new(false),
                 stopped: CancellationToken::new(),
@@ -112,6 +122,7 @@ impl Agent for AcpBackend {
         let inner = self.inner.clone();
         let thread_id = thread_id.to_owned();
         Box::pin(async move {
+            lock(&inner.undelivered).remove(&thread_id);
             let Some((process, session)) = lock(&inner.sessions).remove(&thread_id) else {
                 return;
             };
@@ -172,13 +183,22 @@ impl From<AgentError> for Stop {
 
 impl Inner {
     async fn turn(self: &Arc<Self>, turn: Turn, sink: &EventSink) -> Result<TurnEnd, Stop> {
-        let (process, session) = self.session_for(&turn, sink).await?;
+        let input = self.input_for(&turn);
+        let (process, session) = match self.session_for(&turn, sink).await {
+            Ok(bound) => bound,
+            Err(stop) => {
+                if let Stop::Failed(_) = stop {
+                    self.keep_undelivered(&turn.thread_id, input);
+                }
+                return Err(stop);
+            }
+        };
         let _busy = Busy::new(process.clone());
         if let Some(bridge) = self.mcp.get().cloned().flatten() {
             bridge.set_tools(&session, &turn.tools);
         }
         let mut events = process.router.register(&session);
-        let blocks = prompt_blocks(&turn, &process);
+        let blocks = prompt_blocks(&turn, &input, &process);
         if blocks.is_empty() {
             process.router.unregister(&session);
             return Ok(TurnEnd::Finished { result: None });
@@ -280,6 +300,8 @@ impl Inner {
             }
             Ok(Err(error)) => {
                 if error.code == ErrorCode::AUTH_REQUIRED {
+                    // Refused before the agent took it: the input goes with the next prompt.
+                    self.keep_undelivered(&turn.thread_id, input);
                     Err(Stop::Failed(AgentError::Failed {
                         code: "AUTH_REQUIRED".to_owned(),
                         message: format!(
@@ -307,6 +329,38 @@ impl Inner {
                     process.exit_report()
                 },
             })),
+        }
+    }
+
+    /// What this turn prompts: the thread's undelivered input, then the turn's new
+    /// messages (each once). On a thread that never had a session, nothing was delivered:
+    /// every user message of the client's transcript.
+    fn input_for(&self, turn: &Turn) -> Vec<Message> {
+        let mut input = lock(&self.undelivered)
+            .remove(&turn.thread_id)
+            .unwrap_or_default();
+        let sessionless =
+            turn.session_id.is_none() && !lock(&self.sessions).contains_key(&turn.thread_id);
+        let earlier = turn
+            .messages
+            .iter()
+            .filter(|m| sessionless && matches!(m, Message::User(_)));
+        for message in earlier.chain(&turn.new_messages) {
+            if !input.iter().any(|m| m.id() == message.id()) {
+                input.push(message.clone());
+            }
+        }
+        input
+    }
+
+    /// Keeps input the agent did not receive for the thread's next prompt.
+    fn keep_undelivered(&self, thread_id: &str, input: Vec<Message>) {
+        if input.iter().any(|m| matches!(m, Message::User(_))) {
+            tracing::info!(
+                messages = input.len(),
+                "the agent did not receive the prompt; it goes with the next one"
+            );
+            lock(&self.undelivered).insert(thread_id.to_owned(), input);
         }
     }
 
@@ -622,9 +676,9 @@ async fn reap(inner: std::sync::Weak<Inner>) {
     }
 }
 
-/// The prompt for a turn: context first, then the new user messages (text; images when the
-/// agent accepts them).
-fn prompt_blocks(turn: &Turn, process: &AcpProcess) -> Vec<Value> {
+/// The prompt for a turn: context first, then the user messages of `input` (text; images
+/// when the agent accepts them).
+fn prompt_blocks(turn: &Turn, input: &[Message], process: &AcpProcess) -> Vec<Value> {
     let mut blocks = Vec::new();
     if !turn.context.is_empty() {
         let lines: Vec<String> = turn
@@ -635,7 +689,7 @@ fn prompt_blocks(turn: &Turn, process: &AcpProcess) -> Vec<Value> {
         blocks.push(json!({"type": "text", "text": format!("Context:\n{}", lines.join("\n"))}));
     }
     let images = process.can("/agentCapabilities/promptCapabilities/image");
-    for message in &turn.new_messages {
+    for message in input {
         let Message::User(user) = message else {
             continue;
         };
