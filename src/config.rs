@@ -407,7 +407,7 @@ pub fn valid_agent_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
         && !matches!(
             name,
-            "info" | "healthz" | "readyz" | "threads" | "runs" | "." | ".."
+            "info" | "agents" | "healthz" | "readyz" | "threads" | "runs" | "." | ".."
         )
 }
 

@@ -882,3 +882,142 @@ async fn a_prompt_refused_for_authentication_is_sent_after_a_restart_with_creden
     let frames = run(&server, "scripted", &turns("ar", &["hello", "recall"])).await;
     assert_eq!(text_of(&frames), "Heard: hello | recall");
 }
+
+async fn readyz(server: &TestServer) -> (u16, String) {
+    let r = client().get(server.url("/readyz")).sent().await;
+    (r.status().as_u16(), r.text().await.expect("body"))
+}
+
+/// The `GET {path}/agents` entry of `name`.
+async fn agent_entry(server: &TestServer, name: &str) -> Value {
+    let (status, body) = get_json(server, "/agents").await;
+    assert_eq!(status, 200, "{body}");
+    body["agents"]
+        .as_array()
+        .expect("agents")
+        .iter()
+        .find(|a| a["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no agent {name}: {body}"))
+}
+
+#[tokio::test]
+async fn readiness_follows_authentication_and_the_agents_route_names_the_auth_methods() {
+    let state = temp_dir("acp-ready-auth");
+    let switch = state.join("needs-auth");
+    std::fs::write(&switch, b"").expect("switch");
+    let (s, w) = (state.clone(), switch.clone());
+    let server = TestServer::with(move |c| c.agents = vec![with_auth_switch(&s, &w, "new")]).await;
+    assert_eq!(readyz(&server).await.0, 200, "nothing known yet");
+    assert_eq!(agent_entry(&server, "scripted").await["state"], "ready");
+
+    let failed = run(&server, "scripted", &turns("ra", &["hello"])).await;
+    let error = terminal(&failed);
+    assert_eq!(error.data["code"], "AUTH_REQUIRED");
+    let message = error.data["message"].as_str().expect("message");
+    assert!(
+        message.contains("scripted-key") && message.contains("oauth-personal"),
+        "the error says what to do: {message}"
+    );
+    let (status, body) = readyz(&server).await;
+    assert_eq!(status, 503, "an agent that wants credentials is not ready");
+    assert!(
+        !body.contains("scripted") && !body.contains("auth"),
+        "no names or details: {body}"
+    );
+    let entry = agent_entry(&server, "scripted").await;
+    assert_eq!(entry["state"], "auth_required");
+    assert_eq!(
+        entry["authMethods"],
+        json!([
+            {"id": "scripted-key", "name": "API key",
+             "description": "Set SCRIPTED_KEY in the agent's environment"},
+            {"id": "oauth-personal", "name": "Log in with a browser",
+             "description": "Run the agent once in a terminal and log in"}
+        ])
+    );
+    assert!(
+        entry["detail"]
+            .as_str()
+            .expect("detail")
+            .contains("scripted-key")
+    );
+    let r = client().get(server.url("/agents")).sent().await;
+    assert_eq!(r.status(), 401, "the agents route is authenticated");
+
+    // Credentials arrive: readiness probes find out without any run.
+    std::fs::remove_file(&switch).expect("credentials");
+    let mut ready = false;
+    for _ in 0..100 {
+        if readyz(&server).await.0 == 200 {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ready, "readyz back to 200 once the agent takes sessions");
+    let entry = agent_entry(&server, "scripted").await;
+    assert_eq!(entry["state"], "ready");
+    assert!(entry.get("authMethods").is_none(), "{entry}");
+}
+
+#[tokio::test]
+async fn an_agent_that_keeps_crashing_is_a_crash_loop_until_a_turn_works() {
+    let state = temp_dir("acp-crash-loop");
+    let s = state.clone();
+    let server = TestServer::with(move |c| configure(c, &s)).await;
+    for i in 0..3 {
+        let frames = run(
+            &server,
+            "scripted",
+            &run_body(&format!("cl{i}"), "r", "crash"),
+        )
+        .await;
+        assert_eq!(terminal(&frames).data["code"], "AGENT_EXITED");
+        if i < 2 {
+            assert_eq!(readyz(&server).await.0, 200, "one exit is not a loop");
+        }
+    }
+    assert_eq!(readyz(&server).await.0, 503);
+    assert_eq!(
+        agent_entry(&server, "scripted").await["state"],
+        "crash_loop"
+    );
+    assert_eq!(
+        agent_entry(&server, "scripted-allow").await["state"],
+        "ready",
+        "per agent"
+    );
+    let frames = run(&server, "scripted", &run_body("cl-ok", "r", "hello")).await;
+    assert_eq!(text_of(&frames), "Echo: hello");
+    assert_eq!(readyz(&server).await.0, 200);
+}
+
+#[tokio::test]
+async fn an_agent_whose_command_is_missing_is_unavailable_on_the_agents_route() {
+    let server = TestServer::with(|c| {
+        c.agents = vec![AgentConfig {
+            name: "missing".into(),
+            description: String::new(),
+            hitl: Hitl::Tool,
+            kind: AgentKind::Acp(AcpConfig {
+                command: vec!["/nonexistent/agent-binary".into()],
+                cwd: None,
+                env: Default::default(),
+                pool_size: 1,
+                idle_ttl: Duration::from_secs(60),
+                permissions: Permissions::Ask,
+                frontend_mcp: FrontendMcp::Auto,
+            }),
+        }];
+    })
+    .await;
+    let entry = agent_entry(&server, "missing").await;
+    assert_eq!(entry["state"], "unavailable");
+    assert!(
+        entry["detail"]
+            .as_str()
+            .expect("detail")
+            .contains("command")
+    );
+}

@@ -20,6 +20,7 @@
 //! never had a session has delivered nothing, so its first prompt carries the user
 //! messages of the client's transcript: that also holds across a restart.
 
+mod health;
 mod mcp;
 mod process;
 mod translate;
@@ -39,8 +40,8 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Agent, AgentError, BoxFuture, ClientToolCall, EventSink, PermissionOption, PermissionOutcome,
-    PermissionRequest, SinkClosed, ToolAnswer, Turn, TurnEnd,
+    Agent, AgentError, AgentState, AgentStatus, AuthMethod, BoxFuture, ClientToolCall, EventSink,
+    PermissionOption, PermissionOutcome, PermissionRequest, SinkClosed, ToolAnswer, Turn, TurnEnd,
 };
 use crate::config::{AcpConfig, FrontendMcp, Permissions};
 use crate::protocol::input::{BinaryPart, ContentPart, DataSource, MediaSource, Message};
@@ -71,6 +72,7 @@ struct Inner {
     /// accepted the prompt).
     undelivered: Mutex<HashMap<String, Vec<Message>>>,
     spawning: tokio::sync::Mutex<()>,
+    health: health::Health,
     reaper: AtomicBool,
     stopped: CancellationToken,
     /// The loopback MCP listener for frontend tools (started on first need).
@@ -87,6 +89,7 @@ impl AcpBackend {
                 sessions: Mutex::new(HashMap::new()),
                 undelivered: Mutex::new(HashMap::new()),
                 spawning: tokio::sync::Mutex::new(()),
+                health: health::Health::default(),
                 reaper: AtomicBool::new(false),
                 stopped: CancellationToken::new(),
                 mcp: tokio::sync::OnceCell::new(),
@@ -115,7 +118,18 @@ impl Agent for AcpBackend {
     }
 
     fn ready(&self) -> bool {
-        process::startable(&self.inner.config.command)
+        let found = process::startable(&self.inner.config.command);
+        if self.inner.health.probe_due(found)
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(self.inner.clone().probe());
+        }
+        self.inner.health.status(found).state == AgentState::Ready
+    }
+
+    fn status(&self) -> AgentStatus {
+        let found = process::startable(&self.inner.config.command);
+        self.inner.health.status(found)
     }
 
     fn forget_thread(&self, thread_id: &str) -> BoxFuture<()> {
@@ -271,6 +285,7 @@ impl Inner {
                 }
                 () = process.exited.cancelled() => {
                     process.router.unregister(&session);
+                    self.health.exited();
                     self.forget_process(&process);
                     translator.close(sink).await?;
                     return Err(Stop::Failed(AgentError::Failed {
@@ -284,6 +299,7 @@ impl Inner {
         translator.close(sink).await?;
         match result {
             Ok(Ok(response)) => {
+                self.health.turn_ok();
                 let response = serde_json::to_value(&response).unwrap_or(Value::Null);
                 match response["stopReason"].as_str() {
                     Some("cancelled") => Ok(TurnEnd::Cancelled),
@@ -302,14 +318,9 @@ impl Inner {
                 if error.code == ErrorCode::AUTH_REQUIRED {
                     // Refused before the agent took it: the input goes with the next prompt.
                     self.keep_undelivered(&turn.thread_id, input);
-                    Err(Stop::Failed(AgentError::Failed {
-                        code: "AUTH_REQUIRED".to_owned(),
-                        message: format!(
-                            "agent {} needs authentication: {}",
-                            self.name, error.message
-                        ),
-                    }))
+                    Err(Stop::Failed(self.auth_required(&process, &error.message)))
                 } else if exited_meanwhile(&process).await {
+                    self.health.exited();
                     self.forget_process(&process);
                     Err(Stop::Failed(AgentError::Failed {
                         code: "AGENT_EXITED".to_owned(),
@@ -325,7 +336,9 @@ impl Inner {
             Err(_) => Err(Stop::Failed(AgentError::Failed {
                 code: "AGENT_EXITED".to_owned(),
                 message: {
-                    exited_meanwhile(&process).await;
+                    if exited_meanwhile(&process).await {
+                        self.health.exited();
+                    }
                     process.exit_report()
                 },
             })),
@@ -480,6 +493,7 @@ impl Inner {
                 drop(replay);
                 match loaded {
                     Ok(_) => {
+                        self.health.session_ok();
                         tracing::info!(session = %stored, "ACP session loaded");
                         sink.set_session(stored, "loaded").await?;
                         self.remember(&turn.thread_id, &process, stored);
@@ -497,6 +511,7 @@ impl Inner {
                     cast(json!({"sessionId": stored, "cwd": cwd, "mcpServers": mcp_servers}))?;
                 match process.connection.send_request(resume).block_task().await {
                     Ok(_) => {
+                        self.health.session_ok();
                         tracing::info!(session = %stored, "ACP session resumed");
                         sink.set_session(stored, "resumed").await?;
                         self.remember(&turn.thread_id, &process, stored);
@@ -520,13 +535,7 @@ impl Inner {
             .await
             .map_err(|error| {
                 if error.code == ErrorCode::AUTH_REQUIRED {
-                    AgentError::Failed {
-                        code: "AUTH_REQUIRED".to_owned(),
-                        message: format!(
-                            "agent {} needs authentication: {}",
-                            self.name, error.message
-                        ),
-                    }
+                    self.auth_required(&process, &error.message)
                 } else {
                     AgentError::Failed {
                         code: "AGENT_ERROR".to_owned(),
@@ -534,6 +543,7 @@ impl Inner {
                     }
                 }
             })?;
+        self.health.session_ok();
         let session = serde_json::to_value(&created).unwrap_or(Value::Null)["sessionId"]
             .as_str()
             .unwrap_or_default()
@@ -585,6 +595,54 @@ impl Inner {
         }
     }
 
+    /// Notes `AUTH_REQUIRED` from `process` and says what to do about it.
+    fn auth_required(&self, process: &AcpProcess, agent_message: &str) -> AgentError {
+        let methods = auth_methods(process);
+        let advice = health::auth_advice(&methods);
+        self.health.auth_required(methods);
+        AgentError::Failed {
+            code: "AUTH_REQUIRED".to_owned(),
+            message: format!(
+                "agent {} needs authentication ({agent_message}): {advice}",
+                self.name
+            ),
+        }
+    }
+
+    /// Finds out whether the agent works now: a process, a session, closed again. Started
+    /// by `/readyz` while the agent is not ready; what it learns updates `health`.
+    async fn probe(self: Arc<Self>) {
+        let Ok(process) = self.acquire().await else {
+            return;
+        };
+        let _busy = Busy::new(process.clone());
+        let cwd = self
+            .config
+            .cwd
+            .clone()
+            .or_else(|| std::env::current_dir().ok())
+            .unwrap_or_else(|| "/".into());
+        let Ok(new) = cast::<NewSessionRequest>(json!({"cwd": cwd, "mcpServers": []})) else {
+            return;
+        };
+        match process.connection.send_request(new).block_task().await {
+            Ok(created) => {
+                self.health.session_ok();
+                tracing::info!(agent = %self.name, "readiness probe: the agent takes sessions again");
+                if process.can("/agentCapabilities/sessionCapabilities/close") {
+                    let close = CloseSessionRequest::new(created.session_id);
+                    let _ = process.connection.send_request(close).block_task().await;
+                }
+            }
+            Err(error) if error.code == ErrorCode::AUTH_REQUIRED => {
+                self.health.auth_required(auth_methods(&process));
+            }
+            Err(error) => {
+                tracing::debug!(agent = %self.name, error = %error.message, "readiness probe: session/new failed");
+            }
+        }
+    }
+
     fn remember(&self, thread: &str, process: &Arc<AcpProcess>, session: &str) {
         lock(&self.sessions).insert(thread.to_owned(), (process.clone(), session.to_owned()));
     }
@@ -615,7 +673,9 @@ impl Inner {
                 return Ok(least.clone());
             }
         }
-        let process = AcpProcess::spawn(&self.name, &self.config).await?;
+        let process = AcpProcess::spawn(&self.name, &self.config)
+            .await
+            .inspect_err(|_| self.health.spawn_failed())?;
         lock(&self.processes).push(process.clone());
         if !self.reaper.swap(true, Ordering::SeqCst) {
             tokio::spawn(reap(Arc::downgrade(self)));
@@ -728,6 +788,22 @@ fn prompt_blocks(turn: &Turn, input: &[Message], process: &AcpProcess) -> Vec<Va
         }
     }
     blocks
+}
+
+/// The auth methods the agent advertised in its `initialize` answer.
+fn auth_methods(process: &AcpProcess) -> Vec<AuthMethod> {
+    process.capabilities["authMethods"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| {
+            Some(AuthMethod {
+                id: m["id"].as_str()?.to_owned(),
+                name: m["name"].as_str().unwrap_or_default().to_owned(),
+                description: m["description"].as_str().map(str::to_owned),
+            })
+        })
+        .collect()
 }
 
 fn cast<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, AgentError> {
