@@ -1021,3 +1021,46 @@ async fn an_agent_whose_command_is_missing_is_unavailable_on_the_agents_route() 
             .contains("command")
     );
 }
+
+#[tokio::test]
+async fn a_tool_call_is_named_by_its_title_when_that_is_a_name_and_keeps_its_details() {
+    let state = temp_dir("acp-names");
+    let s = state.clone();
+    let server = TestServer::with(move |c| configure(c, &s)).await;
+    let frames = run(&server, "scripted", &turns("tn", &["tools"])).await;
+    let names: Vec<&Value> = frames
+        .iter()
+        .filter(|f| f.kind() == "TOOL_CALL_START")
+        .map(|f| &f.data["toolCallName"])
+        .collect();
+    assert_eq!(
+        names,
+        [&json!("get_weather"), &json!("read")],
+        "a title that is a name names the call; a sentence leaves it to the kind"
+    );
+    let details: Vec<&Value> = frames
+        .iter()
+        .filter(|f| f.kind() == "CUSTOM" && f.data["name"] == "acp.tool_call")
+        .map(|f| &f.data["value"])
+        .collect();
+    assert_eq!(
+        details,
+        [
+            &json!({"toolCallId": "call_1", "title": "get_weather", "kind": "execute"}),
+            &json!({"toolCallId": "call_2", "title": "List the files", "kind": "read",
+                    "locations": [{"path": "/src"}]}),
+        ]
+    );
+    let first_start = frames
+        .iter()
+        .position(|f| f.kind() == "TOOL_CALL_START")
+        .expect("start");
+    let first_details = frames
+        .iter()
+        .position(|f| f.kind() == "CUSTOM")
+        .expect("details");
+    assert!(
+        first_details < first_start,
+        "the details come before the call"
+    );
+}

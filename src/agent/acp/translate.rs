@@ -287,14 +287,14 @@ impl UpdateTranslator {
             return Ok(());
         }
         let id = &self.wire_id(id);
-        let name = ["name", "kind", "title"]
-            .iter()
-            .find_map(|k| update[*k].as_str().filter(|s| !s.is_empty()))
-            .unwrap_or("tool")
-            .to_owned();
+        sink.send(AgentEvent::Custom {
+            name: "acp.tool_call".to_owned(),
+            value: tool_call_details(id, update),
+        })
+        .await?;
         sink.send(AgentEvent::ToolCallStart {
             tool_call_id: id.to_owned(),
-            name,
+            name: tool_name(update),
             parent_message_id: None,
         })
         .await?;
@@ -386,6 +386,42 @@ impl UpdateTranslator {
     }
 }
 
+/// The AG-UI name of an ACP tool call: its `name` if it has one, its `title` when that
+/// looks like a name (one identifier-like token: `get_weather`, `mcp__github__search`),
+/// else its `kind` (`read`, `execute`, ...), else `tool`.
+fn tool_name(update: &Value) -> String {
+    let field = |k: &str| update[k].as_str().filter(|s| !s.is_empty());
+    field("name")
+        .or_else(|| field("title").filter(|t| looks_like_a_name(t)))
+        .or_else(|| field("kind"))
+        .unwrap_or("tool")
+        .to_owned()
+}
+
+fn looks_like_a_name(title: &str) -> bool {
+    title.len() <= 64
+        && title
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && title
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':' | '/'))
+}
+
+/// What the UI may show about a tool call beyond its name (`CUSTOM acp.tool_call`, sent
+/// just before its `TOOL_CALL_START`): its id, and the ACP `title`, `kind` and `locations`
+/// when present.
+fn tool_call_details(id: &str, update: &Value) -> Value {
+    let mut details = json!({"toolCallId": id});
+    for key in ["title", "kind", "locations"] {
+        if let Some(value) = update.get(key).filter(|v| !v.is_null()) {
+            details[key] = value.clone();
+        }
+    }
+    details
+}
+
 fn text_of(content: &Value) -> Option<String> {
     match content["type"].as_str() {
         Some("text") => content["text"]
@@ -419,4 +455,36 @@ fn without_tag(update: &Value) -> Value {
         map.remove("sessionUpdate");
     }
     value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_title_that_is_a_name_names_the_tool_else_the_kind_does() {
+        let named = |update: Value| tool_name(&update);
+        assert_eq!(
+            named(json!({"title": "get_weather", "kind": "execute"})),
+            "get_weather"
+        );
+        assert_eq!(
+            named(json!({"title": "mcp__github__search"})),
+            "mcp__github__search"
+        );
+        assert_eq!(
+            named(json!({"title": "Read a file", "kind": "read"})),
+            "read"
+        );
+        assert_eq!(
+            named(json!({"title": "rm -rf build/", "kind": "execute"})),
+            "execute"
+        );
+        assert_eq!(named(json!({"title": "Read a file"})), "tool");
+        assert_eq!(
+            named(json!({"name": "search", "title": "get_weather"})),
+            "search"
+        );
+        assert_eq!(named(json!({"title": "1st", "kind": "other"})), "other");
+    }
 }
