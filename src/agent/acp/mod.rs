@@ -147,14 +147,20 @@ impl Agent for AcpBackend {
                 return;
             }
             if process.can("/agentCapabilities/sessionCapabilities/close")
-                && let Ok(close) = cast::<CloseSessionRequest>(json!({"sessionId": session}))
-                && let Err(error) = process.connection.send_request(close).block_task().await
+                && let Err(error) = process
+                    .connection
+                    .send_request(CloseSessionRequest::new(session.clone()))
+                    .block_task()
+                    .await
             {
                 tracing::debug!(error = %error.message, "session/close failed");
             }
             if process.can("/agentCapabilities/sessionCapabilities/delete")
-                && let Ok(delete) = cast::<DeleteSessionRequest>(json!({"sessionId": session}))
-                && let Err(error) = process.connection.send_request(delete).block_task().await
+                && let Err(error) = process
+                    .connection
+                    .send_request(DeleteSessionRequest::new(session.clone()))
+                    .block_task()
+                    .await
             {
                 tracing::debug!(error = %error.message, "session/delete failed");
             }
@@ -258,7 +264,7 @@ impl Inner {
                 },
                 () = turn.cancel.cancelled(), if !cancel_sent => {
                     cancel_sent = true;
-                    let cancel: CancelNotification = cast(json!({"sessionId": session}))?;
+                    let cancel = CancelNotification::new(session.clone());
                     if let Err(error) = process.connection.send_notification(cancel) {
                         tracing::debug!(%error, "session/cancel not sent");
                     }
@@ -544,10 +550,7 @@ impl Inner {
                 }
             })?;
         self.health.session_ok();
-        let session = serde_json::to_value(&created).unwrap_or(Value::Null)["sessionId"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
+        let session = created.session_id.to_string();
         if let Some(handle) = &mcp_handle {
             handle.set_session(&session);
         }
