@@ -8,6 +8,7 @@
 //! | anything else | `Echo: <text>` in two message chunks |
 //! | `think` | a thought, then a message |
 //! | `tool` | a tool call (pending, no status key) with input and locations, then its completion with text and a diff |
+//! | `tools` | two tool calls, `call_1` (title `get_weather`, kind `execute`) and `call_2` (title `List the files`, kind `read`), each completed; the same ids every turn |
 //! | `plan` | a plan of three entries |
 //! | `usage` | a usage update |
 //! | `misc` | commands, mode, config and session info updates, and one unknown update variant |
@@ -15,12 +16,18 @@
 //! | `slow N` | N chunks 50 ms apart; honours `session/cancel` |
 //! | `crash` | one chunk, a line on stderr, then exits with status 3 |
 //! | `auth` | answers the prompt with error -32000 |
+//! | `recall` | `Heard: <every prompt line this session received, joined by " | ">` |
 //! | `mcp TOOL JSON` | reports a tool call, then calls TOOL on the `frontend` MCP server it was given (streamable HTTP), and reports the result |
 //!
 //! Sessions can be loaded (`loadSession`): the history is kept in `$SCRIPTED_AGENT_STATE`
 //! (a directory) when set, so a new process can replay it. With `SCRIPTED_AGENT_RESUME=1`
 //! it offers `session/resume` instead of `session/load`. `session/close` and
 //! `session/delete` are offered and leave a `<session>.closed` / `.deleted` marker there.
+//!
+//! Authentication switch: with `SCRIPTED_AGENT_AUTH_FILE=<path>`, the agent advertises two
+//! auth methods and, while that file exists, answers `session/new` with error -32000
+//! (`SCRIPTED_AGENT_AUTH_AT=prompt`: answers `session/prompt` so instead). Removing the file
+//! stands for adding credentials.
 //!
 //! Run: `cargo run --example scripted_acp_agent` (speaks ACP on stdin/stdout).
 
@@ -45,6 +52,21 @@ struct Shared {
     cancelled: Mutex<HashSet<String>>,
     /// session id -> the `mcpServers` it was given.
     mcp: Mutex<std::collections::HashMap<String, Value>>,
+    /// session id -> every prompt line it received.
+    heard: Mutex<std::collections::HashMap<String, Vec<String>>>,
+}
+
+/// Whether the authentication switch says `at` (`new` or `prompt`) fails now.
+fn auth_fails(at: &str) -> bool {
+    let Some(file) = std::env::var_os("SCRIPTED_AGENT_AUTH_FILE") else {
+        return false;
+    };
+    let configured = std::env::var("SCRIPTED_AGENT_AUTH_AT").unwrap_or_else(|_| "new".into());
+    configured == at && std::path::Path::new(&file).exists()
+}
+
+fn auth_required() -> Error {
+    Error::new(-32000, "Authentication required")
 }
 
 fn cast<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, Error> {
@@ -200,6 +222,12 @@ async fn play(
     // The last block is the user's message; earlier ones may be context.
     let command = text.lines().last().unwrap_or("").trim().to_owned();
     remember(&session, "user", &command);
+    if let Ok(mut heard) = shared.heard.lock() {
+        heard
+            .entry(session.clone())
+            .or_default()
+            .extend(text.lines().map(str::to_owned));
+    }
     let (head, rest) = command.split_once(' ').unwrap_or((command.as_str(), ""));
     let mid = format!("m-{}", uuid::Uuid::new_v4());
     match head {
@@ -242,6 +270,48 @@ async fn play(
                 }),
             )?;
             chunk(&cx, &session, "agent_message_chunk", &mid, "Read it.")?;
+        }
+        "tools" => {
+            update(
+                &cx,
+                &session,
+                json!({
+                    "sessionUpdate": "tool_call", "toolCallId": "call_1", "title": "get_weather",
+                    "kind": "execute", "status": "in_progress", "rawInput": {"city": "Paris"}
+                }),
+            )?;
+            update(
+                &cx,
+                &session,
+                json!({
+                    "sessionUpdate": "tool_call_update", "toolCallId": "call_1", "status": "completed",
+                    "content": [{"type": "content", "content": {"type": "text", "text": "sunny"}}]
+                }),
+            )?;
+            update(
+                &cx,
+                &session,
+                json!({
+                    "sessionUpdate": "tool_call", "toolCallId": "call_2", "title": "List the files",
+                    "kind": "read", "status": "in_progress", "rawInput": {"path": "/src"},
+                    "locations": [{"path": "/src"}]
+                }),
+            )?;
+            update(
+                &cx,
+                &session,
+                json!({
+                    "sessionUpdate": "tool_call_update", "toolCallId": "call_2", "status": "completed",
+                    "content": [{"type": "content", "content": {"type": "text", "text": "main.rs"}}]
+                }),
+            )?;
+            chunk(
+                &cx,
+                &session,
+                "agent_message_chunk",
+                &mid,
+                "Used two tools.",
+            )?;
         }
         "plan" => {
             update(
@@ -356,7 +426,21 @@ async fn play(
             std::process::exit(3);
         }
         "auth" => {
-            return Err(Error::new(-32000, "Authentication required"));
+            return Err(auth_required());
+        }
+        "recall" => {
+            let heard = shared
+                .heard
+                .lock()
+                .map(|h| h.get(&session).cloned().unwrap_or_default())
+                .unwrap_or_default();
+            chunk(
+                &cx,
+                &session,
+                "agent_message_chunk",
+                &mid,
+                &format!("Heard: {}", heard.join(" | ")),
+            )?;
         }
         "mcp" => {
             let (tool, args) = rest.split_once(' ').unwrap_or((rest, "{}"));
@@ -434,7 +518,18 @@ async fn main() -> Result<(), Error> {
         .on_receive_request(
             async move |request: InitializeRequest, responder, _cx| {
                 let resume = std::env::var("SCRIPTED_AGENT_RESUME").is_ok_and(|v| v == "1");
+                let auth_methods = if std::env::var_os("SCRIPTED_AGENT_AUTH_FILE").is_some() {
+                    json!([
+                        {"id": "scripted-key", "name": "API key",
+                         "description": "Set SCRIPTED_KEY in the agent's environment"},
+                        {"id": "oauth-personal", "name": "Log in with a browser",
+                         "description": "Run the agent once in a terminal and log in"}
+                    ])
+                } else {
+                    json!([])
+                };
                 let response: InitializeResponse = cast(json!({
+                    "authMethods": auth_methods,
                     "protocolVersion": request.protocol_version,
                     "agentCapabilities": {
                         "loadSession": !resume,
@@ -454,6 +549,9 @@ async fn main() -> Result<(), Error> {
         )
         .on_receive_request(
             async move |request: NewSessionRequest, responder, _cx| {
+                if auth_fails("new") {
+                    return responder.respond_with_error(auth_required());
+                }
                 let id = format!("sess-{}", uuid::Uuid::new_v4());
                 let servers = serde_json::to_value(&request.mcp_servers).unwrap_or(Value::Null);
                 if let Some(dir) = std::env::var_os("SCRIPTED_AGENT_STATE") {
@@ -528,6 +626,9 @@ async fn main() -> Result<(), Error> {
                 let shared = on_prompt.clone();
                 if let Ok(mut cancelled) = shared.cancelled.lock() {
                     cancelled.remove(&session);
+                }
+                if auth_fails("prompt") {
+                    return responder.respond_with_error(auth_required());
                 }
                 let worker = cx.clone();
                 cx.spawn(async move {

@@ -626,3 +626,441 @@ async fn an_answer_to_a_permission_after_a_restart_is_suspension_lost() {
     let transcript = get_json(&server, "/threads/al/messages").await.1["messages"].clone();
     assert_every_client_call_answered(&transcript);
 }
+
+/// The body of a run on `thread` whose user said each of `texts`, one run each.
+fn turns(thread: &str, texts: &[&str]) -> Value {
+    let messages: Vec<Value> = texts
+        .iter()
+        .enumerate()
+        .map(|(i, text)| json!({"id": format!("{thread}-u{i}"), "role": "user", "content": text}))
+        .collect();
+    json!({"threadId": thread, "runId": format!("{thread}-r{}", texts.len()),
+        "protocolVersion": "1.0", "messages": messages})
+}
+
+fn tool_call_ids(frames: &[SseFrame]) -> Vec<String> {
+    frames
+        .iter()
+        .filter(|f| f.kind() == "TOOL_CALL_START")
+        .map(|f| f.data["toolCallId"].as_str().expect("id").to_owned())
+        .collect()
+}
+
+/// Tool-call ids of the calls in a transcript, and of the results, in order.
+fn transcript_calls(messages: &Value) -> (Vec<String>, Vec<String>) {
+    let messages = messages.as_array().expect("messages");
+    let calls = messages
+        .iter()
+        .flat_map(|m| m["toolCalls"].as_array().cloned().unwrap_or_default())
+        .map(|c| c["id"].as_str().expect("id").to_owned())
+        .collect();
+    let results = messages
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["toolCallId"].as_str().expect("id").to_owned())
+        .collect();
+    (calls, results)
+}
+
+#[tokio::test]
+async fn tool_call_ids_an_agent_reuses_across_turns_stay_unique_through_a_restart() {
+    let state = temp_dir("acp-ids");
+    let data = temp_dir("acp-ids-data");
+    let server = server_on(&state, &data).await;
+    let first = run(&server, "scripted", &turns("ids", &["tools"])).await;
+    assert_eq!(tool_call_ids(&first), ["call_1", "call_2"]);
+    let second = run(&server, "scripted", &turns("ids", &["tools", "tools"])).await;
+    assert_eq!(
+        tool_call_ids(&second),
+        ["call_1~2", "call_2~2"],
+        "the agent's reused ids are renamed"
+    );
+    let results: Vec<&Value> = second
+        .iter()
+        .filter(|f| f.kind() == "TOOL_CALL_RESULT")
+        .map(|f| &f.data["toolCallId"])
+        .collect();
+    assert_eq!(results, [&json!("call_1~2"), &json!("call_2~2")]);
+    let all = ["call_1", "call_2", "call_1~2", "call_2~2"];
+    let transcript = get_json(&server, "/threads/ids/messages").await.1["messages"].clone();
+    assert_eq!(
+        transcript_calls(&transcript),
+        (
+            all.map(String::from).to_vec(),
+            all.map(String::from).to_vec()
+        )
+    );
+    server.stop().await;
+
+    // After a restart the history (from the store) has every call and every result.
+    let server = server_on(&state, &data).await;
+    let transcript = get_json(&server, "/threads/ids/messages").await.1["messages"].clone();
+    assert_eq!(
+        transcript_calls(&transcript),
+        (
+            all.map(String::from).to_vec(),
+            all.map(String::from).to_vec()
+        )
+    );
+    let hydration = SseReader::new(server.get("/threads/ids/stream").sent().await)
+        .collect()
+        .await;
+    let snapshot = hydration
+        .iter()
+        .find(|f| f.kind() == "MESSAGES_SNAPSHOT")
+        .expect("snapshot");
+    assert_eq!(
+        transcript_calls(&snapshot.data["messages"]),
+        (
+            all.map(String::from).to_vec(),
+            all.map(String::from).to_vec()
+        ),
+        "the snapshot that replaces the client's messages keeps every turn's calls"
+    );
+    // The thread's ids are known after the restart too.
+    let third = run(
+        &server,
+        "scripted",
+        &turns("ids", &["tools", "tools", "tools"]),
+    )
+    .await;
+    assert_eq!(tool_call_ids(&third), ["call_1~3", "call_2~3"]);
+}
+
+#[tokio::test]
+async fn a_reused_tool_call_id_is_renamed_in_permission_and_frontend_tool_calls() {
+    let state = temp_dir("acp-ids-hitl");
+    let s = state.clone();
+    let server = TestServer::with(move |c| configure(c, &s)).await;
+    // Permission: the same `call-p` in two turns; each answer reaches the agent.
+    let first = permission_round_trip(&server, "pr", "yes-once").await;
+    assert_eq!(text_of(&first), "Permission allowed.");
+    let user =
+        |i: usize| json!({"id": format!("pr-u{i}"), "role": "user", "content": "permission"});
+    let body =
+        json!({"threadId": "pr", "runId": "r3", "protocolVersion": "1.0", "messages": [user(2)]});
+    let asked = run(&server, "scripted", &body).await;
+    assert_eq!(tool_call_ids(&asked)[0], "call-p~2");
+    let perm_id = permission_call_id(&asked);
+    let args: String = asked
+        .iter()
+        .filter(|f| f.kind() == "TOOL_CALL_ARGS" && f.data["toolCallId"] == perm_id.as_str())
+        .map(|f| f.data["delta"].as_str().expect("delta").to_owned())
+        .collect();
+    let args: Value = serde_json::from_str(&args).expect("json");
+    assert_eq!(
+        args["toolCallId"], "call-p~2",
+        "the request names the renamed call"
+    );
+    let body = json!({"threadId": "pr", "runId": "r4", "protocolVersion": "1.0", "messages": [
+        user(2),
+        {"id": "pr-a2", "role": "assistant", "toolCalls": [
+            {"id": perm_id, "type": "function", "function": {"name": "agui_permission_request", "arguments": "{}"}}]},
+        {"id": "pr-t2", "role": "tool", "toolCallId": perm_id, "content": r#"{"optionId":"no"}"#}
+    ]});
+    let answered = run(&server, "scripted", &body).await;
+    assert_eq!(text_of(&answered), "Permission rejected.");
+    let result = answered
+        .iter()
+        .find(|f| f.kind() == "TOOL_CALL_RESULT")
+        .expect("result");
+    assert_eq!(result.data["toolCallId"], "call-p~2");
+    let transcript = get_json(&server, "/threads/pr/messages").await.1["messages"].clone();
+    let (calls, _) = transcript_calls(&transcript);
+    assert_eq!(
+        calls.iter().collect::<std::collections::HashSet<_>>().len(),
+        calls.len(),
+        "unique ids: {calls:?}"
+    );
+    assert!(calls.contains(&"call-p".to_owned()) && calls.contains(&"call-p~2".to_owned()));
+
+    // Frontend tool over MCP: the agent's `call-mcp` in two turns.
+    let tools = json!([{"name": "chart", "description": "draws a chart", "parameters": {"type": "object"}}]);
+    let mut history: Vec<Value> = Vec::new();
+    for (turn, expected) in [(0, "call-mcp"), (1, "call-mcp~2")] {
+        history
+            .push(json!({"id": format!("fm-u{turn}"), "role": "user", "content": "mcp chart {}"}));
+        let body = json!({"threadId": "fm", "runId": format!("fm-r{turn}"), "protocolVersion": "1.0",
+            "tools": tools, "messages": history});
+        let asked = run(&server, "scripted", &body).await;
+        assert_eq!(tool_call_ids(&asked), [expected]);
+        history.push(json!({"id": format!("fm-a{turn}"), "role": "assistant", "toolCalls": [
+            {"id": expected, "type": "function", "function": {"name": "chart", "arguments": "{}"}}]}));
+        history.push(
+            json!({"id": format!("fm-t{turn}"), "role": "tool", "toolCallId": expected,
+            "content": format!("chart {turn}")}),
+        );
+        let body = json!({"threadId": "fm", "runId": format!("fm-s{turn}"), "protocolVersion": "1.0",
+            "tools": tools, "messages": history});
+        let answered = run(&server, "scripted", &body).await;
+        assert_eq!(
+            text_of(&answered),
+            format!("MCP chart returned: chart {turn}"),
+            "the answer to {expected} reached the agent"
+        );
+    }
+}
+
+/// A scripted agent whose authentication fails (at `session/new` or at `session/prompt`,
+/// per `at`) while `switch` exists.
+fn with_auth_switch(state: &std::path::Path, switch: &std::path::Path, at: &str) -> AgentConfig {
+    let mut agent = acp_agent("scripted", Permissions::Ask, 1, state);
+    if let AgentKind::Acp(acp) = &mut agent.kind {
+        acp.env.insert(
+            "SCRIPTED_AGENT_AUTH_FILE".into(),
+            switch.to_str().expect("utf8").into(),
+        );
+        acp.env.insert("SCRIPTED_AGENT_AUTH_AT".into(), at.into());
+    }
+    agent
+}
+
+fn terminal(frames: &[SseFrame]) -> &SseFrame {
+    frames.last().expect("terminal")
+}
+
+#[tokio::test]
+async fn a_prompt_refused_for_authentication_at_session_new_is_sent_once_credentials_work() {
+    let state = temp_dir("acp-auth-new");
+    let switch = state.join("needs-auth");
+    std::fs::write(&switch, b"").expect("switch");
+    let (s, w) = (state.clone(), switch.clone());
+    let server = TestServer::with(move |c| c.agents = vec![with_auth_switch(&s, &w, "new")]).await;
+    let failed = run(&server, "scripted", &turns("an", &["hello"])).await;
+    assert_eq!(terminal(&failed).data["code"], "AUTH_REQUIRED");
+
+    std::fs::remove_file(&switch).expect("credentials");
+    let mut again = turns("an", &["hello"]);
+    again["runId"] = json!("an-again");
+    let frames = run(&server, "scripted", &again).await;
+    assert_eq!(
+        text_of(&frames),
+        "Echo: hello",
+        "the message that never reached the agent is sent now"
+    );
+    let frames = run(&server, "scripted", &turns("an", &["hello", "recall"])).await;
+    assert_eq!(text_of(&frames), "Heard: hello | recall", "and only once");
+}
+
+#[tokio::test]
+async fn a_prompt_refused_for_authentication_at_session_prompt_goes_with_the_next_one() {
+    let state = temp_dir("acp-auth-prompt");
+    let switch = state.join("needs-auth");
+    let (s, w) = (state.clone(), switch.clone());
+    let server =
+        TestServer::with(move |c| c.agents = vec![with_auth_switch(&s, &w, "prompt")]).await;
+    let frames = run(&server, "scripted", &turns("ap", &["one"])).await;
+    assert_eq!(text_of(&frames), "Echo: one");
+    std::fs::write(&switch, b"").expect("switch");
+    let failed = run(&server, "scripted", &turns("ap", &["one", "two"])).await;
+    assert_eq!(terminal(&failed).data["code"], "AUTH_REQUIRED");
+    std::fs::remove_file(&switch).expect("credentials");
+    let frames = run(&server, "scripted", &turns("ap", &["one", "two", "recall"])).await;
+    assert_eq!(text_of(&frames), "Heard: one | two | recall");
+}
+
+#[tokio::test]
+async fn a_prompt_refused_for_authentication_is_sent_after_a_restart_with_credentials() {
+    let state = temp_dir("acp-auth-restart");
+    let data = temp_dir("acp-auth-restart-data");
+    let switch = state.join("needs-auth");
+    std::fs::write(&switch, b"").expect("switch");
+    let start = |state: &std::path::Path, data: &std::path::Path, switch: &std::path::Path| {
+        let (s, d, w) = (state.to_owned(), data.to_owned(), switch.to_owned());
+        TestServer::with(move |c| {
+            c.agents = vec![with_auth_switch(&s, &w, "new")];
+            c.data_dir = d;
+        })
+    };
+    let server = start(&state, &data, &switch).await;
+    let failed = run(&server, "scripted", &turns("ar", &["hello"])).await;
+    assert_eq!(terminal(&failed).data["code"], "AUTH_REQUIRED");
+    server.stop().await;
+
+    std::fs::remove_file(&switch).expect("credentials");
+    let server = start(&state, &data, &switch).await;
+    let frames = run(&server, "scripted", &turns("ar", &["hello", "recall"])).await;
+    assert_eq!(text_of(&frames), "Heard: hello | recall");
+}
+
+async fn readyz(server: &TestServer) -> (u16, String) {
+    let r = client().get(server.url("/readyz")).sent().await;
+    (r.status().as_u16(), r.text().await.expect("body"))
+}
+
+/// The `GET {path}/agents` entry of `name`.
+async fn agent_entry(server: &TestServer, name: &str) -> Value {
+    let (status, body) = get_json(server, "/agents").await;
+    assert_eq!(status, 200, "{body}");
+    body["agents"]
+        .as_array()
+        .expect("agents")
+        .iter()
+        .find(|a| a["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no agent {name}: {body}"))
+}
+
+#[tokio::test]
+async fn readiness_follows_authentication_and_the_agents_route_names_the_auth_methods() {
+    let state = temp_dir("acp-ready-auth");
+    let switch = state.join("needs-auth");
+    std::fs::write(&switch, b"").expect("switch");
+    let (s, w) = (state.clone(), switch.clone());
+    let server = TestServer::with(move |c| c.agents = vec![with_auth_switch(&s, &w, "new")]).await;
+    assert_eq!(readyz(&server).await.0, 200, "nothing known yet");
+    assert_eq!(agent_entry(&server, "scripted").await["state"], "ready");
+
+    let failed = run(&server, "scripted", &turns("ra", &["hello"])).await;
+    let error = terminal(&failed);
+    assert_eq!(error.data["code"], "AUTH_REQUIRED");
+    let message = error.data["message"].as_str().expect("message");
+    assert!(
+        message.contains("scripted-key") && message.contains("oauth-personal"),
+        "the error says what to do: {message}"
+    );
+    let (status, body) = readyz(&server).await;
+    assert_eq!(status, 503, "an agent that wants credentials is not ready");
+    assert!(
+        !body.contains("scripted") && !body.contains("auth"),
+        "no names or details: {body}"
+    );
+    let entry = agent_entry(&server, "scripted").await;
+    assert_eq!(entry["state"], "auth_required");
+    assert_eq!(
+        entry["authMethods"],
+        json!([
+            {"id": "scripted-key", "name": "API key",
+             "description": "Set SCRIPTED_KEY in the agent's environment"},
+            {"id": "oauth-personal", "name": "Log in with a browser",
+             "description": "Run the agent once in a terminal and log in"}
+        ])
+    );
+    assert!(
+        entry["detail"]
+            .as_str()
+            .expect("detail")
+            .contains("scripted-key")
+    );
+    let r = client().get(server.url("/agents")).sent().await;
+    assert_eq!(r.status(), 401, "the agents route is authenticated");
+
+    // Credentials arrive: readiness probes find out without any run.
+    std::fs::remove_file(&switch).expect("credentials");
+    let mut ready = false;
+    for _ in 0..100 {
+        if readyz(&server).await.0 == 200 {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ready, "readyz back to 200 once the agent takes sessions");
+    let entry = agent_entry(&server, "scripted").await;
+    assert_eq!(entry["state"], "ready");
+    assert!(entry.get("authMethods").is_none(), "{entry}");
+}
+
+#[tokio::test]
+async fn an_agent_that_keeps_crashing_is_a_crash_loop_until_a_turn_works() {
+    let state = temp_dir("acp-crash-loop");
+    let s = state.clone();
+    let server = TestServer::with(move |c| configure(c, &s)).await;
+    for i in 0..3 {
+        let frames = run(
+            &server,
+            "scripted",
+            &run_body(&format!("cl{i}"), "r", "crash"),
+        )
+        .await;
+        assert_eq!(terminal(&frames).data["code"], "AGENT_EXITED");
+        if i < 2 {
+            assert_eq!(readyz(&server).await.0, 200, "one exit is not a loop");
+        }
+    }
+    assert_eq!(readyz(&server).await.0, 503);
+    assert_eq!(
+        agent_entry(&server, "scripted").await["state"],
+        "crash_loop"
+    );
+    assert_eq!(
+        agent_entry(&server, "scripted-allow").await["state"],
+        "ready",
+        "per agent"
+    );
+    let frames = run(&server, "scripted", &run_body("cl-ok", "r", "hello")).await;
+    assert_eq!(text_of(&frames), "Echo: hello");
+    assert_eq!(readyz(&server).await.0, 200);
+}
+
+#[tokio::test]
+async fn an_agent_whose_command_is_missing_is_unavailable_on_the_agents_route() {
+    let server = TestServer::with(|c| {
+        c.agents = vec![AgentConfig {
+            name: "missing".into(),
+            description: String::new(),
+            hitl: Hitl::Tool,
+            kind: AgentKind::Acp(AcpConfig {
+                command: vec!["/nonexistent/agent-binary".into()],
+                cwd: None,
+                env: Default::default(),
+                pool_size: 1,
+                idle_ttl: Duration::from_secs(60),
+                permissions: Permissions::Ask,
+                frontend_mcp: FrontendMcp::Auto,
+            }),
+        }];
+    })
+    .await;
+    let entry = agent_entry(&server, "missing").await;
+    assert_eq!(entry["state"], "unavailable");
+    assert!(
+        entry["detail"]
+            .as_str()
+            .expect("detail")
+            .contains("command")
+    );
+}
+
+#[tokio::test]
+async fn a_tool_call_is_named_by_its_title_when_that_is_a_name_and_keeps_its_details() {
+    let state = temp_dir("acp-names");
+    let s = state.clone();
+    let server = TestServer::with(move |c| configure(c, &s)).await;
+    let frames = run(&server, "scripted", &turns("tn", &["tools"])).await;
+    let names: Vec<&Value> = frames
+        .iter()
+        .filter(|f| f.kind() == "TOOL_CALL_START")
+        .map(|f| &f.data["toolCallName"])
+        .collect();
+    assert_eq!(
+        names,
+        [&json!("get_weather"), &json!("read")],
+        "a title that is a name names the call; a sentence leaves it to the kind"
+    );
+    let details: Vec<&Value> = frames
+        .iter()
+        .filter(|f| f.kind() == "CUSTOM" && f.data["name"] == "acp.tool_call")
+        .map(|f| &f.data["value"])
+        .collect();
+    assert_eq!(
+        details,
+        [
+            &json!({"toolCallId": "call_1", "title": "get_weather", "kind": "execute"}),
+            &json!({"toolCallId": "call_2", "title": "List the files", "kind": "read",
+                    "locations": [{"path": "/src"}]}),
+        ]
+    );
+    let first_start = frames
+        .iter()
+        .position(|f| f.kind() == "TOOL_CALL_START")
+        .expect("start");
+    let first_details = frames
+        .iter()
+        .position(|f| f.kind() == "CUSTOM")
+        .expect("details");
+    assert!(
+        first_details < first_start,
+        "the details come before the call"
+    );
+}

@@ -12,6 +12,7 @@
 pub mod acp;
 pub mod demo;
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -32,9 +33,18 @@ pub trait Agent: Send + Sync + 'static {
     /// `RUN_ERROR` whose message is sanitized before it reaches the client.
     fn run(&self, turn: Turn, sink: EventSink) -> BoxFuture<Result<TurnEnd, AgentError>>;
 
-    /// Whether the backend can start (`/readyz`).
+    /// Whether the backend can serve runs as far as it knows (`/readyz`).
     fn ready(&self) -> bool {
         true
+    }
+
+    /// What the backend last learned about its agent (`GET {path}/agents`).
+    fn status(&self) -> AgentStatus {
+        if self.ready() {
+            AgentStatus::ready()
+        } else {
+            AgentStatus::new(AgentState::Unavailable, "the agent cannot be started")
+        }
     }
 
     /// The thread was deleted: release what the backend holds for it (an agent session).
@@ -47,6 +57,60 @@ pub trait Agent: Send + Sync + 'static {
     fn shutdown(&self) -> BoxFuture<()> {
         Box::pin(async {})
     }
+}
+
+/// An agent's last known state, as `GET {path}/agents` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentStatus {
+    pub state: AgentState,
+    /// What is wrong and what to do, in our own words (never the agent's error text).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// For [`AgentState::AuthRequired`]: the ways the agent offers to authenticate.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub auth_methods: Vec<AuthMethod>,
+}
+
+impl AgentStatus {
+    pub fn ready() -> AgentStatus {
+        AgentStatus {
+            state: AgentState::Ready,
+            detail: None,
+            auth_methods: Vec::new(),
+        }
+    }
+
+    pub fn new(state: AgentState, detail: &str) -> AgentStatus {
+        AgentStatus {
+            state,
+            detail: Some(detail.to_owned()),
+            auth_methods: Vec::new(),
+        }
+    }
+}
+
+/// An agent's state: only `Ready` counts as ready for `/readyz`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentState {
+    Ready,
+    /// Its command is missing, or its process does not start or initialize.
+    Unavailable,
+    /// It refuses sessions or prompts until it has credentials.
+    AuthRequired,
+    /// Its processes keep exiting in the middle of turns.
+    CrashLoop,
+}
+
+/// One way an agent offers to authenticate (from its `initialize` answer).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthMethod {
+    pub id: String,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
 }
 
 /// What the client sent for one run, decoded.
@@ -67,6 +131,9 @@ pub struct Turn {
     pub session_id: Option<String>,
     /// The thread's shared state document when the turn started.
     pub document: Value,
+    /// Every tool-call id the thread's transcript already holds. A backend whose agent
+    /// reuses ids across turns renames a colliding call, so ids stay unique per thread.
+    pub tool_call_ids: HashSet<String>,
     pub cancel: CancellationToken,
 }
 

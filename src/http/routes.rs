@@ -28,6 +28,7 @@ pub use super::body::MAX_BODY_BYTES;
 enum Route {
     Run(String),
     Info,
+    Agents,
     Healthz,
     Readyz,
     Threads,
@@ -56,6 +57,7 @@ impl Route {
         let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
         let route = match segs.as_slice() {
             ["info"] => Route::Info,
+            ["agents"] => Route::Agents,
             ["healthz"] => Route::Healthz,
             ["readyz"] => Route::Readyz,
             ["threads"] => Route::Threads,
@@ -127,6 +129,7 @@ impl Route {
         match self {
             Route::Run(_) => "run",
             Route::Info => "info",
+            Route::Agents => "agents",
             Route::Healthz => "healthz",
             Route::Readyz => "readyz",
             Route::Threads => "threads",
@@ -252,6 +255,7 @@ async fn dispatch(
             StatusCode::OK,
             info(app, req.headers(), req.uri(), conn.tls),
         )),
+        Route::Agents => Ok(json_response(StatusCode::OK, agents(app))),
         Route::Healthz => Ok(healthz(app)),
         Route::Readyz => Ok(readyz(app)),
         Route::Cancel(run_id) => {
@@ -614,6 +618,26 @@ fn valid_host(host: &str) -> bool {
         && host
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']' | '_'))
+}
+
+/// Each agent's last known state; for `auth_required`, the auth methods it offers.
+fn agents(app: &App) -> serde_json::Value {
+    let statuses = app.runtime.agent_statuses();
+    let agents: Vec<_> = app
+        .agents
+        .iter()
+        .map(|(name, description)| {
+            let mut agent = json!({"name": name, "description": description});
+            if let Some((_, status)) = statuses.iter().find(|(n, _)| n == name)
+                && let (Some(agent), Ok(serde_json::Value::Object(status))) =
+                    (agent.as_object_mut(), serde_json::to_value(status))
+            {
+                agent.extend(status);
+            }
+            agent
+        })
+        .collect();
+    json!({"agents": agents})
 }
 
 fn healthz(app: &App) -> Response<Body> {

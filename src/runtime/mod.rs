@@ -582,6 +582,15 @@ impl Runtime {
         self.inner.agents.values().all(|agent| agent.ready())
     }
 
+    /// Each agent's last known state (`GET {path}/agents`), by name.
+    pub fn agent_statuses(&self) -> Vec<(String, crate::agent::AgentStatus)> {
+        self.inner
+            .agents
+            .iter()
+            .map(|(name, agent)| (name.clone(), agent.status()))
+            .collect()
+    }
+
     /// Stops every agent backend (end of shutdown).
     pub async fn shutdown_agents(&self) {
         futures_util::future::join_all(self.inner.agents.values().map(|a| a.shutdown())).await;

@@ -81,7 +81,7 @@ pub(super) fn start(
         phase: watch::Sender::new(Phase::Running),
         aliases: Mutex::new(vec![input.run_id.clone()]),
     });
-    let (new_messages, history, session_id, document) = {
+    let (new_messages, history, session_id, document, tool_call_ids) = {
         let mut state = lock(&thread.state);
         let new = state.take_new(&input.messages);
         state.live = Some(run.clone());
@@ -100,6 +100,7 @@ pub(super) fn start(
             history,
             state.session_id.clone(),
             state.document.clone(),
+            tool_call_ids(&state.transcript),
         )
     };
     let title = new_messages.iter().find_map(|m| match m {
@@ -135,6 +136,7 @@ pub(super) fn start(
         client_state: input.state,
         session_id,
         document,
+        tool_call_ids,
         cancel: run.cancel.child_token(),
     };
     let span = tracing::info_span!("run", thread.id = %thread.id, run.id = %run.id);
@@ -178,6 +180,21 @@ fn capped_history(transcript: &[Message], max_messages: usize, max_bytes: usize)
     }
     kept.reverse();
     Value::Array(kept)
+}
+
+/// The ids of every tool call and tool result in `transcript`.
+fn tool_call_ids(transcript: &[Message]) -> HashSet<String> {
+    let mut ids = HashSet::new();
+    for message in transcript {
+        match message {
+            Message::Assistant(a) => ids.extend(a.tool_calls.iter().map(|c| c.id.clone())),
+            Message::Tool(t) => {
+                ids.insert(t.tool_call_id.clone());
+            }
+            _ => {}
+        }
+    }
+    ids
 }
 
 /// A thread title from its first user message: one line, at most 80 characters.

@@ -13,7 +13,14 @@
 //! stays blocked in `session/prompt`, and the answer from a later request is sent back as
 //! the chosen `optionId`. Cancel sends `session/cancel`; a pending permission is answered
 //! `cancelled`.
+//!
+//! Input that never reached the agent (no session could be had, or the prompt was refused
+//! with `AUTH_REQUIRED`) is kept per thread and sent first with the thread's next prompt,
+//! so a message typed before the credentials were in place is not lost. A thread that has
+//! never had a session has delivered nothing, so its first prompt carries the user
+//! messages of the client's transcript: that also holds across a restart.
 
+mod health;
 mod mcp;
 mod process;
 mod translate;
@@ -33,8 +40,9 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Agent, AgentError, AgentEvent, BoxFuture, ClientToolCall, EventSink, PermissionOption,
-    PermissionOutcome, PermissionRequest, SinkClosed, ToolAnswer, Turn, TurnEnd,
+    Agent, AgentError, AgentEvent, AgentState, AgentStatus, AuthMethod, BoxFuture, ClientToolCall,
+    EventSink, PermissionOption, PermissionOutcome, PermissionRequest, SinkClosed, ToolAnswer,
+    Turn, TurnEnd,
 };
 use crate::config::{AcpConfig, FrontendMcp, Permissions};
 use crate::protocol::input::{BinaryPart, ContentPart, DataSource, MediaSource, Message};
@@ -88,7 +96,11 @@ struct Inner {
     processes: Mutex<Vec<Arc<AcpProcess>>>,
     /// thread id -> (process, session id).
     sessions: Mutex<HashMap<String, (Arc<AcpProcess>, String)>>,
+    /// thread id -> messages the agent has not received (their turn failed before it
+    /// accepted the prompt).
+    undelivered: Mutex<HashMap<String, Vec<Message>>>,
     spawning: tokio::sync::Mutex<()>,
+    health: health::Health,
     reaper: AtomicBool,
     stopped: CancellationToken,
     /// The loopback MCP listener for frontend tools (started on first need).
@@ -103,7 +115,9 @@ impl AcpBackend {
                 config,
                 processes: Mutex::new(Vec::new()),
                 sessions: Mutex::new(HashMap::new()),
+                undelivered: Mutex::new(HashMap::new()),
                 spawning: tokio::sync::Mutex::new(()),
+                health: health::Health::default(),
                 reaper: AtomicBool::new(false),
                 stopped: CancellationToken::new(),
                 mcp: tokio::sync::OnceCell::new(),
@@ -132,13 +146,25 @@ impl Agent for AcpBackend {
     }
 
     fn ready(&self) -> bool {
-        process::startable(&self.inner.config.command)
+        let found = process::startable(&self.inner.config.command);
+        if self.inner.health.probe_due(found)
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(self.inner.clone().probe());
+        }
+        self.inner.health.status(found).state == AgentState::Ready
+    }
+
+    fn status(&self) -> AgentStatus {
+        let found = process::startable(&self.inner.config.command);
+        self.inner.health.status(found)
     }
 
     fn forget_thread(&self, thread_id: &str) -> BoxFuture<()> {
         let inner = self.inner.clone();
         let thread_id = thread_id.to_owned();
         Box::pin(async move {
+            lock(&inner.undelivered).remove(&thread_id);
             let Some((process, session)) = lock(&inner.sessions).remove(&thread_id) else {
                 return;
             };
@@ -149,14 +175,20 @@ impl Agent for AcpBackend {
                 return;
             }
             if process.can("/agentCapabilities/sessionCapabilities/close")
-                && let Ok(close) = cast::<CloseSessionRequest>(json!({"sessionId": session}))
-                && let Err(error) = process.connection.send_request(close).block_task().await
+                && let Err(error) = process
+                    .connection
+                    .send_request(CloseSessionRequest::new(session.clone()))
+                    .block_task()
+                    .await
             {
                 tracing::debug!(error = %error.message, "session/close failed");
             }
             if process.can("/agentCapabilities/sessionCapabilities/delete")
-                && let Ok(delete) = cast::<DeleteSessionRequest>(json!({"sessionId": session}))
-                && let Err(error) = process.connection.send_request(delete).block_task().await
+                && let Err(error) = process
+                    .connection
+                    .send_request(DeleteSessionRequest::new(session.clone()))
+                    .block_task()
+                    .await
             {
                 tracing::debug!(error = %error.message, "session/delete failed");
             }
@@ -199,13 +231,22 @@ impl From<AgentError> for Stop {
 
 impl Inner {
     async fn turn(self: &Arc<Self>, turn: Turn, sink: &EventSink) -> Result<TurnEnd, Stop> {
-        let (process, session) = self.session_for(&turn, sink).await?;
+        let input = self.input_for(&turn);
+        let (process, session) = match self.session_for(&turn, sink).await {
+            Ok(bound) => bound,
+            Err(stop) => {
+                if let Stop::Failed(_) = stop {
+                    self.keep_undelivered(&turn.thread_id, input);
+                }
+                return Err(stop);
+            }
+        };
         let _busy = Busy::new(process.clone());
         if let Some(bridge) = self.mcp.get().cloned().flatten() {
             bridge.set_tools(&session, &turn.tools);
         }
         let mut events = process.router.register(&session);
-        let blocks = prompt_blocks(&turn, &process);
+        let blocks = prompt_blocks(&turn, &input, &process);
         if blocks.is_empty() {
             process.router.unregister(&session);
             return Ok(TurnEnd::Finished { result: None });
@@ -223,7 +264,8 @@ impl Inner {
         let frontend: Vec<String> = turn.tools.iter().map(|t| t.name.clone()).collect();
         let mut translator = UpdateTranslator::default()
             .with_files(files)
-            .with_frontend_tools(frontend);
+            .with_frontend_tools(frontend)
+            .with_used_ids(turn.tool_call_ids.clone());
         let mut cancel_sent = false;
         let cancel_wait = tokio::time::sleep(Duration::from_secs(u64::MAX / 4));
         tokio::pin!(cancel_wait);
@@ -250,7 +292,7 @@ impl Inner {
                 },
                 () = turn.cancel.cancelled(), if !cancel_sent => {
                     cancel_sent = true;
-                    let cancel: CancelNotification = cast(json!({"sessionId": session}))?;
+                    let cancel = CancelNotification::new(session.clone());
                     if let Err(error) = process.connection.send_notification(cancel) {
                         tracing::debug!(%error, "session/cancel not sent");
                     }
@@ -277,6 +319,7 @@ impl Inner {
                 }
                 () = process.exited.cancelled() => {
                     process.router.unregister(&session);
+                    self.health.exited();
                     self.forget_process(&process);
                     translator.close(sink).await?;
                     return Err(Stop::Failed(AgentError::Failed {
@@ -290,6 +333,7 @@ impl Inner {
         translator.close(sink).await?;
         match result {
             Ok(Ok(response)) => {
+                self.health.turn_ok();
                 let response = serde_json::to_value(&response).unwrap_or(Value::Null);
                 match response["stopReason"].as_str() {
                     Some("cancelled") => Ok(TurnEnd::Cancelled),
@@ -306,14 +350,11 @@ impl Inner {
             }
             Ok(Err(error)) => {
                 if error.code == ErrorCode::AUTH_REQUIRED {
-                    Err(Stop::Failed(AgentError::Failed {
-                        code: "AUTH_REQUIRED".to_owned(),
-                        message: format!(
-                            "agent {} needs authentication: {}",
-                            self.name, error.message
-                        ),
-                    }))
+                    // Refused before the agent took it: the input goes with the next prompt.
+                    self.keep_undelivered(&turn.thread_id, input);
+                    Err(Stop::Failed(self.auth_required(&process, &error.message)))
                 } else if exited_meanwhile(&process).await {
+                    self.health.exited();
                     self.forget_process(&process);
                     Err(Stop::Failed(AgentError::Failed {
                         code: "AGENT_EXITED".to_owned(),
@@ -329,10 +370,44 @@ impl Inner {
             Err(_) => Err(Stop::Failed(AgentError::Failed {
                 code: "AGENT_EXITED".to_owned(),
                 message: {
-                    exited_meanwhile(&process).await;
+                    if exited_meanwhile(&process).await {
+                        self.health.exited();
+                    }
                     process.exit_report()
                 },
             })),
+        }
+    }
+
+    /// What this turn prompts: the thread's undelivered input, then the turn's new
+    /// messages (each once). On a thread that never had a session, nothing was delivered:
+    /// every user message of the client's transcript.
+    fn input_for(&self, turn: &Turn) -> Vec<Message> {
+        let mut input = lock(&self.undelivered)
+            .remove(&turn.thread_id)
+            .unwrap_or_default();
+        let sessionless =
+            turn.session_id.is_none() && !lock(&self.sessions).contains_key(&turn.thread_id);
+        let earlier = turn
+            .messages
+            .iter()
+            .filter(|m| sessionless && matches!(m, Message::User(_)));
+        for message in earlier.chain(&turn.new_messages) {
+            if !input.iter().any(|m| m.id() == message.id()) {
+                input.push(message.clone());
+            }
+        }
+        input
+    }
+
+    /// Keeps input the agent did not receive for the thread's next prompt.
+    fn keep_undelivered(&self, thread_id: &str, input: Vec<Message>) {
+        if input.iter().any(|m| matches!(m, Message::User(_))) {
+            tracing::info!(
+                messages = input.len(),
+                "the agent did not receive the prompt; it goes with the next one"
+            );
+            lock(&self.undelivered).insert(thread_id.to_owned(), input);
         }
     }
 
@@ -369,8 +444,8 @@ impl Inner {
             Permissions::Deny => by_kind(&["reject_once", "reject_always"]),
             Permissions::Ask => {
                 let tool_call = &request["toolCall"];
-                let tool_call_id = tool_call["toolCallId"].as_str().map(str::to_owned);
-                if let Some(id) = &tool_call_id
+                let acp_id = tool_call["toolCallId"].as_str().filter(|id| !id.is_empty());
+                if let Some(id) = acp_id
                     && !translator.is_open(id)
                 {
                     let mut opening = tool_call.clone();
@@ -381,6 +456,7 @@ impl Inner {
                     translator.apply(&opening, sink).await?;
                 }
                 translator.close(sink).await?;
+                let tool_call_id = acp_id.map(|id| translator.wire_id(id));
                 let title = tool_call["title"]
                     .as_str()
                     .filter(|t| !t.is_empty())
@@ -451,6 +527,7 @@ impl Inner {
                 drop(replay);
                 match loaded {
                     Ok(_) => {
+                        self.health.session_ok();
                         tracing::info!(session = %stored, "ACP session loaded");
                         sink.set_session(stored, "loaded").await?;
                         self.remember(&turn.thread_id, &process, stored);
@@ -468,6 +545,7 @@ impl Inner {
                     cast(json!({"sessionId": stored, "cwd": cwd, "mcpServers": mcp_servers}))?;
                 match process.connection.send_request(resume).block_task().await {
                     Ok(_) => {
+                        self.health.session_ok();
                         tracing::info!(session = %stored, "ACP session resumed");
                         sink.set_session(stored, "resumed").await?;
                         self.remember(&turn.thread_id, &process, stored);
@@ -491,13 +569,7 @@ impl Inner {
             .await
             .map_err(|error| {
                 if error.code == ErrorCode::AUTH_REQUIRED {
-                    AgentError::Failed {
-                        code: "AUTH_REQUIRED".to_owned(),
-                        message: format!(
-                            "agent {} needs authentication: {}",
-                            self.name, error.message
-                        ),
-                    }
+                    self.auth_required(&process, &error.message)
                 } else {
                     AgentError::Failed {
                         code: "AGENT_ERROR".to_owned(),
@@ -505,10 +577,8 @@ impl Inner {
                     }
                 }
             })?;
-        let session = serde_json::to_value(&created).unwrap_or(Value::Null)["sessionId"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
+        self.health.session_ok();
+        let session = created.session_id.to_string();
         if let Some(handle) = &mcp_handle {
             handle.set_session(&session);
         }
@@ -556,6 +626,54 @@ impl Inner {
         }
     }
 
+    /// Notes `AUTH_REQUIRED` from `process` and says what to do about it.
+    fn auth_required(&self, process: &AcpProcess, agent_message: &str) -> AgentError {
+        let methods = auth_methods(process);
+        let advice = health::auth_advice(&methods);
+        self.health.auth_required(methods);
+        AgentError::Failed {
+            code: "AUTH_REQUIRED".to_owned(),
+            message: format!(
+                "agent {} needs authentication ({agent_message}): {advice}",
+                self.name
+            ),
+        }
+    }
+
+    /// Finds out whether the agent works now: a process, a session, closed again. Started
+    /// by `/readyz` while the agent is not ready; what it learns updates `health`.
+    async fn probe(self: Arc<Self>) {
+        let Ok(process) = self.acquire().await else {
+            return;
+        };
+        let _busy = Busy::new(process.clone());
+        let cwd = self
+            .config
+            .cwd
+            .clone()
+            .or_else(|| std::env::current_dir().ok())
+            .unwrap_or_else(|| "/".into());
+        let Ok(new) = cast::<NewSessionRequest>(json!({"cwd": cwd, "mcpServers": []})) else {
+            return;
+        };
+        match process.connection.send_request(new).block_task().await {
+            Ok(created) => {
+                self.health.session_ok();
+                tracing::info!(agent = %self.name, "readiness probe: the agent takes sessions again");
+                if process.can("/agentCapabilities/sessionCapabilities/close") {
+                    let close = CloseSessionRequest::new(created.session_id);
+                    let _ = process.connection.send_request(close).block_task().await;
+                }
+            }
+            Err(error) if error.code == ErrorCode::AUTH_REQUIRED => {
+                self.health.auth_required(auth_methods(&process));
+            }
+            Err(error) => {
+                tracing::debug!(agent = %self.name, error = %error.message, "readiness probe: session/new failed");
+            }
+        }
+    }
+
     fn remember(&self, thread: &str, process: &Arc<AcpProcess>, session: &str) {
         lock(&self.sessions).insert(thread.to_owned(), (process.clone(), session.to_owned()));
     }
@@ -586,7 +704,9 @@ impl Inner {
                 return Ok(least.clone());
             }
         }
-        let process = AcpProcess::spawn(&self.name, &self.config).await?;
+        let process = AcpProcess::spawn(&self.name, &self.config)
+            .await
+            .inspect_err(|_| self.health.spawn_failed())?;
         lock(&self.processes).push(process.clone());
         if !self.reaper.swap(true, Ordering::SeqCst) {
             tokio::spawn(reap(Arc::downgrade(self)));
@@ -647,9 +767,9 @@ async fn reap(inner: std::sync::Weak<Inner>) {
     }
 }
 
-/// The prompt for a turn: context first, then the new user messages (text; images when the
-/// agent accepts them).
-fn prompt_blocks(turn: &Turn, process: &AcpProcess) -> Vec<Value> {
+/// The prompt for a turn: context first, then the user messages of `input` (text; images
+/// when the agent accepts them).
+fn prompt_blocks(turn: &Turn, input: &[Message], process: &AcpProcess) -> Vec<Value> {
     let mut blocks = Vec::new();
     if !turn.context.is_empty() {
         let lines: Vec<String> = turn
@@ -660,7 +780,7 @@ fn prompt_blocks(turn: &Turn, process: &AcpProcess) -> Vec<Value> {
         blocks.push(json!({"type": "text", "text": format!("Context:\n{}", lines.join("\n"))}));
     }
     let images = process.can("/agentCapabilities/promptCapabilities/image");
-    for message in &turn.new_messages {
+    for message in input {
         let Message::User(user) = message else {
             continue;
         };
@@ -699,6 +819,22 @@ fn prompt_blocks(turn: &Turn, process: &AcpProcess) -> Vec<Value> {
         }
     }
     blocks
+}
+
+/// The auth methods the agent advertised in its `initialize` answer.
+fn auth_methods(process: &AcpProcess) -> Vec<AuthMethod> {
+    process.capabilities["authMethods"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| {
+            Some(AuthMethod {
+                id: m["id"].as_str()?.to_owned(),
+                name: m["name"].as_str().unwrap_or_default().to_owned(),
+                description: m["description"].as_str().map(str::to_owned),
+            })
+        })
+        .collect()
 }
 
 fn cast<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, AgentError> {

@@ -3,8 +3,14 @@
 //! usage, locations and diffs, commands/mode/config/session info, and unknown variants as
 //! `CUSTOM acp.<variant>`. Works on the update's JSON so a variant this build does not know
 //! is passed on, never dropped and never fatal.
+//!
+//! Tool-call ids are unique per thread on the AG-UI side: an agent may reuse `call_1` in
+//! every turn, so a call whose id the thread has already used is renamed (`call_1~2`,
+//! `call_1~3`, ...) for the whole turn: stream, transcript, permission request and
+//! frontend-tool call alike. The agent never sees the new name; its answers travel by
+//! JSON-RPC request, not by tool-call id.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::{Value, json};
 
@@ -24,12 +30,39 @@ pub(super) struct UpdateTranslator {
     frontend: Vec<String>,
     /// The agent's own tool calls for frontend tools, held back: id -> tool name.
     held: Vec<(String, String, bool)>,
+    /// Tool-call ids the thread has used on the AG-UI side (earlier turns and this one).
+    used: HashSet<String>,
+    /// This turn's ACP tool-call id -> its AG-UI id.
+    wire: HashMap<String, String>,
 }
 
 impl UpdateTranslator {
-    /// The AG-UI id of an ACP tool call (known, or not).
+    /// Whether the ACP tool call `tool_call_id` is open on the AG-UI stream.
     pub(super) fn is_open(&self, tool_call_id: &str) -> bool {
         self.tools.contains(tool_call_id)
+    }
+
+    /// Starts from the tool-call ids the thread already uses.
+    pub(super) fn with_used_ids(mut self, ids: HashSet<String>) -> UpdateTranslator {
+        self.used = ids;
+        self
+    }
+
+    /// The AG-UI id of this turn's ACP tool call `acp_id`: the same id unless the thread
+    /// already used it, else the first free `acp_id~N` (N = 2, 3, ...).
+    pub(super) fn wire_id(&mut self, acp_id: &str) -> String {
+        if let Some(id) = self.wire.get(acp_id) {
+            return id.clone();
+        }
+        let mut id = acp_id.to_owned();
+        let mut n = 1;
+        while self.used.contains(&id) {
+            n += 1;
+            id = format!("{acp_id}~{n}");
+        }
+        self.used.insert(id.clone());
+        self.wire.insert(acp_id.to_owned(), id.clone());
+        id
     }
 
     /// The browser's tools, whose MCP calls the agent also reports as its own tool calls.
@@ -38,14 +71,15 @@ impl UpdateTranslator {
         self
     }
 
-    /// The id of a held agent tool call for frontend tool `name`, not yet used.
+    /// The AG-UI id of a held agent tool call for frontend tool `name`, not yet used.
     pub(super) fn claim_frontend(&mut self, name: &str) -> Option<String> {
         let held = self
             .held
             .iter_mut()
             .find(|(_, tool, claimed)| tool == name && !*claimed)?;
         held.2 = true;
-        Some(held.0.clone())
+        let acp_id = held.0.clone();
+        Some(self.wire_id(&acp_id))
     }
 
     /// Whether this update is the agent's own report of a frontend tool call (held back:
@@ -252,14 +286,15 @@ impl UpdateTranslator {
         if !self.tools.insert(id.to_owned()) {
             return Ok(());
         }
-        let name = ["name", "kind", "title"]
-            .iter()
-            .find_map(|k| update[*k].as_str().filter(|s| !s.is_empty()))
-            .unwrap_or("tool")
-            .to_owned();
+        let id = &self.wire_id(id);
+        sink.send(AgentEvent::Custom {
+            name: "acp.tool_call".to_owned(),
+            value: tool_call_details(id, update),
+        })
+        .await?;
         sink.send(AgentEvent::ToolCallStart {
             tool_call_id: id.to_owned(),
-            name,
+            name: tool_name(update),
             parent_message_id: None,
         })
         .await?;
@@ -287,6 +322,7 @@ impl UpdateTranslator {
             return Ok(());
         }
         self.answered.insert(id.to_owned());
+        let id = &self.wire_id(id);
         let mut content = contents_text(&update["content"]);
         if content.is_empty()
             && let Some(raw) = update.get("rawOutput").filter(|v| !v.is_null())
@@ -350,6 +386,42 @@ impl UpdateTranslator {
     }
 }
 
+/// The AG-UI name of an ACP tool call: its `name` if it has one, its `title` when that
+/// looks like a name (one identifier-like token: `get_weather`, `mcp__github__search`),
+/// else its `kind` (`read`, `execute`, ...), else `tool`.
+fn tool_name(update: &Value) -> String {
+    let field = |k: &str| update[k].as_str().filter(|s| !s.is_empty());
+    field("name")
+        .or_else(|| field("title").filter(|t| looks_like_a_name(t)))
+        .or_else(|| field("kind"))
+        .unwrap_or("tool")
+        .to_owned()
+}
+
+fn looks_like_a_name(title: &str) -> bool {
+    title.len() <= 64
+        && title
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && title
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':' | '/'))
+}
+
+/// What the UI may show about a tool call beyond its name (`CUSTOM acp.tool_call`, sent
+/// just before its `TOOL_CALL_START`): its id, and the ACP `title`, `kind` and `locations`
+/// when present.
+fn tool_call_details(id: &str, update: &Value) -> Value {
+    let mut details = json!({"toolCallId": id});
+    for key in ["title", "kind", "locations"] {
+        if let Some(value) = update.get(key).filter(|v| !v.is_null()) {
+            details[key] = value.clone();
+        }
+    }
+    details
+}
+
 fn text_of(content: &Value) -> Option<String> {
     match content["type"].as_str() {
         Some("text") => content["text"]
@@ -383,4 +455,36 @@ fn without_tag(update: &Value) -> Value {
         map.remove("sessionUpdate");
     }
     value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_title_that_is_a_name_names_the_tool_else_the_kind_does() {
+        let named = |update: Value| tool_name(&update);
+        assert_eq!(
+            named(json!({"title": "get_weather", "kind": "execute"})),
+            "get_weather"
+        );
+        assert_eq!(
+            named(json!({"title": "mcp__github__search"})),
+            "mcp__github__search"
+        );
+        assert_eq!(
+            named(json!({"title": "Read a file", "kind": "read"})),
+            "read"
+        );
+        assert_eq!(
+            named(json!({"title": "rm -rf build/", "kind": "execute"})),
+            "execute"
+        );
+        assert_eq!(named(json!({"title": "Read a file"})), "tool");
+        assert_eq!(
+            named(json!({"name": "search", "title": "get_weather"})),
+            "search"
+        );
+        assert_eq!(named(json!({"title": "1st", "kind": "other"})), "other");
+    }
 }

@@ -1,0 +1,154 @@
+//! What the backend last learned about its agent: whether it starts, whether it wants
+//! credentials, whether it keeps dying. `/readyz` reads it as a yes or no, `GET
+//! {path}/agents` as an [`AgentStatus`].
+//!
+//! Learned from real runs, and from a probe (spawn, `session/new`, `session/close`) that
+//! `/readyz` starts at most every [`PROBE_EVERY`] while the agent is not ready, so a
+//! daemon taken out of rotation finds out by itself when the credentials arrive. Details
+//! are plain words of our own, never the agent's error text (which may quote secrets).
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::agent::{AgentState, AgentStatus, AuthMethod};
+
+/// Exits within [`CRASH_WINDOW`] that make a crash loop.
+const CRASH_LIMIT: usize = 3;
+const CRASH_WINDOW: Duration = Duration::from_secs(60);
+/// How often `/readyz` may probe an agent that is not ready.
+pub(super) const PROBE_EVERY: Duration = Duration::from_secs(2);
+
+#[derive(Default)]
+pub(super) struct Health {
+    known: Mutex<Known>,
+}
+
+#[derive(Default)]
+struct Known {
+    last: Last,
+    /// When the agent's processes exited in the middle of a turn (the recent ones).
+    exits: VecDeque<Instant>,
+    probed: Option<Instant>,
+}
+
+#[derive(Default)]
+enum Last {
+    /// Nothing wrong known (never started yet, or the last attempt worked).
+    #[default]
+    Fine,
+    SpawnFailed,
+    AuthRequired(Vec<AuthMethod>),
+}
+
+impl Health {
+    /// The process did not start or did not initialize.
+    pub(super) fn spawn_failed(&self) {
+        lock(&self.known).last = Last::SpawnFailed;
+    }
+
+    /// The agent answered `AUTH_REQUIRED`; `methods` are those it advertised.
+    pub(super) fn auth_required(&self, methods: Vec<AuthMethod>) {
+        lock(&self.known).last = Last::AuthRequired(methods);
+    }
+
+    /// A session was created or restored.
+    pub(super) fn session_ok(&self) {
+        lock(&self.known).last = Last::Fine;
+    }
+
+    /// A turn ended normally: the agent works, whatever it did before.
+    pub(super) fn turn_ok(&self) {
+        let mut known = lock(&self.known);
+        known.last = Last::Fine;
+        known.exits.clear();
+    }
+
+    /// A process exited in the middle of a turn.
+    pub(super) fn exited(&self) {
+        let mut known = lock(&self.known);
+        known.exits.push_back(Instant::now());
+        while known.exits.len() > CRASH_LIMIT {
+            known.exits.pop_front();
+        }
+    }
+
+    pub(super) fn status(&self, command_found: bool) -> AgentStatus {
+        let known = lock(&self.known);
+        if !command_found {
+            return AgentStatus::new(
+                AgentState::Unavailable,
+                "the agent's command was not found; check its `command`",
+            );
+        }
+        match &known.last {
+            Last::SpawnFailed => AgentStatus::new(
+                AgentState::Unavailable,
+                "the agent process did not start or did not initialize; the daemon's log says why",
+            ),
+            Last::AuthRequired(methods) => {
+                let mut status = AgentStatus::new(AgentState::AuthRequired, &auth_advice(methods));
+                status.auth_methods = methods.clone();
+                status
+            }
+            Last::Fine if crash_loop(&known.exits) => AgentStatus::new(
+                AgentState::CrashLoop,
+                &format!(
+                    "the agent process exited {CRASH_LIMIT} times within {} s; the daemon's log \
+                     and the RUN_ERROR messages carry its last words",
+                    CRASH_WINDOW.as_secs()
+                ),
+            ),
+            Last::Fine => AgentStatus::ready(),
+        }
+    }
+
+    /// Whether a probe should start now (the agent is not ready and the last probe is at
+    /// least [`PROBE_EVERY`] old); if so, counts it as started.
+    pub(super) fn probe_due(&self, command_found: bool) -> bool {
+        let mut known = lock(&self.known);
+        let unready = !matches!(known.last, Last::Fine) || crash_loop(&known.exits);
+        if !command_found || !unready {
+            return false;
+        }
+        let now = Instant::now();
+        if known.probed.is_some_and(|at| now - at < PROBE_EVERY) {
+            return false;
+        }
+        known.probed = Some(now);
+        true
+    }
+}
+
+/// What to do about `AUTH_REQUIRED`, naming the agent's methods.
+pub(super) fn auth_advice(methods: &[AuthMethod]) -> String {
+    let named: Vec<String> = methods
+        .iter()
+        .map(|m| match &m.description {
+            Some(description) => format!("{} ({}: {description})", m.id, m.name),
+            None => format!("{} ({})", m.id, m.name),
+        })
+        .collect();
+    if named.is_empty() {
+        "the agent needs credentials: give them to it (its environment, or a login on the \
+         daemon's machine), then retry"
+            .to_owned()
+    } else {
+        format!(
+            "the agent needs credentials; it offers: {}. Set one up for the daemon's user \
+             (the agent's `env` in the configuration, or its own login), then retry",
+            named.join("; ")
+        )
+    }
+}
+
+fn crash_loop(exits: &VecDeque<Instant>) -> bool {
+    let now = Instant::now();
+    exits.len() >= CRASH_LIMIT && exits.iter().all(|at| now - *at < CRASH_WINDOW)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
