@@ -35,6 +35,7 @@ enum Route {
     ThreadMessages(String),
     ThreadStream(String),
     Cancel(String),
+    Metrics,
 }
 
 impl Route {
@@ -50,6 +51,7 @@ impl Route {
             ["info"] => Route::Info,
             ["healthz"] => Route::Healthz,
             ["readyz"] => Route::Readyz,
+            ["metrics"] => Route::Metrics,
             ["threads"] => Route::Threads,
             ["threads", id] if !id.is_empty() => Route::Thread((*id).to_owned()),
             ["threads", id, "messages"] if !id.is_empty() => {
@@ -108,6 +110,7 @@ impl Route {
             Route::ThreadMessages(_) => "thread_messages",
             Route::ThreadStream(_) => "thread_stream",
             Route::Cancel(_) => "cancel",
+            Route::Metrics => "metrics",
         }
     }
 }
@@ -138,6 +141,10 @@ pub(super) async fn handle(app: &App, req: Request<Incoming>, conn: ConnInfo) ->
     if method == Method::HEAD {
         strip_body(&mut response);
     }
+    let status = response.status().as_u16();
+    app.metrics
+        .http()
+        .request(route_name, status, started.elapsed());
     tracing::info!(
         method = %method,
         path = %path,
@@ -190,6 +197,7 @@ async fn dispatch(
         )),
         Route::Healthz => Ok(healthz(app)),
         Route::Readyz => Ok(readyz(app)),
+        Route::Metrics => Ok(super::metrics_endpoint::response(&app.metrics)),
         Route::Cancel(run_id) => {
             if app.runtime.cancel_run(&run_id, CancelReason::Requested) {
                 Ok(json_response(
