@@ -219,6 +219,11 @@ impl RunMetrics {
             .into_iter()
             .map(|name| (name.to_owned(), handles(name)))
             .collect();
+        // Every reason is shown from the start (at 0), so a rate over it is defined.
+        let refused = Family::<ReasonLabel, Counter>::default();
+        for reason in crate::runtime::StartError::REASONS {
+            refused.get_or_create_owned(&ReasonLabel { reason });
+        }
         let unknown = Arc::new(AgentRunMetrics {
             started: Counter::default(),
             finished: Default::default(),
@@ -230,7 +235,7 @@ impl RunMetrics {
             finished,
             duration,
             first_event,
-            refused: Family::default(),
+            refused,
             reattached,
             reattach,
             agents: Arc::new(agents),
@@ -256,10 +261,25 @@ impl RunMetrics {
 }
 
 /// Open event streams and the streams cut before their run ended.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct StreamMetrics {
     attached: Gauge,
     cut: Family<ReasonLabel, Counter>,
+    /// By [`CutReason`].
+    cuts: [Counter; 3],
+}
+
+impl Default for StreamMetrics {
+    fn default() -> Self {
+        let cut = Family::<ReasonLabel, Counter>::default();
+        let cuts = ["stall", "gap", "shutdown"]
+            .map(|reason| cut.get_or_create_owned(&ReasonLabel { reason }));
+        StreamMetrics {
+            attached: Gauge::default(),
+            cut,
+            cuts,
+        }
+    }
 }
 
 impl StreamMetrics {
@@ -281,15 +301,7 @@ pub struct StreamGuard {
 impl StreamGuard {
     /// The stream is ending early, for `reason`.
     pub fn cut(&self, reason: CutReason) {
-        let reason = match reason {
-            CutReason::Stall => "stall",
-            CutReason::Gap => "gap",
-            CutReason::Shutdown => "shutdown",
-        };
-        self.metrics
-            .cut
-            .get_or_create(&ReasonLabel { reason })
-            .inc();
+        self.metrics.cuts[reason as usize].inc();
     }
 }
 

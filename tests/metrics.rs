@@ -371,3 +371,66 @@ fn promtool_refuses_broken_text() {
     assert!(broken.is_err(), "promtool accepted a malformed sample");
     promtool_check("# HELP agui_x An example.\n# TYPE agui_x gauge\nagui_x 1\n");
 }
+
+/// `deploy/grafana-dashboard.json` reads only metrics the daemon serves, and every query is
+/// valid PromQL (promtool checks them as recording rules, Grafana's variables filled in).
+#[tokio::test]
+async fn the_dashboard_queries_what_the_daemon_serves() {
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/deploy/grafana-dashboard.json"
+        ))
+        .expect("deploy/grafana-dashboard.json"),
+    )
+    .expect("the dashboard is JSON");
+    let exprs: Vec<String> = dashboard["panels"]
+        .as_array()
+        .expect("panels")
+        .iter()
+        .flat_map(|panel| panel["targets"].as_array().expect("targets").iter())
+        .map(|target| target["expr"].as_str().expect("expr").to_owned())
+        .collect();
+    assert!(exprs.len() >= 9, "{exprs:?}");
+
+    let server = TestServer::start().await;
+    let frames = SseReader::new(post_run(&server, "demo", &run_body("t", "r", "hi")).await)
+        .collect()
+        .await;
+    assert_valid_segment(&frames);
+    let scrape = scrape(&server).await;
+    server.stop().await;
+
+    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (i, expr) in exprs.iter().enumerate() {
+        for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if word.starts_with("agui_") {
+                assert!(
+                    scrape.text.lines().any(|l| l
+                        .strip_prefix(word)
+                        .is_some_and(|rest| { rest.starts_with('{') || rest.starts_with(' ') })),
+                    "the dashboard reads {word}, which /metrics does not serve"
+                );
+            }
+        }
+        let promql = expr.replace("$__rate_interval", "5m").replace("$job", ".+");
+        rules.push_str(&format!(
+            "      - record: dashboard:panel_{i}\n        expr: {}\n",
+            serde_json::to_string(&promql).expect("quoted")
+        ));
+    }
+    let dir = temp_dir("dashboard");
+    let path = dir.join("rules.yml");
+    std::fs::write(&path, rules).expect("write rules");
+    let output = Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(&path)
+        .output()
+        .expect("promtool (Debian package prometheus) is needed for this test");
+    assert!(
+        output.status.success(),
+        "promtool check rules failed:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

@@ -122,6 +122,17 @@ pub enum StartError {
 }
 
 impl StartError {
+    /// Every [`StartError::reason`].
+    pub const REASONS: [&'static str; 7] = [
+        "unknown_agent",
+        "draining",
+        "over_capacity",
+        "run_in_progress",
+        "agent_mismatch",
+        "run_id_in_use",
+        "store_unavailable",
+    ];
+
     /// A stable snake_case word for the metrics.
     pub fn reason(&self) -> &'static str {
         match self {
