@@ -4,7 +4,7 @@
 # elizacp, streaming through nginx, Caddy and the Go reverse proxy, and the CopilotKit
 # example in headless Chromium. Installs what it needs from the registries (cargo-deny, npm
 # packages, a Python virtualenv, elizacp); needs cargo, node, python3, curl, nginx, caddy,
-# go, chromium and systemd-analyze, and says which are missing before it starts (.ci/run
+# go, chromium, systemd-analyze and promtool, and says which are missing before it starts (.ci/run
 # installs the system packages).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -22,7 +22,8 @@ for need in \
   "nginx|nginx|streaming through nginx" \
   "caddy|caddy|streaming through Caddy" \
   "go|golang-go|streaming through the Go reverse proxy" \
-  "systemd-analyze|systemd|tests/deploy.rs (the systemd unit verifies)"; do
+  "systemd-analyze|systemd|tests/deploy.rs (the systemd unit verifies)" \
+  "promtool|prometheus|tests/metrics.rs (promtool check metrics)"; do
   IFS='|' read -r cmd package why <<<"$need"
   command -v "$cmd" >/dev/null 2>&1 || missing+=("$cmd (Debian: $package) for $why")
 done

@@ -6,7 +6,7 @@
 //! explicitly given but empty source is an error, never a fall-through.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
@@ -93,6 +93,10 @@ pub struct ServeArgs {
     /// lowered to fit the process's open-file limit]
     #[arg(long, global = true, value_name = "N")]
     pub max_connections: Option<usize>,
+    /// Also serve `GET /metrics` without a token, over plain HTTP, on this address (keep it
+    /// on loopback) [default: none; `{path}/metrics` with the token is always there]
+    #[arg(long, global = true, value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
     /// An ACP agent: NAME=COMMAND (shell-style words); repeatable [default: the built-in
     /// `demo` agent when no agent is configured]
     #[arg(long = "acp", global = true, value_name = "NAME=COMMAND")]
@@ -139,6 +143,7 @@ struct FileServer {
     stall_timeout: Option<String>,
     memory_budget: Option<String>,
     max_connections: Option<usize>,
+    metrics_listen: Option<SocketAddr>,
     log_format: Option<LogFormat>,
 }
 
@@ -360,6 +365,7 @@ impl ServeArgs {
                 stall_timeout,
                 memory_budget,
                 max_connections,
+                metrics_listen: self.metrics_listen.or(server.metrics_listen),
                 log_format,
                 agents,
             },

@@ -34,6 +34,8 @@ pub struct Config {
     pub memory_budget: usize,
     /// Connections the public listener serves at once.
     pub max_connections: usize,
+    /// Where to serve `GET /metrics` without a token (plain HTTP), if anywhere.
+    pub metrics_listen: Option<SocketAddr>,
     pub log_format: LogFormat,
     pub agents: Vec<AgentConfig>,
 }
@@ -314,6 +316,7 @@ impl Config {
             stall_timeout: Duration::from_secs(30),
             memory_budget: crate::runtime::DEFAULT_MEMORY_BUDGET,
             max_connections: crate::http::DEFAULT_MAX_CONNECTIONS,
+            metrics_listen: None,
             log_format: LogFormat::Text,
             agents: vec![AgentConfig::demo()],
         }
@@ -379,6 +382,7 @@ impl Config {
                 "stall_timeout": format_duration(self.stall_timeout),
                 "memory_budget": format_size(self.memory_budget),
                 "max_connections": self.max_connections,
+                "metrics_listen": self.metrics_listen.map(|a| a.to_string()),
                 "log_format": format!("{:?}", self.log_format).to_lowercase(),
             },
             "agents": agents,

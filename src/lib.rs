@@ -10,6 +10,7 @@
 //! - [`store`]: durable threads, transcripts and runs in SQLite, on its own thread.
 //! - [`http`]: the only code that knows hyper: listener, TLS, routes, policy, errors.
 //! - [`logging`]: the subscriber, and the writer that scrubs registered secrets.
+//! - [`metrics`]: the Prometheus registry and the typed handles the other layers update.
 //!
 //! [`serve`] ties them together: bind, serve until a shutdown future resolves, drain.
 
@@ -21,6 +22,7 @@ pub mod config;
 mod hex;
 pub mod http;
 pub mod logging;
+pub mod metrics;
 pub mod protocol;
 pub mod runtime;
 mod server;

@@ -23,8 +23,10 @@ use crate::agent::Agent;
 use crate::agent::acp::AcpBackend;
 use crate::agent::demo::DemoAgent;
 use crate::config::{AgentKind, Auth, Config, TlsMode};
+use crate::http::metrics_endpoint::MetricsEndpoint;
 use crate::http::tls::{self, TlsError};
 use crate::http::{self as web, App, Limits};
+use crate::metrics::Metrics;
 use crate::runtime::{CancelReason, Runtime, RuntimeOptions};
 use crate::store::{Store, StoreError};
 
@@ -57,6 +59,8 @@ pub struct Server {
     shutdown_grace: Duration,
     local_addr: SocketAddr,
     path: String,
+    /// The metrics listener (`--metrics-listen`) and what it serves.
+    metrics: Option<(TcpListener, Arc<MetricsEndpoint>)>,
 }
 
 impl Server {
@@ -118,6 +122,14 @@ impl Server {
             .map(|a| (a.name.clone(), a.hitl))
             .collect();
         let runtime = Runtime::new(agents, options, store);
+        let metrics = Arc::new(Metrics::new(runtime.clone()));
+        let metrics_listener = match config.metrics_listen {
+            Some(addr) => Some((
+                bind_now(addr)?,
+                Arc::new(MetricsEndpoint::new(metrics.clone())),
+            )),
+            None => None,
+        };
         let app = Arc::new(App::new(
             runtime.clone(),
             config.path.clone(),
@@ -128,6 +140,7 @@ impl Server {
                 .iter()
                 .map(|a| (a.name.clone(), a.description.clone()))
                 .collect(),
+            metrics,
         ));
         Ok(Server {
             listener,
@@ -141,6 +154,7 @@ impl Server {
             shutdown_grace: config.shutdown_grace,
             local_addr,
             path: config.path,
+            metrics: metrics_listener,
         })
     }
 
@@ -152,6 +166,13 @@ impl Server {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The address of the metrics listener, when one is configured.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics
+            .as_ref()
+            .and_then(|(listener, _)| listener.local_addr().ok())
     }
 
     /// The base URL of the route namespace, e.g. `https://127.0.0.1:8443/agui`.
@@ -170,6 +191,19 @@ impl Server {
             self.limits,
             stop_accepting.clone(),
         ));
+        let metrics = self.metrics.map(|(listener, endpoint)| {
+            tracing::info!(
+                addr = %listener.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
+                "serving /metrics without a token"
+            );
+            tokio::spawn(web::accept_loop(
+                listener,
+                None,
+                endpoint,
+                METRICS_LIMITS,
+                stop_accepting.clone(),
+            ))
+        });
         shutdown.await;
         let begun = Instant::now();
         let deadline = begun + self.shutdown_grace;
@@ -207,6 +241,11 @@ impl Server {
             tracing::info!("agent processes still stopping at the end of the grace; killing them");
         }
         self.runtime.flush_store().await;
+        if let Some(metrics) = metrics
+            && let Ok(serving) = metrics.await
+        {
+            serving.finish(deadline.into()).await;
+        }
         if let Some(graceful) = graceful
             && !graceful.finish(deadline.into()).await
         {
@@ -224,6 +263,25 @@ pub async fn serve(config: Config, shutdown: impl Future<Output = ()>) -> Result
     let server = Server::bind(config).await?;
     server.run(shutdown).await;
     Ok(())
+}
+
+/// The metrics listener's limits: a scraper or two, short requests.
+const METRICS_LIMITS: Limits = Limits {
+    header_read_timeout: Duration::from_secs(10),
+    body_read_timeout: Duration::from_secs(10),
+    send_buffer: 256 * 1024,
+    max_connections: 16,
+    max_h2_streams: 16,
+};
+
+/// Binds `addr` from a synchronous context (inside the tokio runtime).
+fn bind_now(addr: SocketAddr) -> Result<TcpListener, ServeError> {
+    let bind = |addr| {
+        let listener = std::net::TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
+        TcpListener::from_std(listener)
+    };
+    bind(addr).map_err(|source| ServeError::Bind { addr, source })
 }
 
 /// Creates the data directory (and missing parents) readable by this user only, whatever

@@ -78,3 +78,44 @@ fn notify_socket_gets_ready_then_stopping() {
     let exit = child.wait().expect("wait");
     assert!(exit.success(), "{exit:?}");
 }
+
+/// `deploy/prometheus.yml` is a valid Prometheus configuration (its token and CA files
+/// pointed at files that exist, as promtool requires).
+#[test]
+fn the_prometheus_example_checks() {
+    let config = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/prometheus.yml"
+    ))
+    .expect("deploy/prometheus.yml");
+    assert!(
+        config.contains("127.0.0.1:9464"),
+        "the metrics listener job"
+    );
+    assert!(config.contains("credentials_file:"), "the bearer token job");
+    let dir = temp_dir("prometheus");
+    std::fs::write(dir.join("token"), "token\n").expect("token");
+    std::fs::write(dir.join("cert.pem"), "").expect("cert");
+    let config = config
+        .replace(
+            "/etc/prometheus/agui-serve.token",
+            dir.join("token").to_str().expect("utf8"),
+        )
+        .replace(
+            "/var/lib/agui-serve/tls/cert.pem",
+            dir.join("cert.pem").to_str().expect("utf8"),
+        );
+    let path = dir.join("prometheus.yml");
+    std::fs::write(&path, config).expect("write config");
+    let output = Command::new("promtool")
+        .args(["check", "config"])
+        .arg(&path)
+        .output()
+        .expect("promtool (Debian package prometheus) is needed for this test");
+    assert!(
+        output.status.success(),
+        "promtool check config failed:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

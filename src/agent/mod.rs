@@ -57,6 +57,21 @@ pub trait Agent: Send + Sync + 'static {
     fn shutdown(&self) -> BoxFuture<()> {
         Box::pin(async {})
     }
+
+    /// The processes the backend runs, for the metrics; `None` when it runs none (the
+    /// demo agent runs in the daemon).
+    fn processes(&self) -> Option<Processes> {
+        None
+    }
+}
+
+/// A backend's processes by state (see [`Agent::processes`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Processes {
+    /// Serving at least one turn.
+    pub busy: usize,
+    /// Alive and serving none.
+    pub idle: usize,
 }
 
 /// An agent's last known state, as `GET {path}/agents` shows it.

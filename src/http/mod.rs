@@ -13,6 +13,7 @@ mod copilotkit;
 pub mod error;
 pub mod listener;
 pub mod mcp;
+pub mod metrics_endpoint;
 mod parse_errors;
 pub mod policy;
 pub mod routes;
@@ -23,7 +24,10 @@ use std::time::Duration;
 use http::{Request, Response};
 use hyper::body::Incoming;
 
+use std::sync::Arc;
+
 use crate::config::Auth;
+use crate::metrics::Metrics;
 use crate::runtime::Runtime;
 use body::Body;
 pub use listener::{ConnInfo, Handler, Serving, accept_loop};
@@ -79,6 +83,7 @@ pub struct App {
     pub(crate) origins: OriginPolicy,
     /// `(name, description)` of each agent, in configuration order.
     pub(crate) agents: Vec<(String, String)>,
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 impl App {
@@ -88,6 +93,7 @@ impl App {
         auth: Auth,
         allowed_origins: &[String],
         agents: Vec<(String, String)>,
+        metrics: Arc<Metrics>,
     ) -> App {
         App {
             runtime,
@@ -95,6 +101,7 @@ impl App {
             auth,
             origins: OriginPolicy::new(allowed_origins),
             agents,
+            metrics,
         }
     }
 }

@@ -41,6 +41,7 @@ enum Route {
     AgentRun(String),
     AgentConnect(String),
     AgentStop(String, String),
+    Metrics,
 }
 
 impl Route {
@@ -60,6 +61,7 @@ impl Route {
             ["agents"] => Route::Agents,
             ["healthz"] => Route::Healthz,
             ["readyz"] => Route::Readyz,
+            ["metrics"] => Route::Metrics,
             ["threads"] => Route::Threads,
             ["threads", id] if !id.is_empty() => Route::Thread((*id).to_owned()),
             ["threads", id, "messages"] if !id.is_empty() => {
@@ -141,6 +143,7 @@ impl Route {
             Route::AgentRun(_) => "copilotkit_run",
             Route::AgentConnect(_) => "copilotkit_connect",
             Route::AgentStop(..) => "copilotkit_stop",
+            Route::Metrics => "metrics",
         }
     }
 }
@@ -171,6 +174,10 @@ pub(super) async fn handle(app: &App, req: Request<Incoming>, conn: ConnInfo) ->
     if method == Method::HEAD {
         strip_body(&mut response);
     }
+    let status = response.status().as_u16();
+    app.metrics
+        .http()
+        .request(route_name, status, started.elapsed());
     tracing::info!(
         method = %method,
         path = %path,
@@ -258,6 +265,7 @@ async fn dispatch(
         Route::Agents => Ok(json_response(StatusCode::OK, agents(app))),
         Route::Healthz => Ok(healthz(app)),
         Route::Readyz => Ok(readyz(app)),
+        Route::Metrics => Ok(super::metrics_endpoint::response(&app.metrics)),
         Route::Cancel(run_id) => {
             if app.runtime.cancel_run(&run_id, CancelReason::Requested) {
                 Ok(json_response(

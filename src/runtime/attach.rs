@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::journal::{Cut, Frame, ReaderSlot};
 use super::{LiveRun, Thread};
+use crate::metrics::{CutReason, ReattachKind, StreamGuard};
 use crate::protocol::{KEEP_ALIVE, Profile};
 
 /// Frames a reader takes between reports of its progress within one batch.
@@ -74,6 +75,8 @@ pub struct Attachment {
     last_sent: Instant,
     silence: Pin<Box<Sleep>>,
     _guard: Option<AttachGuard>,
+    /// Counts this stream as open in the metrics, and its cut if it is cut.
+    counted: Option<StreamGuard>,
 }
 
 impl Drop for Attachment {
@@ -126,6 +129,7 @@ impl Attachment {
             last_sent: Instant::now(),
             silence: Box::pin(tokio::time::sleep(keep_alive)),
             _guard: run.map(AttachGuard::new),
+            counted: None,
         }
     }
 
@@ -134,6 +138,19 @@ impl Attachment {
         self.preamble = preamble.into();
         self.resume = resume;
         self
+    }
+
+    /// Counts the stream in the metrics while it lives.
+    pub(super) fn counted(mut self, guard: StreamGuard) -> Attachment {
+        self.counted = Some(guard);
+        self
+    }
+
+    /// The stream ends early for `reason`.
+    fn cut(&self, reason: CutReason) {
+        if let Some(counted) = &self.counted {
+            counted.cut(reason);
+        }
     }
 
     pub(super) fn with_resume(mut self, resume: Resume) -> Attachment {
@@ -148,6 +165,16 @@ impl Attachment {
 
     pub fn resume(&self) -> Resume {
         self.resume
+    }
+
+    /// How a reattach was answered: a snapshot run that ends by itself, else by its
+    /// `agui-resume`.
+    pub(super) fn kind(&self) -> ReattachKind {
+        match (self.mode, self.resume) {
+            (Mode::Preamble, _) => ReattachKind::Hydration,
+            (_, Resume::Exact) => ReattachKind::Exact,
+            (_, Resume::Resync) => ReattachKind::Resync,
+        }
     }
 
     pub fn thread_id(&self) -> &str {
@@ -175,6 +202,9 @@ impl Attachment {
             .journal
             .advance(slot, self.cursor)
             .inspect_err(|_| {
+                if let Some(counted) = &self.counted {
+                    counted.cut(CutReason::Stall);
+                }
                 tracing::warn!(
                     thread.id = %self.thread.id,
                     cursor = self.cursor,
@@ -227,10 +257,12 @@ impl Attachment {
                 }
                 Ok(_) if self.stop.is_cancelled() => {
                     // Stopping: everything journaled has been delivered.
+                    self.cut(CutReason::Shutdown);
                     return self.end();
                 }
                 Ok(_) => {}
                 Err(_gap) => {
+                    self.cut(CutReason::Gap);
                     tracing::warn!(
                         thread.id = %self.thread.id,
                         cursor = self.cursor,

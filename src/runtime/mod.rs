@@ -20,6 +20,7 @@ mod answer;
 pub mod attach;
 pub mod journal;
 pub mod memory;
+mod observe;
 mod pump;
 mod reattach;
 pub mod sanitize;
@@ -44,6 +45,7 @@ pub use journal::{EventId, Gap, Journal, JournalLimits};
 
 use crate::agent::Agent;
 use crate::config::Hitl;
+use crate::metrics::{RunMetrics, StreamMetrics};
 use crate::protocol::input::Message;
 use crate::protocol::{Profile, RunAgentInput};
 use crate::store::{Store, StoreError};
@@ -119,6 +121,32 @@ pub enum StartError {
     Store,
 }
 
+impl StartError {
+    /// Every [`StartError::reason`].
+    pub const REASONS: [&'static str; 7] = [
+        "unknown_agent",
+        "draining",
+        "over_capacity",
+        "run_in_progress",
+        "agent_mismatch",
+        "run_id_in_use",
+        "store_unavailable",
+    ];
+
+    /// A stable snake_case word for the metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            StartError::UnknownAgent => "unknown_agent",
+            StartError::Draining => "draining",
+            StartError::OverCapacity => "over_capacity",
+            StartError::RunInProgress => "run_in_progress",
+            StartError::AgentMismatch(_) => "agent_mismatch",
+            StartError::RunIdInUse => "run_id_in_use",
+            StartError::Store => "store_unavailable",
+        }
+    }
+}
+
 /// Why a reattach was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReattachError {
@@ -170,6 +198,8 @@ struct Inner {
     meter: Arc<memory::Meter>,
     /// Origin of the stall check's clock (tokio's, so paused-time tests can drive it).
     clock_origin: tokio::time::Instant,
+    run_metrics: RunMetrics,
+    streams: Arc<StreamMetrics>,
 }
 
 /// Whether a live run is producing a segment or waiting on the client.
@@ -232,6 +262,7 @@ impl Runtime {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(1);
+        let run_metrics = RunMetrics::new(agents.keys().map(String::as_str));
         let runtime = Runtime {
             inner: Arc::new(Inner {
                 agents,
@@ -246,6 +277,8 @@ impl Runtime {
                 started_at: Instant::now(),
                 meter: Arc::default(),
                 clock_origin: tokio::time::Instant::now(),
+                run_metrics,
+                streams: Arc::default(),
                 options,
             }),
         };
@@ -330,6 +363,9 @@ impl Runtime {
     ) -> Result<Attachment, StartError> {
         loop {
             if let Ok(outcome) = self.decide_run(agent, &input).await {
+                if let Err(error) = &outcome {
+                    self.inner.run_metrics.refused(error.reason());
+                }
                 return outcome;
             }
         }
@@ -791,6 +827,7 @@ impl Runtime {
             self.inner.stop_streams.clone(),
             run,
         )
+        .counted(self.inner.streams.open())
     }
 
     /// Attaches from the start of the live run's current segment: the journal replays it,

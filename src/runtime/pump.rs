@@ -36,6 +36,7 @@ use super::{
 };
 use crate::agent::{Agent, AgentError, AgentEvent, EventSink, SinkItem, Turn, TurnEnd};
 use crate::config::Hitl;
+use crate::metrics::{AgentRunMetrics, Outcome};
 use crate::protocol::events::Interrupt;
 use crate::protocol::input::{
     AssistantMessage, Content, FunctionCall, FunctionKind, TextMessage, ToolCall, ToolMessage,
@@ -140,6 +141,7 @@ pub(super) fn start(
         cancel: run.cancel.child_token(),
     };
     let span = tracing::info_span!("run", thread.id = %thread.id, run.id = %run.id);
+    inner.run_metrics.agent(&thread.agent).started();
     let pump = Pump {
         writer: SegmentWriter {
             rt: rt.clone(),
@@ -147,6 +149,9 @@ pub(super) fn start(
             run: run.clone(),
             permit: Some(permit),
             quiet: false,
+            metrics: inner.run_metrics.agent(&thread.agent),
+            admitted: std::time::Instant::now(),
+            produced: false,
         },
         hitl,
         suspend_timeout: inner.options.suspend_timeout,
@@ -340,6 +345,11 @@ async fn drive(
 
 impl Pump {
     fn on_item(&mut self, item: SinkItem) {
+        if !std::mem::replace(&mut self.writer.produced, true) {
+            self.writer
+                .metrics
+                .first_event(self.writer.admitted.elapsed());
+        }
         if self.deadline.is_some() {
             self.buffered.push_back(item);
             return;
@@ -628,6 +638,11 @@ struct SegmentWriter {
     /// Within a batch: frames are journaled without waking readers (the pump publishes
     /// once at the end of the batch).
     quiet: bool,
+    /// The agent's run counters, and when the run was admitted.
+    metrics: Arc<AgentRunMetrics>,
+    admitted: std::time::Instant,
+    /// The agent has produced something (its first output is timed).
+    produced: bool,
 }
 
 impl SegmentWriter {
@@ -772,6 +787,7 @@ impl SegmentWriter {
         } else {
             store_failed()
         };
+        self.count_end(&ending);
         let mut translator = lock(&self.run.translator);
         let mut out = Vec::new();
         translator.finish(ending, &mut out);
@@ -792,6 +808,7 @@ impl SegmentWriter {
     /// a terminal event, from `Drop`).
     fn finish_now(&mut self, ending: Ending) {
         let outcome_row = ending_kind(&ending);
+        self.count_end(&ending);
         let mut translator = lock(&self.run.translator);
         if translator.is_ended() {
             // The run ended while parked (its last segment is already closed): give the
@@ -848,6 +865,16 @@ impl SegmentWriter {
             .inner
             .store
             .record_messages(&self.thread.id, changed, now_ms() as i64);
+    }
+
+    fn count_end(&self, ending: &Ending) {
+        let outcome = match ending {
+            Ending::Finished { .. } => Outcome::Finished,
+            Ending::Cancelled => Outcome::Cancelled,
+            Ending::Error { code, .. } if code == "SHUTDOWN" => Outcome::Shutdown,
+            _ => Outcome::Error,
+        };
+        self.metrics.finished(outcome, self.admitted.elapsed());
     }
 
     fn ending_for(&self, result: Result<TurnEnd, AgentError>) -> Ending {

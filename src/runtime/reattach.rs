@@ -29,7 +29,9 @@ impl Runtime {
                 // Deleted or evicted while this request waited: look again.
                 continue;
             }
-            return Ok(self.reattach_to(&thread, last_event_id));
+            let attachment = self.reattach_to(&thread, last_event_id);
+            self.inner.run_metrics.reattached(attachment.kind());
+            return Ok(attachment);
         }
     }
 

@@ -24,6 +24,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 use tokio::sync::{oneshot, watch};
 
+use crate::metrics::StoreMetrics;
 use crate::protocol::Message;
 use crate::protocol::input::MAX_ID_BYTES;
 
@@ -120,6 +121,7 @@ struct Shared {
     progress: watch::Sender<Progress>,
     /// Stops the checkpoint thread when the last handle goes.
     _checkpointer: mpsc::Sender<()>,
+    metrics: StoreMetrics,
 }
 
 /// The runner's progress through the FIFO.
@@ -181,6 +183,7 @@ impl Store {
                 runtime,
                 progress: watch::Sender::new(Progress::default()),
                 _checkpointer: checkpointer,
+                metrics: StoreMetrics::default(),
             }),
         })
     }
@@ -254,6 +257,17 @@ impl Store {
             return Err(StoreError::Commit);
         }
         Ok(())
+    }
+
+    /// The commit latency and failure counters.
+    pub fn metrics(&self) -> &StoreMetrics {
+        &self.shared.metrics
+    }
+
+    /// Jobs queued and not yet committed (the one running included).
+    pub fn queue_depth(&self) -> u64 {
+        let last = self.shared.lock().last;
+        last.saturating_sub(self.shared.progress.borrow().through)
     }
 
     /// A thread and its transcript, if it exists.
@@ -577,7 +591,9 @@ impl Shared {
                 let through = queue.last - (queue.jobs.len() - n) as u64;
                 (queue.jobs.drain(..n).collect(), through)
             };
+            let began = std::time::Instant::now();
             let committed = run_batch(&mut conn, batch);
+            self.metrics.batch(began.elapsed(), committed);
             self.progress.send_modify(|p| {
                 p.through = through;
                 if !committed {

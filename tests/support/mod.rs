@@ -26,6 +26,8 @@ pub const SNAPSHOT_RUN: [&str; 4] = [
 pub struct TestServer {
     pub base: String,
     pub addr: std::net::SocketAddr,
+    /// The metrics listener's address, when `metrics_listen` was configured.
+    pub metrics_addr: Option<std::net::SocketAddr>,
     pub shutdown: CancellationToken,
     pub task: Option<JoinHandle<()>>,
     pub data_dir: PathBuf,
@@ -60,12 +62,14 @@ impl TestServer {
             .expect("server")
             .with_limits(limits);
         let base = server.url();
+        let metrics_addr = server.metrics_addr();
         let shutdown = CancellationToken::new();
         let stop = shutdown.clone();
         let task = tokio::spawn(server.run(async move { stop.cancelled().await }));
         TestServer {
             base,
             addr,
+            metrics_addr,
             shutdown,
             task: Some(task),
             data_dir,

@@ -41,8 +41,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     Agent, AgentError, AgentEvent, AgentState, AgentStatus, AuthMethod, BoxFuture, ClientToolCall,
-    EventSink, PermissionOption, PermissionOutcome, PermissionRequest, SinkClosed, ToolAnswer,
-    Turn, TurnEnd,
+    EventSink, PermissionOption, PermissionOutcome, PermissionRequest, Processes, SinkClosed,
+    ToolAnswer, Turn, TurnEnd,
 };
 use crate::config::{AcpConfig, FrontendMcp, Permissions};
 use crate::protocol::input::{BinaryPart, ContentPart, DataSource, MediaSource, Message};
@@ -134,6 +134,19 @@ impl AcpBackend {
 }
 
 impl Agent for AcpBackend {
+    fn processes(&self) -> Option<Processes> {
+        let processes = lock(&self.inner.processes);
+        let mut counts = Processes::default();
+        for process in processes.iter().filter(|p| p.is_alive()) {
+            if process.active.load(Ordering::Relaxed) > 0 {
+                counts.busy += 1;
+            } else {
+                counts.idle += 1;
+            }
+        }
+        Some(counts)
+    }
+
     fn run(&self, turn: Turn, sink: EventSink) -> BoxFuture<Result<TurnEnd, AgentError>> {
         let inner = self.inner.clone();
         Box::pin(async move {
