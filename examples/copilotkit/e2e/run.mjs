@@ -233,6 +233,34 @@ const cases = [
   ],
 ];
 
+// In direct mode the page lists the agent's threads from the daemon.
+if (process.env.E2E_THREADS) {
+  cases.push([
+    "the thread list shows the threads and switches between them",
+    async () => {
+      const first = new URL(page.url()).searchParams.get("thread");
+      await page.getByTestId("new-thread").click();
+      await page.waitForURL((url) => {
+        const thread = url.searchParams.get("thread");
+        return Boolean(thread) && thread !== first;
+      });
+      const second = new URL(page.url()).searchParams.get("thread");
+      await send("in the second thread");
+      await reply("You said: in the second thread");
+      check((await assistant.filter({ hasText: "You said: hello browser" }).count()) === 0, "the new thread shows the old one");
+      // The list is read when the page loads: both threads are in it after a reload.
+      await page.reload();
+      const link = (id) => page.getByTestId("threads").locator(`a[data-thread="${id}"]`);
+      await link(second).waitFor();
+      await link(first).waitFor();
+      await link(first).click();
+      await page.waitForURL((url) => url.searchParams.get("thread") === first);
+      await reply("You said: hello browser");
+      check((await assistant.filter({ hasText: "in the second thread" }).count()) === 0, "the first thread shows the second one");
+    },
+  ]);
+}
+
 // With E2E_RESTART (a command that restarts the daemon behind the page), one more case.
 if (process.env.E2E_RESTART) {
   cases.push([

@@ -5,6 +5,7 @@ import {
   useAgent,
   useFrontendTool,
   useHumanInTheLoop,
+  useThreads,
 } from "@copilotkit/react-core/v2";
 import { z } from "zod";
 
@@ -27,6 +28,8 @@ function threadFromUrl() {
 //   behind a proxy that serves this page and adds the token (examples/reverse-proxy).
 const RUNTIME_URL = import.meta.env.VITE_RUNTIME_URL ?? "/api/copilotkit";
 const AGENT_ID = import.meta.env.VITE_AGENT_ID ?? "default";
+// In direct mode the daemon serves CopilotKit's thread list (`{path}/threads`).
+const DIRECT = import.meta.env.VITE_RUNTIME_URL !== undefined;
 
 export function App() {
   const threadId = useMemo(threadFromUrl, []);
@@ -53,7 +56,10 @@ export function App() {
             onError={({ error }) => setError(error.message)}
           />
         </section>
-        <TodoPanel />
+        <aside className="side">
+          <TodoPanel />
+          {DIRECT ? <ThreadList current={threadId} /> : null}
+        </aside>
       </div>
     </CopilotKitProvider>
   );
@@ -64,7 +70,7 @@ function TodoPanel() {
   const { agent } = useAgent({ agentId: AGENT_ID });
   const todos = Array.isArray(agent.state?.todos) ? agent.state.todos : [];
   return (
-    <aside className="todos" aria-label="Todos" data-testid="todos">
+    <section className="todos" aria-label="Todos" data-testid="todos">
       <h2>Todos</h2>
       {todos.length === 0 ? (
         <p className="muted">No todos yet. Try <code>/todo plan; build; ship</code>.</p>
@@ -77,7 +83,28 @@ function TodoPanel() {
           ))}
         </ul>
       )}
-    </aside>
+    </section>
+  );
+}
+
+// The agent's threads, newest first, from the daemon's thread list; each one a link that
+// opens it (its history comes back through connect).
+function ThreadList({ current }) {
+  const { threads } = useThreads({ agentId: AGENT_ID, limit: 20 });
+  return (
+    <nav className="threads" aria-label="Threads" data-testid="threads">
+      <h2>Threads</h2>
+      <ul>
+        {threads.map((thread) => (
+          <li key={thread.id} data-current={thread.id === current ? "true" : undefined}>
+            <a href={`?thread=${encodeURIComponent(thread.id)}`} data-thread={thread.id}>
+              {thread.name ?? `${thread.id.slice(0, 8)}…`}
+            </a>
+          </li>
+        ))}
+      </ul>
+      <a href="?" data-testid="new-thread">New thread</a>
+    </nav>
   );
 }
 
