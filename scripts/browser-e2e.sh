@@ -80,7 +80,7 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 echo "== direct mode: the page on agui-serve's CopilotKit routes through the Go proxy"
-(cd "$app" && E2E_URL="http://127.0.0.1:$proxy_port" E2E_RESTART="$work/direct-daemon.sh" E2E_THREADS=1 \
+(cd "$app" && E2E_URL="http://127.0.0.1:$proxy_port" E2E_RESTART="$work/direct-daemon.sh" E2E_THREADS=1 E2E_V1=1 \
   CHROMIUM="$chromium" AGUI_BASE="$direct" AGUI_TOKEN_FILE="$work/token" \
   NODE_EXTRA_CA_CERTS="$work/direct-data/tls/cert.pem" node e2e/run.mjs) || status=$?
 kill -TERM "$(cat "$work/direct.pid")" 2>/dev/null || true

@@ -8,6 +8,8 @@ export default defineConfig({
     // CopilotKit's chat brings syntax highlighting and diagrams; one page, loaded once.
     chunkSizeWarningLimit: 4096,
     rollupOptions: {
+      // The page, and the same chat under CopilotKit's v1 provider.
+      input: { main: "index.html", v1: "v1.html" },
       onwarn(warning, warn) {
         // "use client" markers in dependencies mean nothing outside React Server Components.
         if (warning.code === "MODULE_LEVEL_DIRECTIVE") return;

@@ -261,6 +261,22 @@ if (process.env.E2E_THREADS) {
   ]);
 }
 
+// With E2E_V1, the same chat under CopilotKit's v1 provider (v1.html) answers too.
+if (process.env.E2E_V1) {
+  cases.push([
+    "the v1 provider (<CopilotKit runtimeUrl>) reaches the agent",
+    async () => {
+      const back = page.url();
+      await page.goto(new URL("v1.html", base).toString());
+      await page.getByTestId("copilot-chat-textarea").waitFor();
+      await send("from the v1 provider");
+      await reply("You said: from the v1 provider");
+      await page.goto(back);
+      await page.getByTestId("copilot-chat-textarea").waitFor();
+    },
+  ]);
+}
+
 // With E2E_RESTART (a command that restarts the daemon behind the page), one more case.
 if (process.env.E2E_RESTART) {
   cases.push([
