@@ -84,6 +84,8 @@ pub struct App {
     /// `(name, description)` of each agent, in configuration order.
     pub(crate) agents: Vec<(String, String)>,
     pub(crate) metrics: Arc<Metrics>,
+    /// Scoped tokens and the trusted principal header.
+    pub(crate) access: policy::Access,
 }
 
 impl App {
@@ -102,7 +104,14 @@ impl App {
             origins: OriginPolicy::new(allowed_origins),
             agents,
             metrics,
+            access: policy::Access::default(),
         }
+    }
+
+    /// Recognizes principals besides the operator (scoped tokens, the trusted header).
+    pub fn with_access(mut self, access: policy::Access) -> App {
+        self.access = access;
+        self
     }
 }
 
