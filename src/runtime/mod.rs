@@ -18,6 +18,7 @@
 
 mod answer;
 pub mod attach;
+pub mod fleet;
 pub mod journal;
 pub mod memory;
 mod observe;
@@ -41,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use attach::{Attachment, Resume};
+pub use fleet::{FleetFrom, FleetItem, FleetStream};
 pub use journal::{EventId, Gap, Journal, JournalLimits};
 
 use crate::access::{Capability, Principal};
@@ -83,6 +85,8 @@ pub struct RuntimeOptions {
     pub secrets: Vec<String>,
     /// Concurrent runs one principal may hold (the operator is not capped).
     pub max_runs_per_principal: usize,
+    /// Fleet document changes kept for replay.
+    pub fleet_history: usize,
 }
 
 impl RuntimeOptions {
@@ -102,6 +106,7 @@ impl RuntimeOptions {
             hitl: HashMap::new(),
             secrets: Vec::new(),
             max_runs_per_principal: crate::config::DEFAULT_MAX_RUNS_PER_PRINCIPAL,
+            fleet_history: fleet::DEFAULT_FLEET_HISTORY,
         }
     }
 }
@@ -240,6 +245,10 @@ struct Inner {
     clock_origin: tokio::time::Instant,
     run_metrics: RunMetrics,
     streams: Arc<StreamMetrics>,
+    /// The fleet document and its history (`GET {path}/fleet/stream`).
+    fleet: Arc<fleet::Fleet>,
+    /// Wakes the task that rebuilds the fleet document.
+    fleet_dirty: Arc<tokio::sync::Notify>,
 }
 
 /// Whether a live run is producing a segment or waiting on the client.
@@ -289,6 +298,8 @@ pub(crate) struct LiveRun {
     phase: watch::Sender<Phase>,
     /// Every AG-UI run id of this run's segments (each works for cancel).
     aliases: Mutex<Vec<String>>,
+    /// When it was admitted (ms since the epoch).
+    started_at_ms: u64,
 }
 
 impl Runtime {
@@ -320,11 +331,114 @@ impl Runtime {
                 clock_origin: tokio::time::Instant::now(),
                 run_metrics,
                 streams: Arc::default(),
+                fleet: Arc::new(fleet::Fleet::new(
+                    epoch,
+                    options.fleet_history,
+                    Value::Null,
+                    now_ms(),
+                )),
+                fleet_dirty: Arc::default(),
                 options,
             }),
         };
-        runtime.spawn_stall_check();
         runtime
+            .inner
+            .fleet
+            .update(runtime.fleet_document(), now_ms());
+        runtime.spawn_stall_check();
+        runtime.spawn_fleet();
+        runtime
+    }
+
+    /// Something the fleet document shows changed (a run started, parked, resumed, ended).
+    pub(crate) fn fleet_changed(&self) {
+        self.inner.fleet_dirty.notify_one();
+    }
+
+    /// Rebuilds the fleet document when told that something changed (a burst is taken
+    /// together), and at least once a second (agents' states change on their own). One
+    /// task; it ends with the runtime.
+    fn spawn_fleet(&self) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let inner = Arc::downgrade(&self.inner);
+        let dirty = self.inner.fleet_dirty.clone();
+        handle.spawn(async move {
+            loop {
+                let _ = tokio::time::timeout(Duration::from_secs(1), dirty.notified()).await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                let Some(inner) = inner.upgrade() else {
+                    return;
+                };
+                let runtime = Runtime { inner };
+                let doc = runtime.fleet_document();
+                runtime.inner.fleet.update(doc, now_ms());
+            }
+        });
+    }
+
+    /// The fleet as it is: live runs (metadata only), agents, totals.
+    pub fn fleet_document(&self) -> Value {
+        let threads: Vec<Arc<Thread>> = lock(&self.inner.threads).values().cloned().collect();
+        let mut runs = serde_json::Map::new();
+        for thread in threads {
+            let Some(run) = lock(&thread.state).live.clone() else {
+                continue;
+            };
+            let suspended = *run.phase.borrow() == Phase::Suspended;
+            let mut entry = json!({
+                "threadId": thread.id,
+                "agent": thread.agent,
+                "runId": run.id,
+                "phase": if suspended { "suspended" } else { "running" },
+                "startedAt": rfc3339(run.started_at_ms),
+            });
+            if !thread.owner().is_empty() {
+                entry["owner"] = json!(thread.owner());
+            }
+            if suspended && let Some(suspension) = lock(&run.suspension).as_ref() {
+                let waits: Vec<Value> = suspension
+                    .waits
+                    .iter()
+                    .map(|wait| {
+                        let kind = match wait {
+                            suspension::Wait::Tool { .. } => "tool",
+                            suspension::Wait::Permission { .. } => "approval",
+                        };
+                        json!({"kind": kind, "id": wait.answer_id()})
+                    })
+                    .collect();
+                entry["waitingFor"] = Value::Array(waits);
+            }
+            runs.insert(thread.key.clone(), entry);
+        }
+        let processes: HashMap<&str, crate::agent::Processes> =
+            self.agent_processes().into_iter().collect();
+        let agents: serde_json::Map<String, Value> = self
+            .inner
+            .agents
+            .iter()
+            .map(|(name, agent)| {
+                let mut entry = json!({"state": agent.status().state});
+                if let Some(p) = processes.get(name.as_str()) {
+                    entry["processes"] = json!({"busy": p.busy, "idle": p.idle});
+                }
+                (name.clone(), entry)
+            })
+            .collect();
+        let totals = fleet::totals(&runs);
+        json!({"runs": runs, "agents": agents, "totals": totals})
+    }
+
+    /// A fleet stream for `principal` (its view of the fleet), from `from`.
+    pub fn fleet_stream(&self, principal: &Principal, from: FleetFrom) -> FleetStream {
+        self.inner.fleet.subscribe(
+            principal,
+            from,
+            self.inner.options.keep_alive,
+            self.inner.stop_streams.clone(),
+        )
     }
 
     /// Checks every thread's registered readers a few times per stall timeout and cuts the
@@ -1016,4 +1130,8 @@ fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+fn rfc3339(ms: u64) -> String {
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
 }

@@ -23,7 +23,9 @@ impl Runtime {
         // A run is in the map under each of its segments' ids: count it under its own.
         lock(&self.inner.runs)
             .iter()
-            .filter(|(id, run)| **id == run.id && *run.phase.borrow() == Phase::Suspended)
+            .filter(|(key, run)| {
+                crate::access::split_key(key).1 == run.id && *run.phase.borrow() == Phase::Suspended
+            })
             .count()
     }
 

@@ -81,6 +81,7 @@ pub(super) fn start(
         suspension: Mutex::new(None),
         phase: watch::Sender::new(Phase::Running),
         aliases: Mutex::new(vec![input.run_id.clone()]),
+        started_at_ms: now_ms(),
     });
     let (new_messages, history, session_id, document, tool_call_ids) = {
         let mut state = lock(&thread.state);
@@ -117,6 +118,7 @@ pub(super) fn start(
         now_ms() as i64,
     );
     lock(&inner.runs).insert(thread.run_key(&run.id), run.clone());
+    rt.fleet_changed();
 
     // Attached before the pump starts, so the disconnect watcher sees this stream.
     let attachment = rt.attachment(
@@ -467,6 +469,7 @@ impl Pump {
         // the run waiting for it.
         *lock(&run.suspension) = Some(suspension);
         run.phase.send_replace(Phase::Suspended);
+        self.writer.rt.fleet_changed();
         self.deadline = Some(Instant::now() + self.suspend_timeout);
         self.remember_tools();
         let ending = match channel {
@@ -546,6 +549,7 @@ impl Pump {
             .segment_start
             .store(self.writer.thread.journal.next_seq(), Ordering::SeqCst);
         self.writer.run.phase.send_replace(Phase::Running);
+        self.writer.rt.fleet_changed();
         self.writer.start(next.parent_run_id, None);
         for tool_call_id in next.abandoned {
             self.writer.translate(AgentEvent::ToolCallResult {
@@ -974,6 +978,7 @@ impl Drop for SegmentWriter {
         }
         self.run.phase.send_replace(Phase::Running);
         self.run.finished.cancel();
+        self.rt.fleet_changed();
         self.release_later();
         // Released exactly once, after the thread no longer shows this run as live.
         self.permit.take();
