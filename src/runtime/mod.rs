@@ -588,9 +588,18 @@ impl Runtime {
         thread.retired.store(true, Ordering::SeqCst);
     }
 
-    /// Refuses new runs from now on (`503 DRAINING`).
+    /// Refuses new runs from now on (`503 DRAINING`), and ends at once every run parked on
+    /// the client (fail closed, `RUN_ERROR{code:"SHUTDOWN"}`): nothing will answer it before
+    /// the daemon is gone, so it would only hold the shutdown for the whole grace. A run
+    /// that parks later during the drain ends the same way (`Pump::suspend` checks).
     pub fn drain(&self) {
         self.inner.draining.store(true, Ordering::SeqCst);
+        let runs: Vec<_> = lock(&self.inner.runs).values().cloned().collect();
+        for run in runs {
+            if *run.phase.borrow() == Phase::Suspended {
+                run.cancel_with(CancelReason::Shutdown);
+            }
+        }
     }
 
     /// Waits until no run is live or `deadline` passes; `true` when all ended.

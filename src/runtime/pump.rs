@@ -475,6 +475,12 @@ impl Pump {
         };
         self.writer.close_for_park(&ending);
         self.pending_park = Some(ending);
+        // Phase first, then the flag: `Runtime::drain` sets the flag, then looks at phases,
+        // so a run parking during a drain is seen by one of the two.
+        if self.writer.rt.is_draining() {
+            tracing::info!("parked during shutdown; failing closed at once");
+            self.writer.run.cancel_with(CancelReason::Shutdown);
+        }
     }
 
     /// Writes what waits for the store: commits first, then the suspension's terminal
