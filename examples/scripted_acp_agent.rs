@@ -10,7 +10,11 @@
 //! | `tool` | a tool call (pending, no status key) with input and locations, then its completion with text and a diff |
 //! | `tools` | two tool calls, `call_1` (title `get_weather`, kind `execute`) and `call_2` (title `List the files`, kind `read`), each completed; the same ids every turn |
 //! | `plan` | a plan of three entries |
-//! | `usage` | a usage update |
+//! | `usage` | a usage update, and the turn's token counts in the prompt's answer (100 in, 50 out, 150 in all, 10 thought, 20 cached) |
+//! | `elicit` | asks for a form (`elicitation/create`: name, age, color) and reports the answer: `Form accepted: {...}`, `Form declined.` or `Form cancelled.` |
+//! | `subagent` | a subagent (`researcher`) that runs, says something in its own session, and finishes; then a message |
+//! | `subagent-fail` | a subagent that stops on an error |
+//! | `settings` | `Mode: <mode>; model: <model>; fast_apply: <bool>` |
 //! | `misc` | commands, mode, config and session info updates, and one unknown update variant |
 //! | `permission` | a tool call, then `session/request_permission`; reports what was chosen |
 //! | `slow N` | N chunks 50 ms apart; honours `session/cancel` |
@@ -18,6 +22,11 @@
 //! | `auth` | answers the prompt with error -32000 |
 //! | `recall` | `Heard: <every prompt line this session received, joined by " | ">` |
 //! | `mcp TOOL JSON` | reports a tool call, then calls TOOL on the `frontend` MCP server it was given (streamable HTTP), and reports the result |
+//!
+//! Modes `code` (current at first) and `plan`, and config options `model` (`fast` or
+//! `smart`) and `fast_apply` (a boolean), are offered with every new session and can be
+//! set (`session/set_mode`, `session/set_config_option`); an unknown mode or value is an
+//! invalid-params error.
 //!
 //! Sessions can be loaded (`loadSession`): the history is kept in `$SCRIPTED_AGENT_STATE`
 //! (a directory) when set, so a new process can replay it. With `SCRIPTED_AGENT_RESUME=1`
@@ -36,10 +45,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_client_protocol::v1::schema::{
-    CancelNotification, CloseSessionRequest, CloseSessionResponse, DeleteSessionRequest,
-    DeleteSessionResponse, InitializeRequest, InitializeResponse, LoadSessionRequest,
-    LoadSessionResponse, NewSessionRequest, NewSessionResponse, PromptRequest, PromptResponse,
-    RequestPermissionRequest, ResumeSessionRequest, ResumeSessionResponse,
+    CancelNotification, CloseSessionRequest, CloseSessionResponse, CreateElicitationRequest,
+    DeleteSessionRequest, DeleteSessionResponse, InitializeRequest, InitializeResponse,
+    LoadSessionRequest, LoadSessionResponse, NewSessionRequest, NewSessionResponse, PromptRequest,
+    PromptResponse, RequestPermissionRequest, ResumeSessionRequest, ResumeSessionResponse,
+    SessionConfigOptionValue, SetSessionConfigOptionRequest, SetSessionConfigOptionResponse,
+    SetSessionModeRequest, SetSessionModeResponse,
 };
 use agent_client_protocol::{Agent, ByteStreams, Client, Error, UntypedMessage};
 use serde_json::{Value, json};
@@ -54,6 +65,37 @@ struct Shared {
     mcp: Mutex<std::collections::HashMap<String, Value>>,
     /// session id -> every prompt line it received.
     heard: Mutex<std::collections::HashMap<String, Vec<String>>>,
+    /// session id -> (mode, model, fast_apply).
+    settings: Mutex<std::collections::HashMap<String, (String, String, bool)>>,
+}
+
+impl Shared {
+    fn settings(&self, session: &str) -> (String, String, bool) {
+        self.settings
+            .lock()
+            .ok()
+            .and_then(|s| s.get(session).cloned())
+            .unwrap_or_else(|| ("code".to_owned(), "fast".to_owned(), false))
+    }
+}
+
+/// The modes and config options a session offers, as `session/new` answers them.
+fn session_settings(model: &str, fast_apply: bool) -> Value {
+    json!({
+        "modes": {"currentModeId": "code", "availableModes": [
+            {"id": "code", "name": "Code", "description": "Writes code"},
+            {"id": "plan", "name": "Plan"}
+        ]},
+        "configOptions": config_options(model, fast_apply)
+    })
+}
+
+fn config_options(model: &str, fast_apply: bool) -> Value {
+    json!([
+        {"id": "model", "name": "Model", "type": "select", "currentValue": model,
+         "options": [{"value": "fast", "name": "Fast"}, {"value": "smart", "name": "Smart"}]},
+        {"id": "fast_apply", "name": "Fast apply", "type": "boolean", "currentValue": fast_apply}
+    ])
 }
 
 /// Whether the authentication switch says `at` (`new` or `prompt`) fails now.
@@ -333,6 +375,73 @@ async fn play(
                 "cost": {"amount": 0.01, "currency": "USD"}}),
             )?;
             chunk(&cx, &session, "agent_message_chunk", &mid, "Counted.")?;
+            return Ok(json!({"stopReason": "end_turn", "usage": {
+                "inputTokens": 100, "outputTokens": 50, "totalTokens": 150,
+                "thoughtTokens": 10, "cachedReadTokens": 20
+            }}));
+        }
+        "elicit" => {
+            let request: CreateElicitationRequest = cast(json!({
+                "mode": "form",
+                "sessionId": session,
+                "message": "Who are you?",
+                "requestedSchema": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string", "title": "Name", "minLength": 1},
+                        "age": {"type": "integer", "minimum": 0},
+                        "color": {"type": "string", "enum": ["red", "blue"]}
+                    },
+                    "required": ["name"]
+                }
+            }))?;
+            let response = cx.send_request(request).block_task().await?;
+            let answer = serde_json::to_value(&response).unwrap_or(Value::Null);
+            let text = match answer["action"].as_str() {
+                Some("accept") => format!("Form accepted: {}", answer["content"]),
+                Some("decline") => "Form declined.".to_owned(),
+                _ => "Form cancelled.".to_owned(),
+            };
+            chunk(&cx, &session, "agent_message_chunk", &mid, &text)?;
+        }
+        "subagent" | "subagent-fail" => {
+            let child = format!("sub-{session}");
+            update(
+                &cx,
+                &session,
+                json!({"sessionUpdate": "subagent_update", "sessionId": child,
+                    "title": "researcher", "description": "looks things up",
+                    "state": {"state": "running"}}),
+            )?;
+            chunk(
+                &cx,
+                &child,
+                "agent_message_chunk",
+                &format!("c-{mid}"),
+                "Looking it up.",
+            )?;
+            let idle = if head == "subagent" {
+                json!({"state": "idle", "stopReason": "end_turn"})
+            } else {
+                json!({"state": "idle", "stopReason": "error",
+                    "error": {"code": -32603, "message": "the lookup failed"}})
+            };
+            update(
+                &cx,
+                &session,
+                json!({"sessionUpdate": "subagent_update", "sessionId": child, "state": idle}),
+            )?;
+            chunk(&cx, &session, "agent_message_chunk", &mid, "Subagent done.")?;
+        }
+        "settings" => {
+            let (mode, model, fast_apply) = shared.settings(&session);
+            chunk(
+                &cx,
+                &session,
+                "agent_message_chunk",
+                &mid,
+                &format!("Mode: {mode}; model: {model}; fast_apply: {fast_apply}"),
+            )?;
         }
         "misc" => {
             update(
@@ -508,6 +617,8 @@ async fn main() -> Result<(), Error> {
     let on_cancel = shared.clone();
     let on_prompt = shared.clone();
     let on_new = shared.clone();
+    let on_mode = shared.clone();
+    let on_config = shared.clone();
     let transport = ByteStreams::new(
         tokio::io::stdout().compat_write(),
         tokio::io::stdin().compat(),
@@ -561,7 +672,9 @@ async fn main() -> Result<(), Error> {
                 if let Ok(mut mcp) = on_new.mcp.lock() {
                     mcp.insert(id.clone(), servers);
                 }
-                let response: NewSessionResponse = cast(json!({"sessionId": id}))?;
+                let mut answer = session_settings("fast", false);
+                answer["sessionId"] = json!(id);
+                let response: NewSessionResponse = cast(answer)?;
                 responder.respond(response)
             },
             agent_client_protocol::on_receive_request!(),
@@ -599,6 +712,65 @@ async fn main() -> Result<(), Error> {
             async move |request: ResumeSessionRequest, responder, _cx| {
                 let _ = request.session_id;
                 let response: ResumeSessionResponse = cast(json!({}))?;
+                responder.respond(response)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: SetSessionModeRequest, responder, cx: Connection| {
+                let session = request.session_id.to_string();
+                let mode = request.mode_id.to_string();
+                if mode != "code" && mode != "plan" {
+                    return responder.respond_with_error(
+                        Error::invalid_params().data(format!("no mode {mode}")),
+                    );
+                }
+                if let Ok(mut settings) = on_mode.settings.lock() {
+                    let entry = settings
+                        .entry(session.clone())
+                        .or_insert_with(|| ("code".to_owned(), "fast".to_owned(), false));
+                    entry.0 = mode.clone();
+                }
+                update(
+                    &cx,
+                    &session,
+                    json!({"sessionUpdate": "current_mode_update", "currentModeId": mode}),
+                )?;
+                responder.respond(SetSessionModeResponse::new())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: SetSessionConfigOptionRequest, responder, _cx| {
+                let session = request.session_id.to_string();
+                let (mut model, mut fast_apply) = {
+                    let (_, model, fast_apply) = on_config.settings(&session);
+                    (model, fast_apply)
+                };
+                match (request.config_id.to_string().as_str(), &request.value) {
+                    ("model", SessionConfigOptionValue::ValueId { value })
+                        if ["fast", "smart"].contains(&value.to_string().as_str()) =>
+                    {
+                        model = value.to_string();
+                    }
+                    ("fast_apply", SessionConfigOptionValue::Boolean { value }) => {
+                        fast_apply = *value;
+                    }
+                    (id, _) => {
+                        return responder.respond_with_error(
+                            Error::invalid_params().data(format!("bad value for {id}")),
+                        );
+                    }
+                }
+                if let Ok(mut settings) = on_config.settings.lock() {
+                    let entry = settings
+                        .entry(session)
+                        .or_insert_with(|| ("code".to_owned(), "fast".to_owned(), false));
+                    entry.1 = model.clone();
+                    entry.2 = fast_apply;
+                }
+                let response: SetSessionConfigOptionResponse =
+                    cast(json!({"configOptions": config_options(&model, fast_apply)}))?;
                 responder.respond(response)
             },
             agent_client_protocol::on_receive_request!(),

@@ -20,6 +20,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use crate::protocol::events::TokenUsage;
 use crate::protocol::input::{Context, Message, Tool};
 
 /// A boxed, sendable future: what [`Agent::run`] returns.
@@ -142,6 +143,9 @@ pub struct Turn {
     pub context: Vec<Context>,
     /// `RunAgentInput.state`, if any.
     pub client_state: Option<Value>,
+    /// `RunAgentInput.forwardedProps`, if any (settings a backend documents, such as an
+    /// ACP agent's mode).
+    pub forwarded_props: Option<Value>,
     /// The agent session this thread was last bound to (from the store), if any.
     pub session_id: Option<String>,
     /// The thread's shared state document when the turn started.
@@ -155,8 +159,12 @@ pub struct Turn {
 /// How a turn ended, when it did not fail.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TurnEnd {
-    /// The agent is done; `result` is passed on as `RUN_FINISHED.result`.
-    Finished { result: Option<Value> },
+    /// The agent is done; `result` is passed on as `RUN_FINISHED.result`, `usage` (the
+    /// turn's token counts, when the agent reported them) as `RUN_FINISHED.usage`.
+    Finished {
+        result: Option<Value>,
+        usage: Vec<TokenUsage>,
+    },
     /// The agent stopped because it was cancelled.
     Cancelled,
 }
@@ -223,6 +231,20 @@ pub enum AgentEvent {
         name: String,
         value: Value,
     },
+    /// A subagent (a child agent run inside this one) started; `subagent_run_id` names it
+    /// until it finishes.
+    SubagentStarted {
+        subagent_run_id: String,
+        name: String,
+        description: Option<String>,
+    },
+    SubagentFinished {
+        subagent_run_id: String,
+    },
+    SubagentError {
+        subagent_run_id: String,
+        message: String,
+    },
 }
 
 /// A call of a tool that runs in the browser (`RunAgentInput.tools`).
@@ -284,6 +306,29 @@ impl PermissionOutcome {
     }
 }
 
+/// An agent asking a person to fill in a form (ACP form elicitation).
+#[derive(Debug, Clone, PartialEq)]
+pub struct InputRequest {
+    /// What the agent asks, for the person.
+    pub message: String,
+    /// The form: a JSON Schema object whose properties are strings, numbers, integers,
+    /// booleans or arrays of strings.
+    pub schema: Value,
+    /// The agent's own tool call this question is about (already on the stream), if any.
+    pub tool_call_id: Option<String>,
+}
+
+/// A person's answer to an [`InputRequest`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum InputAnswer {
+    /// The form's values, checked against its schema.
+    Accepted(serde_json::Map<String, Value>),
+    /// The person said no.
+    Declined,
+    /// No usable answer: fail closed (timeout, cancel, new input instead, malformed).
+    Cancelled { reason: String },
+}
+
 /// What the pump receives from an agent: events, state changes, and waits on the client.
 #[derive(Debug)]
 pub(crate) enum SinkItem {
@@ -307,6 +352,10 @@ pub(crate) enum SinkItem {
     Permission {
         request: PermissionRequest,
         reply: oneshot::Sender<PermissionOutcome>,
+    },
+    Input {
+        request: InputRequest,
+        reply: oneshot::Sender<InputAnswer>,
     },
 }
 
@@ -388,6 +437,17 @@ impl EventSink {
         let (reply, answer) = oneshot::channel();
         self.tx
             .send(SinkItem::Permission { request, reply })
+            .await
+            .map_err(|_| SinkClosed)?;
+        answer.await.map_err(|_| SinkClosed)
+    }
+
+    /// Asks a person to fill in a form and waits, like [`EventSink::request_permission`];
+    /// fails closed with [`InputAnswer::Cancelled`].
+    pub async fn request_input(&self, request: InputRequest) -> Result<InputAnswer, SinkClosed> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(SinkItem::Input { request, reply })
             .await
             .map_err(|_| SinkClosed)?;
         answer.await.map_err(|_| SinkClosed)

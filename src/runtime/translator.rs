@@ -2,8 +2,9 @@
 //!
 //! The translator owns the lifecycle rules the official clients enforce (fatal when broken):
 //! - `RUN_STARTED` (with `protocolVersion`) first, exactly one terminal event last;
-//! - every message, reasoning block, tool call and step opened is closed before the
-//!   terminal event;
+//! - every message, reasoning block, tool call, step and subagent opened is closed before
+//!   the terminal event (an open subagent gets `SUBAGENT_FINISHED`, with the `suspended`
+//!   outcome when the segment ends because the run waits on the client);
 //! - no CONTENT/ARGS/END for an id that is not open, no second START for an open id, no
 //!   `TOOL_CALL_RESULT` for a tool call never opened;
 //! - no empty deltas.
@@ -16,13 +17,17 @@ use std::collections::HashSet;
 use serde_json::Value;
 
 use crate::agent::AgentEvent;
-use crate::protocol::events::{Event, Interrupt, Outcome, ReasoningRole, TextRole, ToolRole};
+use crate::protocol::events::{
+    Event, Interrupt, Outcome, ReasoningRole, SubagentOutcome, TextRole, TokenUsage, ToolRole,
+};
 
 /// How a segment ends.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Ending {
     Finished {
         result: Option<Value>,
+        /// `RUN_FINISHED.usage` (omitted when empty).
+        usage: Vec<TokenUsage>,
     },
     Cancelled,
     Error {
@@ -50,6 +55,10 @@ pub struct Translator {
     open_reasoning: Vec<String>,
     open_tools: Vec<String>,
     open_steps: Vec<String>,
+    /// Subagents started and not finished: id, name, description.
+    open_subagents: Vec<(String, String, Option<String>)>,
+    /// Subagents finished in this segment (an id is not reused within one).
+    finished_subagents: HashSet<String>,
     /// Tool calls opened in this thread that a result may answer.
     known_tools: HashSet<String>,
     /// Tool calls already answered by a `TOOL_CALL_RESULT`.
@@ -95,6 +104,8 @@ impl Translator {
             open_reasoning: Vec::new(),
             open_tools: Vec::new(),
             open_steps: Vec::new(),
+            open_subagents: Vec::new(),
+            finished_subagents: HashSet::new(),
             known_tools: HashSet::new(),
             answered_tools: HashSet::new(),
             transcript: Vec::new(),
@@ -291,6 +302,77 @@ impl Translator {
                 }
             }
             AgentEvent::Custom { name, value } => out.push(Event::Custom { name, value }),
+            AgentEvent::SubagentStarted {
+                subagent_run_id,
+                name,
+                description,
+            } => {
+                if self.open_subagents.iter().any(|s| s.0 == subagent_run_id)
+                    || self.finished_subagents.contains(&subagent_run_id)
+                {
+                    tracing::warn!(subagent = %subagent_run_id, "second start of a subagent dropped");
+                    return;
+                }
+                self.open_subagents.push((
+                    subagent_run_id.clone(),
+                    name.clone(),
+                    description.clone(),
+                ));
+                out.push(subagent_started(subagent_run_id, name, description));
+            }
+            AgentEvent::SubagentFinished { subagent_run_id } => {
+                if self.close_subagent(&subagent_run_id) {
+                    out.push(Event::SubagentFinished {
+                        subagent_run_id,
+                        result: None,
+                        outcome: Some(SubagentOutcome::Success),
+                    });
+                } else {
+                    tracing::warn!(subagent = %subagent_run_id, "finish of a subagent that is not open dropped");
+                }
+            }
+            AgentEvent::SubagentError {
+                subagent_run_id,
+                message,
+            } => {
+                if self.close_subagent(&subagent_run_id) {
+                    out.push(Event::SubagentError {
+                        subagent_run_id,
+                        message,
+                        code: None,
+                    });
+                } else {
+                    tracing::warn!(subagent = %subagent_run_id, "error of a subagent that is not open dropped");
+                }
+            }
+        }
+    }
+
+    fn close_subagent(&mut self, id: &str) -> bool {
+        let Some(at) = self.open_subagents.iter().position(|s| s.0 == id) else {
+            return false;
+        };
+        self.open_subagents.remove(at);
+        self.finished_subagents.insert(id.to_owned());
+        true
+    }
+
+    /// Closes the open subagents: `suspended` when the segment ends because the run waits
+    /// on the client (the subagent goes on in the next segment), else finished.
+    fn close_subagents(&mut self, suspended: bool, out: &mut Vec<Event>) {
+        for (subagent_run_id, _, _) in std::mem::take(&mut self.open_subagents).into_iter().rev() {
+            self.finished_subagents.insert(subagent_run_id.clone());
+            out.push(Event::SubagentFinished {
+                subagent_run_id,
+                result: None,
+                outcome: Some(if suspended {
+                    SubagentOutcome::Suspended {
+                        interrupt_ids: None,
+                    }
+                } else {
+                    SubagentOutcome::Success
+                }),
+            });
         }
     }
 
@@ -299,15 +381,17 @@ impl Translator {
         if self.ended {
             return;
         }
+        let suspended = matches!(ending, Ending::Suspended { .. } | Ending::Interrupt { .. });
+        self.close_subagents(suspended, out);
         self.close_open(out);
         self.ended = true;
         out.push(match ending {
-            Ending::Finished { result } => Event::RunFinished {
+            Ending::Finished { result, usage } => Event::RunFinished {
                 thread_id: self.thread_id.clone(),
                 run_id: self.run_id.clone(),
                 result,
                 outcome: None,
-                usage: None,
+                usage: (!usage.is_empty()).then_some(usage),
             },
             Ending::Cancelled => Event::RunFinished {
                 thread_id: self.thread_id.clone(),
@@ -365,6 +449,19 @@ impl Translator {
         }
     }
 
+    /// Closes everything still open before a suspension's terminal event; open subagents
+    /// are suspended with the run.
+    pub fn close_open_for_park(&mut self, out: &mut Vec<Event>) {
+        if self.ended {
+            return;
+        }
+        if let Some(start) = self.start(None) {
+            out.push(start);
+        }
+        self.close_subagents(true, out);
+        self.close_open(out);
+    }
+
     /// Items completed since the last call, in completion order.
     pub fn take_completed(&mut self) -> Vec<Produced> {
         std::mem::take(&mut self.completed)
@@ -377,6 +474,13 @@ impl Translator {
     /// the content streamed so far (resync).
     pub fn reopen(&self) -> Vec<Event> {
         let mut out = Vec::new();
+        for (id, name, description) in &self.open_subagents {
+            out.push(subagent_started(
+                id.clone(),
+                name.clone(),
+                description.clone(),
+            ));
+        }
         for step_name in &self.open_steps {
             out.push(Event::StepStarted {
                 step_name: step_name.clone(),
@@ -545,6 +649,20 @@ fn event_kind(event: &AgentEvent) -> &'static str {
         AgentEvent::StepStarted { .. } => "step_started",
         AgentEvent::StepFinished { .. } => "step_finished",
         AgentEvent::Custom { .. } => "custom",
+        AgentEvent::SubagentStarted { .. } => "subagent_started",
+        AgentEvent::SubagentFinished { .. } => "subagent_finished",
+        AgentEvent::SubagentError { .. } => "subagent_error",
+    }
+}
+
+fn subagent_started(subagent_run_id: String, name: String, description: Option<String>) -> Event {
+    Event::SubagentStarted {
+        subagent_run_id,
+        name,
+        description,
+        parent_subagent_run_id: None,
+        parent_tool_call_id: None,
+        parent_message_id: None,
     }
 }
 
@@ -639,7 +757,10 @@ mod tests {
                     message_id: "m1".into(),
                 },
             ],
-            Ending::Finished { result: None },
+            Ending::Finished {
+                result: None,
+                usage: Vec::new(),
+            },
         );
         assert_eq!(
             types(&out),
@@ -663,7 +784,13 @@ mod tests {
             },
             &mut out,
         );
-        t.finish(Ending::Finished { result: None }, &mut out);
+        t.finish(
+            Ending::Finished {
+                result: None,
+                usage: Vec::new(),
+            },
+            &mut out,
+        );
         t.translate(
             AgentEvent::TextDelta {
                 message_id: "m".into(),
@@ -694,7 +821,10 @@ mod tests {
                     content: "again".into(),
                 },
             ],
-            Ending::Finished { result: None },
+            Ending::Finished {
+                result: None,
+                usage: Vec::new(),
+            },
         );
         assert_eq!(
             types(&out),

@@ -32,8 +32,13 @@ use std::time::Duration;
 
 use agent_client_protocol::ErrorCode;
 use agent_client_protocol::v1::schema::{
-    CancelNotification, CloseSessionRequest, DeleteSessionRequest, LoadSessionRequest,
-    NewSessionRequest, PromptRequest, RequestPermissionResponse, ResumeSessionRequest,
+    CancelNotification, CloseSessionRequest, ContentBlock, CreateElicitationRequest,
+    CreateElicitationResponse, DeleteSessionRequest, ElicitationAcceptAction, ElicitationAction,
+    ElicitationMode, ElicitationScope, ImageContent, LoadSessionRequest, McpServer,
+    NewSessionRequest, NewSessionResponse, PermissionOptionKind, PromptRequest, PromptResponse,
+    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
+    ResumeSessionRequest, SelectedPermissionOutcome, SessionConfigOptionValue,
+    SetSessionConfigOptionRequest, SetSessionModeRequest, StopReason, TextContent, Usage,
 };
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -41,12 +46,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     Agent, AgentError, AgentEvent, AgentState, AgentStatus, AuthMethod, BoxFuture, ClientToolCall,
-    EventSink, PermissionOption, PermissionOutcome, PermissionRequest, Processes, SinkClosed,
-    ToolAnswer, Turn, TurnEnd,
+    EventSink, InputAnswer, InputRequest, PermissionOption, PermissionOutcome, PermissionRequest,
+    Processes, SinkClosed, ToolAnswer, Turn, TurnEnd,
 };
 use crate::config::{AcpConfig, FrontendMcp, Permissions};
+use crate::protocol::events::TokenUsage;
 use crate::protocol::input::{BinaryPart, ContentPart, DataSource, MediaSource, Message};
-use process::{AcpProcess, Busy, PermissionResponder, SessionEvent};
+use process::{AcpProcess, Busy, ElicitationResponder, PermissionResponder, SessionEvent};
 use translate::UpdateTranslator;
 
 /// How long a cancelled prompt may take to answer before the turn gives up on it.
@@ -67,7 +73,7 @@ pub async fn translate_updates(updates: &[Value], frontend_tools: Vec<String>) -
     let produce = async move {
         let mut translator = UpdateTranslator::default().with_frontend_tools(frontend_tools);
         for update in updates {
-            if translator.apply(update, &sink).await.is_err() {
+            if translator.apply(None, update, &sink).await.is_err() {
                 return;
             }
         }
@@ -187,7 +193,8 @@ impl Agent for AcpBackend {
             if !process.is_alive() {
                 return;
             }
-            if process.can("/agentCapabilities/sessionCapabilities/close")
+            let sessions = &process.capabilities().session_capabilities;
+            if sessions.close.is_some()
                 && let Err(error) = process
                     .connection
                     .send_request(CloseSessionRequest::new(session.clone()))
@@ -196,7 +203,7 @@ impl Agent for AcpBackend {
             {
                 tracing::debug!(error = %error.message, "session/close failed");
             }
-            if process.can("/agentCapabilities/sessionCapabilities/delete")
+            if sessions.delete.is_some()
                 && let Err(error) = process
                     .connection
                     .send_request(DeleteSessionRequest::new(session.clone()))
@@ -259,12 +266,22 @@ impl Inner {
             bridge.set_tools(&session, &turn.tools);
         }
         let mut events = process.router.register(&session);
+        if let Err(stop) = self.apply_settings(&turn, &process, &session, sink).await {
+            process.router.unregister(&session);
+            if let Stop::Failed(_) = stop {
+                self.keep_undelivered(&turn.thread_id, input);
+            }
+            return Err(stop);
+        }
         let blocks = prompt_blocks(&turn, &input, &process);
         if blocks.is_empty() {
             process.router.unregister(&session);
-            return Ok(TurnEnd::Finished { result: None });
+            return Ok(TurnEnd::Finished {
+                result: None,
+                usage: Vec::new(),
+            });
         }
-        let prompt: PromptRequest = cast(json!({"sessionId": session, "prompt": blocks}))?;
+        let prompt = PromptRequest::new(session.clone(), blocks);
         let connection = process.connection.clone();
         let (done_tx, mut done) = oneshot::channel();
         tokio::spawn(async move {
@@ -286,9 +303,14 @@ impl Inner {
             tokio::select! {
                 biased;
                 Some(event) = events.recv() => match event {
-                    SessionEvent::Update(update) => translator.apply(&update, sink).await?,
+                    SessionEvent::Update { subagent, update } => {
+                        translator.apply(subagent.as_deref(), &update, sink).await?;
+                    }
                     SessionEvent::Permission(request, responder) => {
-                        self.permission(&request, responder, &mut translator, sink).await?;
+                        self.permission(*request, responder, &mut translator, sink).await?;
+                    }
+                    SessionEvent::Elicitation(request, responder) => {
+                        elicitation(*request, responder, &mut translator, sink).await?;
                     }
                     SessionEvent::FrontendCall { name, arguments, reply } => {
                         // The agent's own tool_call for this MCP call (if it sent one) is
@@ -314,9 +336,16 @@ impl Inner {
                 answer = &mut done => {
                     while let Ok(event) = events.try_recv() {
                         match event {
-                            SessionEvent::Update(update) => translator.apply(&update, sink).await?,
+                            SessionEvent::Update { subagent, update } => {
+                                translator.apply(subagent.as_deref(), &update, sink).await?;
+                            }
                             SessionEvent::Permission(_, responder) => {
                                 let _ = responder.respond(process::cancelled());
+                            }
+                            SessionEvent::Elicitation(_, responder) => {
+                                let _ = responder.respond(CreateElicitationResponse::new(
+                                    ElicitationAction::Cancel,
+                                ));
                             }
                             SessionEvent::FrontendCall { reply, .. } => {
                                 let _ = reply.send(ToolAnswer::Error("the turn is over".to_owned()));
@@ -347,18 +376,22 @@ impl Inner {
         match result {
             Ok(Ok(response)) => {
                 self.health.turn_ok();
-                let response = serde_json::to_value(&response).unwrap_or(Value::Null);
-                match response["stopReason"].as_str() {
-                    Some("cancelled") => Ok(TurnEnd::Cancelled),
-                    Some("refusal") => Err(Stop::Failed(AgentError::Failed {
+                let usage = note_usage(&response, &turn, sink).await?;
+                match response.stop_reason {
+                    StopReason::Cancelled => Ok(TurnEnd::Cancelled),
+                    StopReason::Refusal => Err(Stop::Failed(AgentError::Failed {
                         code: "REFUSAL".to_owned(),
                         message: "the agent refused to continue".to_owned(),
                     })),
                     _ if cancel_sent => Ok(TurnEnd::Cancelled),
-                    Some(reason) => Ok(TurnEnd::Finished {
-                        result: (reason != "end_turn").then(|| json!({"stopReason": reason})),
+                    StopReason::EndTurn => Ok(TurnEnd::Finished {
+                        result: None,
+                        usage,
                     }),
-                    None => Ok(TurnEnd::Finished { result: None }),
+                    reason => Ok(TurnEnd::Finished {
+                        result: Some(json!({ "stopReason": reason })),
+                        usage,
+                    }),
                 }
             }
             Ok(Err(error)) => {
@@ -427,56 +460,63 @@ impl Inner {
     /// Answers a permission request: at once by kind, or through the client.
     async fn permission(
         &self,
-        request: &Value,
+        request: RequestPermissionRequest,
         responder: Box<PermissionResponder>,
         translator: &mut UpdateTranslator,
         sink: &EventSink,
     ) -> Result<(), Stop> {
-        let options: Vec<PermissionOption> = request["options"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|o| {
-                Some(PermissionOption {
-                    option_id: o["optionId"].as_str()?.to_owned(),
-                    name: o["name"].as_str().unwrap_or_default().to_owned(),
-                    kind: o["kind"].as_str().unwrap_or_default().to_owned(),
-                })
+        let options: Vec<PermissionOption> = request
+            .options
+            .iter()
+            .map(|o| PermissionOption {
+                option_id: o.option_id.to_string(),
+                name: o.name.clone(),
+                kind: kind_name(o.kind).to_owned(),
             })
             .collect();
-        let by_kind = |kinds: &[&str]| {
+        let by_kind = |kinds: &[PermissionOptionKind]| {
             kinds.iter().find_map(|kind| {
-                options
+                request
+                    .options
                     .iter()
                     .find(|o| o.kind == *kind)
-                    .map(|o| o.option_id.clone())
+                    .map(|o| o.option_id.to_string())
             })
         };
         let chosen = match self.config.permissions {
-            Permissions::Allow => by_kind(&["allow_once", "allow_always"]),
-            Permissions::Deny => by_kind(&["reject_once", "reject_always"]),
+            Permissions::Allow => by_kind(&[
+                PermissionOptionKind::AllowOnce,
+                PermissionOptionKind::AllowAlways,
+            ]),
+            Permissions::Deny => by_kind(&[
+                PermissionOptionKind::RejectOnce,
+                PermissionOptionKind::RejectAlways,
+            ]),
             Permissions::Ask => {
-                let tool_call = &request["toolCall"];
-                let acp_id = tool_call["toolCallId"].as_str().filter(|id| !id.is_empty());
-                if let Some(id) = acp_id
+                let tool_call = &request.tool_call;
+                let acp_id = Some(tool_call.tool_call_id.to_string()).filter(|id| !id.is_empty());
+                if let Some(id) = &acp_id
                     && !translator.is_open(id)
                 {
-                    let mut opening = tool_call.clone();
+                    // The call the permission is about was never reported: open it from
+                    // the request's own description of it. (Through JSON: the translator
+                    // reads every update that way, see `translate.rs`.)
+                    let mut opening = serde_json::to_value(tool_call)
+                        .map_err(|e| AgentError::Backend(format!("ACP tool call: {e}")))?;
                     opening["sessionUpdate"] = json!("tool_call_update");
                     if let Some(map) = opening.as_object_mut() {
                         map.remove("status");
                     }
-                    translator.apply(&opening, sink).await?;
+                    translator.apply(None, &opening, sink).await?;
                 }
                 translator.close(sink).await?;
-                let tool_call_id = acp_id.map(|id| translator.wire_id(id));
-                let title = tool_call["title"]
-                    .as_str()
+                let tool_call_id = acp_id.map(|id| translator.wire_id(&id));
+                let title = tool_call
+                    .fields
+                    .title
+                    .clone()
                     .filter(|t| !t.is_empty())
-                    .map_or_else(
-                        || format!("{} asks for permission", self.name),
-                        str::to_owned,
-                    );
+                    .unwrap_or_else(|| format!("{} asks for permission", self.name));
                 let outcome = sink
                     .request_permission(PermissionRequest {
                         title,
@@ -495,14 +535,71 @@ impl Inner {
                 }
             }
         };
-        let response: RequestPermissionResponse = match chosen {
-            Some(option_id) => {
-                cast(json!({"outcome": {"outcome": "selected", "optionId": option_id}}))?
-            }
+        let response = match chosen {
+            Some(option_id) => RequestPermissionResponse::new(RequestPermissionOutcome::Selected(
+                SelectedPermissionOutcome::new(option_id),
+            )),
             None => process::cancelled(),
         };
         if let Err(error) = responder.respond(response) {
             tracing::debug!(%error, "permission answer not delivered");
+        }
+        Ok(())
+    }
+
+    /// Applies what the client asked of the session before this turn's prompt
+    /// (`forwardedProps.acp`): `mode` -> `session/set_mode`, `configOptions` (an object of
+    /// option id -> value id or boolean) -> `session/set_config_option`, each reflected in
+    /// the shared state. A malformed setting or one the agent refuses fails the run.
+    async fn apply_settings(
+        &self,
+        turn: &Turn,
+        process: &AcpProcess,
+        session: &str,
+        sink: &EventSink,
+    ) -> Result<(), Stop> {
+        let settings = Settings::from_forwarded_props(turn.forwarded_props.as_ref())?;
+        let refused = |what: &str, error: agent_client_protocol::Error| {
+            Stop::Failed(AgentError::Failed {
+                code: "AGENT_ERROR".to_owned(),
+                message: format!("the agent refused {what}: {}", error.message),
+            })
+        };
+        if let Some(mode) = settings.mode
+            && turn.document["mode"].as_str() != Some(mode.as_str())
+        {
+            process
+                .connection
+                .send_request(SetSessionModeRequest::new(session.to_owned(), mode.clone()))
+                .block_task()
+                .await
+                .map_err(|e| refused(&format!("mode {mode:?}"), e))?;
+            sink.set_state("/mode", json!(mode)).await?;
+        }
+        for (id, value) in settings.config_options {
+            let current = turn.document["config"]["configOptions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|o| o["id"] == id.as_str())
+                .map(|o| &o["currentValue"]);
+            let wanted = serde_json::to_value(&value)
+                .ok()
+                .map(|v| v["value"].clone());
+            if current.is_some() && current.cloned() == wanted {
+                continue;
+            }
+            let request = SetSessionConfigOptionRequest::new(session.to_owned(), id.clone(), value);
+            let answer = process
+                .connection
+                .send_request(request)
+                .block_task()
+                .await
+                .map_err(|e| refused(&format!("config option {id:?}"), e))?;
+            let options = serde_json::to_value(&answer.config_options)
+                .map_err(|e| AgentError::Backend(format!("ACP config options: {e}")))?;
+            sink.set_state("/config", json!({ "configOptions": options }))
+                .await?;
         }
         Ok(())
     }
@@ -526,15 +623,16 @@ impl Inner {
             .clone()
             .or_else(|| std::env::current_dir().ok())
             .unwrap_or_else(|| "/".into());
+        let capabilities = process.capabilities();
         if let Some(stored) = &turn.session_id {
-            if process.can("/agentCapabilities/loadSession") {
+            if capabilities.load_session {
                 // The replay is history we already hold: swallow it.
                 let replay = process.router.register(stored);
                 if let Some(handle) = &mcp_handle {
                     handle.set_session(stored);
                 }
-                let load: LoadSessionRequest =
-                    cast(json!({"sessionId": stored, "cwd": cwd, "mcpServers": mcp_servers}))?;
+                let load =
+                    LoadSessionRequest::new(stored.clone(), &cwd).mcp_servers(mcp_servers.clone());
                 let loaded = process.connection.send_request(load).block_task().await;
                 process.router.unregister(stored);
                 drop(replay);
@@ -550,12 +648,12 @@ impl Inner {
                         tracing::warn!(session = %stored, error = %error.message, "session/load failed; starting a new session");
                     }
                 }
-            } else if process.can("/agentCapabilities/sessionCapabilities/resume") {
+            } else if capabilities.session_capabilities.resume.is_some() {
                 if let Some(handle) = &mcp_handle {
                     handle.set_session(stored);
                 }
-                let resume: ResumeSessionRequest =
-                    cast(json!({"sessionId": stored, "cwd": cwd, "mcpServers": mcp_servers}))?;
+                let resume = ResumeSessionRequest::new(stored.clone(), &cwd)
+                    .mcp_servers(mcp_servers.clone());
                 match process.connection.send_request(resume).block_task().await {
                     Ok(_) => {
                         self.health.session_ok();
@@ -574,7 +672,7 @@ impl Inner {
                 );
             }
         }
-        let new: NewSessionRequest = cast(json!({"cwd": cwd, "mcpServers": mcp_servers}))?;
+        let new = NewSessionRequest::new(&cwd).mcp_servers(mcp_servers);
         let created = process
             .connection
             .send_request(new)
@@ -601,15 +699,19 @@ impl Inner {
             "new"
         };
         sink.set_session(&session, how).await?;
+        show_session_settings(&created, sink).await?;
         self.remember(&turn.thread_id, &process, &session);
         Ok((process, session))
     }
 
     /// The `mcpServers` to give a session: the frontend-tools endpoint when the agent takes
     /// MCP servers over HTTP.
-    async fn mcp_servers(&self, process: &Arc<AcpProcess>) -> (Vec<Value>, Option<mcp::McpHandle>) {
+    async fn mcp_servers(
+        &self,
+        process: &Arc<AcpProcess>,
+    ) -> (Vec<McpServer>, Option<mcp::McpHandle>) {
         let wanted = match self.config.frontend_mcp {
-            FrontendMcp::Auto => process.can("/agentCapabilities/mcpCapabilities/http"),
+            FrontendMcp::Auto => process.capabilities().mcp_capabilities.http,
             FrontendMcp::Always => true,
             FrontendMcp::Never => false,
         };
@@ -666,14 +768,12 @@ impl Inner {
             .clone()
             .or_else(|| std::env::current_dir().ok())
             .unwrap_or_else(|| "/".into());
-        let Ok(new) = cast::<NewSessionRequest>(json!({"cwd": cwd, "mcpServers": []})) else {
-            return;
-        };
+        let new = NewSessionRequest::new(cwd);
         match process.connection.send_request(new).block_task().await {
             Ok(created) => {
                 self.health.session_ok();
                 tracing::info!(agent = %self.name, "readiness probe: the agent takes sessions again");
-                if process.can("/agentCapabilities/sessionCapabilities/close") {
+                if process.capabilities().session_capabilities.close.is_some() {
                     let close = CloseSessionRequest::new(created.session_id);
                     let _ = process.connection.send_request(close).block_task().await;
                 }
@@ -782,7 +882,10 @@ async fn reap(inner: std::sync::Weak<Inner>) {
 
 /// The prompt for a turn: context first, then the user messages of `input` (text; images
 /// when the agent accepts them).
-fn prompt_blocks(turn: &Turn, input: &[Message], process: &AcpProcess) -> Vec<Value> {
+fn prompt_blocks(turn: &Turn, input: &[Message], process: &AcpProcess) -> Vec<ContentBlock> {
+    let text = |text: &str| ContentBlock::Text(TextContent::new(text));
+    let image =
+        |data: &str, mime_type: &str| ContentBlock::Image(ImageContent::new(data, mime_type));
     let mut blocks = Vec::new();
     if !turn.context.is_empty() {
         let lines: Vec<String> = turn
@@ -790,30 +893,24 @@ fn prompt_blocks(turn: &Turn, input: &[Message], process: &AcpProcess) -> Vec<Va
             .iter()
             .map(|c| format!("- {}: {}", c.description, c.value))
             .collect();
-        blocks.push(json!({"type": "text", "text": format!("Context:\n{}", lines.join("\n"))}));
+        blocks.push(text(&format!("Context:\n{}", lines.join("\n"))));
     }
-    let images = process.can("/agentCapabilities/promptCapabilities/image");
+    let images = process.capabilities().prompt_capabilities.image;
     for message in input {
         let Message::User(user) = message else {
             continue;
         };
         match &user.content {
-            crate::protocol::input::Content::Text(text) => {
-                blocks.push(json!({"type": "text", "text": text}));
-            }
+            crate::protocol::input::Content::Text(content) => blocks.push(text(content)),
             crate::protocol::input::Content::Parts(parts) => {
                 for part in parts {
                     match part {
-                        ContentPart::Text(part) => {
-                            blocks.push(json!({"type": "text", "text": part.text}))
-                        }
+                        ContentPart::Text(part) => blocks.push(text(&part.text)),
                         ContentPart::Image(media) if images => {
                             if let MediaSource::Data(DataSource { value, mime_type }) =
                                 &media.source
                             {
-                                blocks.push(
-                                    json!({"type": "image", "data": value, "mimeType": mime_type}),
-                                );
+                                blocks.push(image(value, mime_type));
                             }
                         }
                         ContentPart::Binary(BinaryPart {
@@ -821,9 +918,7 @@ fn prompt_blocks(turn: &Turn, input: &[Message], process: &AcpProcess) -> Vec<Va
                             data: Some(data),
                             ..
                         }) if images && mime_type.starts_with("image/") => {
-                            blocks.push(
-                                json!({"type": "image", "data": data, "mimeType": mime_type}),
-                            );
+                            blocks.push(image(data, mime_type));
                         }
                         _ => {}
                     }
@@ -836,22 +931,219 @@ fn prompt_blocks(turn: &Turn, input: &[Message], process: &AcpProcess) -> Vec<Va
 
 /// The auth methods the agent advertised in its `initialize` answer.
 fn auth_methods(process: &AcpProcess) -> Vec<AuthMethod> {
-    process.capabilities["authMethods"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|m| {
-            Some(AuthMethod {
-                id: m["id"].as_str()?.to_owned(),
-                name: m["name"].as_str().unwrap_or_default().to_owned(),
-                description: m["description"].as_str().map(str::to_owned),
-            })
+    process
+        .auth_methods()
+        .iter()
+        .map(|m| AuthMethod {
+            id: m.id().to_string(),
+            name: m.name().to_owned(),
+            description: m.description().map(str::to_owned),
         })
         .collect()
 }
 
-fn cast<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, AgentError> {
-    serde_json::from_value(value).map_err(|e| AgentError::Backend(format!("ACP message: {e}")))
+/// The wire name of a permission option kind (`allow_once`, ...), as clients match it.
+fn kind_name(kind: PermissionOptionKind) -> &'static str {
+    match kind {
+        PermissionOptionKind::AllowOnce => "allow_once",
+        PermissionOptionKind::AllowAlways => "allow_always",
+        PermissionOptionKind::RejectOnce => "reject_once",
+        PermissionOptionKind::RejectAlways => "reject_always",
+        _ => "other",
+    }
+}
+
+/// What a client may set on a session before a turn: `forwardedProps.acp`.
+#[derive(Debug, Default, PartialEq)]
+struct Settings {
+    mode: Option<String>,
+    config_options: Vec<(String, SessionConfigOptionValue)>,
+}
+
+impl Settings {
+    /// Reads `forwardedProps.acp.mode` (a mode id) and `forwardedProps.acp.configOptions`
+    /// (`{"<option id>": "<value id>" | true | false}`); anything else there is an error
+    /// naming the field.
+    fn from_forwarded_props(props: Option<&Value>) -> Result<Settings, AgentError> {
+        let invalid = |field: &str, what: &str| AgentError::Failed {
+            code: "INVALID_INPUT".to_owned(),
+            message: format!("forwardedProps.acp.{field} {what}"),
+        };
+        let Some(acp) = props.and_then(|p| p.get("acp")).filter(|a| !a.is_null()) else {
+            return Ok(Settings::default());
+        };
+        let Value::Object(acp) = acp else {
+            return Err(AgentError::Failed {
+                code: "INVALID_INPUT".to_owned(),
+                message: "forwardedProps.acp must be an object".to_owned(),
+            });
+        };
+        let mode = match acp.get("mode") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(mode)) if !mode.is_empty() => Some(mode.clone()),
+            Some(_) => return Err(invalid("mode", "must be a mode id (a non-empty string)")),
+        };
+        let mut config_options = Vec::new();
+        match acp.get("configOptions") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(options)) => {
+                for (id, value) in options {
+                    let value = match value {
+                        Value::String(v) if !v.is_empty() => {
+                            SessionConfigOptionValue::from(v.as_str())
+                        }
+                        Value::Bool(b) => SessionConfigOptionValue::boolean(*b),
+                        _ => {
+                            return Err(invalid(
+                                &format!("configOptions.{id}"),
+                                "must be a value id (a non-empty string) or a boolean",
+                            ));
+                        }
+                    };
+                    config_options.push((id.clone(), value));
+                }
+            }
+            Some(_) => return Err(invalid("configOptions", "must be an object")),
+        }
+        Ok(Settings {
+            mode,
+            config_options,
+        })
+    }
+}
+
+/// Shows a new session's modes and config options in the shared state (`/mode`, `/modes`,
+/// `/config`), as later updates would.
+async fn show_session_settings(
+    created: &NewSessionResponse,
+    sink: &EventSink,
+) -> Result<(), SinkClosed> {
+    if let Some(modes) = &created.modes {
+        let available: Vec<Value> = modes
+            .available_modes
+            .iter()
+            .map(|m| {
+                let mut mode = json!({"id": m.id.to_string(), "name": m.name});
+                if let Some(description) = &m.description {
+                    mode["description"] = json!(description);
+                }
+                mode
+            })
+            .collect();
+        sink.set_state("/modes", Value::Array(available)).await?;
+        sink.set_state("/mode", json!(modes.current_mode_id.to_string()))
+            .await?;
+    }
+    if let Some(options) = &created.config_options
+        && let Ok(options) = serde_json::to_value(options)
+    {
+        sink.set_state("/config", json!({ "configOptions": options }))
+            .await?;
+    }
+    Ok(())
+}
+
+/// The turn's token usage from the prompt's answer (an unstable ACP field): for
+/// `RUN_FINISHED.usage`, and added up in the shared state (`/usage/turn`, the last turn's;
+/// `/usage/total`, the thread's so far).
+async fn note_usage(
+    response: &PromptResponse,
+    turn: &Turn,
+    sink: &EventSink,
+) -> Result<Vec<TokenUsage>, SinkClosed> {
+    let Some(usage) = &response.usage else {
+        return Ok(Vec::new());
+    };
+    let reported = token_usage(usage);
+    let this_turn = serde_json::to_value(&reported).unwrap_or(Value::Null);
+    let mut total = turn.document["usage"]["total"].clone();
+    if !total.is_object() {
+        total = json!({});
+    }
+    if let Value::Object(this_turn) = &this_turn {
+        for (key, value) in this_turn {
+            let sum = total[key].as_u64().unwrap_or(0) + value.as_u64().unwrap_or(0);
+            total[key] = json!(sum);
+        }
+    }
+    sink.set_state("/usage/turn", this_turn).await?;
+    sink.set_state("/usage/total", total).await?;
+    Ok(vec![reported])
+}
+
+/// ACP `Usage` in AG-UI's terms.
+fn token_usage(usage: &Usage) -> TokenUsage {
+    TokenUsage {
+        input_tokens: Some(usage.input_tokens),
+        output_tokens: Some(usage.output_tokens),
+        total_tokens: Some(usage.total_tokens),
+        reasoning_tokens: usage.thought_tokens,
+        cached_input_tokens: usage.cached_read_tokens,
+        cache_write_input_tokens: usage.cached_write_tokens,
+        ..TokenUsage::default()
+    }
+}
+
+/// Answers an `elicitation/create` request through the client: a form becomes a wait for
+/// the person (an interrupt whose response schema is the form, or an `agui_input_request`
+/// tool call); its values go back as `accept`, a refusal as `decline`, anything that fails
+/// closed as `cancel`. URL elicitation is not offered (`initialize` advertises forms only),
+/// so one is cancelled.
+async fn elicitation(
+    request: CreateElicitationRequest,
+    responder: Box<ElicitationResponder>,
+    translator: &mut UpdateTranslator,
+    sink: &EventSink,
+) -> Result<(), Stop> {
+    let action = match &request.mode {
+        ElicitationMode::Form(form) => {
+            let schema = serde_json::to_value(&form.requested_schema)
+                .map_err(|e| AgentError::Backend(format!("ACP elicitation schema: {e}")))?;
+            let tool_call_id = match &form.scope {
+                ElicitationScope::Session(scope) => scope
+                    .tool_call_id
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .filter(|id| translator.is_open(id))
+                    .map(|id| translator.wire_id(&id)),
+                _ => None,
+            };
+            translator.close(sink).await?;
+            let answer = sink
+                .request_input(InputRequest {
+                    message: request.message.clone(),
+                    schema,
+                    tool_call_id,
+                })
+                .await?;
+            match answer {
+                InputAnswer::Accepted(values) => {
+                    match serde_json::from_value(Value::Object(values)) {
+                        Ok(content) => ElicitationAction::Accept(
+                            ElicitationAcceptAction::new().content(Some(content)),
+                        ),
+                        Err(error) => {
+                            tracing::warn!(%error, "form values do not fit the ACP types");
+                            ElicitationAction::Cancel
+                        }
+                    }
+                }
+                InputAnswer::Declined => ElicitationAction::Decline,
+                InputAnswer::Cancelled { reason } => {
+                    tracing::info!(%reason, "form not answered; elicitation cancelled");
+                    ElicitationAction::Cancel
+                }
+            }
+        }
+        _ => {
+            tracing::info!("URL elicitation is not offered to the agent; cancelled");
+            ElicitationAction::Cancel
+        }
+    };
+    if let Err(error) = responder.respond(CreateElicitationResponse::new(action)) {
+        tracing::debug!(%error, "elicitation answer not delivered");
+    }
+    Ok(())
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -4,6 +4,14 @@
 //! `CUSTOM acp.<variant>`. Works on the update's JSON so a variant this build does not know
 //! is passed on, never dropped and never fatal.
 //!
+//! Subagents: a `subagent_update` on the session announces a child session; while its
+//! state is `running` it is an open AG-UI subagent (`SUBAGENT_STARTED`, `subagentRunId` =
+//! the child's session id, `~N` for its N-th run), and its `idle` state ends it
+//! (`SUBAGENT_FINISHED`, or `SUBAGENT_ERROR` when it stopped on an error). The child's own
+//! updates, which the agent sends under the child's session id, are passed on as
+//! `CUSTOM acp.subagent.<variant>` with the `subagentRunId` and the update: the stream's
+//! messages and tool calls stay the parent's.
+//!
 //! Tool-call ids are unique per thread on the AG-UI side: an agent may reuse `call_1` in
 //! every turn, so a call whose id the thread has already used is renamed (`call_1~2`,
 //! `call_1~3`, ...) for the whole turn: stream, transcript, permission request and
@@ -34,6 +42,8 @@ pub(super) struct UpdateTranslator {
     used: HashSet<String>,
     /// This turn's ACP tool-call id -> its AG-UI id.
     wire: HashMap<String, String>,
+    /// Subagent session id -> (runs started so far, the open run's `subagentRunId`).
+    subagents: HashMap<String, (u32, Option<String>)>,
 }
 
 impl UpdateTranslator {
@@ -117,13 +127,31 @@ impl UpdateTranslator {
         }
     }
 
+    /// Translates one `session/update` of the session, or (`subagent`) of one of its
+    /// subagents' sessions.
     pub(super) async fn apply(
         &mut self,
+        subagent: Option<&str>,
         update: &Value,
         sink: &EventSink,
     ) -> Result<(), SinkClosed> {
         let kind = update["sessionUpdate"].as_str().unwrap_or("");
+        if let Some(child) = subagent {
+            let subagent_run_id = self
+                .subagents
+                .get(child)
+                .and_then(|(_, open)| open.clone())
+                .unwrap_or_else(|| child.to_owned());
+            let name = if kind.is_empty() { "unknown" } else { kind };
+            return sink
+                .send(AgentEvent::Custom {
+                    name: format!("acp.subagent.{name}"),
+                    value: json!({"subagentRunId": subagent_run_id, "update": update}),
+                })
+                .await;
+        }
         match kind {
+            "subagent_update" => self.subagent(update, sink).await,
             "agent_message_chunk" => {
                 let Some(text) = text_of(&update["content"]) else {
                     return Ok(());
@@ -207,12 +235,16 @@ impl UpdateTranslator {
                     .unwrap_or_default();
                 sink.set_state("/todos", Value::Array(todos)).await
             }
+            // Key by key: `/usage` also holds the turns' token counts (`turn`, `total`).
             "usage_update" => {
-                let mut usage = json!({"used": update["used"], "size": update["size"]});
+                sink.set_state("/usage/used", update["used"].clone())
+                    .await?;
+                sink.set_state("/usage/size", update["size"].clone())
+                    .await?;
                 if let Some(cost) = update.get("cost").filter(|c| !c.is_null()) {
-                    usage["cost"] = cost.clone();
+                    sink.set_state("/usage/cost", cost.clone()).await?;
                 }
-                sink.set_state("/usage", usage).await
+                Ok(())
             }
             "available_commands_update" => {
                 sink.set_state("/commands", update["availableCommands"].clone())
@@ -238,6 +270,60 @@ impl UpdateTranslator {
                 })
                 .await
             }
+        }
+    }
+
+    /// A subagent announced or changed: opens its AG-UI run when it starts running, ends it
+    /// when it goes idle.
+    async fn subagent(&mut self, update: &Value, sink: &EventSink) -> Result<(), SinkClosed> {
+        let Some(child) = update["sessionId"].as_str().filter(|id| !id.is_empty()) else {
+            tracing::debug!("subagent update without a session id ignored");
+            return Ok(());
+        };
+        let entry = self.subagents.entry(child.to_owned()).or_insert((0, None));
+        match update["state"]["state"].as_str() {
+            Some("running") | Some("requires_action") if entry.1.is_none() => {
+                entry.0 += 1;
+                let id = if entry.0 == 1 {
+                    child.to_owned()
+                } else {
+                    format!("{child}~{}", entry.0)
+                };
+                entry.1 = Some(id.clone());
+                let name = update["title"]
+                    .as_str()
+                    .filter(|t| !t.is_empty())
+                    .unwrap_or("subagent")
+                    .to_owned();
+                sink.send(AgentEvent::SubagentStarted {
+                    subagent_run_id: id,
+                    name,
+                    description: update["description"].as_str().map(str::to_owned),
+                })
+                .await
+            }
+            Some("idle") => {
+                let Some(id) = entry.1.take() else {
+                    return Ok(());
+                };
+                if update["state"]["stopReason"] == "error" {
+                    let message = update["state"]["error"]["message"]
+                        .as_str()
+                        .unwrap_or("the subagent stopped on an error")
+                        .to_owned();
+                    sink.send(AgentEvent::SubagentError {
+                        subagent_run_id: id,
+                        message,
+                    })
+                    .await
+                } else {
+                    sink.send(AgentEvent::SubagentFinished {
+                        subagent_run_id: id,
+                    })
+                    .await
+                }
+            }
+            _ => Ok(()),
         }
     }
 
