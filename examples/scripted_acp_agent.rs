@@ -29,9 +29,12 @@
 //! invalid-params error.
 //!
 //! Sessions can be loaded (`loadSession`): the history is kept in `$SCRIPTED_AGENT_STATE`
-//! (a directory) when set, so a new process can replay it. With `SCRIPTED_AGENT_RESUME=1`
-//! it offers `session/resume` instead of `session/load`. `session/close` and
-//! `session/delete` are offered and leave a `<session>.closed` / `.deleted` marker there.
+//! (a directory) when set, so a new process can replay it (a session it has no history of
+//! is error -32002 there). With `SCRIPTED_AGENT_RESUME=1` it offers `session/resume`
+//! instead of `session/load`. `session/close` and `session/delete` are offered and leave a
+//! `<session>.closed` / `.deleted` marker there. `session/list` lists the sessions with a
+//! history there (title: the first prompt), and `session/fork` copies a session's history
+//! to a new session.
 //!
 //! Authentication switch: with `SCRIPTED_AGENT_AUTH_FILE=<path>`, the agent advertises two
 //! auth methods and, while that file exists, answers `session/new` with error -32000
@@ -46,7 +49,8 @@ use std::time::Duration;
 
 use agent_client_protocol::v1::schema::{
     CancelNotification, CloseSessionRequest, CloseSessionResponse, CreateElicitationRequest,
-    DeleteSessionRequest, DeleteSessionResponse, InitializeRequest, InitializeResponse,
+    DeleteSessionRequest, DeleteSessionResponse, ForkSessionRequest, ForkSessionResponse,
+    InitializeRequest, InitializeResponse, ListSessionsRequest, ListSessionsResponse,
     LoadSessionRequest, LoadSessionResponse, NewSessionRequest, NewSessionResponse, PromptRequest,
     PromptResponse, RequestPermissionRequest, ResumeSessionRequest, ResumeSessionResponse,
     SessionConfigOptionValue, SetSessionConfigOptionRequest, SetSessionConfigOptionResponse,
@@ -128,6 +132,40 @@ fn chunk(cx: &Connection, session: &str, kind: &str, id: &str, text: &str) -> Re
         session,
         json!({"sessionUpdate": kind, "messageId": id, "content": {"type": "text", "text": text}}),
     )
+}
+
+/// The sessions with a history in `$SCRIPTED_AGENT_STATE`, oldest first.
+fn listed_sessions(cwd: &str) -> Value {
+    let Some(dir) = std::env::var_os("SCRIPTED_AGENT_STATE") else {
+        return json!([]);
+    };
+    let mut sessions: Vec<(std::time::SystemTime, Value)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let session = name.strip_suffix(".jsonl")?.to_owned();
+            let modified = entry.metadata().and_then(|m| m.modified()).ok()?;
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            let title = text
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .find(|e| e["role"] == "user")
+                .and_then(|e| e["text"].as_str().map(str::to_owned));
+            let mut info = json!({"sessionId": session, "cwd": cwd});
+            if let Some(title) = title {
+                info["title"] = json!(title);
+            }
+            Some((modified, info))
+        })
+        .collect();
+    sessions.sort_by_key(|(modified, _)| *modified);
+    Value::Array(sessions.into_iter().map(|(_, info)| info).collect())
+}
+
+fn not_found(session: &str) -> Error {
+    Error::new(-32002, "Resource not found").data(format!("no session {session}"))
 }
 
 fn history_path(session: &str) -> Option<std::path::PathBuf> {
@@ -647,9 +685,9 @@ async fn main() -> Result<(), Error> {
                         "promptCapabilities": {"image": false},
                         "mcpCapabilities": {"http": true},
                         "sessionCapabilities": if resume {
-                            json!({"resume": {}, "close": {}, "delete": {}})
+                            json!({"resume": {}, "close": {}, "delete": {}, "list": {}, "fork": {}})
                         } else {
-                            json!({"close": {}, "delete": {}})
+                            json!({"close": {}, "delete": {}, "list": {}, "fork": {}})
                         }
                     },
                     "agentInfo": {"name": "scripted-acp-agent", "version": "1.0.0"}
@@ -672,6 +710,10 @@ async fn main() -> Result<(), Error> {
                 if let Ok(mut mcp) = on_new.mcp.lock() {
                     mcp.insert(id.clone(), servers);
                 }
+                // A session exists from now on, with an empty history.
+                if let Some(path) = history_path(&id) {
+                    let _ = std::fs::write(path, b"");
+                }
                 let mut answer = session_settings("fast", false);
                 answer["sessionId"] = json!(id);
                 let response: NewSessionResponse = cast(answer)?;
@@ -682,6 +724,11 @@ async fn main() -> Result<(), Error> {
         .on_receive_request(
             async move |request: LoadSessionRequest, responder, cx: Connection| {
                 let session = request.session_id.to_string();
+                if let Some(path) = history_path(&session)
+                    && !path.exists()
+                {
+                    return responder.respond_with_error(not_found(&session));
+                }
                 // Replay the history before answering, as the protocol asks.
                 if let Some(path) = history_path(&session)
                     && let Ok(text) = std::fs::read_to_string(path)
@@ -771,6 +818,37 @@ async fn main() -> Result<(), Error> {
                 }
                 let response: SetSessionConfigOptionResponse =
                     cast(json!({"configOptions": config_options(&model, fast_apply)}))?;
+                responder.respond(response)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: ListSessionsRequest, responder, _cx| {
+                let cwd = request
+                    .cwd
+                    .map_or_else(|| "/".to_owned(), |c| c.display().to_string());
+                let response: ListSessionsResponse =
+                    cast(json!({"sessions": listed_sessions(&cwd)}))?;
+                responder.respond(response)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: ForkSessionRequest, responder, _cx| {
+                let source = request.session_id.to_string();
+                let Some(from) = history_path(&source).filter(|p| p.exists()) else {
+                    return responder.respond_with_error(not_found(&source));
+                };
+                let id = format!("sess-{}", uuid::Uuid::new_v4());
+                let Some(to) = history_path(&id) else {
+                    return responder.respond_with_error(not_found(&source));
+                };
+                if std::fs::copy(from, to).is_err() {
+                    return responder.respond_with_error(not_found(&source));
+                }
+                let mut answer = session_settings("fast", false);
+                answer["sessionId"] = json!(id);
+                let response: ForkSessionResponse = cast(answer)?;
                 responder.respond(response)
             },
             agent_client_protocol::on_receive_request!(),

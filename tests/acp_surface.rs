@@ -1,6 +1,7 @@
 //! The newer ACP surface against the scripted agent (`examples/scripted_acp_agent.rs`):
 //! end-of-turn token usage, form elicitation (as an interrupt and as a tool call),
-//! subagents, and modes and config options set from the client.
+//! subagents, modes and config options set from the client, the agent's sessions listed
+//! and imported as threads, and threads forked.
 
 mod support;
 
@@ -35,12 +36,22 @@ fn agent(name: &str, hitl: Hitl, state: &std::path::Path) -> AgentConfig {
 }
 
 async fn server(tag: &str) -> TestServer {
-    let state = temp_dir(tag);
+    server_on(&temp_dir(tag), None).await
+}
+
+/// The scripted agents keeping their sessions in `state`, and the demo agent; on the data
+/// directory `data` when given.
+async fn server_on(state: &std::path::Path, data: Option<&std::path::Path>) -> TestServer {
+    let (state, data) = (state.to_owned(), data.map(std::path::Path::to_owned));
     TestServer::with(move |c: &mut Config| {
         c.agents = vec![
             agent("scripted", Hitl::Tool, &state),
             agent("scripted-interrupt", Hitl::Interrupt, &state),
+            AgentConfig::demo(),
         ];
+        if let Some(data) = data {
+            c.data_dir = data;
+        }
     })
     .await
 }
@@ -313,4 +324,240 @@ async fn modes_and_config_options_are_set_through_forwarded_props() {
             .expect("message")
             .contains("mode \"nope\"")
     );
+}
+
+async fn post_json(server: &TestServer, path: &str, body: Option<Value>) -> (u16, Value) {
+    let mut request = server.post(path);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.expect("request");
+    let status = response.status().as_u16();
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/json",
+        "JSON for {path}"
+    );
+    (status, response.json().await.expect("JSON body"))
+}
+
+fn contents(messages: &Value) -> Vec<(String, String)> {
+    messages
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| {
+            (
+                m["role"].as_str().expect("role").to_owned(),
+                m["content"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_agent_s_sessions_are_listed_and_one_is_imported_as_a_thread() {
+    let state = temp_dir("acp-import-state");
+    // Sessions made elsewhere: by another daemon on its own data directory.
+    let elsewhere = server_on(&state, Some(&temp_dir("acp-import-a"))).await;
+    run(
+        &elsewhere,
+        "scripted",
+        &turns("orig", "r1", &["hello one"], false),
+    )
+    .await;
+    let second = run(
+        &elsewhere,
+        "scripted",
+        &turns("orig", "r2", &["hello one", "hello two"], false),
+    )
+    .await;
+    let view = apply_state(&second, None).expect("state");
+    let session = view["session"].as_str().expect("session").to_owned();
+    elsewhere.stop().await;
+
+    let server = server_on(&state, Some(&temp_dir("acp-import-b"))).await;
+    let (status, listed) = get_json(&server, "/agents/scripted/sessions").await;
+    assert_eq!(status, 200, "{listed}");
+    let entry = listed["sessions"]
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .find(|s| s["sessionId"] == session.as_str())
+        .expect("the session is listed")
+        .clone();
+    assert_eq!(entry["title"], "hello one");
+
+    let (status, imported) = post_json(
+        &server,
+        &format!("/agents/scripted/sessions/{session}/import"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 201, "{imported}");
+    assert_eq!(imported["messageCount"], 4);
+    let thread = imported["threadId"].as_str().expect("thread").to_owned();
+    let (_, messages) = get_json(&server, &format!("/threads/{thread}/messages")).await;
+    let expected: Vec<(String, String)> = [
+        ("user", "hello one"),
+        ("assistant", "Echo: hello one"),
+        ("user", "hello two"),
+        ("assistant", "Echo: hello two"),
+    ]
+    .iter()
+    .map(|(r, c)| ((*r).to_owned(), (*c).to_owned()))
+    .collect();
+    assert_eq!(contents(&messages["messages"]), expected);
+    let (_, row) = get_json(&server, &format!("/threads/{thread}")).await;
+    assert_eq!(row["title"], "hello one");
+    assert_eq!(row["status"], "idle");
+    assert_eq!(
+        row["metadata"]["session"],
+        json!({"id": session, "how": "imported"})
+    );
+
+    // Hydration serves it like any thread.
+    let response = server
+        .get(&format!("/threads/{thread}/stream"))
+        .send()
+        .await
+        .expect("stream");
+    let frames = SseReader::new(response).collect().await;
+    let snapshot = only(&frames, "MESSAGES_SNAPSHOT");
+    assert_eq!(contents(&snapshot.data["messages"]), expected);
+
+    // The thread goes on in the imported session: only the new message is prompted.
+    let mut body = turns(&thread, "r3", &["recall"], false);
+    let mut history = messages["messages"].as_array().expect("messages").clone();
+    history.push(body["messages"][0].clone());
+    body["messages"] = Value::Array(history);
+    let frames = run(&server, "scripted", &body).await;
+    assert_eq!(text_of(&frames), "Heard: recall");
+    let view = apply_state(&frames, None).expect("state");
+    assert_eq!(view["session"], session.as_str());
+
+    // Refusals, each a JSON error before anything is created.
+    let path = format!("/agents/scripted/sessions/{session}/import");
+    let (status, error) = post_json(&server, &path, None).await;
+    assert_eq!(
+        (status, error["code"].as_str()),
+        (409, Some("SESSION_IN_USE"))
+    );
+    let (status, error) =
+        post_json(&server, "/agents/scripted/sessions/sess-nope/import", None).await;
+    assert_eq!((status, error["code"].as_str()), (404, Some("NOT_FOUND")));
+    let (status, error) = post_json(
+        &server,
+        "/agents/scripted/sessions/sess-nope/import",
+        Some(json!({"threadId": thread})),
+    )
+    .await;
+    assert_eq!(
+        (status, error["code"].as_str()),
+        (409, Some("THREAD_EXISTS"))
+    );
+    let (status, error) = post_json(
+        &server,
+        "/agents/scripted/sessions/sess-nope/import",
+        Some(json!({"threadId": 5})),
+    )
+    .await;
+    assert_eq!((status, error["field"].as_str()), (400, Some("threadId")));
+    let (status, error) = get_json(&server, "/agents/demo/sessions").await;
+    assert_eq!(
+        (status, error["code"].as_str()),
+        (404, Some("NOT_SUPPORTED"))
+    );
+    let (status, error) = get_json(&server, "/agents/nope/sessions").await;
+    assert_eq!(
+        (status, error["code"].as_str()),
+        (404, Some("UNKNOWN_AGENT"))
+    );
+    let unauthenticated = client()
+        .get(server.url("/agents/scripted/sessions"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(unauthenticated.status(), 401);
+}
+
+#[tokio::test]
+async fn a_thread_forks_into_a_new_thread_on_a_forked_session() {
+    let server = server("acp-fork").await;
+    let first = run(
+        &server,
+        "scripted",
+        &turns("f", "r1", &["hello one"], false),
+    )
+    .await;
+    let session = apply_state(&first, None).expect("state")["session"].clone();
+
+    let (status, forked) = post_json(
+        &server,
+        "/threads/f/fork",
+        Some(json!({"threadId": "f-copy"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{forked}");
+    assert_eq!(forked["threadId"], "f-copy");
+    assert_eq!(forked["forkedFrom"], "f");
+    assert_eq!(forked["messageCount"], 2);
+    assert_ne!(forked["sessionId"], session, "a session of its own");
+    let (_, original) = get_json(&server, "/threads/f/messages").await;
+    let (_, copy) = get_json(&server, "/threads/f-copy/messages").await;
+    assert_eq!(contents(&copy["messages"]), contents(&original["messages"]));
+    let (_, row) = get_json(&server, "/threads/f-copy").await;
+    assert_eq!(row["metadata"]["session"]["how"], "forked");
+
+    // Each goes on on its own session.
+    let mut body = turns("f-copy", "r2", &["recall"], false);
+    let mut history = copy["messages"].as_array().expect("messages").clone();
+    history.push(body["messages"][0].clone());
+    body["messages"] = Value::Array(history);
+    let frames = run(&server, "scripted", &body).await;
+    assert_eq!(text_of(&frames), "Heard: recall");
+    assert_eq!(
+        apply_state(&frames, None).expect("state")["session"],
+        forked["sessionId"]
+    );
+    let frames = run(
+        &server,
+        "scripted",
+        &turns("f", "r2", &["hello one", "recall"], false),
+    )
+    .await;
+    assert_eq!(text_of(&frames), "Heard: hello one | recall");
+
+    // Refusals.
+    let (status, error) = post_json(&server, "/threads/nope/fork", None).await;
+    assert_eq!((status, error["code"].as_str()), (404, Some("NOT_FOUND")));
+    let (status, error) =
+        post_json(&server, "/threads/f/fork", Some(json!({"threadId": "f"}))).await;
+    assert_eq!(
+        (status, error["code"].as_str()),
+        (409, Some("THREAD_EXISTS"))
+    );
+    run(&server, "demo", &turns("d", "r1", &["hi"], false)).await;
+    let (status, error) = post_json(&server, "/threads/d/fork", None).await;
+    assert_eq!(
+        (status, error["code"].as_str()),
+        (404, Some("NOT_SUPPORTED"))
+    );
+    // Not while a run is live on the thread.
+    let live = post_run(
+        &server,
+        "scripted",
+        &turns("busy", "r1", &["slow 40"], false),
+    )
+    .await;
+    let mut reader = SseReader::new(live);
+    let started = reader.next().await.expect("a frame");
+    assert_eq!(started.kind(), "RUN_STARTED");
+    let (status, error) = post_json(&server, "/threads/busy/fork", None).await;
+    assert_eq!(
+        (status, error["code"].as_str()),
+        (409, Some("RUN_IN_PROGRESS"))
+    );
+    let rest = reader.collect().await;
+    assert_eq!(rest.last().expect("terminal").kind(), "RUN_FINISHED");
 }

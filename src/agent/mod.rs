@@ -64,6 +64,84 @@ pub trait Agent: Send + Sync + 'static {
     fn processes(&self) -> Option<Processes> {
         None
     }
+
+    /// The agent's own sessions, a page at a time (`GET {path}/agents/{agent}/sessions`).
+    fn list_sessions(
+        &self,
+        cursor: Option<String>,
+    ) -> BoxFuture<Result<SessionPage, SessionError>> {
+        let _ = cursor;
+        Box::pin(async { Err(SessionError::unsupported("keeps no sessions to list")) })
+    }
+
+    /// Opens one of the agent's sessions for the new thread `thread_id` and returns its
+    /// history as messages (the thread's transcript).
+    fn import_session(
+        &self,
+        thread_id: &str,
+        session_id: &str,
+    ) -> BoxFuture<Result<Vec<Message>, SessionError>> {
+        let _ = (thread_id, session_id);
+        Box::pin(async { Err(SessionError::unsupported("keeps no sessions to import")) })
+    }
+
+    /// Forks the session of thread `thread_id` (`session_id`, as stored) for the new thread
+    /// `new_thread_id`; returns the new session's id.
+    fn fork_session(
+        &self,
+        thread_id: &str,
+        session_id: Option<&str>,
+        new_thread_id: &str,
+    ) -> BoxFuture<Result<String, SessionError>> {
+        let _ = (thread_id, session_id, new_thread_id);
+        Box::pin(async { Err(SessionError::unsupported("cannot fork sessions")) })
+    }
+}
+
+/// One of an agent's own sessions.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionSummary {
+    pub session_id: String,
+    pub cwd: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// RFC 3339, as the agent reports it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
+}
+
+/// A page of an agent's sessions.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionPage {
+    pub sessions: Vec<SessionSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// Why a session operation (list, import, fork) did not happen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SessionError {
+    /// The agent does not offer it.
+    #[error("the agent {0}")]
+    Unsupported(String),
+    /// The agent has no such session.
+    #[error("{0}")]
+    NotFound(String),
+    /// The session is already a live thread's.
+    #[error("{0}")]
+    InUse(String),
+    /// The agent failed (cannot start, or answered with an error); the message is shown to
+    /// the client after sanitizing.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl SessionError {
+    pub fn unsupported(what: &str) -> SessionError {
+        SessionError::Unsupported(what.to_owned())
+    }
 }
 
 /// A backend's processes by state (see [`Agent::processes`]).

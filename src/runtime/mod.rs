@@ -24,6 +24,7 @@ mod observe;
 mod pump;
 mod reattach;
 pub mod sanitize;
+mod sessions;
 pub mod state;
 pub mod suspension;
 mod thread;
@@ -42,6 +43,7 @@ use tokio_util::task::TaskTracker;
 
 pub use attach::{Attachment, Resume};
 pub use journal::{EventId, Gap, Journal, JournalLimits};
+pub use sessions::{NewThread, SessionRequestError};
 
 use crate::agent::Agent;
 use crate::config::Hitl;

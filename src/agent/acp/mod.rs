@@ -34,11 +34,12 @@ use agent_client_protocol::ErrorCode;
 use agent_client_protocol::v1::schema::{
     CancelNotification, CloseSessionRequest, ContentBlock, CreateElicitationRequest,
     CreateElicitationResponse, DeleteSessionRequest, ElicitationAcceptAction, ElicitationAction,
-    ElicitationMode, ElicitationScope, ImageContent, LoadSessionRequest, McpServer,
-    NewSessionRequest, NewSessionResponse, PermissionOptionKind, PromptRequest, PromptResponse,
-    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
-    ResumeSessionRequest, SelectedPermissionOutcome, SessionConfigOptionValue,
-    SetSessionConfigOptionRequest, SetSessionModeRequest, StopReason, TextContent, Usage,
+    ElicitationMode, ElicitationScope, ForkSessionRequest, ImageContent, ListSessionsRequest,
+    LoadSessionRequest, McpServer, NewSessionRequest, NewSessionResponse, PermissionOptionKind,
+    PromptRequest, PromptResponse, RequestPermissionOutcome, RequestPermissionRequest,
+    RequestPermissionResponse, ResumeSessionRequest, SelectedPermissionOutcome,
+    SessionConfigOptionValue, SetSessionConfigOptionRequest, SetSessionModeRequest, StopReason,
+    TextContent, Usage,
 };
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -47,7 +48,7 @@ use tokio_util::sync::CancellationToken;
 use super::{
     Agent, AgentError, AgentEvent, AgentState, AgentStatus, AuthMethod, BoxFuture, ClientToolCall,
     EventSink, InputAnswer, InputRequest, PermissionOption, PermissionOutcome, PermissionRequest,
-    Processes, SinkClosed, ToolAnswer, Turn, TurnEnd,
+    Processes, SessionError, SessionPage, SessionSummary, SinkClosed, ToolAnswer, Turn, TurnEnd,
 };
 use crate::config::{AcpConfig, FrontendMcp, Permissions};
 use crate::protocol::events::TokenUsage;
@@ -105,6 +106,9 @@ struct Inner {
     /// thread id -> messages the agent has not received (their turn failed before it
     /// accepted the prompt).
     undelivered: Mutex<HashMap<String, Vec<Message>>>,
+    /// thread id -> how its session came (`imported`, `forked`), for threads whose session
+    /// was bound outside a turn: the thread's first turn shows it in the state.
+    bound_outside: Mutex<HashMap<String, &'static str>>,
     spawning: tokio::sync::Mutex<()>,
     health: health::Health,
     reaper: AtomicBool,
@@ -122,6 +126,7 @@ impl AcpBackend {
                 processes: Mutex::new(Vec::new()),
                 sessions: Mutex::new(HashMap::new()),
                 undelivered: Mutex::new(HashMap::new()),
+                bound_outside: Mutex::new(HashMap::new()),
                 spawning: tokio::sync::Mutex::new(()),
                 health: health::Health::default(),
                 reaper: AtomicBool::new(false),
@@ -184,6 +189,7 @@ impl Agent for AcpBackend {
         let thread_id = thread_id.to_owned();
         Box::pin(async move {
             lock(&inner.undelivered).remove(&thread_id);
+            lock(&inner.bound_outside).remove(&thread_id);
             let Some((process, session)) = lock(&inner.sessions).remove(&thread_id) else {
                 return;
             };
@@ -212,6 +218,40 @@ impl Agent for AcpBackend {
             {
                 tracing::debug!(error = %error.message, "session/delete failed");
             }
+        })
+    }
+
+    fn list_sessions(
+        &self,
+        cursor: Option<String>,
+    ) -> BoxFuture<Result<SessionPage, SessionError>> {
+        let inner = self.inner.clone();
+        Box::pin(async move { inner.list_sessions(cursor).await })
+    }
+
+    fn import_session(
+        &self,
+        thread_id: &str,
+        session_id: &str,
+    ) -> BoxFuture<Result<Vec<Message>, SessionError>> {
+        let inner = self.inner.clone();
+        let (thread_id, session_id) = (thread_id.to_owned(), session_id.to_owned());
+        Box::pin(async move { inner.import_session(&thread_id, &session_id).await })
+    }
+
+    fn fork_session(
+        &self,
+        thread_id: &str,
+        session_id: Option<&str>,
+        new_thread_id: &str,
+    ) -> BoxFuture<Result<String, SessionError>> {
+        let inner = self.inner.clone();
+        let (thread_id, new_thread_id) = (thread_id.to_owned(), new_thread_id.to_owned());
+        let session_id = session_id.map(str::to_owned);
+        Box::pin(async move {
+            inner
+                .fork_session(&thread_id, session_id.as_deref(), &new_thread_id)
+                .await
         })
     }
 
@@ -610,9 +650,14 @@ impl Inner {
         turn: &Turn,
         sink: &EventSink,
     ) -> Result<(Arc<AcpProcess>, String), Stop> {
-        if let Some((process, session)) = lock(&self.sessions).get(&turn.thread_id).cloned()
+        let live = lock(&self.sessions).get(&turn.thread_id).cloned();
+        if let Some((process, session)) = live
             && process.is_alive()
         {
+            let outside = lock(&self.bound_outside).remove(&turn.thread_id);
+            if let Some(how) = outside {
+                sink.set_session(&session, how).await?;
+            }
             return Ok((process, session));
         }
         let process = self.acquire().await?;
@@ -787,6 +832,155 @@ impl Inner {
         }
     }
 
+    /// The working directory of this agent's sessions.
+    fn cwd(&self) -> std::path::PathBuf {
+        self.config
+            .cwd
+            .clone()
+            .or_else(|| std::env::current_dir().ok())
+            .unwrap_or_else(|| "/".into())
+    }
+
+    /// `session/list` in this agent's working directory.
+    async fn list_sessions(
+        self: &Arc<Self>,
+        cursor: Option<String>,
+    ) -> Result<SessionPage, SessionError> {
+        let process = self.acquire().await.map_err(could_not_start)?;
+        let _busy = Busy::new(process.clone());
+        if process.capabilities().session_capabilities.list.is_none() {
+            return Err(SessionError::unsupported("does not list its sessions"));
+        }
+        let request = ListSessionsRequest::new().cwd(self.cwd()).cursor(cursor);
+        let listed = process
+            .connection
+            .send_request(request)
+            .block_task()
+            .await
+            .map_err(|e| refused("session/list", &e))?;
+        Ok(SessionPage {
+            sessions: listed
+                .sessions
+                .into_iter()
+                .map(|s| SessionSummary {
+                    session_id: s.session_id.to_string(),
+                    cwd: s.cwd.display().to_string(),
+                    title: s.title,
+                    updated_at: s.updated_at,
+                })
+                .collect(),
+            next_cursor: listed.next_cursor,
+        })
+    }
+
+    /// Loads the agent's session `session_id` for the new thread `thread_id`: its replay
+    /// becomes the thread's transcript, and the session stays live for the thread.
+    async fn import_session(
+        self: &Arc<Self>,
+        thread_id: &str,
+        session_id: &str,
+    ) -> Result<Vec<Message>, SessionError> {
+        let holder = lock(&self.sessions)
+            .iter()
+            .find(|(_, (p, s))| s == session_id && p.is_alive())
+            .map(|(thread, _)| thread.clone());
+        if let Some(thread) = holder {
+            return Err(SessionError::InUse(format!(
+                "session {session_id:?} is live on thread {thread:?}"
+            )));
+        }
+        let process = self.acquire().await.map_err(could_not_start)?;
+        let _busy = Busy::new(process.clone());
+        if !process.capabilities().load_session {
+            return Err(SessionError::unsupported(
+                "cannot load its sessions (no loadSession)",
+            ));
+        }
+        let (mcp_servers, mcp_handle) = self.mcp_servers(&process).await;
+        if let Some(handle) = &mcp_handle {
+            handle.set_session(session_id);
+        }
+        let mut replay = process.router.register(session_id);
+        let load =
+            LoadSessionRequest::new(session_id.to_owned(), self.cwd()).mcp_servers(mcp_servers);
+        let loaded = process.connection.send_request(load).block_task().await;
+        process.router.unregister(session_id);
+        loaded.map_err(|e| refused("session/load", &e))?;
+        // The agent replays the history before it answers, so all of it is here.
+        let mut updates = Vec::new();
+        while let Ok(event) = replay.try_recv() {
+            match event {
+                SessionEvent::Update {
+                    subagent: None,
+                    update,
+                } => updates.push(update),
+                SessionEvent::Update { .. } => {}
+                SessionEvent::Permission(_, responder) => {
+                    let _ = responder.respond(process::cancelled());
+                }
+                SessionEvent::Elicitation(_, responder) => {
+                    let _ = responder
+                        .respond(CreateElicitationResponse::new(ElicitationAction::Cancel));
+                }
+                SessionEvent::FrontendCall { reply, .. } => {
+                    let _ = reply.send(ToolAnswer::Error("no run is waiting".to_owned()));
+                }
+            }
+        }
+        self.health.session_ok();
+        self.remember(thread_id, &process, session_id);
+        lock(&self.bound_outside).insert(thread_id.to_owned(), "imported");
+        tracing::info!(session = %session_id, updates = updates.len(), "ACP session imported");
+        Ok(translate::transcript_of(&updates))
+    }
+
+    /// `session/fork` of thread `thread_id`'s session for the new thread `new_thread_id`.
+    async fn fork_session(
+        self: &Arc<Self>,
+        thread_id: &str,
+        stored: Option<&str>,
+        new_thread_id: &str,
+    ) -> Result<String, SessionError> {
+        let live = lock(&self.sessions)
+            .get(thread_id)
+            .cloned()
+            .filter(|(p, _)| p.is_alive());
+        let (process, source) = match live {
+            Some(bound) => bound,
+            None => {
+                let Some(stored) = stored else {
+                    return Err(SessionError::NotFound(
+                        "the thread has no agent session to fork yet".to_owned(),
+                    ));
+                };
+                (
+                    self.acquire().await.map_err(could_not_start)?,
+                    stored.to_owned(),
+                )
+            }
+        };
+        let _busy = Busy::new(process.clone());
+        if process.capabilities().session_capabilities.fork.is_none() {
+            return Err(SessionError::unsupported("cannot fork sessions"));
+        }
+        let (mcp_servers, mcp_handle) = self.mcp_servers(&process).await;
+        let fork = ForkSessionRequest::new(source, self.cwd()).mcp_servers(mcp_servers);
+        let forked = process
+            .connection
+            .send_request(fork)
+            .block_task()
+            .await
+            .map_err(|e| refused("session/fork", &e))?;
+        let session = forked.session_id.to_string();
+        if let Some(handle) = &mcp_handle {
+            handle.set_session(&session);
+        }
+        self.remember(new_thread_id, &process, &session);
+        lock(&self.bound_outside).insert(new_thread_id.to_owned(), "forked");
+        tracing::info!(session = %session, "ACP session forked");
+        Ok(session)
+    }
+
     fn remember(&self, thread: &str, process: &Arc<AcpProcess>, session: &str) {
         lock(&self.sessions).insert(thread.to_owned(), (process.clone(), session.to_owned()));
     }
@@ -940,6 +1134,20 @@ fn auth_methods(process: &AcpProcess) -> Vec<AuthMethod> {
             description: m.description().map(str::to_owned),
         })
         .collect()
+}
+
+/// A session operation that failed because no agent process could be had.
+fn could_not_start(error: AgentError) -> SessionError {
+    SessionError::Failed(error.to_string())
+}
+
+/// A session operation the agent answered with an error.
+fn refused(method: &str, error: &agent_client_protocol::Error) -> SessionError {
+    if error.code == ErrorCode::RESOURCE_NOT_FOUND {
+        SessionError::NotFound(format!("the agent has no such session ({})", error.message))
+    } else {
+        SessionError::Failed(format!("{method} failed: {}", error.message))
+    }
 }
 
 /// The wire name of a permission option kind (`allow_once`, ...), as clients match it.

@@ -23,6 +23,7 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{Value, json};
 
 use crate::agent::{AgentEvent, EventSink, SinkClosed};
+use crate::protocol::input::{AssistantMessage, Content, Message, UserMessage};
 
 /// One session turn's translation state.
 #[derive(Debug, Default)]
@@ -506,6 +507,71 @@ fn tool_call_details(id: &str, update: &Value) -> Value {
         }
     }
     details
+}
+
+/// The transcript a loaded session's replay tells: its user and agent messages as AG-UI
+/// messages (chunks of one message joined; ids `acp-<messageId>`, or `import-<uuid>` when
+/// the agent gives none). Thoughts, tool calls and plans are not carried over.
+pub(super) fn transcript_of(updates: &[Value]) -> Vec<Message> {
+    struct Open {
+        user: bool,
+        acp_id: String,
+        id: String,
+        text: String,
+    }
+    fn close(open: Option<Open>, messages: &mut Vec<Message>) {
+        let Some(open) = open else {
+            return;
+        };
+        messages.push(if open.user {
+            Message::User(UserMessage {
+                id: open.id,
+                content: Content::Text(open.text),
+                name: None,
+            })
+        } else {
+            Message::Assistant(AssistantMessage {
+                id: open.id,
+                content: Some(open.text),
+                name: None,
+                tool_calls: Vec::new(),
+            })
+        });
+    }
+    let mut messages = Vec::new();
+    let mut open: Option<Open> = None;
+    for update in updates {
+        let user = match update["sessionUpdate"].as_str() {
+            Some("user_message_chunk") => true,
+            Some("agent_message_chunk") => false,
+            _ => continue,
+        };
+        let Some(text) = text_of(&update["content"]) else {
+            continue;
+        };
+        let acp_id = update["messageId"].as_str().unwrap_or_default().to_owned();
+        match &mut open {
+            Some(current) if current.user == user && current.acp_id == acp_id => {
+                current.text.push_str(&text);
+            }
+            _ => {
+                close(open.take(), &mut messages);
+                let id = if acp_id.is_empty() {
+                    format!("import-{}", uuid::Uuid::new_v4())
+                } else {
+                    format!("acp-{acp_id}")
+                };
+                open = Some(Open {
+                    user,
+                    acp_id,
+                    id,
+                    text,
+                });
+            }
+        }
+    }
+    close(open, &mut messages);
+    messages
 }
 
 fn text_of(content: &Value) -> Option<String> {
