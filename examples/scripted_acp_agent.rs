@@ -48,13 +48,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_client_protocol::v1::schema::{
-    CancelNotification, CloseSessionRequest, CloseSessionResponse, CreateElicitationRequest,
-    DeleteSessionRequest, DeleteSessionResponse, ForkSessionRequest, ForkSessionResponse,
-    InitializeRequest, InitializeResponse, ListSessionsRequest, ListSessionsResponse,
-    LoadSessionRequest, LoadSessionResponse, NewSessionRequest, NewSessionResponse, PromptRequest,
-    PromptResponse, RequestPermissionRequest, ResumeSessionRequest, ResumeSessionResponse,
-    SessionConfigOptionValue, SetSessionConfigOptionRequest, SetSessionConfigOptionResponse,
-    SetSessionModeRequest, SetSessionModeResponse,
+    AgentCapabilities, AuthMethod, AuthMethodAgent, CancelNotification, CloseSessionRequest,
+    CloseSessionResponse, CreateElicitationRequest, DeleteSessionRequest, DeleteSessionResponse,
+    ElicitationAction, ElicitationFormMode, ElicitationSchema, ElicitationSessionScope,
+    ForkSessionRequest, ForkSessionResponse, Implementation, InitializeRequest, InitializeResponse,
+    IntegerPropertySchema, ListSessionsRequest, ListSessionsResponse, LoadSessionRequest,
+    LoadSessionResponse, McpCapabilities, NewSessionRequest, NewSessionResponse, PermissionOption,
+    PermissionOptionKind, PromptCapabilities, PromptRequest, PromptResponse,
+    RequestPermissionOutcome, RequestPermissionRequest, ResumeSessionRequest,
+    ResumeSessionResponse, SessionCapabilities, SessionCloseCapabilities, SessionConfigOption,
+    SessionConfigOptionValue, SessionConfigSelectOption, SessionDeleteCapabilities,
+    SessionForkCapabilities, SessionInfo, SessionListCapabilities, SessionMode, SessionModeState,
+    SessionResumeCapabilities, SetSessionConfigOptionRequest, SetSessionConfigOptionResponse,
+    SetSessionModeRequest, SetSessionModeResponse, StopReason, StringPropertySchema,
+    ToolCallUpdate, ToolCallUpdateFields, Usage,
 };
 use agent_client_protocol::{Agent, ByteStreams, Client, Error, UntypedMessage};
 use serde_json::{Value, json};
@@ -83,23 +90,30 @@ impl Shared {
     }
 }
 
-/// The modes and config options a session offers, as `session/new` answers them.
-fn session_settings(model: &str, fast_apply: bool) -> Value {
-    json!({
-        "modes": {"currentModeId": "code", "availableModes": [
-            {"id": "code", "name": "Code", "description": "Writes code"},
-            {"id": "plan", "name": "Plan"}
-        ]},
-        "configOptions": config_options(model, fast_apply)
-    })
+/// The modes a session offers (`code` first).
+fn session_modes() -> SessionModeState {
+    SessionModeState::new(
+        "code",
+        vec![
+            SessionMode::new("code", "Code").description("Writes code".to_owned()),
+            SessionMode::new("plan", "Plan"),
+        ],
+    )
 }
 
-fn config_options(model: &str, fast_apply: bool) -> Value {
-    json!([
-        {"id": "model", "name": "Model", "type": "select", "currentValue": model,
-         "options": [{"value": "fast", "name": "Fast"}, {"value": "smart", "name": "Smart"}]},
-        {"id": "fast_apply", "name": "Fast apply", "type": "boolean", "currentValue": fast_apply}
-    ])
+fn config_options(model: &str, fast_apply: bool) -> Vec<SessionConfigOption> {
+    vec![
+        SessionConfigOption::select(
+            "model",
+            "Model",
+            model.to_owned(),
+            vec![
+                SessionConfigSelectOption::new("fast", "Fast"),
+                SessionConfigSelectOption::new("smart", "Smart"),
+            ],
+        ),
+        SessionConfigOption::boolean("fast_apply", "Fast apply", fast_apply),
+    ]
 }
 
 /// Whether the authentication switch says `at` (`new` or `prompt`) fails now.
@@ -115,10 +129,9 @@ fn auth_required() -> Error {
     Error::new(-32000, "Authentication required")
 }
 
-fn cast<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, Error> {
-    serde_json::from_value(value).map_err(|e| Error::internal_error().data(e.to_string()))
-}
-
+/// Sends one `session/update`. Updates are written as JSON on purpose: the script sends
+/// shapes a typed build would not (an update variant no schema knows, a pending tool call
+/// with no `status` key), to exercise the daemon's forward-compatible translation.
 fn update(cx: &Connection, session: &str, update: Value) -> Result<(), Error> {
     cx.send_notification(UntypedMessage::new(
         "session/update",
@@ -135,11 +148,11 @@ fn chunk(cx: &Connection, session: &str, kind: &str, id: &str, text: &str) -> Re
 }
 
 /// The sessions with a history in `$SCRIPTED_AGENT_STATE`, oldest first.
-fn listed_sessions(cwd: &str) -> Value {
+fn listed_sessions(cwd: &str) -> Vec<SessionInfo> {
     let Some(dir) = std::env::var_os("SCRIPTED_AGENT_STATE") else {
-        return json!([]);
+        return Vec::new();
     };
-    let mut sessions: Vec<(std::time::SystemTime, Value)> = std::fs::read_dir(dir)
+    let mut sessions: Vec<(std::time::SystemTime, SessionInfo)> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()
         .flatten()
@@ -153,15 +166,11 @@ fn listed_sessions(cwd: &str) -> Value {
                 .filter_map(|l| serde_json::from_str::<Value>(l).ok())
                 .find(|e| e["role"] == "user")
                 .and_then(|e| e["text"].as_str().map(str::to_owned));
-            let mut info = json!({"sessionId": session, "cwd": cwd});
-            if let Some(title) = title {
-                info["title"] = json!(title);
-            }
-            Some((modified, info))
+            Some((modified, SessionInfo::new(session, cwd).title(title)))
         })
         .collect();
     sessions.sort_by_key(|(modified, _)| *modified);
-    Value::Array(sessions.into_iter().map(|(_, info)| info).collect())
+    sessions.into_iter().map(|(_, info)| info).collect()
 }
 
 fn not_found(session: &str) -> Error {
@@ -298,7 +307,7 @@ async fn play(
     shared: Arc<Shared>,
     session: String,
     text: String,
-) -> Result<Value, Error> {
+) -> Result<PromptResponse, Error> {
     // The last block is the user's message; earlier ones may be context.
     let command = text.lines().last().unwrap_or("").trim().to_owned();
     remember(&session, "user", &command);
@@ -413,31 +422,39 @@ async fn play(
                 "cost": {"amount": 0.01, "currency": "USD"}}),
             )?;
             chunk(&cx, &session, "agent_message_chunk", &mid, "Counted.")?;
-            return Ok(json!({"stopReason": "end_turn", "usage": {
-                "inputTokens": 100, "outputTokens": 50, "totalTokens": 150,
-                "thoughtTokens": 10, "cachedReadTokens": 20
-            }}));
+            let usage = Usage::new(150, 100, 50)
+                .thought_tokens(10)
+                .cached_read_tokens(20);
+            return Ok(PromptResponse::new(StopReason::EndTurn).usage(usage));
         }
         "elicit" => {
-            let request: CreateElicitationRequest = cast(json!({
-                "mode": "form",
-                "sessionId": session,
-                "message": "Who are you?",
-                "requestedSchema": {
-                    "type": "object",
-                    "properties": {
-                        "name": {"type": "string", "title": "Name", "minLength": 1},
-                        "age": {"type": "integer", "minimum": 0},
-                        "color": {"type": "string", "enum": ["red", "blue"]}
-                    },
-                    "required": ["name"]
-                }
-            }))?;
+            let form = ElicitationSchema::new()
+                .property(
+                    "name",
+                    StringPropertySchema::new()
+                        .title("Name".to_owned())
+                        .min_length(1),
+                    true,
+                )
+                .property("age", IntegerPropertySchema::new().minimum(0), false)
+                .property(
+                    "color",
+                    StringPropertySchema::new()
+                        .enum_values(vec!["red".to_owned(), "blue".to_owned()]),
+                    false,
+                );
+            let request = CreateElicitationRequest::new(
+                ElicitationFormMode::new(ElicitationSessionScope::new(session.clone()), form),
+                "Who are you?",
+            );
             let response = cx.send_request(request).block_task().await?;
-            let answer = serde_json::to_value(&response).unwrap_or(Value::Null);
-            let text = match answer["action"].as_str() {
-                Some("accept") => format!("Form accepted: {}", answer["content"]),
-                Some("decline") => "Form declined.".to_owned(),
+            let text = match response.action {
+                ElicitationAction::Accept(accepted) => format!(
+                    "Form accepted: {}",
+                    serde_json::to_string(&accepted.content.unwrap_or_default())
+                        .unwrap_or_default()
+                ),
+                ElicitationAction::Decline => "Form declined.".to_owned(),
                 _ => "Form cancelled.".to_owned(),
             };
             chunk(&cx, &session, "agent_message_chunk", &mid, &text)?;
@@ -514,18 +531,33 @@ async fn play(
                     "kind": "delete", "status": "pending", "rawInput": {"path": "build/"}
                 }),
             )?;
-            let request: RequestPermissionRequest = cast(json!({
-                "sessionId": session,
-                "toolCall": {"toolCallId": "call-p", "title": "Delete build/"},
-                "options": [
-                    {"optionId": "yes-once", "name": "Allow once", "kind": "allow_once"},
-                    {"optionId": "yes-always", "name": "Always allow", "kind": "allow_always"},
-                    {"optionId": "no", "name": "Reject", "kind": "reject_once"}
-                ]
-            }))?;
+            let request = RequestPermissionRequest::new(
+                session.clone(),
+                ToolCallUpdate::new(
+                    "call-p",
+                    ToolCallUpdateFields::new().title("Delete build/".to_owned()),
+                ),
+                vec![
+                    PermissionOption::new(
+                        "yes-once",
+                        "Allow once",
+                        PermissionOptionKind::AllowOnce,
+                    ),
+                    PermissionOption::new(
+                        "yes-always",
+                        "Always allow",
+                        PermissionOptionKind::AllowAlways,
+                    ),
+                    PermissionOption::new("no", "Reject", PermissionOptionKind::RejectOnce),
+                ],
+            );
             let response = cx.send_request(request).block_task().await?;
-            let outcome = serde_json::to_value(&response).unwrap_or(Value::Null);
-            let chosen = outcome["outcome"]["optionId"].as_str().map(str::to_owned);
+            let chosen = match response.outcome {
+                RequestPermissionOutcome::Selected(selected) => {
+                    Some(selected.option_id.to_string())
+                }
+                _ => None,
+            };
             let verdict = match chosen.as_deref() {
                 Some("yes-once" | "yes-always") => "allowed",
                 Some(_) => "rejected",
@@ -541,7 +573,7 @@ async fn play(
                 }),
             )?;
             if verdict == "cancelled" {
-                return Ok(json!({"stopReason": "cancelled"}));
+                return Ok(PromptResponse::new(StopReason::Cancelled));
             }
             chunk(
                 &cx,
@@ -560,7 +592,7 @@ async fn play(
                     .map(|c| c.contains(&session))
                     .unwrap_or(false)
                 {
-                    return Ok(json!({"stopReason": "cancelled"}));
+                    return Ok(PromptResponse::new(StopReason::Cancelled));
                 }
                 chunk(&cx, &session, "agent_message_chunk", &mid, &format!("{i} "))?;
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -610,7 +642,7 @@ async fn play(
                     &mid,
                     "No frontend MCP server.",
                 )?;
-                return Ok(json!({"stopReason": "end_turn"}));
+                return Ok(PromptResponse::new(StopReason::EndTurn));
             };
             update(
                 &cx,
@@ -646,7 +678,7 @@ async fn play(
             remember(&session, "agent", &format!("Echo: {command}"));
         }
     }
-    Ok(json!({"stopReason": "end_turn"}))
+    Ok(PromptResponse::new(StopReason::EndTurn))
 }
 
 #[tokio::main]
@@ -668,30 +700,39 @@ async fn main() -> Result<(), Error> {
             async move |request: InitializeRequest, responder, _cx| {
                 let resume = std::env::var("SCRIPTED_AGENT_RESUME").is_ok_and(|v| v == "1");
                 let auth_methods = if std::env::var_os("SCRIPTED_AGENT_AUTH_FILE").is_some() {
-                    json!([
-                        {"id": "scripted-key", "name": "API key",
-                         "description": "Set SCRIPTED_KEY in the agent's environment"},
-                        {"id": "oauth-personal", "name": "Log in with a browser",
-                         "description": "Run the agent once in a terminal and log in"}
-                    ])
+                    vec![
+                        AuthMethod::Agent(
+                            AuthMethodAgent::new("scripted-key", "API key").description(
+                                "Set SCRIPTED_KEY in the agent's environment".to_owned(),
+                            ),
+                        ),
+                        AuthMethod::Agent(
+                            AuthMethodAgent::new("oauth-personal", "Log in with a browser")
+                                .description(
+                                    "Run the agent once in a terminal and log in".to_owned(),
+                                ),
+                        ),
+                    ]
                 } else {
-                    json!([])
+                    Vec::new()
                 };
-                let response: InitializeResponse = cast(json!({
-                    "authMethods": auth_methods,
-                    "protocolVersion": request.protocol_version,
-                    "agentCapabilities": {
-                        "loadSession": !resume,
-                        "promptCapabilities": {"image": false},
-                        "mcpCapabilities": {"http": true},
-                        "sessionCapabilities": if resume {
-                            json!({"resume": {}, "close": {}, "delete": {}, "list": {}, "fork": {}})
-                        } else {
-                            json!({"close": {}, "delete": {}, "list": {}, "fork": {}})
-                        }
-                    },
-                    "agentInfo": {"name": "scripted-acp-agent", "version": "1.0.0"}
-                }))?;
+                let mut sessions = SessionCapabilities::new()
+                    .close(SessionCloseCapabilities::new())
+                    .delete(SessionDeleteCapabilities::new())
+                    .list(SessionListCapabilities::new())
+                    .fork(SessionForkCapabilities::new());
+                if resume {
+                    sessions = sessions.resume(SessionResumeCapabilities::new());
+                }
+                let capabilities = AgentCapabilities::new()
+                    .load_session(!resume)
+                    .prompt_capabilities(PromptCapabilities::new().image(false))
+                    .mcp_capabilities(McpCapabilities::new().http(true))
+                    .session_capabilities(sessions);
+                let response = InitializeResponse::new(request.protocol_version)
+                    .agent_capabilities(capabilities)
+                    .auth_methods(auth_methods)
+                    .agent_info(Implementation::new("scripted-acp-agent", "1.0.0"));
                 responder.respond(response)
             },
             agent_client_protocol::on_receive_request!(),
@@ -714,9 +755,9 @@ async fn main() -> Result<(), Error> {
                 if let Some(path) = history_path(&id) {
                     let _ = std::fs::write(path, b"");
                 }
-                let mut answer = session_settings("fast", false);
-                answer["sessionId"] = json!(id);
-                let response: NewSessionResponse = cast(answer)?;
+                let response = NewSessionResponse::new(id)
+                    .modes(session_modes())
+                    .config_options(config_options("fast", false));
                 responder.respond(response)
             },
             agent_client_protocol::on_receive_request!(),
@@ -750,7 +791,7 @@ async fn main() -> Result<(), Error> {
                         )?;
                     }
                 }
-                let response: LoadSessionResponse = cast(json!({}))?;
+                let response = LoadSessionResponse::new();
                 responder.respond(response)
             },
             agent_client_protocol::on_receive_request!(),
@@ -758,7 +799,7 @@ async fn main() -> Result<(), Error> {
         .on_receive_request(
             async move |request: ResumeSessionRequest, responder, _cx| {
                 let _ = request.session_id;
-                let response: ResumeSessionResponse = cast(json!({}))?;
+                let response = ResumeSessionResponse::new();
                 responder.respond(response)
             },
             agent_client_protocol::on_receive_request!(),
@@ -816,8 +857,8 @@ async fn main() -> Result<(), Error> {
                     entry.1 = model.clone();
                     entry.2 = fast_apply;
                 }
-                let response: SetSessionConfigOptionResponse =
-                    cast(json!({"configOptions": config_options(&model, fast_apply)}))?;
+                let response =
+                    SetSessionConfigOptionResponse::new(config_options(&model, fast_apply));
                 responder.respond(response)
             },
             agent_client_protocol::on_receive_request!(),
@@ -827,8 +868,7 @@ async fn main() -> Result<(), Error> {
                 let cwd = request
                     .cwd
                     .map_or_else(|| "/".to_owned(), |c| c.display().to_string());
-                let response: ListSessionsResponse =
-                    cast(json!({"sessions": listed_sessions(&cwd)}))?;
+                let response = ListSessionsResponse::new(listed_sessions(&cwd));
                 responder.respond(response)
             },
             agent_client_protocol::on_receive_request!(),
@@ -846,9 +886,9 @@ async fn main() -> Result<(), Error> {
                 if std::fs::copy(from, to).is_err() {
                     return responder.respond_with_error(not_found(&source));
                 }
-                let mut answer = session_settings("fast", false);
-                answer["sessionId"] = json!(id);
-                let response: ForkSessionResponse = cast(answer)?;
+                let response = ForkSessionResponse::new(id)
+                    .modes(session_modes())
+                    .config_options(config_options("fast", false));
                 responder.respond(response)
             },
             agent_client_protocol::on_receive_request!(),
@@ -856,7 +896,7 @@ async fn main() -> Result<(), Error> {
         .on_receive_request(
             async move |request: CloseSessionRequest, responder, _cx| {
                 mark(&request.session_id.to_string(), "closed");
-                let response: CloseSessionResponse = cast(json!({}))?;
+                let response = CloseSessionResponse::new();
                 responder.respond(response)
             },
             agent_client_protocol::on_receive_request!(),
@@ -864,7 +904,7 @@ async fn main() -> Result<(), Error> {
         .on_receive_request(
             async move |request: DeleteSessionRequest, responder, _cx| {
                 mark(&request.session_id.to_string(), "deleted");
-                let response: DeleteSessionResponse = cast(json!({}))?;
+                let response = DeleteSessionResponse::new();
                 responder.respond(response)
             },
             agent_client_protocol::on_receive_request!(),
@@ -883,7 +923,7 @@ async fn main() -> Result<(), Error> {
                 let worker = cx.clone();
                 cx.spawn(async move {
                     match play(worker, shared, session, text).await {
-                        Ok(value) => responder.respond(cast::<PromptResponse>(value)?),
+                        Ok(response) => responder.respond(response),
                         Err(error) => responder.respond_with_error(error),
                     }
                 })
