@@ -17,6 +17,7 @@
 //! | `settings` | `Mode: <mode>; model: <model>; fast_apply: <bool>` |
 //! | `misc` | commands, mode, config and session info updates, and one unknown update variant |
 //! | `permission` | a tool call, then `session/request_permission`; reports what was chosen |
+//! | `permission-later` | the same after 1 s |
 //! | `slow N` | N chunks 50 ms apart; honours `session/cancel` |
 //! | `crash` | one chunk, a line on stderr, then exits with status 3 |
 //! | `auth` | answers the prompt with error -32000 |
@@ -522,7 +523,10 @@ async fn play(
             )?;
             chunk(&cx, &session, "agent_message_chunk", &mid, "Misc done.")?;
         }
-        "permission" => {
+        "permission" | "permission-later" => {
+            if head == "permission-later" {
+                tokio::time::sleep(Duration::from_millis(1000)).await;
+            }
             update(
                 &cx,
                 &session,

@@ -561,3 +561,54 @@ async fn a_thread_forks_into_a_new_thread_on_a_forked_session() {
     let rest = reader.collect().await;
     assert_eq!(rest.last().expect("terminal").kind(), "RUN_FINISHED");
 }
+
+/// A run that parks on the client while the daemon is already shutting down fails closed
+/// at once, like one parked before: the shutdown waits for the other run, not the grace.
+#[tokio::test]
+async fn a_run_that_parks_during_shutdown_ends_at_once() {
+    let state = temp_dir("acp-drain");
+    let grace = Duration::from_secs(30);
+    let server = TestServer::with(move |c: &mut Config| {
+        c.agents = vec![agent("scripted", Hitl::Tool, &state)];
+        c.shutdown_grace = grace;
+    })
+    .await;
+    // One run keeps the drain busy for about 2 s; the other asks permission after 1 s.
+    let busy = post_run(
+        &server,
+        "scripted",
+        &turns("busy", "r-busy", &["slow 40"], false),
+    )
+    .await;
+    let parking = post_run(
+        &server,
+        "scripted",
+        &turns("park", "r-park", &["permission-later"], false),
+    )
+    .await;
+    assert_eq!(
+        (busy.status().as_u16(), parking.status().as_u16()),
+        (200, 200)
+    );
+    let (mut busy, mut parking) = (SseReader::new(busy), SseReader::new(parking));
+    assert_eq!(busy.next().await.expect("frame").kind(), "RUN_STARTED");
+    assert_eq!(parking.next().await.expect("frame").kind(), "RUN_STARTED");
+    let busy = tokio::spawn(busy.collect());
+    let parking = tokio::spawn(parking.collect());
+    let begun = std::time::Instant::now();
+    server.stop().await;
+    let took = begun.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "shutdown took {took:?} with a {grace:?} grace"
+    );
+    let parked = parking.await.expect("reader");
+    let terminal = parked.last().expect("terminal");
+    assert!(
+        terminal.data["outcome"]["pendingToolCallIds"].is_array(),
+        "the run parked: {:?}",
+        kinds(&parked)
+    );
+    let busy = busy.await.expect("reader");
+    assert_eq!(busy.last().expect("terminal").kind(), "RUN_FINISHED");
+}

@@ -1362,6 +1362,86 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn forwarded_props_settings_are_read_or_refused_by_field() {
+        let read = |props: Value| Settings::from_forwarded_props(Some(&props));
+        assert_eq!(read(json!({})), Ok(Settings::default()));
+        assert_eq!(read(json!({"acp": null})), Ok(Settings::default()));
+        let settings = read(json!({"acp": {"mode": "plan",
+            "configOptions": {"model": "smart", "fast": false}}}))
+        .expect("settings");
+        assert_eq!(settings.mode.as_deref(), Some("plan"));
+        assert_eq!(
+            settings.config_options,
+            vec![
+                ("model".to_owned(), SessionConfigOptionValue::from("smart")),
+                ("fast".to_owned(), SessionConfigOptionValue::boolean(false)),
+            ],
+            "in the client's order"
+        );
+        for (bad, field) in [
+            (json!({"acp": "plan"}), "forwardedProps.acp"),
+            (json!({"acp": {"mode": 3}}), "forwardedProps.acp.mode"),
+            (json!({"acp": {"mode": ""}}), "forwardedProps.acp.mode"),
+            (
+                json!({"acp": {"configOptions": []}}),
+                "forwardedProps.acp.configOptions",
+            ),
+            (
+                json!({"acp": {"configOptions": {"model": 1}}}),
+                "forwardedProps.acp.configOptions.model",
+            ),
+        ] {
+            match read(bad.clone()) {
+                Err(AgentError::Failed { code, message }) => {
+                    assert_eq!(code, "INVALID_INPUT");
+                    assert!(message.starts_with(field), "{bad}: {message}");
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_replay_becomes_a_transcript_of_whole_messages() {
+        let chunk = |kind: &str, id: Option<&str>, text: &str| {
+            let mut update =
+                json!({"sessionUpdate": kind, "content": {"type": "text", "text": text}});
+            if let Some(id) = id {
+                update["messageId"] = json!(id);
+            }
+            update
+        };
+        let transcript = translate::transcript_of(&[
+            chunk("user_message_chunk", Some("u1"), "hello "),
+            chunk("user_message_chunk", Some("u1"), "there"),
+            chunk("agent_thought_chunk", Some("t1"), "hmm"),
+            chunk("agent_message_chunk", Some("a1"), "Hi"),
+            chunk("agent_message_chunk", Some("a2"), "Again"),
+            chunk("agent_message_chunk", None, "no "),
+            chunk("agent_message_chunk", None, "id"),
+        ]);
+        let shown: Vec<Value> = transcript
+            .iter()
+            .map(|m| serde_json::to_value(m).expect("serializes"))
+            .collect();
+        assert_eq!(
+            shown[0],
+            json!({"role": "user", "id": "acp-u1", "content": "hello there"})
+        );
+        assert_eq!(
+            shown[1],
+            json!({"role": "assistant", "id": "acp-a1", "content": "Hi"})
+        );
+        assert_eq!(
+            shown[2],
+            json!({"role": "assistant", "id": "acp-a2", "content": "Again"})
+        );
+        assert_eq!(shown[3]["content"], "no id");
+        assert!(shown[3]["id"].as_str().expect("id").starts_with("import-"));
+        assert_eq!(shown.len(), 4);
+    }
+
     #[tokio::test]
     async fn updates_translate_without_an_agent_process() {
         let chunk = |id: &str, text: &str| {
