@@ -301,18 +301,15 @@ async fn modes_and_config_options_are_set_through_forwarded_props() {
     assert_eq!(options[0]["currentValue"], "smart");
     assert_eq!(options[1]["currentValue"], true);
 
-    // A malformed setting, and one the agent refuses, fail the run with a reason.
+    // A malformed setting is a 400 naming the field, before any stream; one the agent
+    // refuses fails the run with the agent's reason.
     let mut malformed = turns("m", "r3", &["settings", "settings", "settings"], false);
     malformed["forwardedProps"] = json!({"acp": {"mode": 3}});
-    let frames = run(&server, "scripted", &malformed).await;
-    let error = only(&frames, "RUN_ERROR");
-    assert_eq!(error.data["code"], "INVALID_INPUT");
-    assert!(
-        error.data["message"]
-            .as_str()
-            .expect("message")
-            .contains("forwardedProps.acp.mode")
-    );
+    let response = post_run(&server, "scripted", &malformed).await;
+    assert_eq!(response.status().as_u16(), 400);
+    let error: Value = response.json().await.expect("JSON error");
+    assert_eq!(error["code"], "INVALID_INPUT");
+    assert_eq!(error["field"], "forwardedProps.acp.mode");
     let mut refused = turns("m", "r4", &["settings", "settings", "settings", "x"], false);
     refused["forwardedProps"] = json!({"acp": {"mode": "nope"}});
     let frames = run(&server, "scripted", &refused).await;

@@ -20,8 +20,9 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use crate::protocol::InputError;
 use crate::protocol::events::TokenUsage;
-use crate::protocol::input::{Context, Message, Tool};
+use crate::protocol::input::{Context, Message, RunAgentInput, Tool};
 
 /// A boxed, sendable future: what [`Agent::run`] returns.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -33,6 +34,13 @@ pub trait Agent: Send + Sync + 'static {
     /// The future must end promptly once `turn.cancel` fires. An `Err` becomes a
     /// `RUN_ERROR` whose message is sanitized before it reaches the client.
     fn run(&self, turn: Turn, sink: EventSink) -> BoxFuture<Result<TurnEnd, AgentError>>;
+
+    /// Checks what only this backend reads in a run request (`forwardedProps` settings),
+    /// before any stream starts: an error is a 400 naming the field.
+    fn check_input(&self, input: &RunAgentInput) -> Result<(), InputError> {
+        let _ = input;
+        Ok(())
+    }
 
     /// Whether the backend can serve runs as far as it knows (`/readyz`).
     fn ready(&self) -> bool {

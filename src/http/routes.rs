@@ -588,6 +588,7 @@ pub(super) async fn start_run(
     if !app.runtime.has_agent(agent) {
         return Err(ApiError::unknown_agent(agent));
     }
+    app.runtime.check_input(agent, &input)?;
     let attachment = app.runtime.start_run(agent, input).await?;
     Ok(stream_response(attachment))
 }

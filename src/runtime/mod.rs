@@ -356,6 +356,18 @@ impl Runtime {
         })
     }
 
+    /// Checks the parts of `input` only `agent` reads (see [`crate::agent::Agent::check_input`]).
+    pub fn check_input(
+        &self,
+        agent: &str,
+        input: &RunAgentInput,
+    ) -> Result<(), crate::protocol::InputError> {
+        match self.inner.agents.get(agent) {
+            Some(agent) => agent.check_input(input),
+            None => Ok(()),
+        }
+    }
+
     /// Starts a run for `input` on `agent`, or attaches to the thread's live run when the
     /// request carries no new input. Refusals happen before anything is created.
     pub async fn start_run(

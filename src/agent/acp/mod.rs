@@ -51,8 +51,11 @@ use super::{
     Processes, SessionError, SessionPage, SessionSummary, SinkClosed, ToolAnswer, Turn, TurnEnd,
 };
 use crate::config::{AcpConfig, FrontendMcp, Permissions};
+use crate::protocol::InputError;
 use crate::protocol::events::TokenUsage;
-use crate::protocol::input::{BinaryPart, ContentPart, DataSource, MediaSource, Message};
+use crate::protocol::input::{
+    BinaryPart, ContentPart, DataSource, MediaSource, Message, RunAgentInput,
+};
 use process::{AcpProcess, Busy, ElicitationResponder, PermissionResponder, SessionEvent};
 use translate::UpdateTranslator;
 
@@ -167,6 +170,10 @@ impl Agent for AcpBackend {
                 Err(Stop::Failed(error)) => Err(error),
             }
         })
+    }
+
+    fn check_input(&self, input: &RunAgentInput) -> Result<(), InputError> {
+        Settings::from_forwarded_props(input.forwarded_props.as_ref()).map(|_| ())
     }
 
     fn ready(&self) -> bool {
@@ -598,7 +605,14 @@ impl Inner {
         session: &str,
         sink: &EventSink,
     ) -> Result<(), Stop> {
-        let settings = Settings::from_forwarded_props(turn.forwarded_props.as_ref())?;
+        // Checked before the stream too (`check_input`); this is the request as it came.
+        let settings =
+            Settings::from_forwarded_props(turn.forwarded_props.as_ref()).map_err(|e| {
+                AgentError::Failed {
+                    code: "INVALID_INPUT".to_owned(),
+                    message: e.message,
+                }
+            })?;
         let refused = |what: &str, error: agent_client_protocol::Error| {
             Stop::Failed(AgentError::Failed {
                 code: "AGENT_ERROR".to_owned(),
@@ -1172,24 +1186,29 @@ impl Settings {
     /// Reads `forwardedProps.acp.mode` (a mode id) and `forwardedProps.acp.configOptions`
     /// (`{"<option id>": "<value id>" | true | false}`); anything else there is an error
     /// naming the field.
-    fn from_forwarded_props(props: Option<&Value>) -> Result<Settings, AgentError> {
-        let invalid = |field: &str, what: &str| AgentError::Failed {
-            code: "INVALID_INPUT".to_owned(),
-            message: format!("forwardedProps.acp.{field} {what}"),
+    fn from_forwarded_props(props: Option<&Value>) -> Result<Settings, InputError> {
+        let invalid = |field: String, what: &str| InputError {
+            message: format!("{field} {what}"),
+            field: Some(field),
         };
         let Some(acp) = props.and_then(|p| p.get("acp")).filter(|a| !a.is_null()) else {
             return Ok(Settings::default());
         };
         let Value::Object(acp) = acp else {
-            return Err(AgentError::Failed {
-                code: "INVALID_INPUT".to_owned(),
-                message: "forwardedProps.acp must be an object".to_owned(),
-            });
+            return Err(invalid(
+                "forwardedProps.acp".to_owned(),
+                "must be an object",
+            ));
         };
         let mode = match acp.get("mode") {
             None | Some(Value::Null) => None,
             Some(Value::String(mode)) if !mode.is_empty() => Some(mode.clone()),
-            Some(_) => return Err(invalid("mode", "must be a mode id (a non-empty string)")),
+            Some(_) => {
+                return Err(invalid(
+                    "forwardedProps.acp.mode".to_owned(),
+                    "must be a mode id (a non-empty string)",
+                ));
+            }
         };
         let mut config_options = Vec::new();
         match acp.get("configOptions") {
@@ -1203,7 +1222,7 @@ impl Settings {
                         Value::Bool(b) => SessionConfigOptionValue::boolean(*b),
                         _ => {
                             return Err(invalid(
-                                &format!("configOptions.{id}"),
+                                format!("forwardedProps.acp.configOptions.{id}"),
                                 "must be a value id (a non-empty string) or a boolean",
                             ));
                         }
@@ -1211,7 +1230,12 @@ impl Settings {
                     config_options.push((id.clone(), value));
                 }
             }
-            Some(_) => return Err(invalid("configOptions", "must be an object")),
+            Some(_) => {
+                return Err(invalid(
+                    "forwardedProps.acp.configOptions".to_owned(),
+                    "must be an object",
+                ));
+            }
         }
         Ok(Settings {
             mode,
@@ -1393,8 +1417,11 @@ mod tests {
             ),
         ] {
             match read(bad.clone()) {
-                Err(AgentError::Failed { code, message }) => {
-                    assert_eq!(code, "INVALID_INPUT");
+                Err(InputError {
+                    field: Some(named),
+                    message,
+                }) => {
+                    assert_eq!(named, field);
                     assert!(message.starts_with(field), "{bad}: {message}");
                 }
                 other => panic!("{bad}: {other:?}"),
