@@ -427,18 +427,25 @@ const acpCases = [
     },
   },
   {
-    name: "ACP subagents: SUBAGENT_STARTED, its own updates, SUBAGENT_FINISHED / SUBAGENT_ERROR",
+    name: "ACP subagents: SUBAGENT_STARTED, its message (subagentRunId) and updates, SUBAGENT_FINISHED / SUBAGENT_ERROR",
     async run(lib) {
-      const { events } = await acpRun(lib, "scripted", "subagent");
+      const { agent, events } = await acpRun(lib, "scripted", "subagent");
       const t = terminalOf(events);
       if (!t || t.type !== "RUN_FINISHED") return `terminal ${t && t.type}`;
       const started = events.find((e) => e.type === "SUBAGENT_STARTED");
       if (!started || started.name !== "researcher") return "no SUBAGENT_STARTED";
-      const own = events.find((e) => e.type === "CUSTOM" && e.name === "acp.subagent.agent_message_chunk");
-      if (!own || own.value.subagentRunId !== started.subagentRunId) return "no subagent update";
+      const said = events.find((e) => e.type === "TEXT_MESSAGE_START" && e.subagentRunId === started.subagentRunId);
+      if (!said) return "no message of the subagent";
+      const plan = events.find((e) => e.type === "CUSTOM" && e.name === "acp.subagent.plan");
+      if (!plan || plan.value.subagentRunId !== started.subagentRunId) return "no subagent update";
       const finished = events.find((e) => e.type === "SUBAGENT_FINISHED");
       if (!finished || finished.subagentRunId !== started.subagentRunId) return "no SUBAGENT_FINISHED";
-      if (text(events) !== "Subagent done.") return `text ${JSON.stringify(text(events))}`;
+      // The client files the subagent's message under it, and the reply under the agent.
+      const theirs = agent.messages.find((m) => m.id === said.messageId);
+      if (!theirs || theirs.content !== "Looking it up.") return `client transcript ${JSON.stringify(agent.messages)}`;
+      if (theirs.subagentRunId !== started.subagentRunId) return `attributed to ${theirs.subagentRunId}`;
+      const last = agent.messages[agent.messages.length - 1];
+      if (last.content !== "Subagent done." || last.subagentRunId !== undefined) return `reply ${JSON.stringify(last)}`;
       const failed = await acpRun(lib, "scripted", "subagent-fail");
       const error = failed.events.find((e) => e.type === "SUBAGENT_ERROR");
       if (!error || error.message !== "the lookup failed") return "no SUBAGENT_ERROR";

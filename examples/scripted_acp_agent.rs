@@ -12,7 +12,7 @@
 //! | `plan` | a plan of three entries |
 //! | `usage` | a usage update, and the turn's token counts in the prompt's answer (100 in, 50 out, 150 in all, 10 thought, 20 cached) |
 //! | `elicit` | asks for a form (`elicitation/create`: name, age, color) and reports the answer: `Form accepted: {...}`, `Form declined.` or `Form cancelled.` |
-//! | `subagent` | a subagent (`researcher`) that runs, says something in its own session, and finishes; then a message |
+//! | `subagent` | a subagent (`researcher`) that runs, says something and sends a plan in its own session, and finishes; then a message |
 //! | `subagent-fail` | a subagent that stops on an error |
 //! | `settings` | `Mode: <mode>; model: <model>; fast_apply: <bool>` |
 //! | `misc` | commands, mode, config and session info updates, and one unknown update variant |
@@ -475,6 +475,13 @@ async fn play(
                 "agent_message_chunk",
                 &format!("c-{mid}"),
                 "Looking it up.",
+            )?;
+            update(
+                &cx,
+                &child,
+                json!({"sessionUpdate": "plan", "entries": [
+                    {"content": "search", "priority": "high", "status": "in_progress"}
+                ]}),
             )?;
             let idle = if head == "subagent" {
                 json!({"state": "idle", "stopReason": "end_turn"})

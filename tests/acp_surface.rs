@@ -245,24 +245,45 @@ async fn subagents_are_subagent_events_in_both_profiles() {
         assert!(id.starts_with("sub-sess-"), "{id}");
         assert_eq!(started.data["name"], "researcher");
         assert_eq!(started.data["description"], "looks things up");
+        // Its message is its own; its other updates come as CUSTOM events.
         let said = frames
             .iter()
-            .find(|f| f.kind() == "CUSTOM")
-            .expect("the subagent's own update");
-        assert_eq!(said.data["name"], "acp.subagent.agent_message_chunk");
-        assert_eq!(said.data["value"]["subagentRunId"], id.as_str());
+            .find(|f| f.kind() == "TEXT_MESSAGE_START" && f.data.get("subagentRunId").is_some())
+            .expect("the subagent's message");
+        assert_eq!(said.data["subagentRunId"], id.as_str());
+        let message = said.data["messageId"].clone();
+        let of_it = |f: &&SseFrame| f.data["messageId"] == message;
+        for frame in frames.iter().filter(of_it) {
+            assert_eq!(frame.data["subagentRunId"], id.as_str(), "{:?}", frame.data);
+        }
+        let words: String = frames
+            .iter()
+            .filter(of_it)
+            .filter_map(|f| f.data["delta"].as_str())
+            .collect();
+        assert_eq!(words, "Looking it up.");
+        let plan = only(&frames, "CUSTOM");
+        assert_eq!(plan.data["name"], "acp.subagent.plan");
+        assert_eq!(plan.data["value"]["subagentRunId"], id.as_str());
         assert_eq!(
-            said.data["value"]["update"]["content"]["text"],
-            "Looking it up."
+            plan.data["value"]["update"]["entries"][0]["content"],
+            "search"
         );
         let finished = only(&frames, "SUBAGENT_FINISHED");
         assert_eq!(finished.data["subagentRunId"], id.as_str());
         assert_eq!(finished.data["outcome"], json!({"type": "success"}));
         let k = kinds(&frames);
         let at = |kind: &str| k.iter().position(|x| x == kind).expect(kind);
-        assert!(at("SUBAGENT_STARTED") < at("CUSTOM"));
+        assert!(at("SUBAGENT_STARTED") < at("TEXT_MESSAGE_START"));
+        assert!(at("TEXT_MESSAGE_END") < at("SUBAGENT_FINISHED"));
         assert!(at("CUSTOM") < at("SUBAGENT_FINISHED"));
-        assert_eq!(text_of(&frames), "Subagent done.");
+        // The agent's own reply is not the subagent's.
+        let own: String = frames
+            .iter()
+            .filter(|f| f.kind() == "TEXT_MESSAGE_CONTENT" && f.data.get("subagentRunId").is_none())
+            .filter_map(|f| f.data["delta"].as_str())
+            .collect();
+        assert_eq!(own, "Subagent done.");
     }
 
     let failed = run(

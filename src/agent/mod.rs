@@ -280,6 +280,12 @@ pub enum AgentEvent {
     TextEnd {
         message_id: String,
     },
+    /// A text message of a subagent (started with [`AgentEvent::SubagentStarted`]); its
+    /// deltas and end are [`AgentEvent::TextDelta`] / [`AgentEvent::TextEnd`].
+    SubagentTextStart {
+        subagent_run_id: String,
+        message_id: String,
+    },
     ReasoningStart {
         message_id: String,
     },

@@ -12,7 +12,7 @@
 //! An agent that breaks a rule is corrected (a delta for an unopened message opens it) or,
 //! when no correction exists, the event is dropped with a warning in the log.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
@@ -55,6 +55,8 @@ pub struct Translator {
     open_reasoning: Vec<String>,
     open_tools: Vec<String>,
     open_steps: Vec<String>,
+    /// Open text messages that are a subagent's: message id -> `subagentRunId`.
+    text_owner: HashMap<String, String>,
     /// Subagents started and not finished: id, name, description.
     open_subagents: Vec<(String, String, Option<String>)>,
     /// Subagents finished in this segment (an id is not reused within one).
@@ -104,6 +106,7 @@ impl Translator {
             open_reasoning: Vec::new(),
             open_tools: Vec::new(),
             open_steps: Vec::new(),
+            text_owner: HashMap::new(),
             open_subagents: Vec::new(),
             finished_subagents: HashSet::new(),
             known_tools: HashSet::new(),
@@ -161,21 +164,41 @@ impl Translator {
             out.push(start);
         }
         match event {
-            AgentEvent::TextStart { message_id } => self.open_text_message(message_id, out),
+            AgentEvent::TextStart { message_id } => self.open_text_message(message_id, None, out),
+            AgentEvent::SubagentTextStart {
+                subagent_run_id,
+                message_id,
+            } => {
+                if !self.open_subagents.iter().any(|s| s.0 == subagent_run_id) {
+                    tracing::warn!(subagent = %subagent_run_id, "a message of a subagent that is not open is the agent's own");
+                    self.open_text_message(message_id, None, out);
+                } else {
+                    self.open_text_message(message_id, Some(subagent_run_id), out);
+                }
+            }
             AgentEvent::TextDelta { message_id, delta } => {
                 if delta.is_empty() {
                     return;
                 }
                 if !self.open_text.contains(&message_id) {
-                    self.open_text_message(message_id.clone(), out);
+                    self.open_text_message(message_id.clone(), None, out);
                 }
                 self.append(&message_id, &delta, false);
-                out.push(Event::TextMessageContent { message_id, delta });
+                let subagent_run_id = self.text_owner.get(&message_id).cloned();
+                out.push(Event::TextMessageContent {
+                    message_id,
+                    delta,
+                    subagent_run_id,
+                });
             }
             AgentEvent::TextEnd { message_id } => {
                 if remove(&mut self.open_text, &message_id) {
                     self.complete(&message_id, Kind::Text);
-                    out.push(Event::TextMessageEnd { message_id });
+                    let subagent_run_id = self.text_owner.remove(&message_id);
+                    out.push(Event::TextMessageEnd {
+                        message_id,
+                        subagent_run_id,
+                    });
                 } else {
                     tracing::warn!(message.id = %message_id, "end of a text message that is not open dropped");
                 }
@@ -321,7 +344,7 @@ impl Translator {
                 out.push(subagent_started(subagent_run_id, name, description));
             }
             AgentEvent::SubagentFinished { subagent_run_id } => {
-                if self.close_subagent(&subagent_run_id) {
+                if self.close_subagent(&subagent_run_id, out) {
                     out.push(Event::SubagentFinished {
                         subagent_run_id,
                         result: None,
@@ -335,7 +358,7 @@ impl Translator {
                 subagent_run_id,
                 message,
             } => {
-                if self.close_subagent(&subagent_run_id) {
+                if self.close_subagent(&subagent_run_id, out) {
                     out.push(Event::SubagentError {
                         subagent_run_id,
                         message,
@@ -348,13 +371,33 @@ impl Translator {
         }
     }
 
-    fn close_subagent(&mut self, id: &str) -> bool {
+    /// Ends subagent `id`, closing its open messages first.
+    fn close_subagent(&mut self, id: &str, out: &mut Vec<Event>) -> bool {
         let Some(at) = self.open_subagents.iter().position(|s| s.0 == id) else {
             return false;
         };
         self.open_subagents.remove(at);
         self.finished_subagents.insert(id.to_owned());
+        self.close_texts_of(id, out);
         true
+    }
+
+    fn close_texts_of(&mut self, subagent: &str, out: &mut Vec<Event>) {
+        let owned: Vec<String> = self
+            .open_text
+            .iter()
+            .filter(|m| self.text_owner.get(*m).is_some_and(|s| s == subagent))
+            .cloned()
+            .collect();
+        for message_id in owned {
+            remove(&mut self.open_text, &message_id);
+            self.complete(&message_id, Kind::Text);
+            self.text_owner.remove(&message_id);
+            out.push(Event::TextMessageEnd {
+                message_id,
+                subagent_run_id: Some(subagent.to_owned()),
+            });
+        }
     }
 
     /// Closes the open subagents: `suspended` when the segment ends because the run waits
@@ -362,6 +405,7 @@ impl Translator {
     fn close_subagents(&mut self, suspended: bool, out: &mut Vec<Event>) {
         for (subagent_run_id, _, _) in std::mem::take(&mut self.open_subagents).into_iter().rev() {
             self.finished_subagents.insert(subagent_run_id.clone());
+            self.close_texts_of(&subagent_run_id, out);
             out.push(Event::SubagentFinished {
                 subagent_run_id,
                 result: None,
@@ -438,7 +482,11 @@ impl Translator {
         }
         for message_id in std::mem::take(&mut self.open_text) {
             self.complete(&message_id, Kind::Text);
-            out.push(Event::TextMessageEnd { message_id });
+            let subagent_run_id = self.text_owner.remove(&message_id);
+            out.push(Event::TextMessageEnd {
+                message_id,
+                subagent_run_id,
+            });
         }
         for message_id in std::mem::take(&mut self.open_reasoning) {
             self.complete(&message_id, Kind::Reasoning);
@@ -504,15 +552,18 @@ impl Translator {
                     }
                 }
                 Produced::Text { id, content } if self.open_text.contains(id) => {
+                    let subagent_run_id = self.text_owner.get(id).cloned();
                     out.push(Event::TextMessageStart {
                         message_id: id.clone(),
                         role: Some(TextRole::Assistant),
                         name: None,
+                        subagent_run_id: subagent_run_id.clone(),
                     });
                     if !content.is_empty() {
                         out.push(Event::TextMessageContent {
                             message_id: id.clone(),
                             delta: content.clone(),
+                            subagent_run_id,
                         });
                     }
                 }
@@ -557,12 +608,20 @@ impl Translator {
         }
     }
 
-    fn open_text_message(&mut self, message_id: String, out: &mut Vec<Event>) {
+    fn open_text_message(
+        &mut self,
+        message_id: String,
+        subagent_run_id: Option<String>,
+        out: &mut Vec<Event>,
+    ) {
         if self.open_text.contains(&message_id) {
             tracing::warn!(message.id = %message_id, "second start of an open text message dropped");
             return;
         }
         self.open_text.push(message_id.clone());
+        if let Some(subagent) = &subagent_run_id {
+            self.text_owner.insert(message_id.clone(), subagent.clone());
+        }
         self.transcript.push(Produced::Text {
             id: message_id.clone(),
             content: String::new(),
@@ -571,6 +630,7 @@ impl Translator {
             message_id,
             role: Some(TextRole::Assistant),
             name: None,
+            subagent_run_id,
         });
     }
 
@@ -637,6 +697,7 @@ fn remove(list: &mut Vec<String>, id: &str) -> bool {
 fn event_kind(event: &AgentEvent) -> &'static str {
     match event {
         AgentEvent::TextStart { .. } => "text_start",
+        AgentEvent::SubagentTextStart { .. } => "subagent_text_start",
         AgentEvent::TextDelta { .. } => "text_delta",
         AgentEvent::TextEnd { .. } => "text_end",
         AgentEvent::ReasoningStart { .. } => "reasoning_start",

@@ -8,9 +8,10 @@
 //! state is `running` it is an open AG-UI subagent (`SUBAGENT_STARTED`, `subagentRunId` =
 //! the child's session id, `~N` for its N-th run), and its `idle` state ends it
 //! (`SUBAGENT_FINISHED`, or `SUBAGENT_ERROR` when it stopped on an error). The child's own
-//! updates, which the agent sends under the child's session id, are passed on as
-//! `CUSTOM acp.subagent.<variant>` with the `subagentRunId` and the update: the stream's
-//! messages and tool calls stay the parent's.
+//! updates, which the agent sends under the child's session id, are its text messages
+//! (`TEXT_MESSAGE_*` with its `subagentRunId`) while it runs; any other update of it (and
+//! any update while it is not running) is passed on as `CUSTOM acp.subagent.<variant>`
+//! with the `subagentRunId` and the update.
 //!
 //! Tool-call ids are unique per thread on the AG-UI side: an agent may reuse `call_1` in
 //! every turn, so a call whose id the thread has already used is renamed (`call_1~2`,
@@ -45,6 +46,8 @@ pub(super) struct UpdateTranslator {
     wire: HashMap<String, String>,
     /// Subagent session id -> (runs started so far, the open run's `subagentRunId`).
     subagents: HashMap<String, (u32, Option<String>)>,
+    /// Subagent session id -> its open text message.
+    child_text: HashMap<String, String>,
 }
 
 impl UpdateTranslator {
@@ -138,11 +141,13 @@ impl UpdateTranslator {
     ) -> Result<(), SinkClosed> {
         let kind = update["sessionUpdate"].as_str().unwrap_or("");
         if let Some(child) = subagent {
-            let subagent_run_id = self
-                .subagents
-                .get(child)
-                .and_then(|(_, open)| open.clone())
-                .unwrap_or_else(|| child.to_owned());
+            let running = self.subagents.get(child).and_then(|(_, open)| open.clone());
+            if let Some(subagent_run_id) = &running
+                && kind == "agent_message_chunk"
+            {
+                return self.child_text(child, subagent_run_id, update, sink).await;
+            }
+            let subagent_run_id = running.unwrap_or_else(|| child.to_owned());
             let name = if kind.is_empty() { "unknown" } else { kind };
             return sink
                 .send(AgentEvent::Custom {
@@ -307,6 +312,9 @@ impl UpdateTranslator {
                 let Some(id) = entry.1.take() else {
                     return Ok(());
                 };
+                if let Some(message_id) = self.child_text.remove(child) {
+                    sink.send(AgentEvent::TextEnd { message_id }).await?;
+                }
                 if update["state"]["stopReason"] == "error" {
                     let message = update["state"]["error"]["message"]
                         .as_str()
@@ -328,9 +336,50 @@ impl UpdateTranslator {
         }
     }
 
-    /// Closes the open text message and thought (before a tool call or the end).
+    /// A subagent's message chunk: its own text message, attributed to it.
+    async fn child_text(
+        &mut self,
+        child: &str,
+        subagent_run_id: &str,
+        update: &Value,
+        sink: &EventSink,
+    ) -> Result<(), SinkClosed> {
+        let Some(text) = text_of(&update["content"]) else {
+            return Ok(());
+        };
+        let id = update["messageId"]
+            .as_str()
+            .filter(|id| !id.is_empty())
+            .map(|id| format!("acp-{id}"))
+            .or_else(|| self.child_text.get(child).cloned())
+            .unwrap_or_else(|| format!("acp-sub-{}", uuid::Uuid::new_v4()));
+        if self.child_text.get(child) != Some(&id) {
+            if let Some(previous) = self.child_text.remove(child) {
+                sink.send(AgentEvent::TextEnd {
+                    message_id: previous,
+                })
+                .await?;
+            }
+            sink.send(AgentEvent::SubagentTextStart {
+                subagent_run_id: subagent_run_id.to_owned(),
+                message_id: id.clone(),
+            })
+            .await?;
+            self.child_text.insert(child.to_owned(), id.clone());
+        }
+        sink.send(AgentEvent::TextDelta {
+            message_id: id,
+            delta: text,
+        })
+        .await
+    }
+
+    /// Closes the open text messages and thought (before a tool call or the end).
     pub(super) async fn close(&mut self, sink: &EventSink) -> Result<(), SinkClosed> {
         self.close_text(sink).await?;
+        for (_, message_id) in std::mem::take(&mut self.child_text) {
+            sink.send(AgentEvent::TextEnd { message_id }).await?;
+        }
         self.close_thought(sink).await
     }
 
