@@ -14,7 +14,7 @@
 //! | `elicit` | asks for a form (`elicitation/create`: name, age, color) and reports the answer: `Form accepted: {...}`, `Form declined.` or `Form cancelled.` |
 //! | `subagent` | a subagent (`researcher`) that runs, says something and sends a plan in its own session, and finishes; then a message |
 //! | `subagent-fail` | a subagent that stops on an error |
-//! | `settings` | `Mode: <mode>; model: <model>; fast_apply: <bool>` |
+//! | `settings` | `Mode: <mode>; model: <model>; fast_apply: <bool>; sets: <set_config_option requests so far>` |
 //! | `misc` | commands, mode, config and session info updates, and one unknown update variant |
 //! | `permission` | a tool call, then `session/request_permission`; reports what was chosen |
 //! | `permission-later` | the same after 1 s |
@@ -79,6 +79,8 @@ struct Shared {
     heard: Mutex<std::collections::HashMap<String, Vec<String>>>,
     /// session id -> (mode, model, fast_apply).
     settings: Mutex<std::collections::HashMap<String, (String, String, bool)>>,
+    /// session id -> how many `session/set_config_option` requests it got.
+    config_sets: Mutex<std::collections::HashMap<String, usize>>,
 }
 
 impl Shared {
@@ -498,12 +500,17 @@ async fn play(
         }
         "settings" => {
             let (mode, model, fast_apply) = shared.settings(&session);
+            let sets = shared
+                .config_sets
+                .lock()
+                .map(|s| s.get(&session).copied().unwrap_or(0))
+                .unwrap_or(0);
             chunk(
                 &cx,
                 &session,
                 "agent_message_chunk",
                 &mid,
-                &format!("Mode: {mode}; model: {model}; fast_apply: {fast_apply}"),
+                &format!("Mode: {mode}; model: {model}; fast_apply: {fast_apply}; sets: {sets}"),
             )?;
         }
         "misc" => {
@@ -842,6 +849,9 @@ async fn main() -> Result<(), Error> {
         .on_receive_request(
             async move |request: SetSessionConfigOptionRequest, responder, _cx| {
                 let session = request.session_id.to_string();
+                if let Ok(mut sets) = on_config.config_sets.lock() {
+                    *sets.entry(session.clone()).or_default() += 1;
+                }
                 let (mut model, mut fast_apply) = {
                     let (_, model, fast_apply) = on_config.settings(&session);
                     (model, fast_apply)

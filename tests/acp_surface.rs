@@ -304,7 +304,7 @@ async fn modes_and_config_options_are_set_through_forwarded_props() {
     let first = run(&server, "scripted", &turns("m", "r1", &["settings"], false)).await;
     assert_eq!(
         text_of(&first),
-        "Mode: code; model: fast; fast_apply: false"
+        "Mode: code; model: fast; fast_apply: false; sets: 0"
     );
     let view = apply_state(&first, None).expect("state");
     assert_eq!(view["mode"], "code");
@@ -315,12 +315,25 @@ async fn modes_and_config_options_are_set_through_forwarded_props() {
     body["forwardedProps"] = json!({"acp": {"mode": "plan",
         "configOptions": {"model": "smart", "fast_apply": true}}});
     let set = run(&server, "scripted", &body).await;
-    assert_eq!(text_of(&set), "Mode: plan; model: smart; fast_apply: true");
+    assert_eq!(
+        text_of(&set),
+        "Mode: plan; model: smart; fast_apply: true; sets: 2"
+    );
     let view = apply_state(&set, None).expect("state");
     assert_eq!(view["mode"], "plan");
     let options = &view["config"]["configOptions"];
     assert_eq!(options[0]["currentValue"], "smart");
     assert_eq!(options[1]["currentValue"], true);
+
+    // The same settings again (a client sends its forwardedProps with every run): the
+    // state already shows them, so the agent is not asked again.
+    let mut again = turns("m", "r2b", &["settings", "settings", "settings"], false);
+    again["forwardedProps"] = body["forwardedProps"].clone();
+    let same = run(&server, "scripted", &again).await;
+    assert_eq!(
+        text_of(&same),
+        "Mode: plan; model: smart; fast_apply: true; sets: 2"
+    );
 
     // A malformed setting is a 400 naming the field, before any stream; one the agent
     // refuses fails the run with the agent's reason.

@@ -637,9 +637,10 @@ impl Inner {
                 .flatten()
                 .find(|o| o["id"] == id.as_str())
                 .map(|o| &o["currentValue"]);
-            let wanted = serde_json::to_value(&value)
-                .ok()
-                .map(|v| v["value"].clone());
+            let wanted = value
+                .as_value_id()
+                .map(|id| json!(id.to_string()))
+                .or_else(|| value.as_bool().map(|b| json!(b)));
             if current.is_some() && current.cloned() == wanted {
                 continue;
             }
