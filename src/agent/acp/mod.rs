@@ -14,16 +14,27 @@
 //! the chosen `optionId`. Cancel sends `session/cancel`; a pending permission is answered
 //! `cancelled`.
 //!
+//! A form the agent asks for (`elicitation/create`) waits on the client the same way, as
+//! an `input_required` interrupt or an `agui_input_request` tool call. Before the prompt,
+//! `forwardedProps.acp` may set the session's mode and config options; after it, the
+//! turn's token usage (when the agent reports it) goes to `RUN_FINISHED.usage` and state.
+//! Outside turns, the agent's own sessions can be listed, imported as threads
+//! (`session/load`, the replay as transcript) and threads forked (`session/fork`).
+//!
 //! Input that never reached the agent (no session could be had, or the prompt was refused
 //! with `AUTH_REQUIRED`) is kept per thread and sent first with the thread's next prompt,
 //! so a message typed before the credentials were in place is not lost. A thread that has
 //! never had a session has delivered nothing, so its first prompt carries the user
 //! messages of the client's transcript: that also holds across a restart.
 
+mod elicit;
 mod health;
 mod mcp;
 mod process;
+mod sessions;
+mod settings;
 mod translate;
+mod usage;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,14 +43,11 @@ use std::time::Duration;
 
 use agent_client_protocol::ErrorCode;
 use agent_client_protocol::v1::schema::{
-    CancelNotification, CloseSessionRequest, ContentBlock, CreateElicitationRequest,
-    CreateElicitationResponse, DeleteSessionRequest, ElicitationAcceptAction, ElicitationAction,
-    ElicitationMode, ElicitationScope, ForkSessionRequest, ImageContent, ListSessionsRequest,
-    LoadSessionRequest, McpServer, NewSessionRequest, NewSessionResponse, PermissionOptionKind,
-    PromptRequest, PromptResponse, RequestPermissionOutcome, RequestPermissionRequest,
-    RequestPermissionResponse, ResumeSessionRequest, SelectedPermissionOutcome,
-    SessionConfigOptionValue, SetSessionConfigOptionRequest, SetSessionModeRequest, StopReason,
-    TextContent, Usage,
+    CancelNotification, CloseSessionRequest, ContentBlock, CreateElicitationResponse,
+    DeleteSessionRequest, ElicitationAction, ImageContent, LoadSessionRequest, McpServer,
+    NewSessionRequest, PermissionOptionKind, PromptRequest, RequestPermissionOutcome,
+    RequestPermissionRequest, RequestPermissionResponse, ResumeSessionRequest,
+    SelectedPermissionOutcome, StopReason, TextContent,
 };
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -47,17 +55,19 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     Agent, AgentError, AgentEvent, AgentState, AgentStatus, AuthMethod, BoxFuture, ClientToolCall,
-    EventSink, InputAnswer, InputRequest, PermissionOption, PermissionOutcome, PermissionRequest,
-    Processes, SessionError, SessionPage, SessionSummary, SinkClosed, ToolAnswer, Turn, TurnEnd,
+    EventSink, PermissionOption, PermissionOutcome, PermissionRequest, Processes, SessionError,
+    SessionPage, SinkClosed, ToolAnswer, Turn, TurnEnd,
 };
 use crate::config::{AcpConfig, FrontendMcp, Permissions};
 use crate::protocol::InputError;
-use crate::protocol::events::TokenUsage;
 use crate::protocol::input::{
     BinaryPart, ContentPart, DataSource, MediaSource, Message, RunAgentInput,
 };
-use process::{AcpProcess, Busy, ElicitationResponder, PermissionResponder, SessionEvent};
+use elicit::elicitation;
+use process::{AcpProcess, Busy, PermissionResponder, SessionEvent};
+use settings::{Settings, show_session_settings};
 use translate::UpdateTranslator;
+use usage::note_usage;
 
 /// How long a cancelled prompt may take to answer before the turn gives up on it.
 const CANCEL_WAIT: Duration = Duration::from_millis(1000);
@@ -594,71 +604,6 @@ impl Inner {
         Ok(())
     }
 
-    /// Applies what the client asked of the session before this turn's prompt
-    /// (`forwardedProps.acp`): `mode` -> `session/set_mode`, `configOptions` (an object of
-    /// option id -> value id or boolean) -> `session/set_config_option`, each reflected in
-    /// the shared state. A malformed setting or one the agent refuses fails the run.
-    async fn apply_settings(
-        &self,
-        turn: &Turn,
-        process: &AcpProcess,
-        session: &str,
-        sink: &EventSink,
-    ) -> Result<(), Stop> {
-        // Checked before the stream too (`check_input`); this is the request as it came.
-        let settings =
-            Settings::from_forwarded_props(turn.forwarded_props.as_ref()).map_err(|e| {
-                AgentError::Failed {
-                    code: "INVALID_INPUT".to_owned(),
-                    message: e.message,
-                }
-            })?;
-        let refused = |what: &str, error: agent_client_protocol::Error| {
-            Stop::Failed(AgentError::Failed {
-                code: "AGENT_ERROR".to_owned(),
-                message: format!("the agent refused {what}: {}", error.message),
-            })
-        };
-        if let Some(mode) = settings.mode
-            && turn.document["mode"].as_str() != Some(mode.as_str())
-        {
-            process
-                .connection
-                .send_request(SetSessionModeRequest::new(session.to_owned(), mode.clone()))
-                .block_task()
-                .await
-                .map_err(|e| refused(&format!("mode {mode:?}"), e))?;
-            sink.set_state("/mode", json!(mode)).await?;
-        }
-        for (id, value) in settings.config_options {
-            let current = turn.document["config"]["configOptions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|o| o["id"] == id.as_str())
-                .map(|o| &o["currentValue"]);
-            let wanted = value
-                .as_value_id()
-                .map(|id| json!(id.to_string()))
-                .or_else(|| value.as_bool().map(|b| json!(b)));
-            if current.is_some() && current.cloned() == wanted {
-                continue;
-            }
-            let request = SetSessionConfigOptionRequest::new(session.to_owned(), id.clone(), value);
-            let answer = process
-                .connection
-                .send_request(request)
-                .block_task()
-                .await
-                .map_err(|e| refused(&format!("config option {id:?}"), e))?;
-            let options = serde_json::to_value(&answer.config_options)
-                .map_err(|e| AgentError::Backend(format!("ACP config options: {e}")))?;
-            sink.set_state("/config", json!({ "configOptions": options }))
-                .await?;
-        }
-        Ok(())
-    }
-
     /// The thread's session: live, loaded from an earlier process, or new.
     async fn session_for(
         self: &Arc<Self>,
@@ -856,146 +801,6 @@ impl Inner {
             .unwrap_or_else(|| "/".into())
     }
 
-    /// `session/list` in this agent's working directory.
-    async fn list_sessions(
-        self: &Arc<Self>,
-        cursor: Option<String>,
-    ) -> Result<SessionPage, SessionError> {
-        let process = self.acquire().await.map_err(could_not_start)?;
-        let _busy = Busy::new(process.clone());
-        if process.capabilities().session_capabilities.list.is_none() {
-            return Err(SessionError::unsupported("does not list its sessions"));
-        }
-        let request = ListSessionsRequest::new().cwd(self.cwd()).cursor(cursor);
-        let listed = process
-            .connection
-            .send_request(request)
-            .block_task()
-            .await
-            .map_err(|e| refused("session/list", &e))?;
-        Ok(SessionPage {
-            sessions: listed
-                .sessions
-                .into_iter()
-                .map(|s| SessionSummary {
-                    session_id: s.session_id.to_string(),
-                    cwd: s.cwd.display().to_string(),
-                    title: s.title,
-                    updated_at: s.updated_at,
-                })
-                .collect(),
-            next_cursor: listed.next_cursor,
-        })
-    }
-
-    /// Loads the agent's session `session_id` for the new thread `thread_id`: its replay
-    /// becomes the thread's transcript, and the session stays live for the thread.
-    async fn import_session(
-        self: &Arc<Self>,
-        thread_id: &str,
-        session_id: &str,
-    ) -> Result<Vec<Message>, SessionError> {
-        let holder = lock(&self.sessions)
-            .iter()
-            .find(|(_, (p, s))| s == session_id && p.is_alive())
-            .map(|(thread, _)| thread.clone());
-        if let Some(thread) = holder {
-            return Err(SessionError::InUse(format!(
-                "session {session_id:?} is live on thread {thread:?}"
-            )));
-        }
-        let process = self.acquire().await.map_err(could_not_start)?;
-        let _busy = Busy::new(process.clone());
-        if !process.capabilities().load_session {
-            return Err(SessionError::unsupported(
-                "cannot load its sessions (no loadSession)",
-            ));
-        }
-        let (mcp_servers, mcp_handle) = self.mcp_servers(&process).await;
-        if let Some(handle) = &mcp_handle {
-            handle.set_session(session_id);
-        }
-        let mut replay = process.router.register(session_id);
-        let load =
-            LoadSessionRequest::new(session_id.to_owned(), self.cwd()).mcp_servers(mcp_servers);
-        let loaded = process.connection.send_request(load).block_task().await;
-        process.router.unregister(session_id);
-        loaded.map_err(|e| refused("session/load", &e))?;
-        // The agent replays the history before it answers, so all of it is here.
-        let mut updates = Vec::new();
-        while let Ok(event) = replay.try_recv() {
-            match event {
-                SessionEvent::Update {
-                    subagent: None,
-                    update,
-                } => updates.push(update),
-                SessionEvent::Update { .. } => {}
-                SessionEvent::Permission(_, responder) => {
-                    let _ = responder.respond(process::cancelled());
-                }
-                SessionEvent::Elicitation(_, responder) => {
-                    let _ = responder
-                        .respond(CreateElicitationResponse::new(ElicitationAction::Cancel));
-                }
-                SessionEvent::FrontendCall { reply, .. } => {
-                    let _ = reply.send(ToolAnswer::Error("no run is waiting".to_owned()));
-                }
-            }
-        }
-        self.health.session_ok();
-        self.remember(thread_id, &process, session_id);
-        lock(&self.bound_outside).insert(thread_id.to_owned(), "imported");
-        tracing::info!(session = %session_id, updates = updates.len(), "ACP session imported");
-        Ok(translate::transcript_of(&updates))
-    }
-
-    /// `session/fork` of thread `thread_id`'s session for the new thread `new_thread_id`.
-    async fn fork_session(
-        self: &Arc<Self>,
-        thread_id: &str,
-        stored: Option<&str>,
-        new_thread_id: &str,
-    ) -> Result<String, SessionError> {
-        let live = lock(&self.sessions)
-            .get(thread_id)
-            .cloned()
-            .filter(|(p, _)| p.is_alive());
-        let (process, source) = match live {
-            Some(bound) => bound,
-            None => {
-                let Some(stored) = stored else {
-                    return Err(SessionError::NotFound(
-                        "the thread has no agent session to fork yet".to_owned(),
-                    ));
-                };
-                (
-                    self.acquire().await.map_err(could_not_start)?,
-                    stored.to_owned(),
-                )
-            }
-        };
-        let _busy = Busy::new(process.clone());
-        if process.capabilities().session_capabilities.fork.is_none() {
-            return Err(SessionError::unsupported("cannot fork sessions"));
-        }
-        let (mcp_servers, mcp_handle) = self.mcp_servers(&process).await;
-        let fork = ForkSessionRequest::new(source, self.cwd()).mcp_servers(mcp_servers);
-        let forked = process
-            .connection
-            .send_request(fork)
-            .block_task()
-            .await
-            .map_err(|e| refused("session/fork", &e))?;
-        let session = forked.session_id.to_string();
-        if let Some(handle) = &mcp_handle {
-            handle.set_session(&session);
-        }
-        self.remember(new_thread_id, &process, &session);
-        lock(&self.bound_outside).insert(new_thread_id.to_owned(), "forked");
-        tracing::info!(session = %session, "ACP session forked");
-        Ok(session)
-    }
-
     fn remember(&self, thread: &str, process: &Arc<AcpProcess>, session: &str) {
         lock(&self.sessions).insert(thread.to_owned(), (process.clone(), session.to_owned()));
     }
@@ -1151,20 +956,6 @@ fn auth_methods(process: &AcpProcess) -> Vec<AuthMethod> {
         .collect()
 }
 
-/// A session operation that failed because no agent process could be had.
-fn could_not_start(error: AgentError) -> SessionError {
-    SessionError::Failed(error.to_string())
-}
-
-/// A session operation the agent answered with an error.
-fn refused(method: &str, error: &agent_client_protocol::Error) -> SessionError {
-    if error.code == ErrorCode::RESOURCE_NOT_FOUND {
-        SessionError::NotFound(format!("the agent has no such session ({})", error.message))
-    } else {
-        SessionError::Failed(format!("{method} failed: {}", error.message))
-    }
-}
-
 /// The wire name of a permission option kind (`allow_once`, ...), as clients match it.
 fn kind_name(kind: PermissionOptionKind) -> &'static str {
     match kind {
@@ -1176,209 +967,6 @@ fn kind_name(kind: PermissionOptionKind) -> &'static str {
     }
 }
 
-/// What a client may set on a session before a turn: `forwardedProps.acp`.
-#[derive(Debug, Default, PartialEq)]
-struct Settings {
-    mode: Option<String>,
-    config_options: Vec<(String, SessionConfigOptionValue)>,
-}
-
-impl Settings {
-    /// Reads `forwardedProps.acp.mode` (a mode id) and `forwardedProps.acp.configOptions`
-    /// (`{"<option id>": "<value id>" | true | false}`); anything else there is an error
-    /// naming the field.
-    fn from_forwarded_props(props: Option<&Value>) -> Result<Settings, InputError> {
-        let invalid = |field: String, what: &str| InputError {
-            message: format!("{field} {what}"),
-            field: Some(field),
-        };
-        let Some(acp) = props.and_then(|p| p.get("acp")).filter(|a| !a.is_null()) else {
-            return Ok(Settings::default());
-        };
-        let Value::Object(acp) = acp else {
-            return Err(invalid(
-                "forwardedProps.acp".to_owned(),
-                "must be an object",
-            ));
-        };
-        let mode = match acp.get("mode") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(mode)) if !mode.is_empty() => Some(mode.clone()),
-            Some(_) => {
-                return Err(invalid(
-                    "forwardedProps.acp.mode".to_owned(),
-                    "must be a mode id (a non-empty string)",
-                ));
-            }
-        };
-        let mut config_options = Vec::new();
-        match acp.get("configOptions") {
-            None | Some(Value::Null) => {}
-            Some(Value::Object(options)) => {
-                for (id, value) in options {
-                    let value = match value {
-                        Value::String(v) if !v.is_empty() => {
-                            SessionConfigOptionValue::from(v.as_str())
-                        }
-                        Value::Bool(b) => SessionConfigOptionValue::boolean(*b),
-                        _ => {
-                            return Err(invalid(
-                                format!("forwardedProps.acp.configOptions.{id}"),
-                                "must be a value id (a non-empty string) or a boolean",
-                            ));
-                        }
-                    };
-                    config_options.push((id.clone(), value));
-                }
-            }
-            Some(_) => {
-                return Err(invalid(
-                    "forwardedProps.acp.configOptions".to_owned(),
-                    "must be an object",
-                ));
-            }
-        }
-        Ok(Settings {
-            mode,
-            config_options,
-        })
-    }
-}
-
-/// Shows a new session's modes and config options in the shared state (`/mode`, `/modes`,
-/// `/config`), as later updates would.
-async fn show_session_settings(
-    created: &NewSessionResponse,
-    sink: &EventSink,
-) -> Result<(), SinkClosed> {
-    if let Some(modes) = &created.modes {
-        let available: Vec<Value> = modes
-            .available_modes
-            .iter()
-            .map(|m| {
-                let mut mode = json!({"id": m.id.to_string(), "name": m.name});
-                if let Some(description) = &m.description {
-                    mode["description"] = json!(description);
-                }
-                mode
-            })
-            .collect();
-        sink.set_state("/modes", Value::Array(available)).await?;
-        sink.set_state("/mode", json!(modes.current_mode_id.to_string()))
-            .await?;
-    }
-    if let Some(options) = &created.config_options
-        && let Ok(options) = serde_json::to_value(options)
-    {
-        sink.set_state("/config", json!({ "configOptions": options }))
-            .await?;
-    }
-    Ok(())
-}
-
-/// The turn's token usage from the prompt's answer (an unstable ACP field): for
-/// `RUN_FINISHED.usage`, and added up in the shared state (`/usage/turn`, the last turn's;
-/// `/usage/total`, the thread's so far).
-async fn note_usage(
-    response: &PromptResponse,
-    turn: &Turn,
-    sink: &EventSink,
-) -> Result<Vec<TokenUsage>, SinkClosed> {
-    let Some(usage) = &response.usage else {
-        return Ok(Vec::new());
-    };
-    let reported = token_usage(usage);
-    let this_turn = serde_json::to_value(&reported).unwrap_or(Value::Null);
-    let mut total = turn.document["usage"]["total"].clone();
-    if !total.is_object() {
-        total = json!({});
-    }
-    if let Value::Object(this_turn) = &this_turn {
-        for (key, value) in this_turn {
-            let sum = total[key].as_u64().unwrap_or(0) + value.as_u64().unwrap_or(0);
-            total[key] = json!(sum);
-        }
-    }
-    sink.set_state("/usage/turn", this_turn).await?;
-    sink.set_state("/usage/total", total).await?;
-    Ok(vec![reported])
-}
-
-/// ACP `Usage` in AG-UI's terms.
-fn token_usage(usage: &Usage) -> TokenUsage {
-    TokenUsage {
-        input_tokens: Some(usage.input_tokens),
-        output_tokens: Some(usage.output_tokens),
-        total_tokens: Some(usage.total_tokens),
-        reasoning_tokens: usage.thought_tokens,
-        cached_input_tokens: usage.cached_read_tokens,
-        cache_write_input_tokens: usage.cached_write_tokens,
-        ..TokenUsage::default()
-    }
-}
-
-/// Answers an `elicitation/create` request through the client: a form becomes a wait for
-/// the person (an interrupt whose response schema is the form, or an `agui_input_request`
-/// tool call); its values go back as `accept`, a refusal as `decline`, anything that fails
-/// closed as `cancel`. URL elicitation is not offered (`initialize` advertises forms only),
-/// so one is cancelled.
-async fn elicitation(
-    request: CreateElicitationRequest,
-    responder: Box<ElicitationResponder>,
-    translator: &mut UpdateTranslator,
-    sink: &EventSink,
-) -> Result<(), Stop> {
-    let action = match &request.mode {
-        ElicitationMode::Form(form) => {
-            let schema = serde_json::to_value(&form.requested_schema)
-                .map_err(|e| AgentError::Backend(format!("ACP elicitation schema: {e}")))?;
-            let tool_call_id = match &form.scope {
-                ElicitationScope::Session(scope) => scope
-                    .tool_call_id
-                    .as_ref()
-                    .map(ToString::to_string)
-                    .filter(|id| translator.is_open(id))
-                    .map(|id| translator.wire_id(&id)),
-                _ => None,
-            };
-            translator.close(sink).await?;
-            let answer = sink
-                .request_input(InputRequest {
-                    message: request.message.clone(),
-                    schema,
-                    tool_call_id,
-                })
-                .await?;
-            match answer {
-                InputAnswer::Accepted(values) => {
-                    match serde_json::from_value(Value::Object(values)) {
-                        Ok(content) => ElicitationAction::Accept(
-                            ElicitationAcceptAction::new().content(Some(content)),
-                        ),
-                        Err(error) => {
-                            tracing::warn!(%error, "form values do not fit the ACP types");
-                            ElicitationAction::Cancel
-                        }
-                    }
-                }
-                InputAnswer::Declined => ElicitationAction::Decline,
-                InputAnswer::Cancelled { reason } => {
-                    tracing::info!(%reason, "form not answered; elicitation cancelled");
-                    ElicitationAction::Cancel
-                }
-            }
-        }
-        _ => {
-            tracing::info!("URL elicitation is not offered to the agent; cancelled");
-            ElicitationAction::Cancel
-        }
-    };
-    if let Err(error) = responder.respond(CreateElicitationResponse::new(action)) {
-        tracing::debug!(%error, "elicitation answer not delivered");
-    }
-    Ok(())
-}
-
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -1386,89 +974,6 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn forwarded_props_settings_are_read_or_refused_by_field() {
-        let read = |props: Value| Settings::from_forwarded_props(Some(&props));
-        assert_eq!(read(json!({})), Ok(Settings::default()));
-        assert_eq!(read(json!({"acp": null})), Ok(Settings::default()));
-        let settings = read(json!({"acp": {"mode": "plan",
-            "configOptions": {"model": "smart", "fast": false}}}))
-        .expect("settings");
-        assert_eq!(settings.mode.as_deref(), Some("plan"));
-        assert_eq!(
-            settings.config_options,
-            vec![
-                ("model".to_owned(), SessionConfigOptionValue::from("smart")),
-                ("fast".to_owned(), SessionConfigOptionValue::boolean(false)),
-            ],
-            "in the client's order"
-        );
-        for (bad, field) in [
-            (json!({"acp": "plan"}), "forwardedProps.acp"),
-            (json!({"acp": {"mode": 3}}), "forwardedProps.acp.mode"),
-            (json!({"acp": {"mode": ""}}), "forwardedProps.acp.mode"),
-            (
-                json!({"acp": {"configOptions": []}}),
-                "forwardedProps.acp.configOptions",
-            ),
-            (
-                json!({"acp": {"configOptions": {"model": 1}}}),
-                "forwardedProps.acp.configOptions.model",
-            ),
-        ] {
-            match read(bad.clone()) {
-                Err(InputError {
-                    field: Some(named),
-                    message,
-                }) => {
-                    assert_eq!(named, field);
-                    assert!(message.starts_with(field), "{bad}: {message}");
-                }
-                other => panic!("{bad}: {other:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn a_replay_becomes_a_transcript_of_whole_messages() {
-        let chunk = |kind: &str, id: Option<&str>, text: &str| {
-            let mut update =
-                json!({"sessionUpdate": kind, "content": {"type": "text", "text": text}});
-            if let Some(id) = id {
-                update["messageId"] = json!(id);
-            }
-            update
-        };
-        let transcript = translate::transcript_of(&[
-            chunk("user_message_chunk", Some("u1"), "hello "),
-            chunk("user_message_chunk", Some("u1"), "there"),
-            chunk("agent_thought_chunk", Some("t1"), "hmm"),
-            chunk("agent_message_chunk", Some("a1"), "Hi"),
-            chunk("agent_message_chunk", Some("a2"), "Again"),
-            chunk("agent_message_chunk", None, "no "),
-            chunk("agent_message_chunk", None, "id"),
-        ]);
-        let shown: Vec<Value> = transcript
-            .iter()
-            .map(|m| serde_json::to_value(m).expect("serializes"))
-            .collect();
-        assert_eq!(
-            shown[0],
-            json!({"role": "user", "id": "acp-u1", "content": "hello there"})
-        );
-        assert_eq!(
-            shown[1],
-            json!({"role": "assistant", "id": "acp-a1", "content": "Hi"})
-        );
-        assert_eq!(
-            shown[2],
-            json!({"role": "assistant", "id": "acp-a2", "content": "Again"})
-        );
-        assert_eq!(shown[3]["content"], "no id");
-        assert!(shown[3]["id"].as_str().expect("id").starts_with("import-"));
-        assert_eq!(shown.len(), 4);
-    }
 
     #[tokio::test]
     async fn updates_translate_without_an_agent_process() {

@@ -663,6 +663,46 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_replay_becomes_a_transcript_of_whole_messages() {
+        let chunk = |kind: &str, id: Option<&str>, text: &str| {
+            let mut update =
+                json!({"sessionUpdate": kind, "content": {"type": "text", "text": text}});
+            if let Some(id) = id {
+                update["messageId"] = json!(id);
+            }
+            update
+        };
+        let transcript = transcript_of(&[
+            chunk("user_message_chunk", Some("u1"), "hello "),
+            chunk("user_message_chunk", Some("u1"), "there"),
+            chunk("agent_thought_chunk", Some("t1"), "hmm"),
+            chunk("agent_message_chunk", Some("a1"), "Hi"),
+            chunk("agent_message_chunk", Some("a2"), "Again"),
+            chunk("agent_message_chunk", None, "no "),
+            chunk("agent_message_chunk", None, "id"),
+        ]);
+        let shown: Vec<Value> = transcript
+            .iter()
+            .map(|m| serde_json::to_value(m).expect("serializes"))
+            .collect();
+        assert_eq!(
+            shown[0],
+            json!({"role": "user", "id": "acp-u1", "content": "hello there"})
+        );
+        assert_eq!(
+            shown[1],
+            json!({"role": "assistant", "id": "acp-a1", "content": "Hi"})
+        );
+        assert_eq!(
+            shown[2],
+            json!({"role": "assistant", "id": "acp-a2", "content": "Again"})
+        );
+        assert_eq!(shown[3]["content"], "no id");
+        assert!(shown[3]["id"].as_str().expect("id").starts_with("import-"));
+        assert_eq!(shown.len(), 4);
+    }
+
+    #[test]
     fn a_title_that_is_a_name_names_the_tool_else_the_kind_does() {
         let named = |update: Value| tool_name(&update);
         assert_eq!(
