@@ -643,3 +643,45 @@ async fn a_run_that_parks_during_shutdown_ends_at_once() {
     let busy = busy.await.expect("reader");
     assert_eq!(busy.last().expect("terminal").kind(), "RUN_FINISHED");
 }
+
+/// A form nobody answers fails closed: the agent is told `cancel`, and the turn goes on in
+/// a continuation segment that records the unanswered call.
+#[tokio::test]
+async fn an_unanswered_form_is_cancelled_after_the_suspension_timeout() {
+    let state = temp_dir("acp-elicit-timeout");
+    let server = TestServer::with(move |c: &mut Config| {
+        c.agents = vec![agent("scripted", Hitl::Tool, &state)];
+        c.suspend_timeout = Duration::from_millis(300);
+    })
+    .await;
+    let asked = run(
+        &server,
+        "scripted",
+        &turns("late", "r1", &["elicit"], false),
+    )
+    .await;
+    let call = only(&asked, "TOOL_CALL_START").data["toolCallId"].clone();
+    let last = asked.last().expect("terminal");
+    assert!(last.data["outcome"]["pendingToolCallIds"].is_array());
+    // Follow the run from where the segment ended: its continuation.
+    let response = server
+        .get("/threads/late/stream")
+        .header("last-event-id", last.id.clone().expect("event id"))
+        .send()
+        .await
+        .expect("stream");
+    assert_eq!(response.headers()["agui-resume"], "exact");
+    let frames = SseReader::new(response).collect().await;
+    assert_valid_segment(&frames);
+    let result = only(&frames, "TOOL_CALL_RESULT");
+    assert_eq!(result.data["toolCallId"], call);
+    assert!(
+        result.data["content"]
+            .as_str()
+            .expect("content")
+            .starts_with("cancelled: "),
+        "{:?}",
+        result.data
+    );
+    assert_eq!(text_of(&frames), "Form cancelled.");
+}
