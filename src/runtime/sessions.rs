@@ -5,8 +5,9 @@
 //! A new thread is written the way a run writes one, so nothing downstream needs to know
 //! where it came from: a thread row, its messages, and one run (outcome `imported` or
 //! `forked`) that brought them, then the session binding; all committed before the
-//! answer. The thread id is new (or the client's, when no thread has it), so no live run can
-//! race the writes.
+//! answer. The thread id is a new one, or the client's when no thread has it yet; only a
+//! client that also posts a run on the id it names, at the same moment, could race the
+//! writes (its run would start the thread first and the import would add to it).
 
 use crate::agent::{SessionError, SessionPage};
 use crate::protocol::input::{Content, Message};
