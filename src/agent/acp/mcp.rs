@@ -252,6 +252,8 @@ mod tests {
         let router = Arc::new(Router::default());
         let (entry, handle) = bridge.bind(&router);
         let entry = serde_json::to_value(&entry).expect("the MCP server entry serializes");
+        assert_eq!(entry["type"], "http");
+        assert_eq!(entry["name"], "frontend");
         handle.set_session("s1");
         let with_query = entry["url"].as_str().expect("url").to_owned();
         assert!(with_query.starts_with("http://127.0.0.1:"));
