@@ -390,8 +390,106 @@ const acpCases = [
       );
     },
   },
+  {
+    name: "ACP token usage: RUN_FINISHED.usage for 1.0 clients, state for both (scripted, Python)",
+    async run(lib, client) {
+      for (const [agentName, total] of [["scripted", 150], ["python", 30]]) {
+        const { agent, events } = await acpRun(lib, agentName, "usage");
+        const t = terminalOf(events);
+        if (!t || t.type !== "RUN_FINISHED") return `${agentName}: terminal ${t && t.type}`;
+        if (client.legacy) {
+          if (t.usage !== undefined) return `${agentName}: usage sent to a pre-1.0 client`;
+        } else if (!Array.isArray(t.usage) || t.usage[0].totalTokens !== total) {
+          return `${agentName}: usage ${JSON.stringify(t.usage)}`;
+        }
+        const usage = agent.state && agent.state.usage;
+        if (!usage || !usage.turn || usage.turn.totalTokens !== total || usage.total.totalTokens !== total)
+          return `${agentName}: state ${JSON.stringify(agent.state)}`;
+      }
+    },
+  },
+  {
+    name: "ACP form (elicitation) as an agui_input_request tool call: accepted and declined (scripted, Python)",
+    async run(lib) {
+      return (
+        (await acpFormByTool(lib, "scripted", { action: "accept", content: { name: "Ada" } }, 'Form accepted: {"name":"Ada"}')) ||
+        (await acpFormByTool(lib, "scripted", { action: "decline" }, "Form declined.")) ||
+        (await acpFormByTool(lib, "python", { action: "accept", content: { name: "Ada" } }, "Python got: Ada")) ||
+        (await acpFormByTool(lib, "python", { action: "decline" }, "Python: declined"))
+      );
+    },
+  },
+  {
+    name: "ACP form (elicitation) as an input_required interrupt answered with resume (scripted, Python)",
+    async run(lib) {
+      return (
+        (await acpFormByInterrupt(lib, "scripted-interrupt", { status: "resolved", payload: { name: "Bo", age: 7 } }, 'Form accepted: {"age":7,"name":"Bo"}')) ||
+        (await acpFormByInterrupt(lib, "scripted-interrupt", { status: "cancelled" }, "Form declined.")) ||
+        (await acpFormByInterrupt(lib, "python-interrupt", { status: "resolved", payload: { name: "Bo" } }, "Python got: Bo"))
+      );
+    },
+  },
+  {
+    name: "ACP subagents: SUBAGENT_STARTED, its message (subagentRunId) and updates, SUBAGENT_FINISHED / SUBAGENT_ERROR",
+    async run(lib) {
+      const { agent, events } = await acpRun(lib, "scripted", "subagent");
+      const t = terminalOf(events);
+      if (!t || t.type !== "RUN_FINISHED") return `terminal ${t && t.type}`;
+      const started = events.find((e) => e.type === "SUBAGENT_STARTED");
+      if (!started || started.name !== "researcher") return "no SUBAGENT_STARTED";
+      const said = events.find((e) => e.type === "TEXT_MESSAGE_START" && e.subagentRunId === started.subagentRunId);
+      if (!said) return "no message of the subagent";
+      const plan = events.find((e) => e.type === "CUSTOM" && e.name === "acp.subagent.plan");
+      if (!plan || plan.value.subagentRunId !== started.subagentRunId) return "no subagent update";
+      const finished = events.find((e) => e.type === "SUBAGENT_FINISHED");
+      if (!finished || finished.subagentRunId !== started.subagentRunId) return "no SUBAGENT_FINISHED";
+      // The client files the subagent's message under it, and the reply under the agent.
+      const theirs = agent.messages.find((m) => m.id === said.messageId);
+      if (!theirs || theirs.content !== "Looking it up.") return `client transcript ${JSON.stringify(agent.messages)}`;
+      if (theirs.subagentRunId !== started.subagentRunId) return `attributed to ${theirs.subagentRunId}`;
+      const last = agent.messages[agent.messages.length - 1];
+      if (last.content !== "Subagent done." || last.subagentRunId !== undefined) return `reply ${JSON.stringify(last)}`;
+      const failed = await acpRun(lib, "scripted", "subagent-fail");
+      const error = failed.events.find((e) => e.type === "SUBAGENT_ERROR");
+      if (!error || error.message !== "the lookup failed") return "no SUBAGENT_ERROR";
+      const t2 = terminalOf(failed.events);
+      if (!t2 || t2.type !== "RUN_FINISHED") return `terminal ${t2 && t2.type}`;
+    },
+  },
 ];
 cases.push(...acpCases);
+
+async function acpFormByTool(lib, agentName, answer, expected) {
+  const tools = [{ name: "agui_input_request", description: "ask the user to fill in a form", parameters: { type: "object" } }];
+  const { agent, events } = await acpRun(lib, agentName, "elicit", tools);
+  const start = events.find((e) => e.type === "TOOL_CALL_START" && e.toolCallName === "agui_input_request");
+  if (!start) return `${agentName}: no form request`;
+  const args = JSON.parse(
+    events.filter((e) => e.type === "TOOL_CALL_ARGS" && e.toolCallId === start.toolCallId).map((e) => e.delta).join(""),
+  );
+  if (!args.message || !args.schema || !args.schema.properties || !args.schema.properties.name)
+    return `${agentName}: arguments ${JSON.stringify(args)}`;
+  agent.addMessage({ id: randomUUID(), role: "tool", toolCallId: start.toolCallId, content: JSON.stringify(answer) });
+  const second = [];
+  await agent.runAgent({ runId: randomUUID(), tools }, { onEvent: ({ event }) => second.push(event) });
+  if (text(second) !== expected) return `${agentName}: reply ${JSON.stringify(text(second))}`;
+}
+
+async function acpFormByInterrupt(lib, agentName, answer, expected) {
+  const agent = agentFor(lib, agentName, randomUUID(), [userMessage("elicit")]);
+  const first = [];
+  await agent.runAgent({ runId: randomUUID() }, { onEvent: ({ event }) => first.push(event) });
+  const t = terminalOf(first);
+  if (!t || t.outcome?.type !== "interrupt") return `${agentName}: first terminal ${JSON.stringify(t)}`;
+  if (agent.pendingInterrupts.length !== 1) return `${agentName}: pending ${agent.pendingInterrupts.length}`;
+  const interrupt = agent.pendingInterrupts[0];
+  if (interrupt.reason !== "input_required" || !interrupt.responseSchema?.properties?.name)
+    return `${agentName}: interrupt ${JSON.stringify(interrupt)}`;
+  const resume = lib.buildResumeArray(agent.pendingInterrupts, { [interrupt.id]: answer });
+  const second = [];
+  await agent.runAgent({ runId: randomUUID(), resume }, { onEvent: ({ event }) => second.push(event) });
+  if (text(second) !== expected) return `${agentName}: reply ${JSON.stringify(text(second))}`;
+}
 
 // Self-check: the harness must notice a broken server. A tiny local server sends a stream
 // without a terminal event and one with an unknown field; both must be flagged.

@@ -135,6 +135,7 @@ async fn produce(tx: mpsc::Sender<Bytes>, input: RunAgentInput, text: String) {
     let delta = |delta: String| Event::TextMessageContent {
         message_id: message_id.clone(),
         delta,
+        subagent_run_id: None,
     };
     let opening = [
         Event::run_started(&input.thread_id, &input.run_id, None),
@@ -145,6 +146,7 @@ async fn produce(tx: mpsc::Sender<Bytes>, input: RunAgentInput, text: String) {
             message_id: message_id.clone(),
             role: Some(TextRole::Assistant),
             name: None,
+            subagent_run_id: None,
         },
     ];
     for event in opening {
@@ -183,6 +185,7 @@ async fn produce(tx: mpsc::Sender<Bytes>, input: RunAgentInput, text: String) {
     let closing = [
         Event::TextMessageEnd {
             message_id: message_id.clone(),
+            subagent_run_id: None,
         },
         Event::RunFinished {
             thread_id: input.thread_id.clone(),

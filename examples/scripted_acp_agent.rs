@@ -10,19 +10,32 @@
 //! | `tool` | a tool call (pending, no status key) with input and locations, then its completion with text and a diff |
 //! | `tools` | two tool calls, `call_1` (title `get_weather`, kind `execute`) and `call_2` (title `List the files`, kind `read`), each completed; the same ids every turn |
 //! | `plan` | a plan of three entries |
-//! | `usage` | a usage update |
+//! | `usage` | a usage update, and the turn's token counts in the prompt's answer (100 in, 50 out, 150 in all, 10 thought, 20 cached) |
+//! | `elicit` | asks for a form (`elicitation/create`: name, age, color) and reports the answer: `Form accepted: {...}`, `Form declined.` or `Form cancelled.` |
+//! | `subagent` | a subagent (`researcher`) that runs, says something and sends a plan in its own session, and finishes; then a message |
+//! | `subagent-fail` | a subagent that stops on an error |
+//! | `settings` | `Mode: <mode>; model: <model>; fast_apply: <bool>; sets: <set_config_option requests so far>` |
 //! | `misc` | commands, mode, config and session info updates, and one unknown update variant |
 //! | `permission` | a tool call, then `session/request_permission`; reports what was chosen |
+//! | `permission-later` | the same after 1 s |
 //! | `slow N` | N chunks 50 ms apart; honours `session/cancel` |
 //! | `crash` | one chunk, a line on stderr, then exits with status 3 |
 //! | `auth` | answers the prompt with error -32000 |
 //! | `recall` | `Heard: <every prompt line this session received, joined by " | ">` |
 //! | `mcp TOOL JSON` | reports a tool call, then calls TOOL on the `frontend` MCP server it was given (streamable HTTP), and reports the result |
 //!
+//! Modes `code` (current at first) and `plan`, and config options `model` (`fast` or
+//! `smart`) and `fast_apply` (a boolean), are offered with every new session and can be
+//! set (`session/set_mode`, `session/set_config_option`); an unknown mode or value is an
+//! invalid-params error.
+//!
 //! Sessions can be loaded (`loadSession`): the history is kept in `$SCRIPTED_AGENT_STATE`
-//! (a directory) when set, so a new process can replay it. With `SCRIPTED_AGENT_RESUME=1`
-//! it offers `session/resume` instead of `session/load`. `session/close` and
-//! `session/delete` are offered and leave a `<session>.closed` / `.deleted` marker there.
+//! (a directory) when set, so a new process can replay it (a session it has no history of
+//! is error -32002 there). With `SCRIPTED_AGENT_RESUME=1` it offers `session/resume`
+//! instead of `session/load`. `session/close` and `session/delete` are offered and leave a
+//! `<session>.closed` / `.deleted` marker there. `session/list` lists the sessions with a
+//! history there (title: the first prompt), and `session/fork` copies a session's history
+//! to a new session.
 //!
 //! Authentication switch: with `SCRIPTED_AGENT_AUTH_FILE=<path>`, the agent advertises two
 //! auth methods and, while that file exists, answers `session/new` with error -32000
@@ -36,10 +49,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_client_protocol::v1::schema::{
-    CancelNotification, CloseSessionRequest, CloseSessionResponse, DeleteSessionRequest,
-    DeleteSessionResponse, InitializeRequest, InitializeResponse, LoadSessionRequest,
-    LoadSessionResponse, NewSessionRequest, NewSessionResponse, PromptRequest, PromptResponse,
-    RequestPermissionRequest, ResumeSessionRequest, ResumeSessionResponse,
+    AgentCapabilities, AuthMethod, AuthMethodAgent, CancelNotification, CloseSessionRequest,
+    CloseSessionResponse, CreateElicitationRequest, DeleteSessionRequest, DeleteSessionResponse,
+    ElicitationAction, ElicitationFormMode, ElicitationSchema, ElicitationSessionScope,
+    ForkSessionRequest, ForkSessionResponse, Implementation, InitializeRequest, InitializeResponse,
+    IntegerPropertySchema, ListSessionsRequest, ListSessionsResponse, LoadSessionRequest,
+    LoadSessionResponse, McpCapabilities, NewSessionRequest, NewSessionResponse, PermissionOption,
+    PermissionOptionKind, PromptCapabilities, PromptRequest, PromptResponse,
+    RequestPermissionOutcome, RequestPermissionRequest, ResumeSessionRequest,
+    ResumeSessionResponse, SessionCapabilities, SessionCloseCapabilities, SessionConfigOption,
+    SessionConfigOptionValue, SessionConfigSelectOption, SessionDeleteCapabilities,
+    SessionForkCapabilities, SessionInfo, SessionListCapabilities, SessionMode, SessionModeState,
+    SessionResumeCapabilities, SetSessionConfigOptionRequest, SetSessionConfigOptionResponse,
+    SetSessionModeRequest, SetSessionModeResponse, StopReason, StringPropertySchema,
+    ToolCallUpdate, ToolCallUpdateFields, Usage,
 };
 use agent_client_protocol::{Agent, ByteStreams, Client, Error, UntypedMessage};
 use serde_json::{Value, json};
@@ -54,6 +77,46 @@ struct Shared {
     mcp: Mutex<std::collections::HashMap<String, Value>>,
     /// session id -> every prompt line it received.
     heard: Mutex<std::collections::HashMap<String, Vec<String>>>,
+    /// session id -> (mode, model, fast_apply).
+    settings: Mutex<std::collections::HashMap<String, (String, String, bool)>>,
+    /// session id -> how many `session/set_config_option` requests it got.
+    config_sets: Mutex<std::collections::HashMap<String, usize>>,
+}
+
+impl Shared {
+    fn settings(&self, session: &str) -> (String, String, bool) {
+        self.settings
+            .lock()
+            .ok()
+            .and_then(|s| s.get(session).cloned())
+            .unwrap_or_else(|| ("code".to_owned(), "fast".to_owned(), false))
+    }
+}
+
+/// The modes a session offers (`code` first).
+fn session_modes() -> SessionModeState {
+    SessionModeState::new(
+        "code",
+        vec![
+            SessionMode::new("code", "Code").description("Writes code".to_owned()),
+            SessionMode::new("plan", "Plan"),
+        ],
+    )
+}
+
+fn config_options(model: &str, fast_apply: bool) -> Vec<SessionConfigOption> {
+    vec![
+        SessionConfigOption::select(
+            "model",
+            "Model",
+            model.to_owned(),
+            vec![
+                SessionConfigSelectOption::new("fast", "Fast"),
+                SessionConfigSelectOption::new("smart", "Smart"),
+            ],
+        ),
+        SessionConfigOption::boolean("fast_apply", "Fast apply", fast_apply),
+    ]
 }
 
 /// Whether the authentication switch says `at` (`new` or `prompt`) fails now.
@@ -69,10 +132,9 @@ fn auth_required() -> Error {
     Error::new(-32000, "Authentication required")
 }
 
-fn cast<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, Error> {
-    serde_json::from_value(value).map_err(|e| Error::internal_error().data(e.to_string()))
-}
-
+/// Sends one `session/update`. Updates are written as JSON on purpose: the script sends
+/// shapes a typed build would not (an update variant no schema knows, a pending tool call
+/// with no `status` key), to exercise the daemon's forward-compatible translation.
 fn update(cx: &Connection, session: &str, update: Value) -> Result<(), Error> {
     cx.send_notification(UntypedMessage::new(
         "session/update",
@@ -86,6 +148,36 @@ fn chunk(cx: &Connection, session: &str, kind: &str, id: &str, text: &str) -> Re
         session,
         json!({"sessionUpdate": kind, "messageId": id, "content": {"type": "text", "text": text}}),
     )
+}
+
+/// The sessions with a history in `$SCRIPTED_AGENT_STATE`, oldest first.
+fn listed_sessions(cwd: &str) -> Vec<SessionInfo> {
+    let Some(dir) = std::env::var_os("SCRIPTED_AGENT_STATE") else {
+        return Vec::new();
+    };
+    let mut sessions: Vec<(std::time::SystemTime, SessionInfo)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let session = name.strip_suffix(".jsonl")?.to_owned();
+            let modified = entry.metadata().and_then(|m| m.modified()).ok()?;
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            let title = text
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .find(|e| e["role"] == "user")
+                .and_then(|e| e["text"].as_str().map(str::to_owned));
+            Some((modified, SessionInfo::new(session, cwd).title(title)))
+        })
+        .collect();
+    sessions.sort_by_key(|(modified, _)| *modified);
+    sessions.into_iter().map(|(_, info)| info).collect()
+}
+
+fn not_found(session: &str) -> Error {
+    Error::new(-32002, "Resource not found").data(format!("no session {session}"))
 }
 
 fn history_path(session: &str) -> Option<std::path::PathBuf> {
@@ -218,7 +310,7 @@ async fn play(
     shared: Arc<Shared>,
     session: String,
     text: String,
-) -> Result<Value, Error> {
+) -> Result<PromptResponse, Error> {
     // The last block is the user's message; earlier ones may be context.
     let command = text.lines().last().unwrap_or("").trim().to_owned();
     remember(&session, "user", &command);
@@ -333,6 +425,93 @@ async fn play(
                 "cost": {"amount": 0.01, "currency": "USD"}}),
             )?;
             chunk(&cx, &session, "agent_message_chunk", &mid, "Counted.")?;
+            let usage = Usage::new(150, 100, 50)
+                .thought_tokens(10)
+                .cached_read_tokens(20);
+            return Ok(PromptResponse::new(StopReason::EndTurn).usage(usage));
+        }
+        "elicit" => {
+            let form = ElicitationSchema::new()
+                .property(
+                    "name",
+                    StringPropertySchema::new()
+                        .title("Name".to_owned())
+                        .min_length(1),
+                    true,
+                )
+                .property("age", IntegerPropertySchema::new().minimum(0), false)
+                .property(
+                    "color",
+                    StringPropertySchema::new()
+                        .enum_values(vec!["red".to_owned(), "blue".to_owned()]),
+                    false,
+                );
+            let request = CreateElicitationRequest::new(
+                ElicitationFormMode::new(ElicitationSessionScope::new(session.clone()), form),
+                "Who are you?",
+            );
+            let response = cx.send_request(request).block_task().await?;
+            let text = match response.action {
+                ElicitationAction::Accept(accepted) => format!(
+                    "Form accepted: {}",
+                    serde_json::to_string(&accepted.content.unwrap_or_default())
+                        .unwrap_or_default()
+                ),
+                ElicitationAction::Decline => "Form declined.".to_owned(),
+                _ => "Form cancelled.".to_owned(),
+            };
+            chunk(&cx, &session, "agent_message_chunk", &mid, &text)?;
+        }
+        "subagent" | "subagent-fail" => {
+            let child = format!("sub-{session}");
+            update(
+                &cx,
+                &session,
+                json!({"sessionUpdate": "subagent_update", "sessionId": child,
+                    "title": "researcher", "description": "looks things up",
+                    "state": {"state": "running"}}),
+            )?;
+            chunk(
+                &cx,
+                &child,
+                "agent_message_chunk",
+                &format!("c-{mid}"),
+                "Looking it up.",
+            )?;
+            update(
+                &cx,
+                &child,
+                json!({"sessionUpdate": "plan", "entries": [
+                    {"content": "search", "priority": "high", "status": "in_progress"}
+                ]}),
+            )?;
+            let idle = if head == "subagent" {
+                json!({"state": "idle", "stopReason": "end_turn"})
+            } else {
+                json!({"state": "idle", "stopReason": "error",
+                    "error": {"code": -32603, "message": "the lookup failed"}})
+            };
+            update(
+                &cx,
+                &session,
+                json!({"sessionUpdate": "subagent_update", "sessionId": child, "state": idle}),
+            )?;
+            chunk(&cx, &session, "agent_message_chunk", &mid, "Subagent done.")?;
+        }
+        "settings" => {
+            let (mode, model, fast_apply) = shared.settings(&session);
+            let sets = shared
+                .config_sets
+                .lock()
+                .map(|s| s.get(&session).copied().unwrap_or(0))
+                .unwrap_or(0);
+            chunk(
+                &cx,
+                &session,
+                "agent_message_chunk",
+                &mid,
+                &format!("Mode: {mode}; model: {model}; fast_apply: {fast_apply}; sets: {sets}"),
+            )?;
         }
         "misc" => {
             update(
@@ -358,7 +537,10 @@ async fn play(
             )?;
             chunk(&cx, &session, "agent_message_chunk", &mid, "Misc done.")?;
         }
-        "permission" => {
+        "permission" | "permission-later" => {
+            if head == "permission-later" {
+                tokio::time::sleep(Duration::from_millis(1000)).await;
+            }
             update(
                 &cx,
                 &session,
@@ -367,18 +549,33 @@ async fn play(
                     "kind": "delete", "status": "pending", "rawInput": {"path": "build/"}
                 }),
             )?;
-            let request: RequestPermissionRequest = cast(json!({
-                "sessionId": session,
-                "toolCall": {"toolCallId": "call-p", "title": "Delete build/"},
-                "options": [
-                    {"optionId": "yes-once", "name": "Allow once", "kind": "allow_once"},
-                    {"optionId": "yes-always", "name": "Always allow", "kind": "allow_always"},
-                    {"optionId": "no", "name": "Reject", "kind": "reject_once"}
-                ]
-            }))?;
+            let request = RequestPermissionRequest::new(
+                session.clone(),
+                ToolCallUpdate::new(
+                    "call-p",
+                    ToolCallUpdateFields::new().title("Delete build/".to_owned()),
+                ),
+                vec![
+                    PermissionOption::new(
+                        "yes-once",
+                        "Allow once",
+                        PermissionOptionKind::AllowOnce,
+                    ),
+                    PermissionOption::new(
+                        "yes-always",
+                        "Always allow",
+                        PermissionOptionKind::AllowAlways,
+                    ),
+                    PermissionOption::new("no", "Reject", PermissionOptionKind::RejectOnce),
+                ],
+            );
             let response = cx.send_request(request).block_task().await?;
-            let outcome = serde_json::to_value(&response).unwrap_or(Value::Null);
-            let chosen = outcome["outcome"]["optionId"].as_str().map(str::to_owned);
+            let chosen = match response.outcome {
+                RequestPermissionOutcome::Selected(selected) => {
+                    Some(selected.option_id.to_string())
+                }
+                _ => None,
+            };
             let verdict = match chosen.as_deref() {
                 Some("yes-once" | "yes-always") => "allowed",
                 Some(_) => "rejected",
@@ -394,7 +591,7 @@ async fn play(
                 }),
             )?;
             if verdict == "cancelled" {
-                return Ok(json!({"stopReason": "cancelled"}));
+                return Ok(PromptResponse::new(StopReason::Cancelled));
             }
             chunk(
                 &cx,
@@ -413,7 +610,7 @@ async fn play(
                     .map(|c| c.contains(&session))
                     .unwrap_or(false)
                 {
-                    return Ok(json!({"stopReason": "cancelled"}));
+                    return Ok(PromptResponse::new(StopReason::Cancelled));
                 }
                 chunk(&cx, &session, "agent_message_chunk", &mid, &format!("{i} "))?;
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -463,7 +660,7 @@ async fn play(
                     &mid,
                     "No frontend MCP server.",
                 )?;
-                return Ok(json!({"stopReason": "end_turn"}));
+                return Ok(PromptResponse::new(StopReason::EndTurn));
             };
             update(
                 &cx,
@@ -499,7 +696,7 @@ async fn play(
             remember(&session, "agent", &format!("Echo: {command}"));
         }
     }
-    Ok(json!({"stopReason": "end_turn"}))
+    Ok(PromptResponse::new(StopReason::EndTurn))
 }
 
 #[tokio::main]
@@ -508,6 +705,8 @@ async fn main() -> Result<(), Error> {
     let on_cancel = shared.clone();
     let on_prompt = shared.clone();
     let on_new = shared.clone();
+    let on_mode = shared.clone();
+    let on_config = shared.clone();
     let transport = ByteStreams::new(
         tokio::io::stdout().compat_write(),
         tokio::io::stdin().compat(),
@@ -519,30 +718,39 @@ async fn main() -> Result<(), Error> {
             async move |request: InitializeRequest, responder, _cx| {
                 let resume = std::env::var("SCRIPTED_AGENT_RESUME").is_ok_and(|v| v == "1");
                 let auth_methods = if std::env::var_os("SCRIPTED_AGENT_AUTH_FILE").is_some() {
-                    json!([
-                        {"id": "scripted-key", "name": "API key",
-                         "description": "Set SCRIPTED_KEY in the agent's environment"},
-                        {"id": "oauth-personal", "name": "Log in with a browser",
-                         "description": "Run the agent once in a terminal and log in"}
-                    ])
+                    vec![
+                        AuthMethod::Agent(
+                            AuthMethodAgent::new("scripted-key", "API key").description(
+                                "Set SCRIPTED_KEY in the agent's environment".to_owned(),
+                            ),
+                        ),
+                        AuthMethod::Agent(
+                            AuthMethodAgent::new("oauth-personal", "Log in with a browser")
+                                .description(
+                                    "Run the agent once in a terminal and log in".to_owned(),
+                                ),
+                        ),
+                    ]
                 } else {
-                    json!([])
+                    Vec::new()
                 };
-                let response: InitializeResponse = cast(json!({
-                    "authMethods": auth_methods,
-                    "protocolVersion": request.protocol_version,
-                    "agentCapabilities": {
-                        "loadSession": !resume,
-                        "promptCapabilities": {"image": false},
-                        "mcpCapabilities": {"http": true},
-                        "sessionCapabilities": if resume {
-                            json!({"resume": {}, "close": {}, "delete": {}})
-                        } else {
-                            json!({"close": {}, "delete": {}})
-                        }
-                    },
-                    "agentInfo": {"name": "scripted-acp-agent", "version": "1.0.0"}
-                }))?;
+                let mut sessions = SessionCapabilities::new()
+                    .close(SessionCloseCapabilities::new())
+                    .delete(SessionDeleteCapabilities::new())
+                    .list(SessionListCapabilities::new())
+                    .fork(SessionForkCapabilities::new());
+                if resume {
+                    sessions = sessions.resume(SessionResumeCapabilities::new());
+                }
+                let capabilities = AgentCapabilities::new()
+                    .load_session(!resume)
+                    .prompt_capabilities(PromptCapabilities::new().image(false))
+                    .mcp_capabilities(McpCapabilities::new().http(true))
+                    .session_capabilities(sessions);
+                let response = InitializeResponse::new(request.protocol_version)
+                    .agent_capabilities(capabilities)
+                    .auth_methods(auth_methods)
+                    .agent_info(Implementation::new("scripted-acp-agent", "1.0.0"));
                 responder.respond(response)
             },
             agent_client_protocol::on_receive_request!(),
@@ -561,7 +769,13 @@ async fn main() -> Result<(), Error> {
                 if let Ok(mut mcp) = on_new.mcp.lock() {
                     mcp.insert(id.clone(), servers);
                 }
-                let response: NewSessionResponse = cast(json!({"sessionId": id}))?;
+                // A session exists from now on, with an empty history.
+                if let Some(path) = history_path(&id) {
+                    let _ = std::fs::write(path, b"");
+                }
+                let response = NewSessionResponse::new(id)
+                    .modes(session_modes())
+                    .config_options(config_options("fast", false));
                 responder.respond(response)
             },
             agent_client_protocol::on_receive_request!(),
@@ -569,6 +783,11 @@ async fn main() -> Result<(), Error> {
         .on_receive_request(
             async move |request: LoadSessionRequest, responder, cx: Connection| {
                 let session = request.session_id.to_string();
+                if let Some(path) = history_path(&session)
+                    && !path.exists()
+                {
+                    return responder.respond_with_error(not_found(&session));
+                }
                 // Replay the history before answering, as the protocol asks.
                 if let Some(path) = history_path(&session)
                     && let Ok(text) = std::fs::read_to_string(path)
@@ -590,7 +809,7 @@ async fn main() -> Result<(), Error> {
                         )?;
                     }
                 }
-                let response: LoadSessionResponse = cast(json!({}))?;
+                let response = LoadSessionResponse::new();
                 responder.respond(response)
             },
             agent_client_protocol::on_receive_request!(),
@@ -598,7 +817,99 @@ async fn main() -> Result<(), Error> {
         .on_receive_request(
             async move |request: ResumeSessionRequest, responder, _cx| {
                 let _ = request.session_id;
-                let response: ResumeSessionResponse = cast(json!({}))?;
+                let response = ResumeSessionResponse::new();
+                responder.respond(response)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: SetSessionModeRequest, responder, cx: Connection| {
+                let session = request.session_id.to_string();
+                let mode = request.mode_id.to_string();
+                if mode != "code" && mode != "plan" {
+                    return responder.respond_with_error(
+                        Error::invalid_params().data(format!("no mode {mode}")),
+                    );
+                }
+                if let Ok(mut settings) = on_mode.settings.lock() {
+                    let entry = settings
+                        .entry(session.clone())
+                        .or_insert_with(|| ("code".to_owned(), "fast".to_owned(), false));
+                    entry.0 = mode.clone();
+                }
+                update(
+                    &cx,
+                    &session,
+                    json!({"sessionUpdate": "current_mode_update", "currentModeId": mode}),
+                )?;
+                responder.respond(SetSessionModeResponse::new())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: SetSessionConfigOptionRequest, responder, _cx| {
+                let session = request.session_id.to_string();
+                if let Ok(mut sets) = on_config.config_sets.lock() {
+                    *sets.entry(session.clone()).or_default() += 1;
+                }
+                let (mut model, mut fast_apply) = {
+                    let (_, model, fast_apply) = on_config.settings(&session);
+                    (model, fast_apply)
+                };
+                match (request.config_id.to_string().as_str(), &request.value) {
+                    ("model", SessionConfigOptionValue::ValueId { value })
+                        if ["fast", "smart"].contains(&value.to_string().as_str()) =>
+                    {
+                        model = value.to_string();
+                    }
+                    ("fast_apply", SessionConfigOptionValue::Boolean { value }) => {
+                        fast_apply = *value;
+                    }
+                    (id, _) => {
+                        return responder.respond_with_error(
+                            Error::invalid_params().data(format!("bad value for {id}")),
+                        );
+                    }
+                }
+                if let Ok(mut settings) = on_config.settings.lock() {
+                    let entry = settings
+                        .entry(session)
+                        .or_insert_with(|| ("code".to_owned(), "fast".to_owned(), false));
+                    entry.1 = model.clone();
+                    entry.2 = fast_apply;
+                }
+                let response =
+                    SetSessionConfigOptionResponse::new(config_options(&model, fast_apply));
+                responder.respond(response)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: ListSessionsRequest, responder, _cx| {
+                let cwd = request
+                    .cwd
+                    .map_or_else(|| "/".to_owned(), |c| c.display().to_string());
+                let response = ListSessionsResponse::new(listed_sessions(&cwd));
+                responder.respond(response)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: ForkSessionRequest, responder, _cx| {
+                let source = request.session_id.to_string();
+                let Some(from) = history_path(&source).filter(|p| p.exists()) else {
+                    return responder.respond_with_error(not_found(&source));
+                };
+                let id = format!("sess-{}", uuid::Uuid::new_v4());
+                let Some(to) = history_path(&id) else {
+                    return responder.respond_with_error(not_found(&source));
+                };
+                if std::fs::copy(from, to).is_err() {
+                    return responder.respond_with_error(not_found(&source));
+                }
+                let response = ForkSessionResponse::new(id)
+                    .modes(session_modes())
+                    .config_options(config_options("fast", false));
                 responder.respond(response)
             },
             agent_client_protocol::on_receive_request!(),
@@ -606,7 +917,7 @@ async fn main() -> Result<(), Error> {
         .on_receive_request(
             async move |request: CloseSessionRequest, responder, _cx| {
                 mark(&request.session_id.to_string(), "closed");
-                let response: CloseSessionResponse = cast(json!({}))?;
+                let response = CloseSessionResponse::new();
                 responder.respond(response)
             },
             agent_client_protocol::on_receive_request!(),
@@ -614,7 +925,7 @@ async fn main() -> Result<(), Error> {
         .on_receive_request(
             async move |request: DeleteSessionRequest, responder, _cx| {
                 mark(&request.session_id.to_string(), "deleted");
-                let response: DeleteSessionResponse = cast(json!({}))?;
+                let response = DeleteSessionResponse::new();
                 responder.respond(response)
             },
             agent_client_protocol::on_receive_request!(),
@@ -633,7 +944,7 @@ async fn main() -> Result<(), Error> {
                 let worker = cx.clone();
                 cx.spawn(async move {
                     match play(worker, shared, session, text).await {
-                        Ok(value) => responder.respond(cast::<PromptResponse>(value)?),
+                        Ok(response) => responder.respond(response),
                         Err(error) => responder.respond_with_error(error),
                     }
                 })

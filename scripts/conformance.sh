@@ -40,10 +40,24 @@ command = ["$scripted"]
 permissions = "ask"
 
 [[agents]]
+name = "scripted-interrupt"
+kind = "acp"
+command = ["$scripted"]
+permissions = "ask"
+hitl = "interrupt"
+
+[[agents]]
 name = "python"
 kind = "acp"
 command = ["$venv/bin/python", "$root/tests/agents/python_acp_agent.py"]
 permissions = "ask"
+
+[[agents]]
+name = "python-interrupt"
+kind = "acp"
+command = ["$venv/bin/python", "$root/tests/agents/python_acp_agent.py"]
+permissions = "ask"
+hitl = "interrupt"
 TOML
 start_daemon --config "$work/config.toml" --token "$token" --disconnect-grace 2s
 url="$daemon"

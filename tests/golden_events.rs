@@ -28,6 +28,7 @@ fn text_message_events() {
             message_id: s("m"),
             role: Some(TextRole::Assistant),
             name: None,
+            subagent_run_id: None,
         },
         r#"{"type":"TEXT_MESSAGE_START","messageId":"m","role":"assistant"}"#,
     );
@@ -36,6 +37,7 @@ fn text_message_events() {
             message_id: s("m"),
             role: None,
             name: Some(s("bot")),
+            subagent_run_id: None,
         },
         r#"{"type":"TEXT_MESSAGE_START","messageId":"m","name":"bot"}"#,
     );
@@ -43,11 +45,40 @@ fn text_message_events() {
         Event::TextMessageContent {
             message_id: s("m"),
             delta: s("hi \"x\"\n"),
+            subagent_run_id: None,
         },
         r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"hi \"x\"\n"}"#,
     );
+    // A subagent's message says whose it is.
     check(
-        Event::TextMessageEnd { message_id: s("m") },
+        Event::TextMessageStart {
+            message_id: s("m"),
+            role: Some(TextRole::Assistant),
+            name: None,
+            subagent_run_id: Some(s("sub-1")),
+        },
+        r#"{"type":"TEXT_MESSAGE_START","messageId":"m","role":"assistant","subagentRunId":"sub-1"}"#,
+    );
+    check(
+        Event::TextMessageContent {
+            message_id: s("m"),
+            delta: s("x"),
+            subagent_run_id: Some(s("sub-1")),
+        },
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"x","subagentRunId":"sub-1"}"#,
+    );
+    check(
+        Event::TextMessageEnd {
+            message_id: s("m"),
+            subagent_run_id: Some(s("sub-1")),
+        },
+        r#"{"type":"TEXT_MESSAGE_END","messageId":"m","subagentRunId":"sub-1"}"#,
+    );
+    check(
+        Event::TextMessageEnd {
+            message_id: s("m"),
+            subagent_run_id: None,
+        },
         r#"{"type":"TEXT_MESSAGE_END","messageId":"m"}"#,
     );
     check(
@@ -347,7 +378,10 @@ fn subagent_events() {
 #[test]
 fn timestamps_are_integer_milliseconds() {
     let bytes = encode_event(
-        &Event::TextMessageEnd { message_id: s("m") },
+        &Event::TextMessageEnd {
+            message_id: s("m"),
+            subagent_run_id: None,
+        },
         Some(1_700_000_000_123),
     );
     assert_eq!(
@@ -398,7 +432,10 @@ fn legacy_profile_rewrites_only_what_pre_1_0_clients_reject() {
     assert!(Profile::V1.adapt(&cancelled).is_none());
     assert!(
         Profile::Legacy
-            .adapt(&Event::TextMessageEnd { message_id: s("m") })
+            .adapt(&Event::TextMessageEnd {
+                message_id: s("m"),
+                subagent_run_id: None,
+            })
             .is_none()
     );
 }

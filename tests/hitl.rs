@@ -589,3 +589,25 @@ async fn an_answer_after_a_restart_is_refused_in_band_for_both_profiles() {
         server.stop().await;
     }
 }
+
+/// A shutdown does not wait the whole grace for a run parked on the client: nobody can
+/// answer it before the daemon is gone, so it fails closed at once.
+#[tokio::test]
+async fn shutdown_ends_a_run_parked_on_the_client_at_once() {
+    let grace = Duration::from_secs(30);
+    let server = TestServer::with(|c| c.shutdown_grace = grace).await;
+    let user = json!({"id": "sd-u", "role": "user", "content": "/approve deploy"});
+    let first = run(&server, &body("sd", "r1", &json!([user]), false)).await;
+    assert!(
+        first.last().expect("terminal").data["outcome"]["pendingToolCallIds"].is_array(),
+        "the run is parked on the permission request"
+    );
+    assert_eq!(thread_status(&server, "sd").await["status"], "suspended");
+    let begun = std::time::Instant::now();
+    server.stop().await;
+    let took = begun.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "shutdown took {took:?} with a {grace:?} grace"
+    );
+}

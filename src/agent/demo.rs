@@ -139,7 +139,12 @@ impl Agent for DemoAgent {
                         }));
                     }
                 }
-                .map(|()| Ok(TurnEnd::Finished { result: None }))
+                .map(|()| {
+                    Ok(TurnEnd::Finished {
+                        result: None,
+                        usage: Vec::new(),
+                    })
+                })
             };
             tokio::select! {
                 biased;

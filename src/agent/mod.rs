@@ -20,7 +20,9 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::protocol::input::{Context, Message, Tool};
+use crate::protocol::InputError;
+use crate::protocol::events::TokenUsage;
+use crate::protocol::input::{Context, Message, RunAgentInput, Tool};
 
 /// A boxed, sendable future: what [`Agent::run`] returns.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -32,6 +34,13 @@ pub trait Agent: Send + Sync + 'static {
     /// The future must end promptly once `turn.cancel` fires. An `Err` becomes a
     /// `RUN_ERROR` whose message is sanitized before it reaches the client.
     fn run(&self, turn: Turn, sink: EventSink) -> BoxFuture<Result<TurnEnd, AgentError>>;
+
+    /// Checks what only this backend reads in a run request (`forwardedProps` settings),
+    /// before any stream starts: an error is a 400 naming the field.
+    fn check_input(&self, input: &RunAgentInput) -> Result<(), InputError> {
+        let _ = input;
+        Ok(())
+    }
 
     /// Whether the backend can serve runs as far as it knows (`/readyz`).
     fn ready(&self) -> bool {
@@ -62,6 +71,84 @@ pub trait Agent: Send + Sync + 'static {
     /// demo agent runs in the daemon).
     fn processes(&self) -> Option<Processes> {
         None
+    }
+
+    /// The agent's own sessions, a page at a time (`GET {path}/agents/{agent}/sessions`).
+    fn list_sessions(
+        &self,
+        cursor: Option<String>,
+    ) -> BoxFuture<Result<SessionPage, SessionError>> {
+        let _ = cursor;
+        Box::pin(async { Err(SessionError::unsupported("keeps no sessions to list")) })
+    }
+
+    /// Opens one of the agent's sessions for the new thread `thread_id` and returns its
+    /// history as messages (the thread's transcript).
+    fn import_session(
+        &self,
+        thread_id: &str,
+        session_id: &str,
+    ) -> BoxFuture<Result<Vec<Message>, SessionError>> {
+        let _ = (thread_id, session_id);
+        Box::pin(async { Err(SessionError::unsupported("keeps no sessions to import")) })
+    }
+
+    /// Forks the session of thread `thread_id` (`session_id`, as stored) for the new thread
+    /// `new_thread_id`; returns the new session's id.
+    fn fork_session(
+        &self,
+        thread_id: &str,
+        session_id: Option<&str>,
+        new_thread_id: &str,
+    ) -> BoxFuture<Result<String, SessionError>> {
+        let _ = (thread_id, session_id, new_thread_id);
+        Box::pin(async { Err(SessionError::unsupported("cannot fork sessions")) })
+    }
+}
+
+/// One of an agent's own sessions.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionSummary {
+    pub session_id: String,
+    pub cwd: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// RFC 3339, as the agent reports it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
+}
+
+/// A page of an agent's sessions.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionPage {
+    pub sessions: Vec<SessionSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// Why a session operation (list, import, fork) did not happen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SessionError {
+    /// The agent does not offer it.
+    #[error("the agent {0}")]
+    Unsupported(String),
+    /// The agent has no such session.
+    #[error("{0}")]
+    NotFound(String),
+    /// The session is already a live thread's.
+    #[error("{0}")]
+    InUse(String),
+    /// The agent failed (cannot start, or answered with an error); the message is shown to
+    /// the client after sanitizing.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl SessionError {
+    pub fn unsupported(what: &str) -> SessionError {
+        SessionError::Unsupported(what.to_owned())
     }
 }
 
@@ -144,6 +231,9 @@ pub struct Turn {
     pub context: Vec<Context>,
     /// `RunAgentInput.state`, if any.
     pub client_state: Option<Value>,
+    /// `RunAgentInput.forwardedProps`, if any (settings a backend documents, such as an
+    /// ACP agent's mode).
+    pub forwarded_props: Option<Value>,
     /// The agent session this thread was last bound to (from the store), if any.
     pub session_id: Option<String>,
     /// The thread's shared state document when the turn started.
@@ -157,8 +247,12 @@ pub struct Turn {
 /// How a turn ended, when it did not fail.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TurnEnd {
-    /// The agent is done; `result` is passed on as `RUN_FINISHED.result`.
-    Finished { result: Option<Value> },
+    /// The agent is done; `result` is passed on as `RUN_FINISHED.result`, `usage` (the
+    /// turn's token counts, when the agent reported them) as `RUN_FINISHED.usage`.
+    Finished {
+        result: Option<Value>,
+        usage: Vec<TokenUsage>,
+    },
     /// The agent stopped because it was cancelled.
     Cancelled,
 }
@@ -186,6 +280,12 @@ pub enum AgentEvent {
         delta: String,
     },
     TextEnd {
+        message_id: String,
+    },
+    /// A text message of a subagent (started with [`AgentEvent::SubagentStarted`]); its
+    /// deltas and end are [`AgentEvent::TextDelta`] / [`AgentEvent::TextEnd`].
+    SubagentTextStart {
+        subagent_run_id: String,
         message_id: String,
     },
     ReasoningStart {
@@ -224,6 +324,20 @@ pub enum AgentEvent {
     Custom {
         name: String,
         value: Value,
+    },
+    /// A subagent (a child agent run inside this one) started; `subagent_run_id` names it
+    /// until it finishes.
+    SubagentStarted {
+        subagent_run_id: String,
+        name: String,
+        description: Option<String>,
+    },
+    SubagentFinished {
+        subagent_run_id: String,
+    },
+    SubagentError {
+        subagent_run_id: String,
+        message: String,
     },
 }
 
@@ -286,6 +400,29 @@ impl PermissionOutcome {
     }
 }
 
+/// An agent asking a person to fill in a form (ACP form elicitation).
+#[derive(Debug, Clone, PartialEq)]
+pub struct InputRequest {
+    /// What the agent asks, for the person.
+    pub message: String,
+    /// The form: a JSON Schema object whose properties are strings, numbers, integers,
+    /// booleans or arrays of strings.
+    pub schema: Value,
+    /// The agent's own tool call this question is about (already on the stream), if any.
+    pub tool_call_id: Option<String>,
+}
+
+/// A person's answer to an [`InputRequest`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum InputAnswer {
+    /// The form's values, checked against its schema.
+    Accepted(serde_json::Map<String, Value>),
+    /// The person said no.
+    Declined,
+    /// No usable answer: fail closed (timeout, cancel, new input instead, malformed).
+    Cancelled { reason: String },
+}
+
 /// What the pump receives from an agent: events, state changes, and waits on the client.
 #[derive(Debug)]
 pub(crate) enum SinkItem {
@@ -309,6 +446,10 @@ pub(crate) enum SinkItem {
     Permission {
         request: PermissionRequest,
         reply: oneshot::Sender<PermissionOutcome>,
+    },
+    Input {
+        request: InputRequest,
+        reply: oneshot::Sender<InputAnswer>,
     },
 }
 
@@ -390,6 +531,17 @@ impl EventSink {
         let (reply, answer) = oneshot::channel();
         self.tx
             .send(SinkItem::Permission { request, reply })
+            .await
+            .map_err(|_| SinkClosed)?;
+        answer.await.map_err(|_| SinkClosed)
+    }
+
+    /// Asks a person to fill in a form and waits, like [`EventSink::request_permission`];
+    /// fails closed with [`InputAnswer::Cancelled`].
+    pub async fn request_input(&self, request: InputRequest) -> Result<InputAnswer, SinkClosed> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(SinkItem::Input { request, reply })
             .await
             .map_err(|_| SinkClosed)?;
         answer.await.map_err(|_| SinkClosed)

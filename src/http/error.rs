@@ -11,8 +11,9 @@ use http::{HeaderValue, Response, StatusCode};
 use serde_json::json;
 
 use super::body::{Body, full};
+use crate::agent::SessionError;
 use crate::protocol::InputError;
-use crate::runtime::{ReattachError, StartError};
+use crate::runtime::{ReattachError, SessionRequestError, StartError};
 
 /// An error answered with `{"code","message"[,"field"]}` before any stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -310,6 +311,48 @@ impl From<ReattachError> for ApiError {
         match e {
             ReattachError::UnknownThread => ApiError::not_found("thread"),
             ReattachError::Store => ApiError::store_unavailable(),
+        }
+    }
+}
+
+impl From<SessionRequestError> for ApiError {
+    fn from(e: SessionRequestError) -> ApiError {
+        match e {
+            SessionRequestError::UnknownAgent => {
+                ApiError::new(StatusCode::NOT_FOUND, "UNKNOWN_AGENT", "no such agent")
+            }
+            SessionRequestError::UnknownThread => ApiError::not_found("thread"),
+            SessionRequestError::ThreadExists => {
+                let mut e = ApiError::new(
+                    StatusCode::CONFLICT,
+                    "THREAD_EXISTS",
+                    "a thread with this id exists",
+                );
+                e.field = Some("threadId".to_owned());
+                e
+            }
+            SessionRequestError::RunInProgress => ApiError::new(
+                StatusCode::CONFLICT,
+                "RUN_IN_PROGRESS",
+                "a run is in progress on this thread; fork it once the run has ended",
+            ),
+            SessionRequestError::Draining => ApiError::draining(),
+            SessionRequestError::Store => ApiError::store_unavailable(),
+            SessionRequestError::Agent(SessionError::Unsupported(what)) => ApiError::new(
+                StatusCode::NOT_FOUND,
+                "NOT_SUPPORTED",
+                format!("the agent {what}"),
+            ),
+            SessionRequestError::Agent(SessionError::NotFound(message)) => {
+                ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", message)
+            }
+            SessionRequestError::Agent(SessionError::InUse(message)) => {
+                ApiError::new(StatusCode::CONFLICT, "SESSION_IN_USE", message)
+            }
+            // The agent, not the request, failed: a gateway error.
+            SessionRequestError::Agent(SessionError::Failed(message)) => {
+                ApiError::new(StatusCode::BAD_GATEWAY, "AGENT_ERROR", message)
+            }
         }
     }
 }

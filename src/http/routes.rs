@@ -49,6 +49,12 @@ enum Route {
     AgentStop(String, String),
     Metrics,
     Tokens,
+    /// An agent's own sessions (`session/list`).
+    AgentSessions(String),
+    /// Import one of them as a thread: agent, session id.
+    ImportSession(String, String),
+    /// Fork a thread into a new one.
+    ForkThread(String),
 }
 
 /// What a route asks of the principal beyond a valid token.
@@ -93,6 +99,15 @@ impl Route {
                 Route::ThreadMessages((*id).to_owned())
             }
             ["threads", id, "stream"] if !id.is_empty() => Route::ThreadStream((*id).to_owned()),
+            ["threads", id, "fork"] if !id.is_empty() => Route::ForkThread((*id).to_owned()),
+            ["agents", agent, "sessions"] if !agent.is_empty() => {
+                Route::AgentSessions((*agent).to_owned())
+            }
+            ["agents", agent, "sessions", session, "import"]
+                if !agent.is_empty() && !session.is_empty() =>
+            {
+                Route::ImportSession((*agent).to_owned(), (*session).to_owned())
+            }
             ["runs", id, "cancel"] if !id.is_empty() => Route::Cancel((*id).to_owned()),
             ["agent", agent, "run"] if !agent.is_empty() => Route::AgentRun((*agent).to_owned()),
             ["agent", agent, "connect"] if !agent.is_empty() => {
@@ -116,7 +131,9 @@ impl Route {
             | Route::AgentRun(_)
             | Route::AgentConnect(_)
             | Route::AgentStop(..)
-            | Route::Tokens => "POST, OPTIONS",
+            | Route::Tokens
+            | Route::ImportSession(..)
+            | Route::ForkThread(_) => "POST, OPTIONS",
             Route::Thread(_) => "GET, DELETE, OPTIONS",
             Route::Healthz | Route::Readyz => "GET, HEAD, OPTIONS",
             _ => "GET, OPTIONS",
@@ -131,7 +148,9 @@ impl Route {
             | Route::AgentRun(_)
             | Route::AgentConnect(_)
             | Route::AgentStop(..)
-            | Route::Tokens => method == Method::POST,
+            | Route::Tokens
+            | Route::ImportSession(..)
+            | Route::ForkThread(_) => method == Method::POST,
             Route::Thread(_) => method == Method::GET || method == Method::DELETE,
             Route::Healthz | Route::Readyz => method == Method::GET || method == Method::HEAD,
             _ => method == Method::GET,
@@ -141,9 +160,11 @@ impl Route {
     /// Ids in the path obey the same rules as ids in a body.
     fn check_ids(&self) -> Result<(), InputError> {
         match self {
-            Route::Thread(id) | Route::ThreadMessages(id) | Route::ThreadStream(id) => {
-                check_id(id, "threadId")
-            }
+            Route::Thread(id)
+            | Route::ThreadMessages(id)
+            | Route::ThreadStream(id)
+            | Route::ForkThread(id) => check_id(id, "threadId"),
+            Route::ImportSession(_, session) => check_id(session, "sessionId"),
             Route::Cancel(id) => check_id(id, "runId"),
             Route::AgentStop(_, thread) => check_id(thread, "threadId"),
             _ => Ok(()),
@@ -157,7 +178,12 @@ impl Route {
     /// What the principal needs for this route with `method`.
     fn needs(&self, method: &Method) -> Need {
         match self {
-            Route::Metrics | Route::Tokens => Need::Operator,
+            // An agent's sessions belong to no principal: listing or importing them is the
+            // operator's (who imports into a principal's namespace with `?owner=`).
+            Route::Metrics | Route::Tokens | Route::AgentSessions(_) | Route::ImportSession(..) => {
+                Need::Operator
+            }
+            Route::ForkThread(_) => Need::Capability(Capability::Run),
             Route::Thread(_) if method == Method::DELETE => Need::Capability(Capability::Run),
             Route::Cancel(_) | Route::AgentStop(..) => Need::Capability(Capability::Run),
             Route::Threads
@@ -181,7 +207,8 @@ impl Route {
             Route::Thread(id)
             | Route::ThreadMessages(id)
             | Route::ThreadStream(id)
-            | Route::AgentStop(_, id) => audit.thread = Some(id.clone()),
+            | Route::AgentStop(_, id)
+            | Route::ForkThread(id) => audit.thread = Some(id.clone()),
             Route::Cancel(id) => audit.run = Some(id.clone()),
             _ => {}
         }
@@ -205,6 +232,9 @@ impl Route {
             Route::AgentStop(..) => "copilotkit_stop",
             Route::Metrics => "metrics",
             Route::Tokens => "tokens",
+            Route::AgentSessions(_) => "agent_sessions",
+            Route::ImportSession(..) => "import_session",
+            Route::ForkThread(_) => "fork_thread",
         }
     }
 }
@@ -409,6 +439,39 @@ async fn dispatch(
             }
         }
         Route::Threads => list_threads(app, &principal, req.uri().query()).await,
+        Route::AgentSessions(agent) => {
+            let cursor = query_param(req.uri().query(), "cursor");
+            let page = app.runtime.agent_sessions(&agent, cursor).await?;
+            let mut body = json!({"agent": agent, "sessions": page.sessions});
+            if let Some(cursor) = page.next_cursor {
+                body["nextCursor"] = json!(cursor);
+            }
+            Ok(json_response(StatusCode::OK, body))
+        }
+        Route::ImportSession(agent, session) => {
+            let thread_id = requested_thread_id(req, &conn).await?;
+            let new = app
+                .runtime
+                .import_session(&principal, &agent, &session, thread_id)
+                .await?;
+            Ok(json_response(
+                StatusCode::CREATED,
+                json!({"threadId": new.thread_id, "agent": agent, "sessionId": new.session_id,
+                    "messageCount": new.message_count}),
+            ))
+        }
+        Route::ForkThread(source) => {
+            let thread_id = requested_thread_id(req, &conn).await?;
+            let new = app
+                .runtime
+                .fork_thread(&principal, &source, thread_id)
+                .await?;
+            Ok(json_response(
+                StatusCode::CREATED,
+                json!({"threadId": new.thread_id, "forkedFrom": source,
+                    "sessionId": new.session_id, "messageCount": new.message_count}),
+            ))
+        }
         Route::Thread(id) if req.method() == Method::DELETE => {
             match app.runtime.delete_thread_as(&principal, &id).await {
                 Ok(true) => {
@@ -581,6 +644,45 @@ fn mint(app: &App, body: &serde_json::Value) -> Result<Response<Body>, ApiError>
         StatusCode::OK,
         json!({"token": token, "expiresAt": rfc3339(exp as i64 * 1000)}),
     ))
+}
+
+/// The `threadId` an import or fork body may name (`{"threadId": "..."}`; an empty body
+/// names none).
+async fn requested_thread_id(
+    req: Request<Incoming>,
+    conn: &ConnInfo,
+) -> Result<Option<String>, ApiError> {
+    let (parts, body) = req.into_parts();
+    let body = read_body(
+        body,
+        &parts.headers,
+        MAX_BODY_BYTES,
+        conn.limits.body_read_timeout,
+    )
+    .await?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    if !is_json(&parts.headers) {
+        return Err(ApiError::unsupported_media_type());
+    }
+    let body = parse_json(&body)?;
+    let field = || Some("threadId".to_owned());
+    match body.get("threadId") {
+        _ if !body.is_object() => Err(ApiError::invalid_input(
+            "the body must be a JSON object",
+            None,
+        )),
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::String(id)) => {
+            check_id(id, "threadId")?;
+            Ok(Some(id.clone()))
+        }
+        Some(_) => Err(ApiError::invalid_input(
+            "threadId must be a string",
+            field(),
+        )),
+    }
 }
 
 async fn list_threads(
@@ -765,6 +867,7 @@ pub(super) async fn start_run(
     if !app.runtime.has_agent(agent) || !principal.may_use(agent) {
         return Err(ApiError::unknown_agent(agent));
     }
+    app.runtime.check_input(agent, &input)?;
     let attachment = app.runtime.start_run_as(principal, agent, input).await?;
     Ok(stream_response(attachment))
 }

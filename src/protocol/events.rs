@@ -106,15 +106,22 @@ pub enum Event {
         role: Option<TextRole>,
         #[serde(skip_serializing_if = "Option::is_none")]
         name: Option<String>,
+        /// The subagent whose message this is (absent: the run's own agent).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        subagent_run_id: Option<String>,
     },
     #[serde(rename_all = "camelCase")]
     TextMessageContent {
         message_id: String,
         delta: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        subagent_run_id: Option<String>,
     },
     #[serde(rename_all = "camelCase")]
     TextMessageEnd {
         message_id: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        subagent_run_id: Option<String>,
     },
     #[serde(rename_all = "camelCase")]
     TextMessageChunk {

@@ -22,7 +22,7 @@ pub const PROTOCOL_VERSION: &str = "1.0";
 ///
 /// A request body without `protocolVersion` comes from a pre-1.0 client (CopilotKit pins
 /// `@ag-ui/client` 0.0.59). Its stream never carries `outcome:{type:"cancelled"}` (it gets
-/// `RUN_ERROR{code:"cancelled"}` instead) nor `pendingToolCallIds`.
+/// `RUN_ERROR{code:"cancelled"}` instead), `pendingToolCallIds`, nor `RUN_FINISHED.usage`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Profile {
     V1,
@@ -46,26 +46,31 @@ impl Profile {
         match event {
             Event::RunFinished {
                 outcome: Some(Outcome::Cancelled),
-                usage,
                 ..
             } => Some(Event::RunError {
                 message: "run cancelled".to_owned(),
                 code: Some("cancelled".to_owned()),
-                usage: usage.clone(),
+                usage: None,
             }),
+            // `usage` is a 1.0 field: the pre-1.0 profile reads usage from state only.
             Event::RunFinished {
                 thread_id,
                 run_id,
                 result,
-                outcome: Some(Outcome::Success { .. }),
+                outcome,
                 usage,
-            } => Some(Event::RunFinished {
-                thread_id: thread_id.clone(),
-                run_id: run_id.clone(),
-                result: result.clone(),
-                outcome: None,
-                usage: usage.clone(),
-            }),
+            } if usage.is_some() || matches!(outcome, Some(Outcome::Success { .. })) => {
+                Some(Event::RunFinished {
+                    thread_id: thread_id.clone(),
+                    run_id: run_id.clone(),
+                    result: result.clone(),
+                    outcome: match outcome {
+                        Some(Outcome::Success { .. }) => None,
+                        other => other.clone(),
+                    },
+                    usage: None,
+                })
+            }
             _ => None,
         }
     }

@@ -87,6 +87,7 @@ mod tests {
         let event = Event::TextMessageContent {
             message_id: "m".into(),
             delta: "a\nb".into(),
+            subagent_run_id: None,
         };
         let frame = event_frame("1-2-3", &event, Some(17));
         assert_eq!(

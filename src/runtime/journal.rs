@@ -570,6 +570,7 @@ mod tests {
         Event::TextMessageContent {
             message_id: "m".into(),
             delta: "x".repeat(n),
+            subagent_run_id: None,
         }
     }
 

@@ -25,6 +25,7 @@ mod observe;
 mod pump;
 mod reattach;
 pub mod sanitize;
+mod sessions;
 pub mod state;
 pub mod suspension;
 mod thread;
@@ -44,6 +45,7 @@ use tokio_util::task::TaskTracker;
 pub use attach::{Attachment, Resume};
 pub use fleet::{FleetFrom, FleetItem, FleetStream};
 pub use journal::{EventId, Gap, Journal, JournalLimits};
+pub use sessions::{NewThread, SessionRequestError};
 
 use crate::access::{Capability, Principal};
 use crate::agent::Agent;
@@ -405,6 +407,7 @@ impl Runtime {
                         let kind = match wait {
                             suspension::Wait::Tool { .. } => "tool",
                             suspension::Wait::Permission { .. } => "approval",
+                            suspension::Wait::Input { .. } => "input",
                         };
                         json!({"kind": kind, "id": wait.answer_id()})
                     })
@@ -507,6 +510,18 @@ impl Runtime {
             Phase::Running => "running",
             Phase::Suspended => "suspended",
         })
+    }
+
+    /// Checks the parts of `input` only `agent` reads (see [`crate::agent::Agent::check_input`]).
+    pub fn check_input(
+        &self,
+        agent: &str,
+        input: &RunAgentInput,
+    ) -> Result<(), crate::protocol::InputError> {
+        match self.inner.agents.get(agent) {
+            Some(agent) => agent.check_input(input),
+            None => Ok(()),
+        }
     }
 
     /// Starts a run for `input` on `agent` as the operator (see [`Runtime::start_run_as`]).
@@ -810,9 +825,18 @@ impl Runtime {
         thread.retired.store(true, Ordering::SeqCst);
     }
 
-    /// Refuses new runs from now on (`503 DRAINING`).
+    /// Refuses new runs from now on (`503 DRAINING`), and ends at once every run parked on
+    /// the client (fail closed, `RUN_ERROR{code:"SHUTDOWN"}`): nothing will answer it before
+    /// the daemon is gone, so it would only hold the shutdown for the whole grace. A run
+    /// that parks later during the drain ends the same way (`Pump::suspend` checks).
     pub fn drain(&self) {
         self.inner.draining.store(true, Ordering::SeqCst);
+        let runs: Vec<_> = lock(&self.inner.runs).values().cloned().collect();
+        for run in runs {
+            if *run.phase.borrow() == Phase::Suspended {
+                run.cancel_with(CancelReason::Shutdown);
+            }
+        }
     }
 
     /// Waits until no run is live or `deadline` passes; `true` when all ended.

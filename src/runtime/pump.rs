@@ -137,6 +137,7 @@ pub(super) fn start(
         tools: input.tools,
         context: input.context,
         client_state: input.state,
+        forwarded_props: input.forwarded_props,
         session_id,
         document,
         tool_call_ids,
@@ -451,6 +452,54 @@ impl Pump {
                     );
                 }
             },
+            SinkItem::Input { request, reply } => match self.hitl {
+                Hitl::Tool => {
+                    let id = format!("input-{}", uuid::Uuid::new_v4());
+                    self.writer.translate(AgentEvent::ToolCallStart {
+                        tool_call_id: id.clone(),
+                        name: suspension::INPUT_TOOL.to_owned(),
+                        parent_message_id: None,
+                    });
+                    self.writer.translate(AgentEvent::ToolCallArgs {
+                        tool_call_id: id.clone(),
+                        delta: suspension::input_arguments(&request),
+                    });
+                    self.writer.translate(AgentEvent::ToolCallEnd {
+                        tool_call_id: id.clone(),
+                    });
+                    self.suspend(
+                        Channel::ToolMessages,
+                        vec![Wait::Input {
+                            answer_id: id,
+                            schema: request.schema,
+                            reply,
+                        }],
+                        Vec::new(),
+                    );
+                }
+                Hitl::Interrupt => {
+                    let id = format!("int-{}", uuid::Uuid::new_v4());
+                    let expires = std::time::SystemTime::now() + self.suspend_timeout;
+                    let interrupt = Interrupt {
+                        id: id.clone(),
+                        reason: "input_required".to_owned(),
+                        message: Some(request.message.clone()),
+                        tool_call_id: request.tool_call_id.clone(),
+                        response_schema: Some(request.schema.clone()),
+                        expires_at: Some(humantime::format_rfc3339_millis(expires).to_string()),
+                        metadata: None,
+                    };
+                    self.suspend(
+                        Channel::Interrupts,
+                        vec![Wait::Input {
+                            answer_id: id,
+                            schema: request.schema,
+                            reply,
+                        }],
+                        vec![interrupt],
+                    );
+                }
+            },
         }
     }
 
@@ -478,6 +527,12 @@ impl Pump {
         };
         self.writer.close_for_park(&ending);
         self.pending_park = Some(ending);
+        // Phase first, then the flag: `Runtime::drain` sets the flag, then looks at phases,
+        // so a run parking during a drain is seen by one of the two.
+        if self.writer.rt.is_draining() {
+            tracing::info!("parked during shutdown; failing closed at once");
+            self.writer.run.cancel_with(CancelReason::Shutdown);
+        }
     }
 
     /// Writes what waits for the store: commits first, then the suspension's terminal
@@ -706,7 +761,7 @@ impl SegmentWriter {
         let mut out = Vec::new();
         if matches!(ending, Ending::Interrupt { .. }) {
             // The client needs the whole picture to answer an interrupt.
-            translator.close_open(&mut out);
+            translator.close_open_for_park(&mut out);
             let (messages, document) = {
                 let state = lock(&self.thread.state);
                 (
@@ -724,7 +779,7 @@ impl SegmentWriter {
                 ],
             );
         } else {
-            translator.close_open(&mut out);
+            translator.close_open_for_park(&mut out);
             self.emit(&mut translator, &out);
         }
         drop(translator);
@@ -883,7 +938,7 @@ impl SegmentWriter {
 
     fn ending_for(&self, result: Result<TurnEnd, AgentError>) -> Ending {
         match result {
-            Ok(TurnEnd::Finished { result }) => Ending::Finished { result },
+            Ok(TurnEnd::Finished { result, usage }) => Ending::Finished { result, usage },
             Ok(TurnEnd::Cancelled) => self.cancelled_ending(),
             Err(AgentError::Failed { code, message }) => Ending::Error {
                 code,

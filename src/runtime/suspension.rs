@@ -1,19 +1,22 @@
 //! A run waiting on the client: frontend tool calls, permission requests (as the
-//! `agui_permission_request` frontend tool, or as AG-UI 1.0 interrupts), and how a later
-//! request's tool messages or `resume[]` answer them.
+//! `agui_permission_request` frontend tool, or as AG-UI 1.0 interrupts), forms to fill in
+//! (as the `agui_input_request` frontend tool, or as interrupts whose `responseSchema` is
+//! the form), and how a later request's tool messages or `resume[]` answer them.
 //!
 //! Every wait fails closed: a timeout, a cancel, a shutdown or new user input instead of the
-//! answer resolve it as an error (tool) or a denial (permission).
+//! answer resolve it as an error (tool), a denial (permission) or a cancelled form.
 
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use crate::agent::{PermissionOption, PermissionOutcome, ToolAnswer};
+use crate::agent::{InputAnswer, InputRequest, PermissionOption, PermissionOutcome, ToolAnswer};
 use crate::protocol::Event;
 use crate::protocol::input::{Content, Message, Resume, ResumeStatus};
 
 /// The frontend tool through which permission requests reach the client.
 pub const PERMISSION_TOOL: &str = "agui_permission_request";
+/// The frontend tool through which forms (ACP elicitations) reach the client.
+pub const INPUT_TOOL: &str = "agui_input_request";
 
 /// How a suspension is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +41,13 @@ pub enum Wait {
         options: Vec<PermissionOption>,
         reply: oneshot::Sender<PermissionOutcome>,
     },
+    Input {
+        /// The `agui_input_request` call, or (interrupt mode) the interrupt id.
+        answer_id: String,
+        /// The form's JSON Schema; an answer must fit it.
+        schema: Value,
+        reply: oneshot::Sender<InputAnswer>,
+    },
 }
 
 impl Wait {
@@ -45,6 +55,7 @@ impl Wait {
         match self {
             Wait::Tool { tool_call_id, .. } => tool_call_id,
             Wait::Permission { answer_id, .. } => answer_id,
+            Wait::Input { answer_id, .. } => answer_id,
         }
     }
 
@@ -56,6 +67,11 @@ impl Wait {
             }
             Wait::Permission { reply, .. } => {
                 let _ = reply.send(PermissionOutcome::Denied {
+                    reason: why.to_owned(),
+                });
+            }
+            Wait::Input { reply, .. } => {
+                let _ = reply.send(InputAnswer::Cancelled {
                     reason: why.to_owned(),
                 });
             }
@@ -80,6 +96,7 @@ pub struct Suspension {
 pub enum Answer {
     Tool(ToolAnswer),
     Permission(PermissionOutcome),
+    Input(InputAnswer),
 }
 
 impl Suspension {
@@ -143,6 +160,15 @@ impl Suspension {
                     wait.answer_id()
                 ));
             };
+            if let (Wait::Input { schema, .. }, ResumeStatus::Resolved) = (wait, entry.status) {
+                let payload = entry.payload.as_ref().unwrap_or(&Value::Null);
+                if let Err(why) = check_form(schema, payload) {
+                    return Err(format!(
+                        "resume for {:?} does not fit its responseSchema: {why}",
+                        entry.interrupt_id
+                    ));
+                }
+            }
             if let (Wait::Permission { options, .. }, ResumeStatus::Resolved) = (wait, entry.status)
             {
                 let chosen = entry
@@ -177,6 +203,11 @@ impl Suspension {
                 Some(Answer::Permission(outcome)) => {
                     if let Wait::Permission { reply, .. } = wait {
                         let _ = reply.send(outcome);
+                    }
+                }
+                Some(Answer::Input(answer)) => {
+                    if let Wait::Input { reply, .. } = wait {
+                        let _ = reply.send(answer);
                     }
                 }
                 None => wait.fail_closed("no answer was given"),
@@ -227,6 +258,15 @@ fn answer_for(wait: &Wait, new_messages: &[Message], resume: &[Resume]) -> Optio
             (Wait::Tool { .. }, ResumeStatus::Cancelled) => {
                 Answer::Tool(ToolAnswer::Error("cancelled by the user".to_owned()))
             }
+            (Wait::Input { schema, .. }, ResumeStatus::Resolved) => {
+                let payload = entry.payload.as_ref().unwrap_or(&Value::Null);
+                Answer::Input(match check_form(schema, payload) {
+                    Ok(values) => InputAnswer::Accepted(values),
+                    Err(why) => InputAnswer::Cancelled { reason: why },
+                })
+            }
+            // The person dismissed the form: a refusal, not a failure.
+            (Wait::Input { .. }, ResumeStatus::Cancelled) => Answer::Input(InputAnswer::Declined),
         });
     }
     let tool = new_messages.iter().rev().find_map(|m| match m {
@@ -238,6 +278,7 @@ fn answer_for(wait: &Wait, new_messages: &[Message], resume: &[Resume]) -> Optio
         parts @ Content::Parts(_) => parts.text(),
     };
     Some(match wait {
+        Wait::Input { schema, .. } => Answer::Input(input_answer(schema, &text)),
         Wait::Tool { .. } => match &tool.error {
             Some(error) => Answer::Tool(ToolAnswer::Error(error.clone())),
             None => Answer::Tool(ToolAnswer::Result(text)),
@@ -278,6 +319,97 @@ pub fn permission_arguments(
     args.to_string()
 }
 
+/// The `agui_input_request` arguments for a form: `{"message","schema","toolCallId"?}`.
+pub fn input_arguments(request: &InputRequest) -> String {
+    let mut args = json!({"message": request.message, "schema": request.schema});
+    if let Some(id) = &request.tool_call_id {
+        args["toolCallId"] = json!(id);
+    }
+    args.to_string()
+}
+
+/// The answer an `agui_input_request` tool message gives: JSON
+/// `{"action":"accept","content":{...}}` (the values, which must fit the form),
+/// `{"action":"decline"}` or `{"action":"cancel"}`; anything else fails closed.
+fn input_answer(schema: &Value, text: &str) -> InputAnswer {
+    let Ok(answer) = serde_json::from_str::<Value>(text) else {
+        return InputAnswer::Cancelled {
+            reason: "the answer is not JSON".to_owned(),
+        };
+    };
+    match answer["action"].as_str() {
+        Some("accept") => match check_form(schema, &answer["content"]) {
+            Ok(values) => InputAnswer::Accepted(values),
+            Err(why) => InputAnswer::Cancelled { reason: why },
+        },
+        Some("decline") => InputAnswer::Declined,
+        Some("cancel") => InputAnswer::Cancelled {
+            reason: "cancelled by the user".to_owned(),
+        },
+        _ => InputAnswer::Cancelled {
+            reason: "the answer names no action (accept, decline or cancel)".to_owned(),
+        },
+    }
+}
+
+/// Checks form values against the form's schema (the ACP elicitation subset: an object of
+/// strings, numbers, integers, booleans and arrays of strings, with `required`, `enum`,
+/// `minimum`/`maximum` and `minLength`/`maxLength`); the values, or why not.
+pub fn check_form(
+    schema: &Value,
+    values: &Value,
+) -> Result<serde_json::Map<String, Value>, String> {
+    let Value::Object(values) = values else {
+        return Err("the answer must be a JSON object".to_owned());
+    };
+    let properties = schema["properties"].as_object();
+    for name in schema["required"].as_array().into_iter().flatten() {
+        if let Some(name) = name.as_str()
+            && !values.contains_key(name)
+        {
+            return Err(format!("{name:?} is required"));
+        }
+    }
+    for (name, value) in values {
+        let Some(property) = properties.and_then(|p| p.get(name)) else {
+            return Err(format!("{name:?} is not a field of the form"));
+        };
+        let fits = match property["type"].as_str() {
+            Some("string") => value.as_str().is_some_and(|text| {
+                let chars = text.chars().count() as u64;
+                property["minLength"]
+                    .as_u64()
+                    .is_none_or(|min| chars >= min)
+                    && property["maxLength"]
+                        .as_u64()
+                        .is_none_or(|max| chars <= max)
+                    && property["enum"]
+                        .as_array()
+                        .is_none_or(|allowed| allowed.contains(value))
+                    && property["oneOf"]
+                        .as_array()
+                        .is_none_or(|choices| choices.iter().any(|c| c["const"] == *value))
+            }),
+            Some("number") => value.as_f64().is_some_and(|n| in_range(property, n)),
+            Some("integer") => value.as_i64().is_some_and(|n| in_range(property, n as f64)),
+            Some("boolean") => value.is_boolean(),
+            Some("array") => value
+                .as_array()
+                .is_some_and(|items| items.iter().all(Value::is_string)),
+            _ => false,
+        };
+        if !fits {
+            return Err(format!("{name:?} does not fit its schema"));
+        }
+    }
+    Ok(values.clone())
+}
+
+fn in_range(property: &Value, n: f64) -> bool {
+    property["minimum"].as_f64().is_none_or(|min| n >= min)
+        && property["maximum"].as_f64().is_none_or(|max| n <= max)
+}
+
 /// The JSON schema of an interrupt answer for these options.
 pub fn response_schema(options: &[PermissionOption]) -> Value {
     let ids: Vec<&str> = options.iter().map(|o| o.option_id.as_str()).collect();
@@ -313,6 +445,59 @@ mod tests {
             interrupt_id: id.to_owned(),
             status: ResumeStatus::Resolved,
             payload,
+        }
+    }
+
+    #[test]
+    fn form_answers_are_checked_against_the_form() {
+        let schema = json!({"type": "object", "required": ["name"], "properties": {
+            "name": {"type": "string", "minLength": 1},
+            "age": {"type": "integer", "minimum": 0},
+            "color": {"type": "string", "enum": ["red", "blue"]},
+            "ok": {"type": "boolean"},
+            "tags": {"type": "array", "items": {"type": "string"}}
+        }});
+        let good = json!({"name": "Ada", "age": 36, "color": "red", "ok": true, "tags": ["x"]});
+        assert!(check_form(&schema, &good).is_ok());
+        for bad in [
+            json!({"age": 3}),
+            json!({"name": ""}),
+            json!({"name": "A", "age": -1}),
+            json!({"name": "A", "age": 1.5}),
+            json!({"name": "A", "color": "green"}),
+            json!({"name": "A", "ok": "yes"}),
+            json!({"name": "A", "tags": [1]}),
+            json!({"name": "A", "extra": 1}),
+            json!("Ada"),
+            Value::Null,
+        ] {
+            assert!(check_form(&schema, &bad).is_err(), "{bad} passed");
+        }
+        assert_eq!(
+            input_answer(&schema, r#"{"action":"accept","content":{"name":"Ada"}}"#),
+            InputAnswer::Accepted(
+                json!({"name": "Ada"})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default()
+            )
+        );
+        assert_eq!(
+            input_answer(&schema, r#"{"action":"decline"}"#),
+            InputAnswer::Declined
+        );
+        for unusable in [
+            r#"{"action":"accept","content":{}}"#,
+            r#"{"name":"Ada"}"#,
+            "Ada",
+        ] {
+            assert!(
+                matches!(
+                    input_answer(&schema, unusable),
+                    InputAnswer::Cancelled { .. }
+                ),
+                "{unusable}"
+            );
         }
     }
 

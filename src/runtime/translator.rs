@@ -2,8 +2,9 @@
 //!
 //! The translator owns the lifecycle rules the official clients enforce (fatal when broken):
 //! - `RUN_STARTED` (with `protocolVersion`) first, exactly one terminal event last;
-//! - every message, reasoning block, tool call and step opened is closed before the
-//!   terminal event;
+//! - every message, reasoning block, tool call, step and subagent opened is closed before
+//!   the terminal event (an open subagent gets `SUBAGENT_FINISHED`, with the `suspended`
+//!   outcome when the segment ends because the run waits on the client);
 //! - no CONTENT/ARGS/END for an id that is not open, no second START for an open id, no
 //!   `TOOL_CALL_RESULT` for a tool call never opened;
 //! - no empty deltas.
@@ -11,18 +12,22 @@
 //! An agent that breaks a rule is corrected (a delta for an unopened message opens it) or,
 //! when no correction exists, the event is dropped with a warning in the log.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
 use crate::agent::AgentEvent;
-use crate::protocol::events::{Event, Interrupt, Outcome, ReasoningRole, TextRole, ToolRole};
+use crate::protocol::events::{
+    Event, Interrupt, Outcome, ReasoningRole, SubagentOutcome, TextRole, TokenUsage, ToolRole,
+};
 
 /// How a segment ends.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Ending {
     Finished {
         result: Option<Value>,
+        /// `RUN_FINISHED.usage` (omitted when empty).
+        usage: Vec<TokenUsage>,
     },
     Cancelled,
     Error {
@@ -50,6 +55,12 @@ pub struct Translator {
     open_reasoning: Vec<String>,
     open_tools: Vec<String>,
     open_steps: Vec<String>,
+    /// Open text messages that are a subagent's: message id -> `subagentRunId`.
+    text_owner: HashMap<String, String>,
+    /// Subagents started and not finished: id, name, description.
+    open_subagents: Vec<(String, String, Option<String>)>,
+    /// Subagents finished in this segment (an id is not reused within one).
+    finished_subagents: HashSet<String>,
     /// Tool calls opened in this thread that a result may answer.
     known_tools: HashSet<String>,
     /// Tool calls already answered by a `TOOL_CALL_RESULT`.
@@ -95,6 +106,9 @@ impl Translator {
             open_reasoning: Vec::new(),
             open_tools: Vec::new(),
             open_steps: Vec::new(),
+            text_owner: HashMap::new(),
+            open_subagents: Vec::new(),
+            finished_subagents: HashSet::new(),
             known_tools: HashSet::new(),
             answered_tools: HashSet::new(),
             transcript: Vec::new(),
@@ -150,21 +164,41 @@ impl Translator {
             out.push(start);
         }
         match event {
-            AgentEvent::TextStart { message_id } => self.open_text_message(message_id, out),
+            AgentEvent::TextStart { message_id } => self.open_text_message(message_id, None, out),
+            AgentEvent::SubagentTextStart {
+                subagent_run_id,
+                message_id,
+            } => {
+                if !self.open_subagents.iter().any(|s| s.0 == subagent_run_id) {
+                    tracing::warn!(subagent = %subagent_run_id, "a message of a subagent that is not open is the agent's own");
+                    self.open_text_message(message_id, None, out);
+                } else {
+                    self.open_text_message(message_id, Some(subagent_run_id), out);
+                }
+            }
             AgentEvent::TextDelta { message_id, delta } => {
                 if delta.is_empty() {
                     return;
                 }
                 if !self.open_text.contains(&message_id) {
-                    self.open_text_message(message_id.clone(), out);
+                    self.open_text_message(message_id.clone(), None, out);
                 }
                 self.append(&message_id, &delta, false);
-                out.push(Event::TextMessageContent { message_id, delta });
+                let subagent_run_id = self.text_owner.get(&message_id).cloned();
+                out.push(Event::TextMessageContent {
+                    message_id,
+                    delta,
+                    subagent_run_id,
+                });
             }
             AgentEvent::TextEnd { message_id } => {
                 if remove(&mut self.open_text, &message_id) {
                     self.complete(&message_id, Kind::Text);
-                    out.push(Event::TextMessageEnd { message_id });
+                    let subagent_run_id = self.text_owner.remove(&message_id);
+                    out.push(Event::TextMessageEnd {
+                        message_id,
+                        subagent_run_id,
+                    });
                 } else {
                     tracing::warn!(message.id = %message_id, "end of a text message that is not open dropped");
                 }
@@ -291,6 +325,98 @@ impl Translator {
                 }
             }
             AgentEvent::Custom { name, value } => out.push(Event::Custom { name, value }),
+            AgentEvent::SubagentStarted {
+                subagent_run_id,
+                name,
+                description,
+            } => {
+                if self.open_subagents.iter().any(|s| s.0 == subagent_run_id)
+                    || self.finished_subagents.contains(&subagent_run_id)
+                {
+                    tracing::warn!(subagent = %subagent_run_id, "second start of a subagent dropped");
+                    return;
+                }
+                self.open_subagents.push((
+                    subagent_run_id.clone(),
+                    name.clone(),
+                    description.clone(),
+                ));
+                out.push(subagent_started(subagent_run_id, name, description));
+            }
+            AgentEvent::SubagentFinished { subagent_run_id } => {
+                if self.close_subagent(&subagent_run_id, out) {
+                    out.push(Event::SubagentFinished {
+                        subagent_run_id,
+                        result: None,
+                        outcome: Some(SubagentOutcome::Success),
+                    });
+                } else {
+                    tracing::warn!(subagent = %subagent_run_id, "finish of a subagent that is not open dropped");
+                }
+            }
+            AgentEvent::SubagentError {
+                subagent_run_id,
+                message,
+            } => {
+                if self.close_subagent(&subagent_run_id, out) {
+                    out.push(Event::SubagentError {
+                        subagent_run_id,
+                        message,
+                        code: None,
+                    });
+                } else {
+                    tracing::warn!(subagent = %subagent_run_id, "error of a subagent that is not open dropped");
+                }
+            }
+        }
+    }
+
+    /// Ends subagent `id`, closing its open messages first.
+    fn close_subagent(&mut self, id: &str, out: &mut Vec<Event>) -> bool {
+        let Some(at) = self.open_subagents.iter().position(|s| s.0 == id) else {
+            return false;
+        };
+        self.open_subagents.remove(at);
+        self.finished_subagents.insert(id.to_owned());
+        self.close_texts_of(id, out);
+        true
+    }
+
+    fn close_texts_of(&mut self, subagent: &str, out: &mut Vec<Event>) {
+        let owned: Vec<String> = self
+            .open_text
+            .iter()
+            .filter(|m| self.text_owner.get(*m).is_some_and(|s| s == subagent))
+            .cloned()
+            .collect();
+        for message_id in owned {
+            remove(&mut self.open_text, &message_id);
+            self.complete(&message_id, Kind::Text);
+            self.text_owner.remove(&message_id);
+            out.push(Event::TextMessageEnd {
+                message_id,
+                subagent_run_id: Some(subagent.to_owned()),
+            });
+        }
+    }
+
+    /// Closes the open subagents: `suspended` when the segment ends because the run waits
+    /// on the client (the subagent goes on in the next segment), else finished.
+    fn close_subagents(&mut self, suspended: bool, out: &mut Vec<Event>) {
+        for (subagent_run_id, _, _) in std::mem::take(&mut self.open_subagents).into_iter().rev() {
+            self.finished_subagents.insert(subagent_run_id.clone());
+            self.close_texts_of(&subagent_run_id, out);
+            out.push(Event::SubagentFinished {
+                subagent_run_id,
+                result: None,
+                outcome: Some(if suspended {
+                    SubagentOutcome::Suspended {
+                        interrupt_ids: None,
+                    }
+                } else {
+                    SubagentOutcome::Success
+                }),
+            });
         }
     }
 
@@ -299,15 +425,17 @@ impl Translator {
         if self.ended {
             return;
         }
+        let suspended = matches!(ending, Ending::Suspended { .. } | Ending::Interrupt { .. });
+        self.close_subagents(suspended, out);
         self.close_open(out);
         self.ended = true;
         out.push(match ending {
-            Ending::Finished { result } => Event::RunFinished {
+            Ending::Finished { result, usage } => Event::RunFinished {
                 thread_id: self.thread_id.clone(),
                 run_id: self.run_id.clone(),
                 result,
                 outcome: None,
-                usage: None,
+                usage: (!usage.is_empty()).then_some(usage),
             },
             Ending::Cancelled => Event::RunFinished {
                 thread_id: self.thread_id.clone(),
@@ -354,7 +482,11 @@ impl Translator {
         }
         for message_id in std::mem::take(&mut self.open_text) {
             self.complete(&message_id, Kind::Text);
-            out.push(Event::TextMessageEnd { message_id });
+            let subagent_run_id = self.text_owner.remove(&message_id);
+            out.push(Event::TextMessageEnd {
+                message_id,
+                subagent_run_id,
+            });
         }
         for message_id in std::mem::take(&mut self.open_reasoning) {
             self.complete(&message_id, Kind::Reasoning);
@@ -363,6 +495,19 @@ impl Translator {
         for step_name in self.open_steps.drain(..).rev() {
             out.push(Event::StepFinished { step_name });
         }
+    }
+
+    /// Closes everything still open before a suspension's terminal event; open subagents
+    /// are suspended with the run.
+    pub fn close_open_for_park(&mut self, out: &mut Vec<Event>) {
+        if self.ended {
+            return;
+        }
+        if let Some(start) = self.start(None) {
+            out.push(start);
+        }
+        self.close_subagents(true, out);
+        self.close_open(out);
     }
 
     /// Items completed since the last call, in completion order.
@@ -377,6 +522,13 @@ impl Translator {
     /// the content streamed so far (resync).
     pub fn reopen(&self) -> Vec<Event> {
         let mut out = Vec::new();
+        for (id, name, description) in &self.open_subagents {
+            out.push(subagent_started(
+                id.clone(),
+                name.clone(),
+                description.clone(),
+            ));
+        }
         for step_name in &self.open_steps {
             out.push(Event::StepStarted {
                 step_name: step_name.clone(),
@@ -400,15 +552,18 @@ impl Translator {
                     }
                 }
                 Produced::Text { id, content } if self.open_text.contains(id) => {
+                    let subagent_run_id = self.text_owner.get(id).cloned();
                     out.push(Event::TextMessageStart {
                         message_id: id.clone(),
                         role: Some(TextRole::Assistant),
                         name: None,
+                        subagent_run_id: subagent_run_id.clone(),
                     });
                     if !content.is_empty() {
                         out.push(Event::TextMessageContent {
                             message_id: id.clone(),
                             delta: content.clone(),
+                            subagent_run_id,
                         });
                     }
                 }
@@ -453,12 +608,20 @@ impl Translator {
         }
     }
 
-    fn open_text_message(&mut self, message_id: String, out: &mut Vec<Event>) {
+    fn open_text_message(
+        &mut self,
+        message_id: String,
+        subagent_run_id: Option<String>,
+        out: &mut Vec<Event>,
+    ) {
         if self.open_text.contains(&message_id) {
             tracing::warn!(message.id = %message_id, "second start of an open text message dropped");
             return;
         }
         self.open_text.push(message_id.clone());
+        if let Some(subagent) = &subagent_run_id {
+            self.text_owner.insert(message_id.clone(), subagent.clone());
+        }
         self.transcript.push(Produced::Text {
             id: message_id.clone(),
             content: String::new(),
@@ -467,6 +630,7 @@ impl Translator {
             message_id,
             role: Some(TextRole::Assistant),
             name: None,
+            subagent_run_id,
         });
     }
 
@@ -533,6 +697,7 @@ fn remove(list: &mut Vec<String>, id: &str) -> bool {
 fn event_kind(event: &AgentEvent) -> &'static str {
     match event {
         AgentEvent::TextStart { .. } => "text_start",
+        AgentEvent::SubagentTextStart { .. } => "subagent_text_start",
         AgentEvent::TextDelta { .. } => "text_delta",
         AgentEvent::TextEnd { .. } => "text_end",
         AgentEvent::ReasoningStart { .. } => "reasoning_start",
@@ -545,6 +710,20 @@ fn event_kind(event: &AgentEvent) -> &'static str {
         AgentEvent::StepStarted { .. } => "step_started",
         AgentEvent::StepFinished { .. } => "step_finished",
         AgentEvent::Custom { .. } => "custom",
+        AgentEvent::SubagentStarted { .. } => "subagent_started",
+        AgentEvent::SubagentFinished { .. } => "subagent_finished",
+        AgentEvent::SubagentError { .. } => "subagent_error",
+    }
+}
+
+fn subagent_started(subagent_run_id: String, name: String, description: Option<String>) -> Event {
+    Event::SubagentStarted {
+        subagent_run_id,
+        name,
+        description,
+        parent_subagent_run_id: None,
+        parent_tool_call_id: None,
+        parent_message_id: None,
     }
 }
 
@@ -639,7 +818,10 @@ mod tests {
                     message_id: "m1".into(),
                 },
             ],
-            Ending::Finished { result: None },
+            Ending::Finished {
+                result: None,
+                usage: Vec::new(),
+            },
         );
         assert_eq!(
             types(&out),
@@ -663,7 +845,13 @@ mod tests {
             },
             &mut out,
         );
-        t.finish(Ending::Finished { result: None }, &mut out);
+        t.finish(
+            Ending::Finished {
+                result: None,
+                usage: Vec::new(),
+            },
+            &mut out,
+        );
         t.translate(
             AgentEvent::TextDelta {
                 message_id: "m".into(),
@@ -694,7 +882,10 @@ mod tests {
                     content: "again".into(),
                 },
             ],
-            Ending::Finished { result: None },
+            Ending::Finished {
+                result: None,
+                usage: Vec::new(),
+            },
         );
         assert_eq!(
             types(&out),

@@ -2,7 +2,9 @@
 driven by agui-serve's conformance suite: an independent ACP implementation.
 
 Prompts: `permission` asks for permission before a tool call and reports the choice;
-anything else streams `Python says: <text>` in chunks.
+`usage` answers with the turn's token counts (20 in, 10 out, 30 in all); `elicit` asks
+for a form (a required `name`) and reports the answer (`Python got: <name>`, `Python:
+declined`, `Python: cancelled`); anything else streams `Python says: <text>` in chunks.
 """
 
 import asyncio
@@ -22,7 +24,15 @@ from acp import (
     update_agent_message_text,
     update_tool_call,
 )
-from acp.schema import AgentCapabilities, PermissionOption, ToolCallUpdate
+from acp.schema import (
+    AgentCapabilities,
+    ElicitationFormSessionMode,
+    ElicitationSchema,
+    ElicitationStringPropertySchema,
+    PermissionOption,
+    ToolCallUpdate,
+    Usage,
+)
 
 
 class PythonAgent(Agent):
@@ -37,6 +47,25 @@ class PythonAgent(Agent):
 
     async def prompt(self, session_id: str, prompt: list, **kwargs: Any) -> PromptResponse:
         text = " ".join(getattr(block, "text", "") for block in prompt).strip()
+        if text.endswith("usage"):
+            await self._conn.session_update(session_id, update_agent_message_text("Python counted."))
+            usage = Usage(total_tokens=30, input_tokens=20, output_tokens=10)
+            return PromptResponse(stop_reason="end_turn", usage=usage)
+        if text.endswith("elicit"):
+            form = ElicitationSchema(
+                properties={"name": ElicitationStringPropertySchema(type="string", title="Name")},
+                required=["name"],
+            )
+            response = await self._conn.create_elicitation(
+                message="Your name?",
+                mode=ElicitationFormSessionMode(session_id=session_id, requested_schema=form),
+            )
+            if response.action == "accept":
+                reply = f"Python got: {(response.content or {}).get('name')}"
+            else:
+                reply = "Python: declined" if response.action == "decline" else "Python: cancelled"
+            await self._conn.session_update(session_id, update_agent_message_text(reply))
+            return PromptResponse(stop_reason="end_turn")
         if text.endswith("permission"):
             call = f"py-call-{uuid.uuid4()}"
             await self._conn.session_update(

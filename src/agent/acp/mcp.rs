@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use agent_client_protocol::v1::schema::{HttpHeader, McpServer as AcpMcpServer, McpServerHttp};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock as Content,
     ListToolsResult, PaginatedRequestParams, ServerConfig,
@@ -66,7 +67,7 @@ impl McpBridge {
 
     /// Gives `session` an MCP endpoint whose calls go to the session's turn through
     /// `router`; returns the `mcpServers` entry for `session/new` / `session/load`.
-    pub(super) fn bind(&self, router: &Arc<Router>) -> (Value, McpHandle) {
+    pub(super) fn bind(&self, router: &Arc<Router>) -> (AcpMcpServer, McpHandle) {
         let tools: Arc<Mutex<Vec<Tool>>> = Arc::default();
         let session: Arc<Mutex<String>> = Arc::default();
         let endpoint = self.server.add(FrontendTools {
@@ -82,13 +83,12 @@ impl McpBridge {
             },
         );
         let secret = endpoint.secret.expose();
-        let entry = json!({
-            "type": "http",
-            "name": "frontend",
-            // The secret also rides in the URL for agents that send no headers.
-            "url": format!("{}?token={secret}", endpoint.url),
-            "headers": [{"name": "Authorization", "value": format!("Bearer {secret}")}],
-        });
+        // The secret also rides in the URL for agents that send no headers.
+        let entry = AcpMcpServer::Http(
+            McpServerHttp::new("frontend", format!("{}?token={secret}", endpoint.url)).headers(
+                vec![HttpHeader::new("Authorization", format!("Bearer {secret}"))],
+            ),
+        );
         (entry, McpHandle { session })
     }
 
@@ -251,6 +251,9 @@ mod tests {
             .expect("bridge");
         let router = Arc::new(Router::default());
         let (entry, handle) = bridge.bind(&router);
+        let entry = serde_json::to_value(&entry).expect("the MCP server entry serializes");
+        assert_eq!(entry["type"], "http");
+        assert_eq!(entry["name"], "frontend");
         handle.set_session("s1");
         let with_query = entry["url"].as_str().expect("url").to_owned();
         assert!(with_query.starts_with("http://127.0.0.1:"));
@@ -352,6 +355,7 @@ mod tests {
             .expect("bridge");
         let router = Arc::new(Router::default());
         let (entry, _handle) = bridge.bind(&router);
+        let entry = serde_json::to_value(&entry).expect("the MCP server entry serializes");
         let url = entry["url"].as_str().expect("url").to_owned();
         let addr = url
             .trim_start_matches("http://")
@@ -389,6 +393,7 @@ mod tests {
             .await
             .expect("bridge");
         let (entry, _handle) = patient.bind(&router);
+        let entry = serde_json::to_value(&entry).expect("the MCP server entry serializes");
         let url = entry["url"].as_str().expect("url").to_owned();
         let addr = url
             .trim_start_matches("http://")

@@ -14,16 +14,27 @@
 //! the chosen `optionId`. Cancel sends `session/cancel`; a pending permission is answered
 //! `cancelled`.
 //!
+//! A form the agent asks for (`elicitation/create`) waits on the client the same way, as
+//! an `input_required` interrupt or an `agui_input_request` tool call. Before the prompt,
+//! `forwardedProps.acp` may set the session's mode and config options; after it, the
+//! turn's token usage (when the agent reports it) goes to `RUN_FINISHED.usage` and state.
+//! Outside turns, the agent's own sessions can be listed, imported as threads
+//! (`session/load`, the replay as transcript) and threads forked (`session/fork`).
+//!
 //! Input that never reached the agent (no session could be had, or the prompt was refused
 //! with `AUTH_REQUIRED`) is kept per thread and sent first with the thread's next prompt,
 //! so a message typed before the credentials were in place is not lost. A thread that has
 //! never had a session has delivered nothing, so its first prompt carries the user
 //! messages of the client's transcript: that also holds across a restart.
 
+mod elicit;
 mod health;
 mod mcp;
 mod process;
+mod sessions;
+mod settings;
 mod translate;
+mod usage;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,8 +43,11 @@ use std::time::Duration;
 
 use agent_client_protocol::ErrorCode;
 use agent_client_protocol::v1::schema::{
-    CancelNotification, CloseSessionRequest, DeleteSessionRequest, LoadSessionRequest,
-    NewSessionRequest, PromptRequest, RequestPermissionResponse, ResumeSessionRequest,
+    CancelNotification, CloseSessionRequest, ContentBlock, CreateElicitationResponse,
+    DeleteSessionRequest, ElicitationAction, ImageContent, LoadSessionRequest, McpServer,
+    NewSessionRequest, PermissionOptionKind, PromptRequest, RequestPermissionOutcome,
+    RequestPermissionRequest, RequestPermissionResponse, ResumeSessionRequest,
+    SelectedPermissionOutcome, StopReason, TextContent,
 };
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -41,13 +55,19 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     Agent, AgentError, AgentEvent, AgentState, AgentStatus, AuthMethod, BoxFuture, ClientToolCall,
-    EventSink, PermissionOption, PermissionOutcome, PermissionRequest, Processes, SinkClosed,
-    ToolAnswer, Turn, TurnEnd,
+    EventSink, PermissionOption, PermissionOutcome, PermissionRequest, Processes, SessionError,
+    SessionPage, SinkClosed, ToolAnswer, Turn, TurnEnd,
 };
 use crate::config::{AcpConfig, FrontendMcp, Permissions};
-use crate::protocol::input::{BinaryPart, ContentPart, DataSource, MediaSource, Message};
+use crate::protocol::InputError;
+use crate::protocol::input::{
+    BinaryPart, ContentPart, DataSource, MediaSource, Message, RunAgentInput,
+};
+use elicit::elicitation;
 use process::{AcpProcess, Busy, PermissionResponder, SessionEvent};
+use settings::{Settings, show_session_settings};
 use translate::UpdateTranslator;
+use usage::note_usage;
 
 /// How long a cancelled prompt may take to answer before the turn gives up on it.
 const CANCEL_WAIT: Duration = Duration::from_millis(1000);
@@ -67,7 +87,7 @@ pub async fn translate_updates(updates: &[Value], frontend_tools: Vec<String>) -
     let produce = async move {
         let mut translator = UpdateTranslator::default().with_frontend_tools(frontend_tools);
         for update in updates {
-            if translator.apply(update, &sink).await.is_err() {
+            if translator.apply(None, update, &sink).await.is_err() {
                 return;
             }
         }
@@ -99,6 +119,9 @@ struct Inner {
     /// thread id -> messages the agent has not received (their turn failed before it
     /// accepted the prompt).
     undelivered: Mutex<HashMap<String, Vec<Message>>>,
+    /// thread id -> how its session came (`imported`, `forked`), for threads whose session
+    /// was bound outside a turn: the thread's first turn shows it in the state.
+    bound_outside: Mutex<HashMap<String, &'static str>>,
     spawning: tokio::sync::Mutex<()>,
     health: health::Health,
     reaper: AtomicBool,
@@ -116,6 +139,7 @@ impl AcpBackend {
                 processes: Mutex::new(Vec::new()),
                 sessions: Mutex::new(HashMap::new()),
                 undelivered: Mutex::new(HashMap::new()),
+                bound_outside: Mutex::new(HashMap::new()),
                 spawning: tokio::sync::Mutex::new(()),
                 health: health::Health::default(),
                 reaper: AtomicBool::new(false),
@@ -158,6 +182,10 @@ impl Agent for AcpBackend {
         })
     }
 
+    fn check_input(&self, input: &RunAgentInput) -> Result<(), InputError> {
+        Settings::from_forwarded_props(input.forwarded_props.as_ref()).map(|_| ())
+    }
+
     fn ready(&self) -> bool {
         let found = process::startable(&self.inner.config.command);
         if self.inner.health.probe_due(found)
@@ -178,6 +206,7 @@ impl Agent for AcpBackend {
         let thread_id = thread_id.to_owned();
         Box::pin(async move {
             lock(&inner.undelivered).remove(&thread_id);
+            lock(&inner.bound_outside).remove(&thread_id);
             let Some((process, session)) = lock(&inner.sessions).remove(&thread_id) else {
                 return;
             };
@@ -187,7 +216,8 @@ impl Agent for AcpBackend {
             if !process.is_alive() {
                 return;
             }
-            if process.can("/agentCapabilities/sessionCapabilities/close")
+            let sessions = &process.capabilities().session_capabilities;
+            if sessions.close.is_some()
                 && let Err(error) = process
                     .connection
                     .send_request(CloseSessionRequest::new(session.clone()))
@@ -196,7 +226,7 @@ impl Agent for AcpBackend {
             {
                 tracing::debug!(error = %error.message, "session/close failed");
             }
-            if process.can("/agentCapabilities/sessionCapabilities/delete")
+            if sessions.delete.is_some()
                 && let Err(error) = process
                     .connection
                     .send_request(DeleteSessionRequest::new(session.clone()))
@@ -205,6 +235,40 @@ impl Agent for AcpBackend {
             {
                 tracing::debug!(error = %error.message, "session/delete failed");
             }
+        })
+    }
+
+    fn list_sessions(
+        &self,
+        cursor: Option<String>,
+    ) -> BoxFuture<Result<SessionPage, SessionError>> {
+        let inner = self.inner.clone();
+        Box::pin(async move { inner.list_sessions(cursor).await })
+    }
+
+    fn import_session(
+        &self,
+        thread_id: &str,
+        session_id: &str,
+    ) -> BoxFuture<Result<Vec<Message>, SessionError>> {
+        let inner = self.inner.clone();
+        let (thread_id, session_id) = (thread_id.to_owned(), session_id.to_owned());
+        Box::pin(async move { inner.import_session(&thread_id, &session_id).await })
+    }
+
+    fn fork_session(
+        &self,
+        thread_id: &str,
+        session_id: Option<&str>,
+        new_thread_id: &str,
+    ) -> BoxFuture<Result<String, SessionError>> {
+        let inner = self.inner.clone();
+        let (thread_id, new_thread_id) = (thread_id.to_owned(), new_thread_id.to_owned());
+        let session_id = session_id.map(str::to_owned);
+        Box::pin(async move {
+            inner
+                .fork_session(&thread_id, session_id.as_deref(), &new_thread_id)
+                .await
         })
     }
 
@@ -259,12 +323,22 @@ impl Inner {
             bridge.set_tools(&session, &turn.tools);
         }
         let mut events = process.router.register(&session);
+        if let Err(stop) = self.apply_settings(&turn, &process, &session, sink).await {
+            process.router.unregister(&session);
+            if let Stop::Failed(_) = stop {
+                self.keep_undelivered(&turn.thread_id, input);
+            }
+            return Err(stop);
+        }
         let blocks = prompt_blocks(&turn, &input, &process);
         if blocks.is_empty() {
             process.router.unregister(&session);
-            return Ok(TurnEnd::Finished { result: None });
+            return Ok(TurnEnd::Finished {
+                result: None,
+                usage: Vec::new(),
+            });
         }
-        let prompt: PromptRequest = cast(json!({"sessionId": session, "prompt": blocks}))?;
+        let prompt = PromptRequest::new(session.clone(), blocks);
         let connection = process.connection.clone();
         let (done_tx, mut done) = oneshot::channel();
         tokio::spawn(async move {
@@ -286,9 +360,14 @@ impl Inner {
             tokio::select! {
                 biased;
                 Some(event) = events.recv() => match event {
-                    SessionEvent::Update(update) => translator.apply(&update, sink).await?,
+                    SessionEvent::Update { subagent, update } => {
+                        translator.apply(subagent.as_deref(), &update, sink).await?;
+                    }
                     SessionEvent::Permission(request, responder) => {
-                        self.permission(&request, responder, &mut translator, sink).await?;
+                        self.permission(*request, responder, &mut translator, sink).await?;
+                    }
+                    SessionEvent::Elicitation(request, responder) => {
+                        elicitation(*request, responder, &mut translator, sink).await?;
                     }
                     SessionEvent::FrontendCall { name, arguments, reply } => {
                         // The agent's own tool_call for this MCP call (if it sent one) is
@@ -314,9 +393,16 @@ impl Inner {
                 answer = &mut done => {
                     while let Ok(event) = events.try_recv() {
                         match event {
-                            SessionEvent::Update(update) => translator.apply(&update, sink).await?,
+                            SessionEvent::Update { subagent, update } => {
+                                translator.apply(subagent.as_deref(), &update, sink).await?;
+                            }
                             SessionEvent::Permission(_, responder) => {
                                 let _ = responder.respond(process::cancelled());
+                            }
+                            SessionEvent::Elicitation(_, responder) => {
+                                let _ = responder.respond(CreateElicitationResponse::new(
+                                    ElicitationAction::Cancel,
+                                ));
                             }
                             SessionEvent::FrontendCall { reply, .. } => {
                                 let _ = reply.send(ToolAnswer::Error("the turn is over".to_owned()));
@@ -347,18 +433,22 @@ impl Inner {
         match result {
             Ok(Ok(response)) => {
                 self.health.turn_ok();
-                let response = serde_json::to_value(&response).unwrap_or(Value::Null);
-                match response["stopReason"].as_str() {
-                    Some("cancelled") => Ok(TurnEnd::Cancelled),
-                    Some("refusal") => Err(Stop::Failed(AgentError::Failed {
+                let usage = note_usage(&response, &turn, sink).await?;
+                match response.stop_reason {
+                    StopReason::Cancelled => Ok(TurnEnd::Cancelled),
+                    StopReason::Refusal => Err(Stop::Failed(AgentError::Failed {
                         code: "REFUSAL".to_owned(),
                         message: "the agent refused to continue".to_owned(),
                     })),
                     _ if cancel_sent => Ok(TurnEnd::Cancelled),
-                    Some(reason) => Ok(TurnEnd::Finished {
-                        result: (reason != "end_turn").then(|| json!({"stopReason": reason})),
+                    StopReason::EndTurn => Ok(TurnEnd::Finished {
+                        result: None,
+                        usage,
                     }),
-                    None => Ok(TurnEnd::Finished { result: None }),
+                    reason => Ok(TurnEnd::Finished {
+                        result: Some(json!({ "stopReason": reason })),
+                        usage,
+                    }),
                 }
             }
             Ok(Err(error)) => {
@@ -427,56 +517,63 @@ impl Inner {
     /// Answers a permission request: at once by kind, or through the client.
     async fn permission(
         &self,
-        request: &Value,
+        request: RequestPermissionRequest,
         responder: Box<PermissionResponder>,
         translator: &mut UpdateTranslator,
         sink: &EventSink,
     ) -> Result<(), Stop> {
-        let options: Vec<PermissionOption> = request["options"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|o| {
-                Some(PermissionOption {
-                    option_id: o["optionId"].as_str()?.to_owned(),
-                    name: o["name"].as_str().unwrap_or_default().to_owned(),
-                    kind: o["kind"].as_str().unwrap_or_default().to_owned(),
-                })
+        let options: Vec<PermissionOption> = request
+            .options
+            .iter()
+            .map(|o| PermissionOption {
+                option_id: o.option_id.to_string(),
+                name: o.name.clone(),
+                kind: kind_name(o.kind).to_owned(),
             })
             .collect();
-        let by_kind = |kinds: &[&str]| {
+        let by_kind = |kinds: &[PermissionOptionKind]| {
             kinds.iter().find_map(|kind| {
-                options
+                request
+                    .options
                     .iter()
                     .find(|o| o.kind == *kind)
-                    .map(|o| o.option_id.clone())
+                    .map(|o| o.option_id.to_string())
             })
         };
         let chosen = match self.config.permissions {
-            Permissions::Allow => by_kind(&["allow_once", "allow_always"]),
-            Permissions::Deny => by_kind(&["reject_once", "reject_always"]),
+            Permissions::Allow => by_kind(&[
+                PermissionOptionKind::AllowOnce,
+                PermissionOptionKind::AllowAlways,
+            ]),
+            Permissions::Deny => by_kind(&[
+                PermissionOptionKind::RejectOnce,
+                PermissionOptionKind::RejectAlways,
+            ]),
             Permissions::Ask => {
-                let tool_call = &request["toolCall"];
-                let acp_id = tool_call["toolCallId"].as_str().filter(|id| !id.is_empty());
-                if let Some(id) = acp_id
+                let tool_call = &request.tool_call;
+                let acp_id = Some(tool_call.tool_call_id.to_string()).filter(|id| !id.is_empty());
+                if let Some(id) = &acp_id
                     && !translator.is_open(id)
                 {
-                    let mut opening = tool_call.clone();
+                    // The call the permission is about was never reported: open it from
+                    // the request's own description of it. (Through JSON: the translator
+                    // reads every update that way, see `translate.rs`.)
+                    let mut opening = serde_json::to_value(tool_call)
+                        .map_err(|e| AgentError::Backend(format!("ACP tool call: {e}")))?;
                     opening["sessionUpdate"] = json!("tool_call_update");
                     if let Some(map) = opening.as_object_mut() {
                         map.remove("status");
                     }
-                    translator.apply(&opening, sink).await?;
+                    translator.apply(None, &opening, sink).await?;
                 }
                 translator.close(sink).await?;
-                let tool_call_id = acp_id.map(|id| translator.wire_id(id));
-                let title = tool_call["title"]
-                    .as_str()
+                let tool_call_id = acp_id.map(|id| translator.wire_id(&id));
+                let title = tool_call
+                    .fields
+                    .title
+                    .clone()
                     .filter(|t| !t.is_empty())
-                    .map_or_else(
-                        || format!("{} asks for permission", self.name),
-                        str::to_owned,
-                    );
+                    .unwrap_or_else(|| format!("{} asks for permission", self.name));
                 let outcome = sink
                     .request_permission(PermissionRequest {
                         title,
@@ -495,10 +592,10 @@ impl Inner {
                 }
             }
         };
-        let response: RequestPermissionResponse = match chosen {
-            Some(option_id) => {
-                cast(json!({"outcome": {"outcome": "selected", "optionId": option_id}}))?
-            }
+        let response = match chosen {
+            Some(option_id) => RequestPermissionResponse::new(RequestPermissionOutcome::Selected(
+                SelectedPermissionOutcome::new(option_id),
+            )),
             None => process::cancelled(),
         };
         if let Err(error) = responder.respond(response) {
@@ -513,9 +610,14 @@ impl Inner {
         turn: &Turn,
         sink: &EventSink,
     ) -> Result<(Arc<AcpProcess>, String), Stop> {
-        if let Some((process, session)) = lock(&self.sessions).get(&turn.thread_id).cloned()
+        let live = lock(&self.sessions).get(&turn.thread_id).cloned();
+        if let Some((process, session)) = live
             && process.is_alive()
         {
+            let outside = lock(&self.bound_outside).remove(&turn.thread_id);
+            if let Some(how) = outside {
+                sink.set_session(&session, how).await?;
+            }
             return Ok((process, session));
         }
         let process = self.acquire().await?;
@@ -526,15 +628,16 @@ impl Inner {
             .clone()
             .or_else(|| std::env::current_dir().ok())
             .unwrap_or_else(|| "/".into());
+        let capabilities = process.capabilities();
         if let Some(stored) = &turn.session_id {
-            if process.can("/agentCapabilities/loadSession") {
+            if capabilities.load_session {
                 // The replay is history we already hold: swallow it.
                 let replay = process.router.register(stored);
                 if let Some(handle) = &mcp_handle {
                     handle.set_session(stored);
                 }
-                let load: LoadSessionRequest =
-                    cast(json!({"sessionId": stored, "cwd": cwd, "mcpServers": mcp_servers}))?;
+                let load =
+                    LoadSessionRequest::new(stored.clone(), &cwd).mcp_servers(mcp_servers.clone());
                 let loaded = process.connection.send_request(load).block_task().await;
                 process.router.unregister(stored);
                 drop(replay);
@@ -550,12 +653,12 @@ impl Inner {
                         tracing::warn!(session = %stored, error = %error.message, "session/load failed; starting a new session");
                     }
                 }
-            } else if process.can("/agentCapabilities/sessionCapabilities/resume") {
+            } else if capabilities.session_capabilities.resume.is_some() {
                 if let Some(handle) = &mcp_handle {
                     handle.set_session(stored);
                 }
-                let resume: ResumeSessionRequest =
-                    cast(json!({"sessionId": stored, "cwd": cwd, "mcpServers": mcp_servers}))?;
+                let resume = ResumeSessionRequest::new(stored.clone(), &cwd)
+                    .mcp_servers(mcp_servers.clone());
                 match process.connection.send_request(resume).block_task().await {
                     Ok(_) => {
                         self.health.session_ok();
@@ -574,7 +677,7 @@ impl Inner {
                 );
             }
         }
-        let new: NewSessionRequest = cast(json!({"cwd": cwd, "mcpServers": mcp_servers}))?;
+        let new = NewSessionRequest::new(&cwd).mcp_servers(mcp_servers);
         let created = process
             .connection
             .send_request(new)
@@ -601,15 +704,19 @@ impl Inner {
             "new"
         };
         sink.set_session(&session, how).await?;
+        show_session_settings(&created, sink).await?;
         self.remember(&turn.thread_id, &process, &session);
         Ok((process, session))
     }
 
     /// The `mcpServers` to give a session: the frontend-tools endpoint when the agent takes
     /// MCP servers over HTTP.
-    async fn mcp_servers(&self, process: &Arc<AcpProcess>) -> (Vec<Value>, Option<mcp::McpHandle>) {
+    async fn mcp_servers(
+        &self,
+        process: &Arc<AcpProcess>,
+    ) -> (Vec<McpServer>, Option<mcp::McpHandle>) {
         let wanted = match self.config.frontend_mcp {
-            FrontendMcp::Auto => process.can("/agentCapabilities/mcpCapabilities/http"),
+            FrontendMcp::Auto => process.capabilities().mcp_capabilities.http,
             FrontendMcp::Always => true,
             FrontendMcp::Never => false,
         };
@@ -666,14 +773,12 @@ impl Inner {
             .clone()
             .or_else(|| std::env::current_dir().ok())
             .unwrap_or_else(|| "/".into());
-        let Ok(new) = cast::<NewSessionRequest>(json!({"cwd": cwd, "mcpServers": []})) else {
-            return;
-        };
+        let new = NewSessionRequest::new(cwd);
         match process.connection.send_request(new).block_task().await {
             Ok(created) => {
                 self.health.session_ok();
                 tracing::info!(agent = %self.name, "readiness probe: the agent takes sessions again");
-                if process.can("/agentCapabilities/sessionCapabilities/close") {
+                if process.capabilities().session_capabilities.close.is_some() {
                     let close = CloseSessionRequest::new(created.session_id);
                     let _ = process.connection.send_request(close).block_task().await;
                 }
@@ -685,6 +790,15 @@ impl Inner {
                 tracing::debug!(agent = %self.name, error = %error.message, "readiness probe: session/new failed");
             }
         }
+    }
+
+    /// The working directory of this agent's sessions.
+    fn cwd(&self) -> std::path::PathBuf {
+        self.config
+            .cwd
+            .clone()
+            .or_else(|| std::env::current_dir().ok())
+            .unwrap_or_else(|| "/".into())
     }
 
     fn remember(&self, thread: &str, process: &Arc<AcpProcess>, session: &str) {
@@ -782,7 +896,10 @@ async fn reap(inner: std::sync::Weak<Inner>) {
 
 /// The prompt for a turn: context first, then the user messages of `input` (text; images
 /// when the agent accepts them).
-fn prompt_blocks(turn: &Turn, input: &[Message], process: &AcpProcess) -> Vec<Value> {
+fn prompt_blocks(turn: &Turn, input: &[Message], process: &AcpProcess) -> Vec<ContentBlock> {
+    let text = |text: &str| ContentBlock::Text(TextContent::new(text));
+    let image =
+        |data: &str, mime_type: &str| ContentBlock::Image(ImageContent::new(data, mime_type));
     let mut blocks = Vec::new();
     if !turn.context.is_empty() {
         let lines: Vec<String> = turn
@@ -790,30 +907,24 @@ fn prompt_blocks(turn: &Turn, input: &[Message], process: &AcpProcess) -> Vec<Va
             .iter()
             .map(|c| format!("- {}: {}", c.description, c.value))
             .collect();
-        blocks.push(json!({"type": "text", "text": format!("Context:\n{}", lines.join("\n"))}));
+        blocks.push(text(&format!("Context:\n{}", lines.join("\n"))));
     }
-    let images = process.can("/agentCapabilities/promptCapabilities/image");
+    let images = process.capabilities().prompt_capabilities.image;
     for message in input {
         let Message::User(user) = message else {
             continue;
         };
         match &user.content {
-            crate::protocol::input::Content::Text(text) => {
-                blocks.push(json!({"type": "text", "text": text}));
-            }
+            crate::protocol::input::Content::Text(content) => blocks.push(text(content)),
             crate::protocol::input::Content::Parts(parts) => {
                 for part in parts {
                     match part {
-                        ContentPart::Text(part) => {
-                            blocks.push(json!({"type": "text", "text": part.text}))
-                        }
+                        ContentPart::Text(part) => blocks.push(text(&part.text)),
                         ContentPart::Image(media) if images => {
                             if let MediaSource::Data(DataSource { value, mime_type }) =
                                 &media.source
                             {
-                                blocks.push(
-                                    json!({"type": "image", "data": value, "mimeType": mime_type}),
-                                );
+                                blocks.push(image(value, mime_type));
                             }
                         }
                         ContentPart::Binary(BinaryPart {
@@ -821,9 +932,7 @@ fn prompt_blocks(turn: &Turn, input: &[Message], process: &AcpProcess) -> Vec<Va
                             data: Some(data),
                             ..
                         }) if images && mime_type.starts_with("image/") => {
-                            blocks.push(
-                                json!({"type": "image", "data": data, "mimeType": mime_type}),
-                            );
+                            blocks.push(image(data, mime_type));
                         }
                         _ => {}
                     }
@@ -836,22 +945,26 @@ fn prompt_blocks(turn: &Turn, input: &[Message], process: &AcpProcess) -> Vec<Va
 
 /// The auth methods the agent advertised in its `initialize` answer.
 fn auth_methods(process: &AcpProcess) -> Vec<AuthMethod> {
-    process.capabilities["authMethods"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|m| {
-            Some(AuthMethod {
-                id: m["id"].as_str()?.to_owned(),
-                name: m["name"].as_str().unwrap_or_default().to_owned(),
-                description: m["description"].as_str().map(str::to_owned),
-            })
+    process
+        .auth_methods()
+        .iter()
+        .map(|m| AuthMethod {
+            id: m.id().to_string(),
+            name: m.name().to_owned(),
+            description: m.description().map(str::to_owned),
         })
         .collect()
 }
 
-fn cast<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, AgentError> {
-    serde_json::from_value(value).map_err(|e| AgentError::Backend(format!("ACP message: {e}")))
+/// The wire name of a permission option kind (`allow_once`, ...), as clients match it.
+fn kind_name(kind: PermissionOptionKind) -> &'static str {
+    match kind {
+        PermissionOptionKind::AllowOnce => "allow_once",
+        PermissionOptionKind::AllowAlways => "allow_always",
+        PermissionOptionKind::RejectOnce => "reject_once",
+        PermissionOptionKind::RejectAlways => "reject_always",
+        _ => "other",
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -1,10 +1,17 @@
 //! One ACP agent process: spawned in its own process group, connected with the official
 //! SDK over its stdio, initialized, and serving any number of sessions.
 //!
-//! The SDK's dispatch loop never waits on us: `session/update` notifications and
-//! `session/request_permission` requests are routed by session id into per-session
-//! channels (the permission's responder travels with it and is answered later by the
-//! session's turn). Stopping: stdin EOF, then SIGTERM to the group, then SIGKILL.
+//! The SDK's dispatch loop never waits on us: `session/update` notifications,
+//! `session/request_permission` and `elicitation/create` requests are routed by session id
+//! into per-session channels (a request's responder travels with it and is answered later
+//! by the session's turn). A subagent's session (announced by a `subagent_update` on its
+//! parent) is routed to its parent's channel. Stopping: stdin EOF, then SIGTERM to the
+//! group, then SIGKILL.
+//!
+//! Everything is typed with the SDK's schema but `session/update`, which is taken as JSON:
+//! an update variant this build does not know (the protocol adds them often) must still
+//! reach the client as `CUSTOM acp.<variant>`, and a typed parse would reject the whole
+//! notification instead.
 
 use std::collections::{HashMap, VecDeque};
 use std::process::Stdio;
@@ -14,11 +21,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    InitializeRequest, InitializeResponse, RequestPermissionRequest, RequestPermissionResponse,
+    AgentCapabilities, AuthMethod, ClientCapabilities, CreateElicitationRequest,
+    CreateElicitationResponse, ElicitationAction, ElicitationCapabilities,
+    ElicitationFormCapabilities, ElicitationScope, Implementation, InitializeRequest,
+    InitializeResponse, RequestPermissionOutcome, RequestPermissionRequest,
+    RequestPermissionResponse, SubagentCapabilities,
 };
 use agent_client_protocol::{Agent, ByteStreams, Client, UntypedMessage};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
@@ -32,6 +44,9 @@ pub(super) type Connection = agent_client_protocol::v1::ConnectionTo<Agent>;
 /// A permission request's answer slot.
 pub(super) type PermissionResponder =
     agent_client_protocol::v1::Responder<RequestPermissionResponse>;
+/// An elicitation request's answer slot.
+pub(super) type ElicitationResponder =
+    agent_client_protocol::v1::Responder<CreateElicitationResponse>;
 
 /// Bytes of stderr kept for error reports.
 const STDERR_TAIL: usize = 4096;
@@ -40,10 +55,16 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Something the agent sent about one session.
 pub(super) enum SessionEvent {
-    /// The `update` of a `session/update` notification, as JSON.
-    Update(Value),
-    /// A `session/request_permission` request (as JSON) and where to answer it.
-    Permission(Value, Box<PermissionResponder>),
+    /// The `update` of a `session/update` notification, as JSON (see the module doc), and
+    /// the subagent session it is about (`None`: the session itself).
+    Update {
+        subagent: Option<String>,
+        update: Value,
+    },
+    /// A `session/request_permission` request and where to answer it.
+    Permission(Box<RequestPermissionRequest>, Box<PermissionResponder>),
+    /// An `elicitation/create` request (form or URL) and where to answer it.
+    Elicitation(Box<CreateElicitationRequest>, Box<ElicitationResponder>),
     /// A `tools/call` on the session's MCP endpoint for a frontend tool.
     FrontendCall {
         name: String,
@@ -56,6 +77,8 @@ pub(super) enum SessionEvent {
 #[derive(Default)]
 pub(super) struct Router {
     sessions: Mutex<HashMap<String, mpsc::UnboundedSender<SessionEvent>>>,
+    /// subagent session id -> the session that announced it.
+    parents: Mutex<HashMap<String, String>>,
 }
 
 impl Router {
@@ -72,7 +95,22 @@ impl Router {
     }
 
     pub(super) fn unregister(&self, session: &str) {
+        // A subagent's link to its parent stays: the parent may use it again next turn.
         lock(&self.sessions).remove(session);
+    }
+
+    /// The channel of `session`'s turn, or of its parent's when it is a subagent session
+    /// (then also the subagent's id).
+    fn route(
+        &self,
+        session: &str,
+    ) -> Option<(mpsc::UnboundedSender<SessionEvent>, Option<String>)> {
+        if let Some(tx) = lock(&self.sessions).get(session).cloned() {
+            return Some((tx, None));
+        }
+        let parent = lock(&self.parents).get(session).cloned()?;
+        let tx = lock(&self.sessions).get(&parent).cloned()?;
+        Some((tx, Some(session.to_owned())))
     }
 
     fn notify(&self, message: UntypedMessage) {
@@ -82,52 +120,62 @@ impl Router {
         }
         let session = message.params["sessionId"].as_str().unwrap_or_default();
         let update = message.params.get("update").cloned().unwrap_or(Value::Null);
-        let target = lock(&self.sessions).get(session).cloned();
-        match target {
-            Some(tx) => {
-                let _ = tx.send(SessionEvent::Update(update));
+        // A subagent is announced on its parent before any of its own traffic.
+        if update["sessionUpdate"] == "subagent_update"
+            && let Some(child) = update["sessionId"].as_str()
+            && lock(&self.sessions).contains_key(session)
+        {
+            lock(&self.parents).insert(child.to_owned(), session.to_owned());
+        }
+        match self.route(session) {
+            Some((tx, subagent)) => {
+                let _ = tx.send(SessionEvent::Update { subagent, update });
             }
             None => tracing::debug!(session, "update for a session with no turn dropped"),
         }
     }
 
     fn permission(&self, request: RequestPermissionRequest, responder: PermissionResponder) {
-        let value = serde_json::to_value(&request).unwrap_or(Value::Null);
         let session = request.session_id.to_string();
-        let target = lock(&self.sessions).get(&session).cloned();
-        let undelivered = match target {
-            Some(tx) => tx
-                .send(SessionEvent::Permission(value, Box::new(responder)))
-                .err(),
-            None => {
-                let _ = responder.respond(cancelled());
-                None
-            }
+        let event = SessionEvent::Permission(Box::new(request), Box::new(responder));
+        let undelivered = match self.route(&session) {
+            Some((tx, _)) => tx.send(event).err().map(|e| e.0),
+            None => Some(event),
         };
-        if let Some(mpsc::error::SendError(SessionEvent::Permission(_, responder))) = undelivered {
+        if let Some(SessionEvent::Permission(_, responder)) = undelivered {
             let _ = responder.respond(cancelled());
+        }
+    }
+
+    fn elicitation(&self, request: CreateElicitationRequest, responder: ElicitationResponder) {
+        // A request-scoped elicitation belongs to a JSON-RPC request of ours, none of which
+        // waits on a person: only session-scoped ones can be asked.
+        let session = match request.scope() {
+            ElicitationScope::Session(scope) => Some(scope.session_id.to_string()),
+            _ => None,
+        };
+        let event = SessionEvent::Elicitation(Box::new(request), Box::new(responder));
+        let undelivered = match session.and_then(|s| self.route(&s)) {
+            Some((tx, _)) => tx.send(event).err().map(|e| e.0),
+            None => Some(event),
+        };
+        if let Some(SessionEvent::Elicitation(_, responder)) = undelivered {
+            let _ = responder.respond(CreateElicitationResponse::new(ElicitationAction::Cancel));
         }
     }
 }
 
 /// The "cancelled" permission outcome.
 pub(super) fn cancelled() -> RequestPermissionResponse {
-    serde_json::from_value(json!({"outcome": {"outcome": "cancelled"}}))
-        .unwrap_or_else(|_| unreachable_cancelled())
-}
-
-#[allow(clippy::panic)]
-fn unreachable_cancelled() -> RequestPermissionResponse {
-    // The literal above is the schema's own example; it always parses.
-    panic!("the cancelled permission outcome does not parse")
+    RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled)
 }
 
 /// A running agent process.
 pub(super) struct AcpProcess {
     pub(super) connection: Connection,
     pub(super) router: Arc<Router>,
-    /// The agent's `initialize` answer, as JSON.
-    pub(super) capabilities: Value,
+    /// The agent's `initialize` answer.
+    pub(super) initialized: InitializeResponse,
     pub(super) exited: CancellationToken,
     exit_status: Arc<Mutex<Option<String>>>,
     stderr_tail: Arc<Mutex<VecDeque<u8>>>,
@@ -207,7 +255,7 @@ impl AcpProcess {
         let closing = CancellationToken::new();
         let (hand_out, connection) = oneshot::channel();
         {
-            let (notify, permit) = (router.clone(), router.clone());
+            let (notify, permit, elicit) = (router.clone(), router.clone(), router.clone());
             let closing = closing.clone();
             let name = name.to_owned();
             tokio::spawn(async move {
@@ -229,6 +277,13 @@ impl AcpProcess {
                         },
                         agent_client_protocol::on_receive_request!(),
                     )
+                    .on_receive_request(
+                        async move |request: CreateElicitationRequest, responder, _cx| {
+                            elicit.elicitation(request, responder);
+                            Ok(())
+                        },
+                        agent_client_protocol::on_receive_request!(),
+                    )
                     .connect_with(transport, async move |cx: Connection| {
                         let _ = hand_out.send(cx);
                         closing.cancelled().await;
@@ -244,12 +299,17 @@ impl AcpProcess {
             let connection = connection.await.map_err(|_| {
                 AgentError::Backend("the agent connection closed at start".to_owned())
             })?;
-            let init: InitializeRequest = serde_json::from_value(json!({
-                "protocolVersion": 1,
-                "clientCapabilities": {},
-                "clientInfo": {"name": "agui-serve", "version": env!("CARGO_PKG_VERSION")}
-            }))
-            .map_err(|e| AgentError::Backend(e.to_string()))?;
+            // No `fs` and no `terminal`: the agent uses its own tools. Form elicitation is
+            // offered (it becomes an interrupt or a tool call for the person at the
+            // client), and subagents are welcome (their sessions come on this connection).
+            let capabilities = ClientCapabilities::new()
+                .elicitation(
+                    ElicitationCapabilities::new().form(ElicitationFormCapabilities::new()),
+                )
+                .subagents(SubagentCapabilities::new());
+            let init = InitializeRequest::new(ProtocolVersion::V1)
+                .client_capabilities(capabilities)
+                .client_info(Implementation::new("agui-serve", env!("CARGO_PKG_VERSION")));
             let response: InitializeResponse = connection
                 .send_request(init)
                 .block_task()
@@ -262,10 +322,10 @@ impl AcpProcess {
                 .unwrap_or_else(|_| Err(AgentError::Backend("the agent did not initialize in time".to_owned()))),
             () = exited.cancelled() => Err(AgentError::Backend("the agent exited during initialize".to_owned())),
         };
-        let process = |connection, capabilities| AcpProcess {
+        let process = |connection, initialized| AcpProcess {
             connection,
             router,
-            capabilities,
+            initialized,
             exited: exited.clone(),
             exit_status: exit_status.clone(),
             stderr_tail: stderr_tail.clone(),
@@ -276,9 +336,8 @@ impl AcpProcess {
         };
         match outcome {
             Ok((connection, response)) => {
-                let capabilities = serde_json::to_value(&response).unwrap_or(Value::Null);
                 tracing::info!(agent = %name, pid = pgid, "ACP agent started");
-                Ok(Arc::new(process(connection, capabilities)))
+                Ok(Arc::new(process(connection, response)))
             }
             Err(error) => {
                 closing.cancel();
@@ -299,11 +358,14 @@ impl AcpProcess {
         }
     }
 
-    /// Whether the agent advertises `capability` (a JSON pointer into its capabilities).
-    pub(super) fn can(&self, pointer: &str) -> bool {
-        self.capabilities
-            .pointer(pointer)
-            .is_some_and(|v| v.as_bool().unwrap_or(!v.is_null()))
+    /// What the agent said it can do in its `initialize` answer.
+    pub(super) fn capabilities(&self) -> &AgentCapabilities {
+        &self.initialized.agent_capabilities
+    }
+
+    /// The ways the agent offers to authenticate.
+    pub(super) fn auth_methods(&self) -> &[AuthMethod] {
+        &self.initialized.auth_methods
     }
 
     pub(super) fn is_alive(&self) -> bool {
@@ -424,9 +486,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_cancelled_outcome_parses_with_the_pinned_schema() {
+    fn the_cancelled_outcome_is_the_protocol_s() {
         let value = serde_json::to_value(cancelled()).expect("serializes");
-        assert_eq!(value, json!({"outcome": {"outcome": "cancelled"}}));
+        assert_eq!(
+            value,
+            serde_json::json!({"outcome": {"outcome": "cancelled"}})
+        );
     }
 
     #[test]

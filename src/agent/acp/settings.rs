@@ -1,0 +1,228 @@
+//! What a client sets on an ACP session before a turn (`forwardedProps.acp`: the mode and
+//! config options), and how a session's modes and options are shown in the shared state.
+
+use agent_client_protocol::v1::schema::{
+    NewSessionResponse, SessionConfigOptionValue, SetSessionConfigOptionRequest,
+    SetSessionModeRequest,
+};
+use serde_json::{Value, json};
+
+use super::process::AcpProcess;
+use super::{Inner, Stop};
+use crate::agent::{AgentError, EventSink, SinkClosed, Turn};
+use crate::protocol::InputError;
+
+impl Inner {
+    /// Applies what the client asked of the session before this turn's prompt
+    /// (`forwardedProps.acp`): `mode` -> `session/set_mode`, `configOptions` (an object of
+    /// option id -> value id or boolean) -> `session/set_config_option`, each reflected in
+    /// the shared state. A malformed setting or one the agent refuses fails the run.
+    pub(super) async fn apply_settings(
+        &self,
+        turn: &Turn,
+        process: &AcpProcess,
+        session: &str,
+        sink: &EventSink,
+    ) -> Result<(), Stop> {
+        // Checked before the stream too (`check_input`); this is the request as it came.
+        let settings =
+            Settings::from_forwarded_props(turn.forwarded_props.as_ref()).map_err(|e| {
+                AgentError::Failed {
+                    code: "INVALID_INPUT".to_owned(),
+                    message: e.message,
+                }
+            })?;
+        let refused = |what: &str, error: agent_client_protocol::Error| {
+            Stop::Failed(AgentError::Failed {
+                code: "AGENT_ERROR".to_owned(),
+                message: format!("the agent refused {what}: {}", error.message),
+            })
+        };
+        if let Some(mode) = settings.mode
+            && turn.document["mode"].as_str() != Some(mode.as_str())
+        {
+            process
+                .connection
+                .send_request(SetSessionModeRequest::new(session.to_owned(), mode.clone()))
+                .block_task()
+                .await
+                .map_err(|e| refused(&format!("mode {mode:?}"), e))?;
+            sink.set_state("/mode", json!(mode)).await?;
+        }
+        for (id, value) in settings.config_options {
+            let current = turn.document["config"]["configOptions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|o| o["id"] == id.as_str())
+                .map(|o| &o["currentValue"]);
+            let wanted = value
+                .as_value_id()
+                .map(|id| json!(id.to_string()))
+                .or_else(|| value.as_bool().map(|b| json!(b)));
+            if current.is_some() && current.cloned() == wanted {
+                continue;
+            }
+            let request = SetSessionConfigOptionRequest::new(session.to_owned(), id.clone(), value);
+            let answer = process
+                .connection
+                .send_request(request)
+                .block_task()
+                .await
+                .map_err(|e| refused(&format!("config option {id:?}"), e))?;
+            let options = serde_json::to_value(&answer.config_options)
+                .map_err(|e| AgentError::Backend(format!("ACP config options: {e}")))?;
+            sink.set_state("/config", json!({ "configOptions": options }))
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// What a client may set on a session before a turn: `forwardedProps.acp`.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct Settings {
+    mode: Option<String>,
+    config_options: Vec<(String, SessionConfigOptionValue)>,
+}
+
+impl Settings {
+    /// Reads `forwardedProps.acp.mode` (a mode id) and `forwardedProps.acp.configOptions`
+    /// (`{"<option id>": "<value id>" | true | false}`); anything else there is an error
+    /// naming the field.
+    pub(super) fn from_forwarded_props(props: Option<&Value>) -> Result<Settings, InputError> {
+        let invalid = |field: String, what: &str| InputError {
+            message: format!("{field} {what}"),
+            field: Some(field),
+        };
+        let Some(acp) = props.and_then(|p| p.get("acp")).filter(|a| !a.is_null()) else {
+            return Ok(Settings::default());
+        };
+        let Value::Object(acp) = acp else {
+            return Err(invalid(
+                "forwardedProps.acp".to_owned(),
+                "must be an object",
+            ));
+        };
+        let mode = match acp.get("mode") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(mode)) if !mode.is_empty() => Some(mode.clone()),
+            Some(_) => {
+                return Err(invalid(
+                    "forwardedProps.acp.mode".to_owned(),
+                    "must be a mode id (a non-empty string)",
+                ));
+            }
+        };
+        let mut config_options = Vec::new();
+        match acp.get("configOptions") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(options)) => {
+                for (id, value) in options {
+                    let value = match value {
+                        Value::String(v) if !v.is_empty() => {
+                            SessionConfigOptionValue::from(v.as_str())
+                        }
+                        Value::Bool(b) => SessionConfigOptionValue::boolean(*b),
+                        _ => {
+                            return Err(invalid(
+                                format!("forwardedProps.acp.configOptions.{id}"),
+                                "must be a value id (a non-empty string) or a boolean",
+                            ));
+                        }
+                    };
+                    config_options.push((id.clone(), value));
+                }
+            }
+            Some(_) => {
+                return Err(invalid(
+                    "forwardedProps.acp.configOptions".to_owned(),
+                    "must be an object",
+                ));
+            }
+        }
+        Ok(Settings {
+            mode,
+            config_options,
+        })
+    }
+}
+
+/// Shows a new session's modes and config options in the shared state (`/mode`, `/modes`,
+/// `/config`), as later updates would.
+pub(super) async fn show_session_settings(
+    created: &NewSessionResponse,
+    sink: &EventSink,
+) -> Result<(), SinkClosed> {
+    if let Some(modes) = &created.modes {
+        let available: Vec<Value> = modes
+            .available_modes
+            .iter()
+            .map(|m| {
+                let mut mode = json!({"id": m.id.to_string(), "name": m.name});
+                if let Some(description) = &m.description {
+                    mode["description"] = json!(description);
+                }
+                mode
+            })
+            .collect();
+        sink.set_state("/modes", Value::Array(available)).await?;
+        sink.set_state("/mode", json!(modes.current_mode_id.to_string()))
+            .await?;
+    }
+    if let Some(options) = &created.config_options
+        && let Ok(options) = serde_json::to_value(options)
+    {
+        sink.set_state("/config", json!({ "configOptions": options }))
+            .await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forwarded_props_settings_are_read_or_refused_by_field() {
+        let read = |props: Value| Settings::from_forwarded_props(Some(&props));
+        assert_eq!(read(json!({})), Ok(Settings::default()));
+        assert_eq!(read(json!({"acp": null})), Ok(Settings::default()));
+        let settings = read(json!({"acp": {"mode": "plan",
+            "configOptions": {"model": "smart", "fast": false}}}))
+        .expect("settings");
+        assert_eq!(settings.mode.as_deref(), Some("plan"));
+        assert_eq!(
+            settings.config_options,
+            vec![
+                ("model".to_owned(), SessionConfigOptionValue::from("smart")),
+                ("fast".to_owned(), SessionConfigOptionValue::boolean(false)),
+            ],
+            "in the client's order"
+        );
+        for (bad, field) in [
+            (json!({"acp": "plan"}), "forwardedProps.acp"),
+            (json!({"acp": {"mode": 3}}), "forwardedProps.acp.mode"),
+            (json!({"acp": {"mode": ""}}), "forwardedProps.acp.mode"),
+            (
+                json!({"acp": {"configOptions": []}}),
+                "forwardedProps.acp.configOptions",
+            ),
+            (
+                json!({"acp": {"configOptions": {"model": 1}}}),
+                "forwardedProps.acp.configOptions.model",
+            ),
+        ] {
+            match read(bad.clone()) {
+                Err(InputError {
+                    field: Some(named),
+                    message,
+                }) => {
+                    assert_eq!(named, field);
+                    assert!(message.starts_with(field), "{bad}: {message}");
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! An agent's own sessions as threads: listing them, importing one as a new thread (its
+//! history becomes the transcript, served by hydration like any thread's), and forking a
+//! thread into a new one on a forked agent session.
+//!
+//! A new thread is written the way a run writes one, so nothing downstream needs to know
+//! where it came from: a thread row, its messages, and one run (outcome `imported` or
+//! `forked`) that brought them, then the session binding; all committed before the
+//! answer. The thread id is a new one, or the client's when no thread has it yet; only a
+//! client that also posts a run on the id it names, at the same moment, could race the
+//! writes (its run would start the thread first and the import would add to it).
+
+use crate::access::Principal;
+use crate::agent::{SessionError, SessionPage};
+use crate::protocol::input::{Content, Message};
+use crate::store::StoreError;
+
+use super::sanitize::sanitize;
+use super::{Runtime, now_ms};
+
+/// Why a session request was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SessionRequestError {
+    #[error("no such agent")]
+    UnknownAgent,
+    #[error("no such thread")]
+    UnknownThread,
+    #[error("a thread with this id exists")]
+    ThreadExists,
+    #[error("the thread has a live run")]
+    RunInProgress,
+    #[error("the server is draining")]
+    Draining,
+    #[error(transparent)]
+    Agent(#[from] SessionError),
+    #[error("the thread store is unavailable")]
+    Store,
+}
+
+impl From<StoreError> for SessionRequestError {
+    fn from(error: StoreError) -> SessionRequestError {
+        tracing::error!(%error, "store failed during a session request");
+        SessionRequestError::Store
+    }
+}
+
+/// A thread created from an agent session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewThread {
+    pub thread_id: String,
+    pub session_id: String,
+    pub message_count: usize,
+}
+
+impl Runtime {
+    /// A page of `agent`'s own sessions.
+    pub async fn agent_sessions(
+        &self,
+        agent: &str,
+        cursor: Option<String>,
+    ) -> Result<SessionPage, SessionRequestError> {
+        let agent = self
+            .inner
+            .agents
+            .get(agent)
+            .ok_or(SessionRequestError::UnknownAgent)?;
+        agent
+            .list_sessions(cursor)
+            .await
+            .map_err(|e| self.agent_error(e))
+    }
+
+    /// Imports `agent`'s session `session_id` as a new thread (`thread_id`, or a new id)
+    /// of `principal`'s namespace.
+    pub async fn import_session(
+        &self,
+        principal: &Principal,
+        agent_name: &str,
+        session_id: &str,
+        thread_id: Option<String>,
+    ) -> Result<NewThread, SessionRequestError> {
+        let agent = self
+            .inner
+            .agents
+            .get(agent_name)
+            .filter(|_| principal.may_use(agent_name))
+            .ok_or(SessionRequestError::UnknownAgent)?;
+        let thread_id = self.fresh_thread_id(principal, thread_id).await?;
+        let key = principal.key(&thread_id);
+        let transcript = agent
+            .import_session(&key, session_id)
+            .await
+            .map_err(|e| self.agent_error(e))?;
+        let title = transcript.iter().find_map(|m| match m {
+            Message::User(user) => match &user.content {
+                Content::Text(text) => Some(title_of(text)),
+                parts @ Content::Parts(_) => Some(title_of(&parts.text())),
+            },
+            _ => None,
+        });
+        let message_count = transcript.len();
+        self.write_thread(&key, agent_name, title, transcript, session_id, "imported")
+            .await?;
+        tracing::info!(thread.id = %thread_id, session = %session_id, "session imported as a thread");
+        Ok(NewThread {
+            thread_id,
+            session_id: session_id.to_owned(),
+            message_count,
+        })
+    }
+
+    /// Forks thread `source` of `principal`'s namespace into a new thread there
+    /// (`thread_id`, or a new id) with the same transcript, on a session the agent forks
+    /// from the thread's.
+    pub async fn fork_thread(
+        &self,
+        principal: &Principal,
+        source: &str,
+        thread_id: Option<String>,
+    ) -> Result<NewThread, SessionRequestError> {
+        let source_key = principal.key(source);
+        if self.live_status(&source_key).is_some() {
+            return Err(SessionRequestError::RunInProgress);
+        }
+        // What the thread's last run queued is in the store before it is read.
+        self.inner.store.commit().await?;
+        let stored = self
+            .inner
+            .store
+            .load_thread(&source_key)
+            .await?
+            .filter(|stored| principal.may_use(&stored.row.agent))
+            .ok_or(SessionRequestError::UnknownThread)?;
+        let agent = self
+            .inner
+            .agents
+            .get(&stored.row.agent)
+            .ok_or(SessionRequestError::UnknownAgent)?;
+        let thread_id = self.fresh_thread_id(principal, thread_id).await?;
+        let key = principal.key(&thread_id);
+        let session_id = agent
+            .fork_session(&source_key, stored.row.session_id.as_deref(), &key)
+            .await
+            .map_err(|e| self.agent_error(e))?;
+        let message_count = stored.transcript.len();
+        let title = stored.row.title.clone();
+        self.write_thread(
+            &key,
+            &stored.row.agent,
+            title,
+            stored.transcript,
+            &session_id,
+            "forked",
+        )
+        .await?;
+        tracing::info!(thread.id = %thread_id, from = %source, "thread forked");
+        Ok(NewThread {
+            thread_id,
+            session_id,
+            message_count,
+        })
+    }
+
+    /// An agent's refusal, its text sanitized like a run's errors.
+    fn agent_error(&self, error: SessionError) -> SessionRequestError {
+        let secrets: Vec<&str> = self
+            .inner
+            .options
+            .secrets
+            .iter()
+            .map(String::as_str)
+            .collect();
+        SessionRequestError::Agent(match error {
+            SessionError::Failed(message) => SessionError::Failed(sanitize(&message, &secrets)),
+            other => other,
+        })
+    }
+
+    /// `requested` when no thread of `principal`'s namespace has that id, else a new id.
+    async fn fresh_thread_id(
+        &self,
+        principal: &Principal,
+        requested: Option<String>,
+    ) -> Result<String, SessionRequestError> {
+        if self.is_draining() {
+            return Err(SessionRequestError::Draining);
+        }
+        let Some(id) = requested else {
+            return Ok(uuid::Uuid::new_v4().to_string());
+        };
+        let key = principal.key(&id);
+        if self.memory_thread(&key).is_some() || self.inner.store.thread(&key).await?.is_some() {
+            return Err(SessionRequestError::ThreadExists);
+        }
+        Ok(id)
+    }
+
+    /// Writes a new idle thread (by key) bound to `session_id`, and waits for the commit.
+    async fn write_thread(
+        &self,
+        thread_id: &str,
+        agent: &str,
+        title: Option<String>,
+        transcript: Vec<Message>,
+        session_id: &str,
+        how: &str,
+    ) -> Result<(), SessionRequestError> {
+        let store = &self.inner.store;
+        let now = now_ms() as i64;
+        let run_id = format!("{how}-{}", uuid::Uuid::new_v4());
+        store.record_run_start(thread_id, agent, title, &run_id, transcript, now);
+        store.record_run_end(thread_id, &run_id, how, "idle", now);
+        store.set_session(thread_id, session_id, how, now);
+        store.commit().await?;
+        Ok(())
+    }
+}
+
+/// A thread title from a message: one line, at most 80 characters.
+fn title_of(text: &str) -> String {
+    let line = text.lines().next().unwrap_or("").trim();
+    let mut title: String = line.chars().take(80).collect();
+    if line.chars().count() > 80 {
+        title.push('…');
+    }
+    title
+}
