@@ -475,6 +475,9 @@ impl ServeArgs {
             }
             None => std::time::Duration::from_secs(30),
         };
+        if leeway > std::time::Duration::from_secs(3600) {
+            return Err(ConfigError::new("auth.leeway must be at most 1h"));
+        }
         let audience = self.jwt_audience.clone().or_else(|| file.audience.clone());
         // Every key file is read once here, so a bad one is a startup error.
         Verifier::load(&keys, audience.clone(), file.issuer.clone(), leeway)

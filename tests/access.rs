@@ -305,6 +305,14 @@ async fn the_trusted_header_names_the_principal_only_with_the_master_token() {
         .sent()
         .await;
     assert_eq!(forged.status(), 401);
+    // Given twice (a proxy that appends): refused, not guessed.
+    let twice = server
+        .get("/threads")
+        .header("x-user", "alice")
+        .header("x-user", "mallory")
+        .sent()
+        .await;
+    assert_eq!(twice.status(), 400);
     // A scoped token's own principal wins over the header.
     let bob = principal(&server, "bob").await;
     let header_ignored = bob.get("/threads/t").header("x-user", "alice").sent().await;
@@ -370,6 +378,47 @@ async fn capabilities_and_agents_narrow_a_token() {
         .await,
     };
     assert_eq!(runner.run("demo", &answer).await.status(), 403);
+    // Nor with a new user message beside the answer.
+    let mut with_message = answer.clone();
+    with_message["messages"]
+        .as_array_mut()
+        .expect("messages")
+        .push(json!({"id": "w-extra", "role": "user", "content": "ok"}));
+    assert_eq!(runner.run("demo", &with_message).await.status(), 403);
+    // Approving alone cannot supersede the wait with input that answers nothing, and
+    // the refusal changes nothing.
+    let approver_only = As {
+        server: &server,
+        token: mint(&server, json!({"sub": "dana", "capabilities": ["approve"]})).await,
+    };
+    let mut stray = answer.clone();
+    stray["messages"][2] =
+        json!({"id": "w-stray", "role": "tool", "toolCallId": "not-waited-for", "content": "x"});
+    assert_eq!(approver_only.run("demo", &stray).await.status(), 403);
+    let (_, wait) = reader.json("/threads/w").await;
+    assert_eq!(wait["status"], "suspended");
+    // A cancel by run id of a run on an agent the token may not use finds nothing.
+    let other_run = full
+        .run("other", &run_body("o2", "o2-r", "/slow 200 50"))
+        .await;
+    assert_eq!(other_run.status(), 200);
+    let mut other_run = SseReader::new(other_run);
+    assert_eq!(
+        other_run.next().await.expect("started").kind(),
+        "RUN_STARTED"
+    );
+    let limited = As {
+        server: &server,
+        token: mint(&server, json!({"sub": "dana", "agents": ["demo"]})).await,
+    };
+    assert_eq!(limited.status(limited.post("/runs/o2-r/cancel")).await, 404);
+    // Nor does a run request name that agent.
+    let mismatch = limited.run("demo", &run_body("o2", "o2-x", "hi")).await;
+    assert_eq!(mismatch.status(), 400);
+    let error: Value = mismatch.json().await.expect("json");
+    assert_eq!(error["message"], "thread belongs to another agent");
+    assert_eq!(full.status(full.post("/runs/o2-r/cancel")).await, 202);
+    other_run.collect().await;
     let approver = As {
         server: &server,
         token: mint(&server, json!({"sub": "dana", "capabilities": ["approve"]})).await,
@@ -600,6 +649,14 @@ async fn tokens_are_refused_with_a_reason_and_keys_rotate() {
             .0,
         200
     );
+    // `aud` may be an array that holds ours.
+    let array = json!({"sub": "alice", "exp": t + 600, "aud": ["elsewhere", "agui-test"]});
+    assert_eq!(
+        verdict(&rotated, &sign(Some("k2"), SECRET_2, &array))
+            .await
+            .0,
+        200
+    );
     // Minted tokens are signed with the configured key and carry the audience.
     let minted = mint(&rotated, json!({"sub": "alice"})).await;
     let header = jsonwebtoken::decode_header(&minted).expect("header");
@@ -669,5 +726,26 @@ async fn namespaces_and_minted_tokens_survive_a_restart() {
         .filter_map(|m| m["content"].as_str())
         .collect();
     assert_eq!(texts, ["alice's words", "again"]);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn without_a_configured_audience_a_token_for_another_audience_is_refused() {
+    let keys = temp_dir("aud");
+    let k1 = secret_file(&keys, "k1", SECRET_1);
+    let server = TestServer::with(move |c| c.access.keys = vec![hmac_key("k1", k1)]).await;
+    let t = now();
+    let plain = json!({"sub": "alice", "exp": t + 600});
+    assert_eq!(verdict(&server, &sign(None, SECRET_1, &plain)).await.0, 200);
+    let elsewhere = json!({"sub": "alice", "exp": t + 600, "aud": "another-service"});
+    let (status, message) = verdict(&server, &sign(None, SECRET_1, &elsewhere)).await;
+    assert_eq!(status, 401);
+    assert!(message.contains("audience"), "{message}");
+    // A `sub` with white space around it names nobody.
+    let padded = json!({"sub": " alice", "exp": t + 600});
+    assert_eq!(
+        verdict(&server, &sign(None, SECRET_1, &padded)).await.0,
+        401
+    );
     server.stop().await;
 }

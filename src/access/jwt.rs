@@ -76,8 +76,9 @@ pub struct Claims {
     pub iat: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iss: Option<String>,
+    /// A string or an array of strings (RFC 7519); checked by the verifier.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub aud: Option<String>,
+    pub aud: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agents: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -277,6 +278,23 @@ impl Verifier {
                     for jwk in &set.keys {
                         let kid = jwk.common.key_id.clone();
                         let named = kid.as_deref().unwrap_or("(no kid)");
+                        // Encryption keys and short shared secrets verify nothing here.
+                        if matches!(
+                            jwk.common.public_key_use,
+                            Some(jsonwebtoken::jwk::PublicKeyUse::Encryption)
+                        ) {
+                            tracing::info!(kid = named, "JWKS: an encryption key; not used");
+                            continue;
+                        }
+                        if let jsonwebtoken::jwk::AlgorithmParameters::OctetKey(oct) =
+                            &jwk.algorithm
+                            && oct.value.len() < 43
+                        {
+                            return Err(format!(
+                                "{}: key {named}: an HMAC secret must be at least 32 bytes",
+                                path.display()
+                            ));
+                        }
                         let alg = jwk
                             .common
                             .key_algorithm
@@ -288,8 +306,10 @@ impl Verifier {
                                     path.display()
                                 )
                             })?;
-                        let alg = parse_algorithm(&alg)
-                            .map_err(|e| format!("{}: key {named}: {e}", path.display()))?;
+                        let Ok(alg) = parse_algorithm(&alg) else {
+                            tracing::info!(kid = named, alg, "JWKS: not a signature key; not used");
+                            continue;
+                        };
                         let key = DecodingKey::from_jwk(jwk)
                             .map_err(|e| format!("{}: key {named}: {e}", path.display()))?;
                         keys.push(VerifyKey { kid, alg, key });
@@ -342,8 +362,20 @@ impl Verifier {
                     check_principal_name(&claims.sub).map_err(TokenError::BadSubject)?;
                     return Ok(claims);
                 }
-                // Another key with the same algorithm may be the one (rotation).
-                Err(e) if matches!(e.kind(), ErrorKind::InvalidSignature) => continue,
+                // Another key with the same algorithm may be the one (rotation); a key of
+                // the wrong family for its pinned algorithm verifies nothing.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::InvalidSignature
+                            | ErrorKind::InvalidAlgorithm
+                            | ErrorKind::InvalidKeyFormat
+                            | ErrorKind::InvalidRsaKey(_)
+                            | ErrorKind::InvalidEcdsaKey
+                    ) =>
+                {
+                    continue;
+                }
                 Err(e) => return Err(classify(e.kind())),
             }
         }
@@ -359,12 +391,11 @@ impl Verifier {
         validation.set_required_spec_claims(&["exp", "sub"]);
         validation.leeway = self.leeway.as_secs();
         validation.validate_nbf = true;
-        match &self.audience {
-            Some(audience) => {
-                validation.set_audience(&[audience]);
-                validation.required_spec_claims.insert("aud".to_owned());
-            }
-            None => validation.validate_aud = false,
+        // With no audience configured, a token meant for some audience is still refused
+        // (it was issued for another service); one without `aud` is accepted.
+        if let Some(audience) = &self.audience {
+            validation.set_audience(&[audience]);
+            validation.required_spec_claims.insert("aud".to_owned());
         }
         if let Some(issuer) = &self.issuer {
             validation.set_issuer(&[issuer]);
@@ -435,7 +466,7 @@ impl Signer {
             exp,
             iat: Some(now),
             iss: self.issuer.clone(),
-            aud: self.audience.clone(),
+            aud: self.audience.clone().map(serde_json::Value::String),
             agents,
             capabilities,
         };

@@ -53,6 +53,8 @@ pub fn check_principal_name(name: &str) -> Result<(), &'static str> {
         Err("is longer than 256 bytes")
     } else if name.chars().any(char::is_control) {
         Err("holds a control character")
+    } else if name.trim() != name {
+        Err("starts or ends with white space")
     } else {
         Ok(())
     }
@@ -116,6 +118,13 @@ impl Caps {
             .iter()
             .filter_map(|n| Capability::from_name(n.as_ref()))
             .fold(Caps::NONE, Caps::with)
+    }
+
+    /// A capability of `needed` this set lacks, if any.
+    pub fn missing(self, needed: Caps) -> Option<Capability> {
+        Capability::ALL
+            .into_iter()
+            .find(|c| needed.has(*c) && !self.has(*c))
     }
 
     pub fn names(self) -> Vec<&'static str> {
@@ -226,9 +235,10 @@ impl Principal {
         scoped_key(&self.owner, id)
     }
 
-    /// How it appears in logs: `operator`, or the principal's name.
+    /// How it appears in logs: `operator`, or the principal's name (the audit line also
+    /// says whether the master token was used, and in which namespace).
     pub fn label(&self) -> &str {
-        if self.owner.is_empty() {
+        if self.operator {
             "operator"
         } else {
             &self.owner

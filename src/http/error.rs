@@ -294,7 +294,10 @@ impl From<StartError> for ApiError {
             ),
             StartError::Store => ApiError::store_unavailable(),
             StartError::AgentMismatch(agent) => ApiError::invalid_input(
-                format!("thread belongs to agent {agent:?}"),
+                match agent {
+                    Some(agent) => format!("thread belongs to agent {agent:?}"),
+                    None => "thread belongs to another agent".to_owned(),
+                },
                 Some("threadId".to_owned()),
             ),
             StartError::PrincipalBusy => ApiError::principal_busy(),

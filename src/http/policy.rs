@@ -126,13 +126,21 @@ pub fn authenticate(
         return Err(ApiError::unauthorized());
     };
     if constant_time_eq(presented.as_bytes(), expected.expose().as_bytes()) {
-        let named = access
-            .trusted_header
-            .as_ref()
-            .and_then(|name| headers.get(name).map(|value| (name, value)));
+        let named = access.trusted_header.as_ref().and_then(|name| {
+            let mut values = headers.get_all(name).iter();
+            values
+                .next()
+                .map(|first| (name, first, values.next().is_some()))
+        });
         return match named {
             None => Ok(Principal::operator()),
-            Some((name, value)) => {
+            Some((name, _, true)) => Err(ApiError::invalid_input(
+                // A proxy that appends instead of replacing would let the client's own
+                // value through: refused rather than guessed.
+                format!("the {name} header must be given once"),
+                Some(name.as_str().to_owned()),
+            )),
+            Some((name, value, false)) => {
                 let principal = value
                     .to_str()
                     .ok()

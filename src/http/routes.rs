@@ -69,7 +69,10 @@ enum Need {
 /// What the audit line of a request says besides its principal, action and outcome.
 #[derive(Debug, Default)]
 pub(super) struct Audit {
+    /// `operator` for the master token, else the principal's name.
     pub(super) principal: Option<String>,
+    /// The namespace acted in (`""`: the operator's own).
+    pub(super) owner: String,
     pub(super) thread: Option<String>,
     pub(super) run: Option<String>,
 }
@@ -271,6 +274,7 @@ pub(super) async fn handle(app: &App, req: Request<Incoming>, conn: ConnInfo) ->
         tracing::info!(
             target: "audit",
             principal = %principal,
+            owner = %audit.owner,
             action = route_name,
             thread = audit.thread.as_deref().unwrap_or(""),
             run = audit.run.as_deref().unwrap_or(""),
@@ -360,6 +364,7 @@ async fn dispatch(
             policy::authenticate(&app.auth, &app.access, req.headers(), req.uri().query())?;
         let principal = acting_as(principal, req.uri().query())?;
         audit.principal = Some(principal.label().to_owned());
+        audit.owner = principal.owner().to_owned();
         match route.needs(req.method()) {
             Need::Nothing => {}
             Need::Operator if principal.is_operator() => {}
@@ -639,7 +644,13 @@ fn mint(app: &App, body: &serde_json::Value) -> Result<Response<Body>, ApiError>
             tracing::error!(%error, "token signing failed");
             ApiError::internal()
         })?;
-    tracing::info!(target: "audit", principal = %sub, ttl_seconds = ttl, "token minted");
+    tracing::info!(
+        target: "audit",
+        principal = "operator",
+        minted_for = %sub,
+        ttl_seconds = ttl,
+        "token minted"
+    );
     Ok(json_response(
         StatusCode::OK,
         json!({"token": token, "expiresAt": rfc3339(exp as i64 * 1000)}),

@@ -124,8 +124,9 @@ pub enum StartError {
     OverCapacity,
     #[error("a run is in progress on this thread")]
     RunInProgress,
-    #[error("thread belongs to agent {0}")]
-    AgentMismatch(String),
+    /// The thread belongs to another agent (named, unless the principal may not use it).
+    #[error("thread belongs to another agent")]
+    AgentMismatch(Option<String>),
     #[error("run id is already live on another thread")]
     RunIdInUse,
     #[error("store unavailable")]
@@ -302,6 +303,8 @@ pub(crate) struct LiveRun {
     aliases: Mutex<Vec<String>>,
     /// When it was admitted (ms since the epoch).
     started_at_ms: u64,
+    /// The agent it runs on.
+    pub(crate) agent: String,
 }
 
 impl Runtime {
@@ -586,7 +589,12 @@ impl Runtime {
         if let Some(thread) = &existing
             && thread.agent != agent
         {
-            refuse!(StartError::AgentMismatch(thread.agent.clone()));
+            // Not naming an agent the principal may not use.
+            refuse!(StartError::AgentMismatch(
+                principal
+                    .may_use(&thread.agent)
+                    .then(|| thread.agent.clone())
+            ));
         }
         // A brand-new thread needs a slot and an unused run id before it may exist at all.
         let mut permit = None;
@@ -609,7 +617,11 @@ impl Runtime {
             None => self.insert_thread(self.new_thread(&key, agent, None, None)),
         };
         if thread.agent != agent {
-            refuse!(StartError::AgentMismatch(thread.agent.clone()));
+            refuse!(StartError::AgentMismatch(
+                principal
+                    .may_use(&thread.agent)
+                    .then(|| thread.agent.clone())
+            ));
         }
 
         let decide = thread.decide.lock().await;
@@ -625,9 +637,7 @@ impl Runtime {
         let decision = {
             let mut state = lock(&thread.state);
             let decision = state.decide(input);
-            if let Some(needed) = state.needs(&decision, input)
-                && !principal.can(needed)
-            {
+            if let Some(needed) = principal.caps().missing(state.needs(&decision, input)) {
                 drop(state);
                 return refused(StartError::Forbidden(needed));
             }
@@ -712,6 +722,7 @@ impl Runtime {
                     .collect()
             } else {
                 runs.get(&principal.key(run_id))
+                    .filter(|run| principal.may_use(&run.agent))
                     .cloned()
                     .into_iter()
                     .collect()

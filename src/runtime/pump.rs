@@ -82,6 +82,7 @@ pub(super) fn start(
         phase: watch::Sender::new(Phase::Running),
         aliases: Mutex::new(vec![input.run_id.clone()]),
         started_at_ms: now_ms(),
+        agent: thread.agent.clone(),
     });
     let (new_messages, history, session_id, document, tool_call_ids) = {
         let mut state = lock(&thread.state);

@@ -18,7 +18,7 @@ use super::answer::SUSPENSION_LOST;
 use super::memory::{Meter, json_size};
 use super::suspension::PERMISSION_TOOL;
 use super::{Journal, JournalLimits, LiveRun, StartError, lock, now_ms, state};
-use crate::access::Capability;
+use crate::access::{Capability, Caps};
 use crate::protocol::input::Message;
 use crate::protocol::{Profile, RunAgentInput};
 
@@ -237,27 +237,39 @@ impl ThreadState {
         Decision::Start
     }
 
-    /// The capability a request needs to have `decision` carried out: reading to follow a
-    /// run, approving to answer one that waits, running for new user input.
-    pub(super) fn needs(&self, decision: &Decision, input: &RunAgentInput) -> Option<Capability> {
+    /// The capabilities a request needs to have `decision` carried out: reading to follow
+    /// a run, approving to answer one that waits (whatever else the request carries),
+    /// running for new input (a new user message, or input that supersedes a wait). Checked
+    /// before anything is carried out, so a refusal changes nothing.
+    pub(super) fn needs(&self, decision: &Decision, input: &RunAgentInput) -> Caps {
+        let only = |capability| Caps::NONE.with(capability);
         match decision {
-            Decision::Refuse(_) => None,
-            Decision::Attach(_) => Some(Capability::Read),
-            Decision::Suspended(_) => {
-                let new_user_message = input
+            Decision::Refuse(_) => Caps::NONE,
+            Decision::Attach(_) => only(Capability::Read),
+            Decision::Suspended(run) => {
+                let new: Vec<Message> = input
                     .messages
                     .iter()
-                    .any(|m| matches!(m, Message::User(_)) && !self.seen.contains(m.id()));
-                Some(if new_user_message {
-                    Capability::Run
-                } else if !input.resume.is_empty() || self.has_new_input(input) {
-                    Capability::Approve
+                    .filter(|m| !self.seen.contains(m.id()))
+                    .cloned()
+                    .collect();
+                let new_user_message = new.iter().any(|m| matches!(m, Message::User(_)));
+                let answers = !input.resume.is_empty()
+                    || lock(&run.suspension)
+                        .as_ref()
+                        .is_some_and(|s| s.answered_by_messages(&new));
+                if answers && new_user_message {
+                    only(Capability::Approve).with(Capability::Run)
+                } else if answers {
+                    only(Capability::Approve)
+                } else if self.has_new_input(input) {
+                    only(Capability::Run)
                 } else {
-                    Capability::Read
-                })
+                    only(Capability::Read)
+                }
             }
-            Decision::RejectResume { .. } | Decision::LostAnswers(_) => Some(Capability::Approve),
-            Decision::Start => Some(Capability::Run),
+            Decision::RejectResume { .. } | Decision::LostAnswers(_) => only(Capability::Approve),
+            Decision::Start => only(Capability::Run),
         }
     }
 
