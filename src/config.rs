@@ -30,6 +30,8 @@ pub struct Config {
     pub suspend_timeout: Duration,
     /// A stream whose client takes nothing for this long is cut (it can reattach).
     pub stall_timeout: Duration,
+    /// Fleet document changes kept for replay (`GET {path}/fleet/stream`).
+    pub fleet_history: usize,
     /// Bytes of finished runs' frames and threads' transcripts and state kept in memory.
     pub memory_budget: usize,
     /// Connections the public listener serves at once.
@@ -349,6 +351,7 @@ impl Config {
             keep_alive: Duration::from_secs(15),
             suspend_timeout: Duration::from_secs(15 * 60),
             stall_timeout: Duration::from_secs(30),
+            fleet_history: crate::runtime::fleet::DEFAULT_FLEET_HISTORY,
             memory_budget: crate::runtime::DEFAULT_MEMORY_BUDGET,
             max_connections: crate::http::DEFAULT_MAX_CONNECTIONS,
             metrics_listen: None,
@@ -416,6 +419,7 @@ impl Config {
                 "keep_alive": format_duration(self.keep_alive),
                 "suspend_timeout": format_duration(self.suspend_timeout),
                 "stall_timeout": format_duration(self.stall_timeout),
+                "fleet_history": self.fleet_history,
                 "memory_budget": format_size(self.memory_budget),
                 "max_connections": self.max_connections,
                 "metrics_listen": self.metrics_listen.map(|a| a.to_string()),
@@ -479,8 +483,8 @@ pub fn valid_agent_name(name: &str) -> bool {
 /// Names an agent cannot take: the words of the daemon's own routes under `{path}` (a
 /// request to `{path}/<word>` must never be ambiguous), and the path dots.
 pub const RESERVED_AGENT_NAMES: &[&str] = &[
-    "info", "healthz", "readyz", "threads", "runs", "agent", "agents", "metrics", "tokens", ".",
-    "..",
+    "info", "healthz", "readyz", "threads", "runs", "agent", "agents", "metrics", "tokens",
+    "fleet", ".", "..",
 ];
 
 #[cfg(test)]

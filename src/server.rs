@@ -116,6 +116,7 @@ impl Server {
         options.keep_alive = config.keep_alive;
         options.suspend_timeout = config.suspend_timeout;
         options.stall_timeout = config.stall_timeout;
+        options.fleet_history = config.fleet_history;
         options.memory_budget = config.memory_budget;
         options.secrets = secrets;
         options.max_runs_per_principal = config.access.max_runs_per_principal;

@@ -81,3 +81,19 @@ pub fn event_stream(attachment: Attachment) -> Body {
     });
     StreamBody::new(stream).boxed_unsync()
 }
+
+/// The SSE body of a fleet subscription: each event as a frame with its id and timestamp,
+/// keep-alive comments in silences.
+pub fn fleet_stream(stream: crate::runtime::FleetStream) -> Body {
+    use crate::runtime::FleetItem;
+    let stream = futures_util::stream::unfold(stream, |mut stream| async move {
+        let bytes = match stream.next().await? {
+            FleetItem::Event { id, at_ms, event } => {
+                crate::protocol::event_frame(&id, &event, Some(at_ms))
+            }
+            FleetItem::KeepAlive => Bytes::from_static(crate::protocol::KEEP_ALIVE),
+        };
+        Some((Ok::<_, Infallible>(Frame::data(bytes)), stream))
+    });
+    StreamBody::new(stream).boxed_unsync()
+}

@@ -55,6 +55,8 @@ enum Route {
     ImportSession(String, String),
     /// Fork a thread into a new one.
     ForkThread(String),
+    /// The ambient plane: the fleet document and its changes.
+    FleetStream,
 }
 
 /// What a route asks of the principal beyond a valid token.
@@ -96,6 +98,7 @@ impl Route {
             ["readyz"] => Route::Readyz,
             ["metrics"] => Route::Metrics,
             ["tokens"] => Route::Tokens,
+            ["fleet", "stream"] => Route::FleetStream,
             ["threads"] => Route::Threads,
             ["threads", id] if !id.is_empty() => Route::Thread((*id).to_owned()),
             ["threads", id, "messages"] if !id.is_empty() => {
@@ -193,7 +196,8 @@ impl Route {
             | Route::Thread(_)
             | Route::ThreadMessages(_)
             | Route::ThreadStream(_)
-            | Route::AgentConnect(_) => Need::Capability(Capability::Read),
+            | Route::AgentConnect(_)
+            | Route::FleetStream => Need::Capability(Capability::Read),
             Route::Run(_)
             | Route::AgentRun(_)
             | Route::Envelope
@@ -235,6 +239,7 @@ impl Route {
             Route::AgentStop(..) => "copilotkit_stop",
             Route::Metrics => "metrics",
             Route::Tokens => "tokens",
+            Route::FleetStream => "fleet_stream",
             Route::AgentSessions(_) => "agent_sessions",
             Route::ImportSession(..) => "import_session",
             Route::ForkThread(_) => "fork_thread",
@@ -444,6 +449,7 @@ async fn dispatch(
             }
         }
         Route::Threads => list_threads(app, &principal, req.uri().query()).await,
+        Route::FleetStream => fleet(app, &principal, req.headers(), req.uri().query()),
         Route::AgentSessions(agent) => {
             let cursor = query_param(req.uri().query(), "cursor");
             let page = app.runtime.agent_sessions(&agent, cursor).await?;
@@ -528,6 +534,49 @@ async fn dispatch(
             Ok(stream_response(attachment))
         }
     }
+}
+
+/// `GET {path}/fleet/stream`: the principal's view of the fleet; replay after
+/// `Last-Event-ID` (or `?lastEventId=`), else after `?since=<RFC 3339>`, then the snapshot,
+/// then live changes.
+fn fleet(
+    app: &App,
+    principal: &Principal,
+    headers: &HeaderMap,
+    query: Option<&str>,
+) -> Result<Response<Body>, ApiError> {
+    let accept = headers.get(ACCEPT).and_then(|v| v.to_str().ok());
+    if negotiate(accept).is_none() {
+        return Err(ApiError::not_acceptable());
+    }
+    let last_event_id = headers
+        .get("last-event-id")
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .or_else(|| query_param(query, "lastEventId"));
+    let from = match (last_event_id, query_param(query, "since")) {
+        (Some(id), _) => crate::runtime::FleetFrom::After(id),
+        (None, Some(since)) => {
+            let time = humantime::parse_rfc3339_weak(since.trim()).map_err(|_| {
+                ApiError::invalid_input(
+                    "since must be an RFC 3339 time, e.g. 2026-12-01T12:00:00Z",
+                    Some("since".to_owned()),
+                )
+            })?;
+            let ms = time
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            crate::runtime::FleetFrom::Since(ms)
+        }
+        (None, None) => crate::runtime::FleetFrom::Now,
+    };
+    let stream = app.runtime.fleet_stream(principal, from);
+    let resume = if stream.is_exact() { "exact" } else { "resync" };
+    let mut response = Response::new(super::body::fleet_stream(stream));
+    sse_headers(response.headers_mut());
+    response
+        .headers_mut()
+        .insert("agui-resume", HeaderValue::from_static(resume));
+    Ok(response)
 }
 
 /// An error unless `principal` has `capability`.
