@@ -49,6 +49,8 @@ use crate::metrics::{RunMetrics, StreamMetrics};
 use crate::protocol::input::Message;
 use crate::protocol::{Profile, RunAgentInput};
 use crate::store::{Store, StoreError};
+use crate::traces::Tracer;
+use opentelemetry::trace::SpanContext;
 use thread::{Decision, Retry, Thread, new_thread};
 use translator::Translator;
 
@@ -80,6 +82,8 @@ pub struct RuntimeOptions {
     pub hitl: HashMap<String, Hitl>,
     /// Literal secrets scrubbed from every error message (the daemon's token).
     pub secrets: Vec<String>,
+    /// Spans per run, turn and tool call, when traces are exported.
+    pub tracer: Option<Tracer>,
 }
 
 impl RuntimeOptions {
@@ -98,6 +102,7 @@ impl RuntimeOptions {
             memory_budget: DEFAULT_MEMORY_BUDGET,
             hitl: HashMap::new(),
             secrets: Vec::new(),
+            tracer: None,
         }
     }
 }
@@ -227,6 +232,8 @@ pub(crate) struct NextSegment {
     /// saying it was cancelled (`why`), so the transcript stays a valid AG-UI history.
     pub(crate) abandoned: Vec<String>,
     pub(crate) why: String,
+    /// The span of the request that opens it, when traces are on.
+    pub(crate) link: Option<SpanContext>,
 }
 
 /// A run that has not ended.
@@ -284,6 +291,16 @@ impl Runtime {
         };
         runtime.spawn_stall_check();
         runtime
+    }
+
+    /// The span of the request being handled, when traces are on (a link for the turn it
+    /// opens).
+    fn request_span(&self) -> Option<SpanContext> {
+        self.inner
+            .options
+            .tracer
+            .as_ref()
+            .and_then(|_| crate::traces::current_span_context())
     }
 
     /// Checks every thread's registered readers a few times per stall timeout and cuts the
