@@ -825,6 +825,9 @@ impl SegmentWriter {
             translator.close_open(&mut out);
             self.emit(&mut translator, &out);
         }
+        if let Ending::Error { code, message } = &ending {
+            self.record_error(code, message);
+        }
         self.record_end(&ending);
         let ending = if self.commit().await {
             ending
@@ -852,6 +855,35 @@ impl SegmentWriter {
             Ending::Interrupt { .. } => (TurnOutcome::Interrupted, None),
         };
         trace.ended(how, code);
+    }
+
+    /// Records a run's error in the transcript as an assistant message (`<runId>-error`,
+    /// `Error: <message>`), so a client that loads the thread again shows it where it
+    /// happened; the stream itself carries only the `RUN_ERROR`. Not for a shutdown or a
+    /// store failure, which say nothing about the conversation.
+    fn record_error(&self, code: &str, message: &str) {
+        if matches!(code, "SHUTDOWN" | "STORE_UNAVAILABLE") {
+            return;
+        }
+        let run_id = lock(&self.run.translator).run_id().to_owned();
+        let mut state = lock(&self.thread.state);
+        let mut id = format!("{run_id}-error");
+        if state.seen.contains(&id) {
+            id = format!("{run_id}-error-{}", uuid::Uuid::new_v4());
+        }
+        let recorded = Message::Assistant(AssistantMessage {
+            id: id.clone(),
+            content: Some(format!("Error: {message}")),
+            name: None,
+            tool_calls: Vec::new(),
+        });
+        state.seen.insert(id);
+        state.transcript.push(recorded.clone());
+        drop(state);
+        self.rt
+            .inner
+            .store
+            .record_messages(&self.thread.id, vec![recorded], now_ms() as i64);
     }
 
     fn record_end(&self, ending: &Ending) {
