@@ -1,9 +1,13 @@
 import { defineConfig } from "vite";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { extname, join, resolve } from "node:path";
+import { brotliCompressSync, constants, gzipSync } from "node:zlib";
 
 // `npm run dev` serves the page with hot reload and sends /api to `npm start` on port 3000.
 export default defineConfig({
   esbuild: { jsx: "automatic" },
   server: { proxy: { "/api": "http://127.0.0.1:3000" } },
+  plugins: [precompress()],
   build: {
     // CopilotKit's chat brings syntax highlighting and diagrams; one page, loaded once.
     chunkSizeWarningLimit: 4096,
@@ -18,3 +22,45 @@ export default defineConfig({
     },
   },
 });
+
+// Writes FILE.gz and FILE.br next to every compressible file of the build, once, so the
+// servers (server.mjs, the Go proxy's -static) send them with `content-encoding` and never
+// compress per request. Files under 1 KiB, and encodings that would not save a tenth, are
+// skipped.
+function precompress() {
+  const compressible = new Set([".js", ".mjs", ".css", ".html", ".svg", ".json", ".ttf", ".txt"]);
+  let outDir;
+  return {
+    name: "precompress",
+    apply: "build",
+    configResolved(config) {
+      outDir = resolve(config.root, config.build.outDir);
+    },
+    closeBundle() {
+      for (const file of files(outDir)) {
+        if (!compressible.has(extname(file))) continue;
+        const body = readFileSync(file);
+        if (body.length < 1024) continue;
+        const encoded = {
+          gz: gzipSync(body, { level: 9 }),
+          br: brotliCompressSync(body, {
+            params: {
+              [constants.BROTLI_PARAM_QUALITY]: 9,
+              [constants.BROTLI_PARAM_SIZE_HINT]: body.length,
+            },
+          }),
+        };
+        for (const [suffix, bytes] of Object.entries(encoded))
+          if (bytes.length < body.length * 0.9) writeFileSync(`${file}.${suffix}`, bytes);
+      }
+    },
+  };
+}
+
+function* files(dir) {
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) yield* files(path);
+    else yield path;
+  }
+}
