@@ -118,12 +118,24 @@ struct Daemon {
 }
 
 impl Daemon {
+    /// The demo agent, and the scripted ACP agent as `scripted`.
     fn start(endpoint: &str) -> Daemon {
         let home = temp_dir("otlp-home");
+        let config = home.join("agui.toml");
+        // JSON strings are valid TOML basic strings.
+        let toml = format!(
+            "[[agents]]\nname = \"demo\"\nkind = \"demo\"\n\n\
+             [[agents]]\nname = \"scripted\"\nkind = \"acp\"\ncommand = [{}]\n\
+             env = {{ SCRIPTED_AGENT_STATE = {} }}\n",
+            json!(scripted_agent()),
+            json!(home.join("scripted")),
+        );
+        std::fs::write(&config, toml).expect("config");
         let mut child = Command::new(BIN)
             .args(["--port", "0", "--no-tls", "--token", TOKEN])
             .args(["--otlp-endpoint", endpoint])
             .args(["--data-dir", &home.join("data").to_string_lossy()])
+            .args(["--config", &config.to_string_lossy()])
             .env_remove("AGUI_CONFIG")
             .env("HOME", &home)
             .stdin(Stdio::null())
@@ -147,8 +159,12 @@ impl Daemon {
     }
 
     async fn run(&self, body: &Value) -> Vec<SseFrame> {
+        self.run_on("demo", body).await
+    }
+
+    async fn run_on(&self, agent: &str, body: &Value) -> Vec<SseFrame> {
         let response = client()
-            .post(self.url("/demo"))
+            .post(self.url(&format!("/{agent}")))
             .bearer_auth(TOKEN)
             .json(body)
             .sent()
@@ -280,6 +296,12 @@ async fn every_run_is_one_span_tree_with_genai_names_and_no_token() {
     let failed = daemon.run(&run_body("otlp-fail", "f1", "/fail boom")).await;
     assert_eq!(failed.last().expect("terminal").kind(), "RUN_ERROR");
 
+    // An ACP agent's own tool calls.
+    let acp = daemon
+        .run_on("scripted", &run_body("otlp-acp", "a1", "tools"))
+        .await;
+    assert_eq!(text_of(&acp), "Used two tools.");
+
     // The token in a query (as EventSource sends it), and a W3C traceparent.
     let response = client()
         .get(daemon.url(&format!("/threads/otlp-plain/messages?token={TOKEN}")))
@@ -385,6 +407,28 @@ async fn every_run_is_one_span_tree_with_genai_names_and_no_token() {
     assert_eq!(run.status.as_ref().map(|s| s.code), Some(2), "status error");
     let (_, trace) = tree(spans, run);
     assert_eq!(attrs(children(&trace, run)[0])["agui.turn.end"], "error");
+
+    // The ACP agent's tool calls: the agent's own ("extension"), inside the turn.
+    let run = spans
+        .iter()
+        .find(|s| s.name == "invoke_agent scripted")
+        .expect("the ACP run");
+    assert_eq!(attrs(run)["gen_ai.agent.name"], "scripted");
+    let (root, trace) = tree(spans, run);
+    assert_eq!(attrs(root)["url.path"], "/agui/scripted");
+    let turns = children(&trace, run);
+    assert_eq!(names(&turns), ["turn"]);
+    let tools = children(&trace, turns[0]);
+    assert_eq!(
+        names(&tools),
+        ["execute_tool get_weather", "execute_tool read"]
+    );
+    for tool in &tools {
+        let a = attrs(tool);
+        assert_eq!(a["gen_ai.tool.type"], "extension");
+        assert!(a["gen_ai.tool.call.id"].starts_with("call_"));
+        assert!(tool.end_time_unix_nano <= turns[0].end_time_unix_nano);
+    }
 
     // A request continues the client's trace; a query never reaches a span.
     let info = spans
