@@ -115,30 +115,41 @@ impl App {
 
 impl Handler for App {
     async fn handle(&self, req: Request<Incoming>, conn: ConnInfo) -> Response<Body> {
-        let Some(tracer) = &self.tracer else {
-            return routes::handle(self, req, conn).await;
-        };
-        let method = req.method().clone();
-        let path = req.uri().path().to_owned();
-        let span = tracer.request(
-            &otlp::remote_parent(req.headers()),
-            RequestInfo {
-                method: method.as_str(),
-                route: routes::template(&self.path, &path),
-                path: &path,
-                scheme: if conn.tls { "https" } else { "http" },
-                protocol_version: if req.version() == http::Version::HTTP_2 {
-                    "2"
-                } else {
-                    "1.1"
-                },
-            },
-        );
-        // The handler runs in the request's context: a run it starts is the span's child.
-        let response = routes::handle(self, req, conn)
-            .with_context(span.context())
-            .await;
-        span.end(response.status().as_u16());
-        response
+        match &self.tracer {
+            None => routes::handle(self, req, conn).await,
+            // Boxed: without traces, a request's future holds nothing of them.
+            Some(tracer) => Box::pin(traced(self, tracer, req, conn)).await,
+        }
     }
+}
+
+/// [`routes::handle`] inside the request's span.
+async fn traced(
+    app: &App,
+    tracer: &Tracer,
+    req: Request<Incoming>,
+    conn: ConnInfo,
+) -> Response<Body> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let span = tracer.request(
+        &otlp::remote_parent(req.headers()),
+        RequestInfo {
+            method: method.as_str(),
+            route: routes::template(&app.path, &path),
+            path: &path,
+            scheme: if conn.tls { "https" } else { "http" },
+            protocol_version: if req.version() == http::Version::HTTP_2 {
+                "2"
+            } else {
+                "1.1"
+            },
+        },
+    );
+    // The handler runs in the request's context: a run it starts is the span's child.
+    let response = routes::handle(app, req, conn)
+        .with_context(span.context())
+        .await;
+    span.end(response.status().as_u16());
+    response
 }
