@@ -1,6 +1,6 @@
 import { defineConfig } from "vite";
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
-import { extname, join, resolve } from "node:path";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { extname, join, normalize, resolve } from "node:path";
 import { brotliCompressSync, constants, gzipSync } from "node:zlib";
 
 // `npm run dev` serves the page with hot reload and sends /api to `npm start` on port 3000.
@@ -24,19 +24,46 @@ export default defineConfig({
 });
 
 // Writes FILE.gz and FILE.br next to every compressible file of the build, once, so the
-// servers (server.mjs, the Go proxy's -static) send them with `content-encoding` and never
-// compress per request. Files under 1 KiB, and encodings that would not save a tenth, are
-// skipped.
+// servers (server.mjs, the Go proxy's -static, and `vite preview` through the middleware
+// below) send them with `content-encoding` and never compress per request. Files under
+// 1 KiB, and encodings that would not save a tenth, are skipped.
 function precompress() {
   const compressible = new Set([".js", ".mjs", ".css", ".html", ".svg", ".json", ".ttf", ".txt"]);
   let outDir;
+  let building = false;
   return {
     name: "precompress",
-    apply: "build",
     configResolved(config) {
       outDir = resolve(config.root, config.build.outDir);
+      building = config.command === "build";
+    },
+    // `vite preview`: a file with a copy the request accepts is sent as that copy.
+    configurePreviewServer(server) {
+      const types = { ".js": "text/javascript", ".css": "text/css", ".html": "text/html", ".svg": "image/svg+xml" };
+      server.middlewares.use((req, res, next) => {
+        if (req.method !== "GET" && req.method !== "HEAD") return next();
+        let path;
+        try {
+          path = decodeURIComponent(new URL(req.url, "http://localhost").pathname);
+        } catch {
+          return next();
+        }
+        const file = join(outDir, normalize(path).replace(/^([/\\])+/, ""));
+        if (!file.startsWith(outDir) || !types[extname(file)]) return next();
+        const wanted = accepted(req.headers["accept-encoding"]);
+        for (const [encoding, suffix] of [["br", ".br"], ["gzip", ".gz"]]) {
+          if (!wanted.has(encoding) || !existsSync(file + suffix)) continue;
+          res.setHeader("content-type", types[extname(file)]);
+          res.setHeader("content-encoding", encoding);
+          res.setHeader("vary", "accept-encoding");
+          res.end(req.method === "HEAD" ? undefined : readFileSync(file + suffix));
+          return;
+        }
+        next();
+      });
     },
     closeBundle() {
+      if (!building) return;
       for (const file of files(outDir)) {
         if (!compressible.has(extname(file))) continue;
         const body = readFileSync(file);
@@ -55,6 +82,16 @@ function precompress() {
       }
     },
   };
+}
+
+// The encodings an Accept-Encoding header allows (listed, and not with q=0).
+function accepted(header = "") {
+  const names = new Set();
+  for (const part of header.split(",")) {
+    const [name, ...params] = part.trim().toLowerCase().split(";");
+    if (!params.some((p) => /^\s*q=0(\.0*)?\s*$/.test(p))) names.add(name.trim());
+  }
+  return names;
 }
 
 function* files(dir) {
