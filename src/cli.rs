@@ -98,7 +98,7 @@ pub struct ServeArgs {
     #[arg(long, global = true, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
     /// Export traces (spans per request, run, turn and tool call) over OTLP/HTTP to this
-    /// collector, e.g. http://127.0.0.1:4318 [default: none, no traces]
+    /// collector, e.g. http://127.0.0.1:4318 or https://... [default: none, no traces]
     #[arg(long, global = true, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
     /// An ACP agent: NAME=COMMAND (shell-style words); repeatable [default: the built-in

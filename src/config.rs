@@ -207,7 +207,7 @@ impl ConfigError {
     }
 }
 
-/// An OTLP/HTTP collector's traces URL, validated: `http://host[:port][/path]`, with no
+/// An OTLP/HTTP collector's traces URL, validated: `http[s]://host[:port][/path]`, with no
 /// credentials and no query. Given as the collector's base URL (the
 /// `OTEL_EXPORTER_OTLP_ENDPOINT` convention), it gets `/v1/traces` appended; a URL that
 /// already ends with `/v1/traces` is kept as it is.
@@ -218,18 +218,12 @@ impl OtlpEndpoint {
     pub fn parse(text: &str) -> Result<OtlpEndpoint, ConfigError> {
         let fail = |why: &str| ConfigError::new(format!("invalid OTLP endpoint {text:?}: {why}"));
         let uri: http::Uri = text.trim().parse().map_err(|_| fail("not a URL"))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
-                return Err(fail(
-                    "https is not supported; send to a collector on plain HTTP (e.g. an \
-                     OpenTelemetry Collector on loopback) that forwards over TLS",
-                ));
-            }
-            _ => return Err(fail("expected http://HOST[:PORT][/PATH]")),
-        }
+        let scheme = match uri.scheme_str() {
+            Some(scheme @ ("http" | "https")) => scheme,
+            _ => return Err(fail("expected http[s]://HOST[:PORT][/PATH]")),
+        };
         let Some(authority) = uri.authority() else {
-            return Err(fail("expected http://HOST[:PORT][/PATH]"));
+            return Err(fail("expected http[s]://HOST[:PORT][/PATH]"));
         };
         if authority.as_str().contains('@') {
             return Err(fail("credentials in the URL are not supported"));
@@ -243,7 +237,12 @@ impl OtlpEndpoint {
         } else {
             format!("{path}/v1/traces")
         };
-        Ok(OtlpEndpoint(format!("http://{authority}{path}")))
+        Ok(OtlpEndpoint(format!("{scheme}://{authority}{path}")))
+    }
+
+    /// The collector is reached over TLS.
+    pub fn is_https(&self) -> bool {
+        self.0.starts_with("https://")
     }
 
     /// The URL spans are posted to.
@@ -487,8 +486,12 @@ mod tests {
             url("http://collector:4318/v1/traces").ok().as_deref(),
             Some("http://collector:4318/v1/traces")
         );
+        assert_eq!(
+            url("https://otlp.example.com").ok().as_deref(),
+            Some("https://otlp.example.com/v1/traces")
+        );
         for bad in [
-            "https://collector:4318",
+            "ftp://collector:4318",
             "collector:4318",
             "http://user:secret@collector:4318",
             "http://collector:4318/?a=b",
@@ -496,11 +499,8 @@ mod tests {
         ] {
             assert!(url(bad).is_err(), "{bad:?} is refused");
         }
-        let error = url("https://c:4318").expect_err("https");
-        assert!(
-            error.to_string().contains("https is not supported"),
-            "{error}"
-        );
+        let error = url("https://u:p@c:4318").expect_err("credentials");
+        assert!(error.to_string().contains("credentials"), "{error}");
     }
 
     #[test]

@@ -63,7 +63,8 @@ impl Exporter {
     /// Starts the pipeline towards `endpoint`. Must be called inside the tokio runtime (the
     /// exporter's HTTP client runs on it).
     pub fn start(endpoint: &OtlpEndpoint) -> Result<(Exporter, Tracer), TraceError> {
-        let client = OtlpClient::new(EXPORT_TIMEOUT).map_err(|e| TraceError(e.to_string()))?;
+        let client = OtlpClient::new(EXPORT_TIMEOUT, endpoint.is_https())
+            .map_err(|e| TraceError(e.to_string()))?;
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_http_client(client)

@@ -37,10 +37,16 @@ struct Received {
 /// An OTLP/HTTP receiver on a loopback port: decodes every `ExportTraceServiceRequest`
 /// and answers with an empty `ExportTraceServiceResponse`.
 async fn receiver() -> (String, Arc<Mutex<Received>>) {
+    receiver_on(None).await
+}
+
+/// The receiver, over TLS with `tls`.
+async fn receiver_on(tls: Option<tokio_rustls::TlsAcceptor>) -> (String, Arc<Mutex<Received>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let url = format!("{scheme}://{}", listener.local_addr().expect("addr"));
     let received = Arc::new(Mutex::new(Received::default()));
     let sink = received.clone();
     tokio::spawn(async move {
@@ -49,6 +55,7 @@ async fn receiver() -> (String, Arc<Mutex<Received>>) {
                 return;
             };
             let sink = sink.clone();
+            let tls = tls.clone();
             tokio::spawn(async move {
                 let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                     let sink = sink.clone();
@@ -84,9 +91,18 @@ async fn receiver() -> (String, Arc<Mutex<Received>>) {
                         Ok::<_, hyper::Error>(response)
                     }
                 });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
+                let http = hyper::server::conn::http1::Builder::new();
+                match tls {
+                    None => {
+                        let _ = http.serve_connection(TokioIo::new(stream), service).await;
+                    }
+                    Some(tls) => {
+                        let Ok(stream) = tls.accept(stream).await else {
+                            return;
+                        };
+                        let _ = http.serve_connection(TokioIo::new(stream), service).await;
+                    }
+                }
             });
         }
     });
@@ -115,11 +131,16 @@ fn attrs(span: &Span) -> HashMap<String, String> {
 struct Daemon {
     child: Child,
     base: String,
+    stderr: Arc<Mutex<String>>,
 }
 
 impl Daemon {
     /// The demo agent, and the scripted ACP agent as `scripted`.
     fn start(endpoint: &str) -> Daemon {
+        Daemon::start_with(endpoint, &[])
+    }
+
+    fn start_with(endpoint: &str, envs: &[(&str, &std::path::Path)]) -> Daemon {
         let home = temp_dir("otlp-home");
         let config = home.join("agui.toml");
         // JSON strings are valid TOML basic strings.
@@ -138,11 +159,20 @@ impl Daemon {
             .args(["--config", &config.to_string_lossy()])
             .env_remove("AGUI_CONFIG")
             .env("HOME", &home)
+            .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("spawn agui-serve");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let sink = stderr.clone();
+        let mut err = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut err, &mut text);
+            sink.lock().expect("lock").push_str(&text);
+        });
         let mut out = BufReader::new(child.stdout.take().expect("stdout"));
         let mut line = String::new();
         out.read_line(&mut line).expect("stdout");
@@ -151,7 +181,11 @@ impl Daemon {
             .strip_prefix("agui-serve listening on ")
             .expect("the listening line")
             .to_owned();
-        Daemon { child, base }
+        Daemon {
+            child,
+            base,
+            stderr,
+        }
     }
 
     fn url(&self, path: &str) -> String {
@@ -175,8 +209,8 @@ impl Daemon {
         frames
     }
 
-    /// SIGTERM, then the exit: the shutdown flushes the spans.
-    fn stop(mut self) {
+    /// SIGTERM, then the exit: the shutdown flushes the spans. Returns the daemon's log.
+    fn stop(mut self) -> String {
         let status = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()
@@ -186,7 +220,12 @@ impl Daemon {
         while Instant::now() < deadline {
             if let Some(status) = self.child.try_wait().expect("wait") {
                 assert!(status.success(), "clean exit: {status}");
-                return;
+                // The log ends with the process.
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while Arc::strong_count(&self.stderr) > 1 && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                return self.stderr.lock().expect("lock").clone();
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -464,4 +503,37 @@ async fn every_run_is_one_span_tree_with_genai_names_and_no_token() {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// An https collector: its certificate is trusted through `SSL_CERT_FILE` (the system's
+/// roots otherwise), and without that trust nothing is exported and the log says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_reach_an_https_collector_the_roots_trust() {
+    let certs = temp_dir("otlp-tls");
+    let acceptor = agui_serve::http::tls::self_signed_acceptor(&certs).expect("certificate");
+    let (cert, _) = agui_serve::http::tls::self_signed_paths(&certs);
+    let (endpoint, received) = receiver_on(Some(acceptor)).await;
+    assert!(endpoint.starts_with("https://127.0.0.1:"));
+
+    let daemon = Daemon::start_with(&endpoint, &[("SSL_CERT_FILE", cert.as_path())]);
+    daemon.run(&run_body("otlp-tls", "s1", "hello")).await;
+    daemon.stop();
+    let spans = received.lock().expect("lock").spans.clone();
+    let (_, trace) = tree(&spans, the_run(&spans, "s1"));
+    assert_eq!(trace.len(), 3, "{:?}", names(&trace));
+
+    // The same collector, not trusted: the roots hold another certificate only.
+    let untrusted = temp_dir("otlp-tls-other");
+    agui_serve::http::tls::self_signed_acceptor(&untrusted).expect("another certificate");
+    let (wrong, _) = agui_serve::http::tls::self_signed_paths(&untrusted);
+    let before = received.lock().expect("lock").spans.len();
+    let daemon = Daemon::start_with(&endpoint, &[("SSL_CERT_FILE", wrong.as_path())]);
+    daemon.run(&run_body("otlp-tls", "s2", "hello")).await;
+    let log = daemon.stop();
+    assert_eq!(
+        received.lock().expect("lock").spans.len(),
+        before,
+        "nothing exported"
+    );
+    assert!(log.contains("trace export failed"), "{log}");
 }

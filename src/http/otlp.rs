@@ -4,11 +4,17 @@
 //! The OpenTelemetry SDK exports from its own thread, where no tokio reactor runs; hyper's
 //! client needs one. [`OtlpClient`] hands each export to the daemon's runtime and waits for
 //! it there, so the exporter needs no second runtime and no other HTTP stack. It speaks
-//! plain HTTP (a collector on loopback or the local network); export failures are logged.
+//! plain HTTP, or HTTPS with the rustls the daemon serves with, trusting the system's root
+//! certificates (`SSL_CERT_FILE` / `SSL_CERT_DIR` override them); export failures are
+//! logged.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
+
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::connect::HttpConnector;
 
 use opentelemetry::Context;
 use opentelemetry::propagation::TextMapPropagator;
@@ -19,16 +25,33 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 /// Sends the exporter's requests with hyper, on the daemon's tokio runtime.
 #[derive(Debug, Clone)]
 pub struct OtlpClient {
-    client: HyperClient,
+    client: HyperClient<HttpsConnector<HttpConnector>>,
     runtime: tokio::runtime::Handle,
 }
 
 impl OtlpClient {
-    /// A client on the current tokio runtime; each request is bounded by `timeout`.
-    pub fn new(timeout: Duration) -> Result<OtlpClient, tokio::runtime::TryCurrentError> {
+    /// A client on the current tokio runtime; each request is bounded by `timeout`. With
+    /// `https`, the system's root certificates are loaded (none found is an error).
+    pub fn new(timeout: Duration, https: bool) -> std::io::Result<OtlpClient> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(std::io::Error::other)?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = HttpsConnectorBuilder::new();
+        let builder = if https {
+            builder.with_provider_and_native_roots(provider)?
+        } else {
+            // Plain HTTP: the TLS side is never used.
+            builder.with_tls_config(
+                rustls::ClientConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .map_err(std::io::Error::other)?
+                    .with_root_certificates(rustls::RootCertStore::empty())
+                    .with_no_client_auth(),
+            )
+        };
+        let connector = builder.https_or_http().enable_http1().build();
         Ok(OtlpClient {
-            client: HyperClient::with_default_connector(timeout, None),
-            runtime: tokio::runtime::Handle::try_current()?,
+            client: HyperClient::new(connector, timeout, None),
+            runtime,
         })
     }
 }
