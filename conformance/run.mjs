@@ -3,6 +3,7 @@
 // error the client logs, and on a stream that ends without a terminal event.
 //
 // Usage: AGUI_URL=https://127.0.0.1:PORT/agui AGUI_TOKEN=... node run.mjs
+// (AGUI_LABEL, if set, prefixes every result line: which token the run used)
 // (for TLS with the generated certificate: NODE_EXTRA_CA_CERTS=<data-dir>/tls/cert.pem)
 
 import * as v1 from "agui-client-1";
@@ -67,9 +68,11 @@ async function runOnce(lib, { agentName = "demo", text, threadId = randomUUID(),
 }
 
 const results = [];
+const label = process.env.AGUI_LABEL ? `[${process.env.AGUI_LABEL}] ` : "";
+
 function record(client, name, ok, detail) {
   results.push({ client, name, ok, detail });
-  console.log(`${ok ? "ok  " : "FAIL"} ${client} :: ${name}${detail ? ` (${detail})` : ""}`);
+  console.log(`${ok ? "ok  " : "FAIL"} ${label}${client} :: ${name}${detail ? ` (${detail})` : ""}`);
 }
 
 function terminalOf(events) {

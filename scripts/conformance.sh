@@ -49,4 +49,24 @@ start_daemon --config "$work/config.toml" --token "$token" --disconnect-grace 2s
 url="$daemon"
 
 cd "$root/conformance"
-AGUI_URL="$url" AGUI_TOKEN="$token" NODE_EXTRA_CA_CERTS="$work/data/tls/cert.pem" node run.mjs
+ca="$work/data/tls/cert.pem"
+AGUI_URL="$url" AGUI_TOKEN="$token" AGUI_LABEL="master token" NODE_EXTRA_CA_CERTS="$ca" node run.mjs
+
+# The same scenarios as a principal: a scoped token minted by POST {path}/tokens.
+scoped="$(curl -sS --fail-with-body --cacert "$ca" -H "Authorization: Bearer $token" \
+  -H 'content-type: application/json' -d '{"sub":"conformance","ttlSeconds":3600}' \
+  "$url/tokens" | python3 -c 'import json, sys; print(json.load(sys.stdin)["token"])')"
+AGUI_URL="$url" AGUI_TOKEN="$scoped" AGUI_LABEL="scoped token" NODE_EXTRA_CA_CERTS="$ca" node run.mjs
+
+# The principal saw only its own threads; the operator reaches its namespace by name.
+threads() { curl -sS --fail-with-body --cacert "$ca" -H "Authorization: Bearer $1" "$url/threads?limit=200${2:-}"; }
+threads "$scoped" | python3 -c '
+import json, sys
+owners = {t.get("owner", "") for t in json.load(sys.stdin)["threads"]}
+assert owners == {"conformance"}, f"the scoped token listed threads of {owners}"
+print("ok   the scoped token lists only its own threads")'
+threads "$token" "&owner=conformance" | python3 -c '
+import json, sys
+owners = [t.get("owner", "") for t in json.load(sys.stdin)["threads"]]
+assert owners and set(owners) == {"conformance"}, f"the operator listed owners {set(owners)}"
+print("ok   the operator lists that principal threads by name")'

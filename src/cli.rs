@@ -13,9 +13,9 @@ use clap::{Parser, Subcommand};
 use serde::Deserialize;
 
 use crate::config::{
-    AcpConfig, AgentConfig, AgentKind, Auth, BearerToken, Config, ConfigError, FrontendMcp, Hitl,
-    LogFormat, OtlpEndpoint, Permissions, RESERVED_AGENT_NAMES, TlsMode, TokenSource,
-    default_data_dir, normalize_path, parse_duration, parse_size, valid_agent_name,
+    AccessConfig, AcpConfig, AgentConfig, AgentKind, Auth, BearerToken, Config, ConfigError,
+    FrontendMcp, Hitl, LogFormat, OtlpEndpoint, Permissions, RESERVED_AGENT_NAMES, TlsMode,
+    TokenSource, default_data_dir, normalize_path, parse_duration, parse_size, valid_agent_name,
 };
 
 /// Serve agent runtimes over the AG-UI protocol.
@@ -108,6 +108,23 @@ pub struct ServeArgs {
     /// Log format (levels from RUST_LOG) [default: text]
     #[arg(long, global = true, value_enum)]
     pub log_format: Option<LogFormatArg>,
+    /// HMAC (HS256) secret file that verifies scoped tokens, and signs minted ones;
+    /// repeatable (rotation) [default: only the daemon's own key in the data directory]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub jwt_secret_file: Vec<PathBuf>,
+    /// JWKS file whose keys verify scoped tokens (each key's `alg` pinned); repeatable
+    #[arg(long, global = true, value_name = "FILE")]
+    pub jwt_jwks_file: Vec<PathBuf>,
+    /// Scoped tokens must carry this `aud` [default: none checked]
+    #[arg(long, global = true, value_name = "AUD")]
+    pub jwt_audience: Option<String>,
+    /// With the master token, this header names the principal to act for (a signing-in
+    /// proxy) [default: none]
+    #[arg(long, global = true, value_name = "NAME")]
+    pub trusted_principal_header: Option<String>,
+    /// Concurrent runs one principal may hold; the operator is not capped [default: 8]
+    #[arg(long, global = true, value_name = "N")]
+    pub max_runs_per_principal: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -124,6 +141,32 @@ struct FileConfig {
     server: FileServer,
     #[serde(default)]
     agents: Vec<FileAgent>,
+    #[serde(default)]
+    auth: FileAuth,
+}
+
+/// `[auth]`: scoped tokens and principals.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileAuth {
+    #[serde(default)]
+    keys: Vec<FileKey>,
+    audience: Option<String>,
+    issuer: Option<String>,
+    leeway: Option<String>,
+    trusted_principal_header: Option<String>,
+    max_runs_per_principal: Option<usize>,
+}
+
+/// `[[auth.keys]]`: one verification key; exactly one source.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileKey {
+    kid: Option<String>,
+    alg: Option<String>,
+    secret_file: Option<PathBuf>,
+    public_key_file: Option<PathBuf>,
+    jwks_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -364,6 +407,8 @@ impl ServeArgs {
             }
         }
 
+        let access = self.resolve_access(&file.auth, max_concurrent_runs)?;
+
         Ok(Resolved {
             config: Config {
                 host,
@@ -385,8 +430,102 @@ impl ServeArgs {
                 otlp_endpoint,
                 log_format,
                 agents,
+                access,
             },
             token_source,
+        })
+    }
+
+    fn resolve_access(
+        &self,
+        file: &FileAuth,
+        max_concurrent_runs: usize,
+    ) -> Result<AccessConfig, ConfigError> {
+        use crate::access::jwt::{KeyConfig, KeySource, Verifier, parse_algorithm};
+        let mut keys = Vec::new();
+        for (i, key) in file.keys.iter().enumerate() {
+            let at = |e: String| ConfigError::new(format!("auth.keys[{i}]: {e}"));
+            let alg = key
+                .alg
+                .as_deref()
+                .map(parse_algorithm)
+                .transpose()
+                .map_err(at)?;
+            let source = match (&key.secret_file, &key.public_key_file, &key.jwks_file) {
+                (Some(p), None, None) => KeySource::Secret(p.clone()),
+                (None, Some(p), None) => KeySource::PublicKey(p.clone()),
+                (None, None, Some(p)) => KeySource::Jwks(p.clone()),
+                _ => {
+                    return Err(at(
+                        "give exactly one of secret_file, public_key_file, jwks_file".into(),
+                    ));
+                }
+            };
+            if alg.is_none() && !matches!(source, KeySource::Jwks(_)) {
+                return Err(at(
+                    "`alg` is required (each key's algorithm is pinned)".into()
+                ));
+            }
+            keys.push(KeyConfig {
+                kid: key.kid.clone(),
+                alg,
+                source,
+            });
+        }
+        for path in &self.jwt_secret_file {
+            keys.push(KeyConfig {
+                kid: None,
+                alg: Some(jsonwebtoken::Algorithm::HS256),
+                source: KeySource::Secret(path.clone()),
+            });
+        }
+        for path in &self.jwt_jwks_file {
+            keys.push(KeyConfig {
+                kid: None,
+                alg: None,
+                source: KeySource::Jwks(path.clone()),
+            });
+        }
+        let leeway = match &file.leeway {
+            Some(text) => {
+                parse_duration(text).map_err(|e| ConfigError::new(format!("auth.leeway: {e}")))?
+            }
+            None => std::time::Duration::from_secs(30),
+        };
+        let audience = self.jwt_audience.clone().or_else(|| file.audience.clone());
+        // Every key file is read once here, so a bad one is a startup error.
+        Verifier::load(&keys, audience.clone(), file.issuer.clone(), leeway)
+            .map_err(|e| ConfigError::new(format!("auth key: {e}")))?;
+        let trusted_principal_header = match self
+            .trusted_principal_header
+            .as_ref()
+            .or(file.trusted_principal_header.as_ref())
+        {
+            Some(name) => Some(
+                http::HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
+                    ConfigError::new(format!(
+                        "trusted_principal_header: {name:?} is not a header name"
+                    ))
+                })?,
+            ),
+            None => None,
+        };
+        let max_runs_per_principal = self
+            .max_runs_per_principal
+            .or(file.max_runs_per_principal)
+            .unwrap_or(crate::config::DEFAULT_MAX_RUNS_PER_PRINCIPAL.min(max_concurrent_runs));
+        if max_runs_per_principal == 0 {
+            return Err(ConfigError::new(
+                "max_runs_per_principal must be at least 1",
+            ));
+        }
+        Ok(AccessConfig {
+            keys,
+            audience,
+            issuer: file.issuer.clone(),
+            leeway,
+            trusted_principal_header,
+            max_runs_per_principal,
         })
     }
 
@@ -590,11 +729,18 @@ mod tests {
     fn help_shows_the_defaults_that_apply() {
         use clap::CommandFactory;
         let help = Cli::command().render_help().to_string();
+        // A flag's entry: its line, and the help under it when clap puts it there.
         let line = |flag: &str| {
-            help.lines()
-                .find(|l| l.split_whitespace().next() == Some(flag))
-                .unwrap_or_else(|| panic!("{flag} in {help}"))
-                .to_owned()
+            let lines: Vec<&str> = help.lines().collect();
+            let start = lines
+                .iter()
+                .position(|l| l.split_whitespace().next() == Some(flag))
+                .unwrap_or_else(|| panic!("{flag} in {help}"));
+            let end = lines[start + 1..]
+                .iter()
+                .position(|l| l.trim_start().starts_with('-') || l.trim().is_empty())
+                .map_or(lines.len(), |n| start + 1 + n);
+            lines[start..end].join(" ")
         };
         let config = parse(&[]).args.resolve(&no_env).expect("valid").config;
         let duration = crate::config::format_duration;

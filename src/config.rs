@@ -40,6 +40,41 @@ pub struct Config {
     pub otlp_endpoint: Option<OtlpEndpoint>,
     pub log_format: LogFormat,
     pub agents: Vec<AgentConfig>,
+    /// Scoped tokens, the trusted principal header and the per-principal run cap.
+    pub access: AccessConfig,
+}
+
+/// Who besides the operator may call, and how much each may run.
+#[derive(Debug, Clone)]
+pub struct AccessConfig {
+    /// Keys that verify scoped tokens (the daemon's own signing key is always added).
+    pub keys: Vec<crate::access::jwt::KeyConfig>,
+    /// When set, a scoped token must carry this `aud`; minted tokens carry it.
+    pub audience: Option<String>,
+    /// When set, a scoped token must carry this `iss`.
+    pub issuer: Option<String>,
+    /// Clock-skew leeway for `exp` and `nbf`.
+    pub leeway: Duration,
+    /// With the master token, this request header names the principal to act for.
+    pub trusted_principal_header: Option<http::HeaderName>,
+    /// Concurrent runs one principal may hold (the operator is not capped).
+    pub max_runs_per_principal: usize,
+}
+
+/// The default of `--max-runs-per-principal`.
+pub const DEFAULT_MAX_RUNS_PER_PRINCIPAL: usize = 8;
+
+impl Default for AccessConfig {
+    fn default() -> Self {
+        AccessConfig {
+            keys: Vec::new(),
+            audience: None,
+            issuer: None,
+            leeway: Duration::from_secs(30),
+            trusted_principal_header: None,
+            max_runs_per_principal: DEFAULT_MAX_RUNS_PER_PRINCIPAL,
+        }
+    }
 }
 
 /// How requests are authenticated.
@@ -366,6 +401,7 @@ impl Config {
             otlp_endpoint: None,
             log_format: LogFormat::Text,
             agents: vec![AgentConfig::demo()],
+            access: AccessConfig::default(),
         }
     }
 
@@ -434,6 +470,34 @@ impl Config {
                 "log_format": format!("{:?}", self.log_format).to_lowercase(),
             },
             "agents": agents,
+            "auth": self.access.redacted_json(),
+        })
+    }
+}
+
+impl AccessConfig {
+    /// Key sources and settings; never key material.
+    fn redacted_json(&self) -> serde_json::Value {
+        use crate::access::jwt::KeySource;
+        let keys: Vec<_> = self
+            .keys
+            .iter()
+            .map(|key| {
+                let (kind, path) = match &key.source {
+                    KeySource::Secret(p) => ("secret_file", p),
+                    KeySource::PublicKey(p) => ("public_key_file", p),
+                    KeySource::Jwks(p) => ("jwks_file", p),
+                };
+                json!({"kid": key.kid, "alg": key.alg.map(|a| format!("{a:?}")), kind: path})
+            })
+            .collect();
+        json!({
+            "keys": keys,
+            "audience": self.audience,
+            "issuer": self.issuer,
+            "leeway": format_duration(self.leeway),
+            "trusted_principal_header": self.trusted_principal_header.as_ref().map(|h| h.as_str()),
+            "max_runs_per_principal": self.max_runs_per_principal,
         })
     }
 }

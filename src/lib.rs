@@ -5,6 +5,7 @@
 //! Modules in reading order:
 //! - [`protocol`]: AG-UI wire types, request decoding, SSE framing, negotiation. No I/O.
 //! - [`config`] / [`cli`]: typed configuration; clap and TOML stop at `cli`.
+//! - [`access`]: principals, capabilities, scoped tokens (JWT), thread namespaces.
 //! - [`agent`]: the backend seam ([`agent::Agent`]) and the built-in demo agent.
 //! - [`runtime`]: runs, threads, the replay journal, admission and shutdown.
 //! - [`store`]: durable threads, transcripts and runs in SQLite, on its own thread.
@@ -18,6 +19,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod agent;
 pub mod cli;
 pub mod config;

@@ -49,6 +49,8 @@ pub enum ServeError {
     Tls(#[from] TlsError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("scoped tokens: {0}")]
+    Access(String),
     #[error(transparent)]
     Traces(#[from] TraceError),
 }
@@ -122,6 +124,7 @@ impl Server {
         options.stall_timeout = config.stall_timeout;
         options.memory_budget = config.memory_budget;
         options.secrets = secrets;
+        options.max_runs_per_principal = config.access.max_runs_per_principal;
         options.hitl = config
             .agents
             .iter()
@@ -149,6 +152,7 @@ impl Server {
             )),
             None => None,
         };
+        let access = access(&config)?;
         let mut app = App::new(
             runtime.clone(),
             config.path.clone(),
@@ -160,7 +164,8 @@ impl Server {
                 .map(|a| (a.name.clone(), a.description.clone()))
                 .collect(),
             metrics,
-        );
+        )
+        .with_access(access);
         app.tracer = tracer;
         let app = Arc::new(app);
         Ok(Server {
@@ -355,4 +360,35 @@ fn fit_to_open_files(wanted: usize) -> usize {
         "max_connections lowered to fit the open-file limit (raise LimitNOFILE to serve more)"
     );
     fitted
+}
+
+/// Scoped-token verification and minting: the configured keys plus the daemon's own key in
+/// the data directory; minted tokens are signed with the first configured HMAC key, else
+/// with the daemon's own.
+fn access(config: &Config) -> Result<web::policy::Access, ServeError> {
+    use crate::access::jwt::{self, Signer, Verifier};
+    let settings = &config.access;
+    let local = jwt::local_secret(&config.data_dir).map_err(ServeError::Access)?;
+    let verifier = Verifier::load(
+        &settings.keys,
+        settings.audience.clone(),
+        settings.issuer.clone(),
+        settings.leeway,
+    )
+    .map_err(ServeError::Access)?
+    .with_local_key(&local);
+    let signer = match Signer::from_config(&settings.keys).map_err(ServeError::Access)? {
+        Some(signer) => signer,
+        None => Signer::hmac(
+            Some(jwt::LOCAL_KID.to_owned()),
+            jsonwebtoken::Algorithm::HS256,
+            &local,
+        ),
+    }
+    .claiming(settings.audience.clone(), settings.issuer.clone());
+    Ok(web::policy::Access {
+        verifier,
+        signer: Some(signer),
+        trusted_header: settings.trusted_principal_header.clone(),
+    })
 }

@@ -248,6 +248,67 @@ async fn token_never_appears_in_logs_even_at_trace() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_lines_name_the_principal_and_never_the_token() {
+    let data = temp_dir("audit");
+    let args = quiet_port_args(&["--token", TOKEN, "--log-format", "json", "--data-dir"]);
+    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    args.push(data.to_str().expect("utf8"));
+    let mut daemon = Daemon::start(&args, &[("RUST_LOG", "info")]);
+    let minted: serde_json::Value = daemon
+        .post("/tokens")
+        .json(&serde_json::json!({"sub": "alice", "ttlSeconds": 60}))
+        .sent()
+        .await
+        .json()
+        .await
+        .expect("json");
+    let scoped = minted["token"].as_str().expect("token").to_owned();
+    let r = client()
+        .post(daemon.url("/demo"))
+        .bearer_auth(&scoped)
+        .json(&run_body("audited", "audited-r", "hi"))
+        .sent()
+        .await;
+    assert_eq!(r.status(), 200);
+    SseReader::new(r).collect().await;
+    let r = client()
+        .get(daemon.url(&format!("/threads/elsewhere?token={scoped}")))
+        .sent()
+        .await;
+    assert_eq!(r.status(), 404);
+    let r = client()
+        .get(daemon.url("/threads"))
+        .bearer_auth(format!("{scoped}x"))
+        .sent()
+        .await;
+    assert_eq!(r.status(), 401);
+    daemon.signal("TERM");
+    daemon.wait(Duration::from_secs(15)).expect("exits");
+    let logs = daemon.logs();
+    let audit: Vec<serde_json::Value> = logs
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|line| line["target"] == "audit")
+        .collect();
+    let find = |action: &str, outcome: &str| {
+        audit
+            .iter()
+            .find(|line| line["fields"]["action"] == action && line["fields"]["outcome"] == outcome)
+    };
+    let run = find("run", "allowed").expect("the run's audit line");
+    assert_eq!(run["fields"]["principal"], "alice");
+    assert_eq!(run["fields"]["thread"], "audited");
+    assert_eq!(run["fields"]["run"], "audited-r");
+    let missing = find("thread", "not_found").expect("the 404's audit line");
+    assert_eq!(missing["fields"]["principal"], "alice");
+    assert_eq!(missing["fields"]["thread"], "elsewhere");
+    assert!(find("threads", "denied").is_some(), "the 401 is audited");
+    assert!(find("tokens", "allowed").is_some(), "minting is audited");
+    assert!(!logs.contains(&scoped), "a scoped token found in the logs");
+    assert!(!logs.contains(TOKEN), "the master token found in the logs");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_secrets_never_appear_in_logs_even_at_trace() {
     let state = temp_dir("mcp-logs");
     let agent = format!("scripted={}", scripted_agent().display());

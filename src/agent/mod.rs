@@ -131,6 +131,8 @@ pub struct AuthMethod {
 /// What the client sent for one run, decoded.
 #[derive(Debug, Clone)]
 pub struct Turn {
+    /// The thread's key: unique across every principal's namespace (see
+    /// [`crate::access::scoped_key`]), so a backend may key its sessions by it.
     pub thread_id: String,
     pub run_id: String,
     /// The whole transcript as the client sent it.

@@ -18,26 +18,30 @@ use serde_json::{Value, json};
 use super::App;
 use super::body::{Body, empty};
 use super::error::ApiError;
-use super::routes::{json_response, sse_headers, start_run, stream_response};
+use super::routes::{Audit, json_response, require, sse_headers, start_run, stream_response};
+use crate::access::{Capability, Principal};
 use crate::protocol::input::check_id;
 
 /// `POST {path}/agent/{id}/connect`: `body` is the request's JSON.
 pub(super) async fn connect(
     app: &App,
+    principal: &Principal,
     agent: &str,
     body: &Value,
+    audit: &mut Audit,
 ) -> Result<Response<Body>, ApiError> {
-    if !app.runtime.has_agent(agent) {
+    if !app.runtime.has_agent(agent) || !principal.may_use(agent) {
         return Err(ApiError::unknown_agent(agent));
     }
     let thread_id = string_field(body, "threadId")?
         .ok_or_else(|| ApiError::invalid_input("missing field threadId", field("threadId")))?;
     check_id(&thread_id, "threadId")?;
+    audit.thread = Some(thread_id.clone());
     let last_seen = string_field(body, "lastSeenEventId")?;
     let known = app
         .runtime
         .store()
-        .thread(&thread_id)
+        .thread(&principal.key(&thread_id))
         .await
         .map_err(|error| {
             tracing::error!(%error, "thread read failed");
@@ -52,7 +56,7 @@ pub(super) async fn connect(
     }
     let attachment = app
         .runtime
-        .reattach(&thread_id, last_seen.as_deref())
+        .reattach_as(principal, &thread_id, last_seen.as_deref())
         .await?;
     Ok(stream_response(attachment))
 }
@@ -60,11 +64,12 @@ pub(super) async fn connect(
 /// `POST {path}/agent/{id}/stop/{threadId}`: `body` is the request's JSON, if any.
 pub(super) fn stop(
     app: &App,
+    principal: &Principal,
     agent: &str,
     thread_id: &str,
     body: Option<&Value>,
 ) -> Result<Response<Body>, ApiError> {
-    if !app.runtime.has_agent(agent) {
+    if !app.runtime.has_agent(agent) || !principal.may_use(agent) {
         return Err(ApiError::unknown_agent(agent));
     }
     let run_id = match body {
@@ -73,7 +78,7 @@ pub(super) fn stop(
     };
     let answer = match app
         .runtime
-        .cancel_thread_run(thread_id, agent, run_id.as_deref())
+        .cancel_thread_run(principal, thread_id, agent, run_id.as_deref())
     {
         Some(run_id) => json!({"stopped": true, "threadId": thread_id, "runId": run_id}),
         None => json!({
@@ -91,8 +96,10 @@ pub(super) fn stop(
 /// The single-endpoint transport: `{"method","params","body"}` posted to `{path}`.
 pub(super) async fn envelope(
     app: &App,
+    principal: &Principal,
     headers: &HeaderMap,
     envelope: &Value,
+    audit: &mut Audit,
     info: impl FnOnce() -> Value,
 ) -> Result<Response<Body>, ApiError> {
     let method = string_field(envelope, "method")?
@@ -109,15 +116,20 @@ pub(super) async fn envelope(
         "info" => Ok(json_response(StatusCode::OK, info())),
         "agent/run" => {
             let bytes = serde_json::to_vec(&body_or_empty()).unwrap_or_default();
-            start_run(app, &agent()?, headers, &bytes).await
+            start_run(app, principal, &agent()?, headers, &bytes, audit).await
         }
-        "agent/connect" => connect(app, &agent()?, &body_or_empty()).await,
+        "agent/connect" => {
+            require(principal, Capability::Read)?;
+            connect(app, principal, &agent()?, &body_or_empty(), audit).await
+        }
         "agent/stop" => {
+            require(principal, Capability::Run)?;
             let thread_id = string_field(params, "threadId")?.ok_or_else(|| {
                 ApiError::invalid_input("missing field params.threadId", field("params.threadId"))
             })?;
             check_id(&thread_id, "params.threadId")?;
-            stop(app, &agent()?, &thread_id, body)
+            audit.thread = Some(thread_id.clone());
+            stop(app, principal, &agent()?, &thread_id, body)
         }
         other => Err(ApiError::invalid_input(
             format!(

@@ -71,6 +71,29 @@ impl ApiError {
         )
     }
 
+    /// A token that was presented and refused, with the reason (expired, wrong audience,
+    /// ...); the token itself is never echoed.
+    pub fn unauthorized_because(reason: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", reason)
+    }
+
+    /// The principal may call, but not this: a capability its token lacks, or an
+    /// operator-only route.
+    pub fn forbidden(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::FORBIDDEN, "FORBIDDEN", message)
+    }
+
+    /// The principal holds as many runs as it may.
+    pub fn principal_busy() -> ApiError {
+        let mut e = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "TOO_MANY_RUNS",
+            "this principal already has its most concurrent runs; retry when one ends",
+        );
+        e.retry_after = Some(Duration::from_secs(1));
+        e
+    }
+
     pub fn forbidden_origin() -> ApiError {
         ApiError::new(
             StatusCode::FORBIDDEN,
@@ -273,6 +296,11 @@ impl From<StartError> for ApiError {
                 format!("thread belongs to agent {agent:?}"),
                 Some("threadId".to_owned()),
             ),
+            StartError::PrincipalBusy => ApiError::principal_busy(),
+            StartError::Forbidden(capability) => ApiError::forbidden(format!(
+                "this token lacks the `{}` capability",
+                capability.name()
+            )),
         }
     }
 }

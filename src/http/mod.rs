@@ -87,6 +87,8 @@ pub struct App {
     /// `(name, description)` of each agent, in configuration order.
     pub(crate) agents: Vec<(String, String)>,
     pub(crate) metrics: Arc<Metrics>,
+    /// Scoped tokens and the trusted principal header.
+    pub(crate) access: policy::Access,
     /// Spans per request (and the parent of the runs they start), when traces are
     /// exported.
     pub(crate) tracer: Option<Tracer>,
@@ -108,8 +110,15 @@ impl App {
             origins: OriginPolicy::new(allowed_origins),
             agents,
             metrics,
+            access: policy::Access::default(),
             tracer: None,
         }
+    }
+
+    /// Recognizes principals besides the operator (scoped tokens, the trusted header).
+    pub fn with_access(mut self, access: policy::Access) -> App {
+        self.access = access;
+        self
     }
 }
 

@@ -1,4 +1,5 @@
-//! Who may call: bearer token (constant-time), origin allow-list, CORS.
+//! Who may call: bearer token (constant-time) or scoped token (JWT), the trusted principal
+//! header, origin allow-list, CORS.
 //!
 //! No `Origin` header: no check (server-to-server callers such as a reverse proxy). With one,
 //! it must equal an allowed origin (case-insensitive) or the list must hold `*`.
@@ -11,7 +12,32 @@ use http::{HeaderMap, HeaderValue};
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
+use crate::access::jwt::{Signer, Verifier};
+use crate::access::{Caps, Principal, check_principal_name};
 use crate::config::{Auth, BearerToken};
+
+/// How principals other than the operator are recognized.
+#[derive(Debug)]
+pub struct Access {
+    /// Verifies scoped tokens.
+    pub verifier: Verifier,
+    /// Signs the tokens `POST {path}/tokens` mints (none: the route answers 404).
+    pub signer: Option<Signer>,
+    /// With the master token, this header names the principal to act for.
+    pub trusted_header: Option<http::HeaderName>,
+}
+
+impl Default for Access {
+    /// The master token only.
+    fn default() -> Self {
+        Access {
+            verifier: Verifier::load(&[], None, None, std::time::Duration::ZERO)
+                .unwrap_or_else(|_| unreachable!("no key files to read")),
+            signer: None,
+            trusted_header: None,
+        }
+    }
+}
 
 /// The allowed browser origins.
 #[derive(Debug, Clone)]
@@ -83,16 +109,56 @@ pub fn preflight_headers(headers: &mut HeaderMap) {
     headers.insert(ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
 }
 
-/// Checks the bearer token: `Authorization: Bearer T`, else `?token=T`.
-pub fn authenticate(auth: &Auth, headers: &HeaderMap, query: Option<&str>) -> Result<(), ApiError> {
+/// Who the request acts for: the operator (the master token), the principal the trusted
+/// header names (with the master token), or the principal of a scoped token. The token is
+/// `Authorization: Bearer T`, else `?token=T`.
+pub fn authenticate(
+    auth: &Auth,
+    access: &Access,
+    headers: &HeaderMap,
+    query: Option<&str>,
+) -> Result<Principal, ApiError> {
     let expected = match auth {
         Auth::Token(token) => token,
         Auth::Misconfigured => return Err(ApiError::auth_misconfigured()),
     };
-    if presents_bearer(expected, headers, query) {
-        Ok(())
-    } else {
-        Err(ApiError::unauthorized())
+    let Some(presented) = bearer_from_header(headers).or_else(|| token_from_query(query)) else {
+        return Err(ApiError::unauthorized());
+    };
+    if constant_time_eq(presented.as_bytes(), expected.expose().as_bytes()) {
+        let named = access
+            .trusted_header
+            .as_ref()
+            .and_then(|name| headers.get(name).map(|value| (name, value)));
+        return match named {
+            None => Ok(Principal::operator()),
+            Some((name, value)) => {
+                let principal = value
+                    .to_str()
+                    .ok()
+                    .map(str::trim)
+                    .filter(|p| check_principal_name(p).is_ok())
+                    .ok_or_else(|| {
+                        ApiError::invalid_input(
+                            format!(
+                                "the {name} header must name a principal: 1 to 256 \
+                                 characters, no control characters"
+                            ),
+                            Some(name.as_str().to_owned()),
+                        )
+                    })?;
+                Ok(Principal::scoped(principal, None, Caps::ALL))
+            }
+        };
+    }
+    // Only something shaped like a JWT gets a specific answer; anything else is just a
+    // wrong token.
+    if presented.split('.').count() != 3 {
+        return Err(ApiError::unauthorized());
+    }
+    match access.verifier.verify(&presented) {
+        Ok(claims) => Ok(claims.principal()),
+        Err(error) => Err(ApiError::unauthorized_because(error.to_string())),
     }
 }
 
@@ -155,6 +221,14 @@ mod tests {
         h
     }
 
+    fn authenticate(
+        auth: &Auth,
+        headers: &HeaderMap,
+        query: Option<&str>,
+    ) -> Result<Principal, ApiError> {
+        super::authenticate(auth, &Access::default(), headers, query)
+    }
+
     #[test]
     fn token_from_header_or_query() {
         let auth = Auth::Token(BearerToken::new("abc").expect("token"));
@@ -165,6 +239,52 @@ mod tests {
         assert!(authenticate(&auth, &headers(&[("authorization", "Basic abc")]), None).is_err());
         assert!(authenticate(&auth, &headers(&[]), None).is_err());
         assert!(authenticate(&auth, &headers(&[]), Some("token=ab")).is_err());
+    }
+
+    #[test]
+    fn the_trusted_header_counts_only_with_the_master_token() {
+        let auth = Auth::Token(BearerToken::new("abc").expect("token"));
+        let access = Access {
+            trusted_header: Some(http::HeaderName::from_static("x-user")),
+            ..Access::default()
+        };
+        let as_alice = super::authenticate(
+            &auth,
+            &access,
+            &headers(&[("authorization", "Bearer abc"), ("x-user", "alice")]),
+            None,
+        )
+        .expect("allowed");
+        assert_eq!(as_alice.owner(), "alice");
+        assert!(!as_alice.is_operator());
+        let operator = super::authenticate(
+            &auth,
+            &access,
+            &headers(&[("authorization", "Bearer abc")]),
+            None,
+        )
+        .expect("allowed");
+        assert!(operator.is_operator());
+        let wrong = super::authenticate(
+            &auth,
+            &access,
+            &headers(&[("authorization", "Bearer abd"), ("x-user", "alice")]),
+            None,
+        );
+        assert_eq!(
+            wrong.expect_err("refused").status,
+            http::StatusCode::UNAUTHORIZED
+        );
+        let empty = super::authenticate(
+            &auth,
+            &access,
+            &headers(&[("authorization", "Bearer abc"), ("x-user", " ")]),
+            None,
+        );
+        assert_eq!(
+            empty.expect_err("refused").status,
+            http::StatusCode::BAD_REQUEST
+        );
     }
 
     #[test]

@@ -1,7 +1,12 @@
 //! Routing and handlers. Every request passes, in order: route match (404) -> method (405)
-//! -> origin (403) -> token (401, or 500 when misconfigured) -> the handler's own checks
-//! (content type 415, `Accept` 406, body size 413, body shape 400, agent 404, admission
-//! 503, conflict 409).
+//! -> origin (403) -> token (401, or 500 when misconfigured) -> the principal's access to
+//! the route (403: an operator route, a capability its token lacks) -> the handler's own
+//! checks (content type 415, `Accept` 406, body size 413, body shape 400, agent 404,
+//! admission 429/503, conflict 409).
+//!
+//! Thread and run ids are resolved in the principal's namespace (see [`crate::access`]):
+//! another principal's thread is not there (404). Each authenticated request ends with one
+//! audit line (target `audit`): principal, action, thread, run, outcome; never a token.
 
 use std::time::Instant;
 
@@ -16,6 +21,7 @@ use super::body::{Body, empty, event_stream, full, read_body};
 use super::error::ApiError;
 use super::policy::{self, OriginCheck};
 use super::{App, ConnInfo, copilotkit};
+use crate::access::{Capability, Principal, check_principal_name};
 use crate::protocol::input::check_id;
 use crate::protocol::{InputError, decode_run_input, negotiate};
 use crate::runtime::{Attachment, CancelReason};
@@ -42,6 +48,24 @@ enum Route {
     AgentConnect(String),
     AgentStop(String, String),
     Metrics,
+    Tokens,
+}
+
+/// What a route asks of the principal beyond a valid token.
+enum Need {
+    /// Nothing more (the runtime decides what a run request needs).
+    Nothing,
+    /// The master token.
+    Operator,
+    Capability(Capability),
+}
+
+/// What the audit line of a request says besides its principal, action and outcome.
+#[derive(Debug, Default)]
+pub(super) struct Audit {
+    pub(super) principal: Option<String>,
+    pub(super) thread: Option<String>,
+    pub(super) run: Option<String>,
 }
 
 impl Route {
@@ -62,6 +86,7 @@ impl Route {
             ["healthz"] => Route::Healthz,
             ["readyz"] => Route::Readyz,
             ["metrics"] => Route::Metrics,
+            ["tokens"] => Route::Tokens,
             ["threads"] => Route::Threads,
             ["threads", id] if !id.is_empty() => Route::Thread((*id).to_owned()),
             ["threads", id, "messages"] if !id.is_empty() => {
@@ -90,7 +115,8 @@ impl Route {
             | Route::Envelope
             | Route::AgentRun(_)
             | Route::AgentConnect(_)
-            | Route::AgentStop(..) => "POST, OPTIONS",
+            | Route::AgentStop(..)
+            | Route::Tokens => "POST, OPTIONS",
             Route::Thread(_) => "GET, DELETE, OPTIONS",
             Route::Healthz | Route::Readyz => "GET, HEAD, OPTIONS",
             _ => "GET, OPTIONS",
@@ -104,7 +130,8 @@ impl Route {
             | Route::Envelope
             | Route::AgentRun(_)
             | Route::AgentConnect(_)
-            | Route::AgentStop(..) => method == Method::POST,
+            | Route::AgentStop(..)
+            | Route::Tokens => method == Method::POST,
             Route::Thread(_) => method == Method::GET || method == Method::DELETE,
             Route::Healthz | Route::Readyz => method == Method::GET || method == Method::HEAD,
             _ => method == Method::GET,
@@ -145,6 +172,40 @@ impl Route {
             Route::AgentConnect(_) => "/agent/{agent}/connect",
             Route::AgentStop(..) => "/agent/{agent}/stop/{threadId}",
             Route::Metrics => "/metrics",
+            Route::Tokens => "/tokens",
+        }
+    }
+
+    /// What the principal needs for this route with `method`.
+    fn needs(&self, method: &Method) -> Need {
+        match self {
+            Route::Metrics | Route::Tokens => Need::Operator,
+            Route::Thread(_) if method == Method::DELETE => Need::Capability(Capability::Run),
+            Route::Cancel(_) | Route::AgentStop(..) => Need::Capability(Capability::Run),
+            Route::Threads
+            | Route::Thread(_)
+            | Route::ThreadMessages(_)
+            | Route::ThreadStream(_)
+            | Route::AgentConnect(_) => Need::Capability(Capability::Read),
+            Route::Run(_)
+            | Route::AgentRun(_)
+            | Route::Envelope
+            | Route::Info
+            | Route::Agents
+            | Route::Healthz
+            | Route::Readyz => Need::Nothing,
+        }
+    }
+
+    /// The thread or run the path names, for the audit line.
+    fn audit(&self, audit: &mut Audit) {
+        match self {
+            Route::Thread(id)
+            | Route::ThreadMessages(id)
+            | Route::ThreadStream(id)
+            | Route::AgentStop(_, id) => audit.thread = Some(id.clone()),
+            Route::Cancel(id) => audit.run = Some(id.clone()),
+            _ => {}
         }
     }
 
@@ -165,6 +226,7 @@ impl Route {
             Route::AgentConnect(_) => "copilotkit_connect",
             Route::AgentStop(..) => "copilotkit_stop",
             Route::Metrics => "metrics",
+            Route::Tokens => "tokens",
         }
     }
 }
@@ -191,9 +253,10 @@ pub(super) async fn handle(app: &App, req: Request<Incoming>, conn: ConnInfo) ->
     let route = Route::parse(&app.path, &path);
     let route_name = route.as_ref().map_or("none", Route::name);
 
+    let mut audit = Audit::default();
     let mut response = match route {
         None => ApiError::not_found("route").into_response(),
-        Some(route) => match dispatch(app, route, req, conn, &origin).await {
+        Some(route) => match dispatch(app, route, req, conn, &origin, &mut audit).await {
             Ok(response) => response,
             Err(error) => {
                 if error.status.is_server_error() {
@@ -208,6 +271,18 @@ pub(super) async fn handle(app: &App, req: Request<Incoming>, conn: ConnInfo) ->
         strip_body(&mut response);
     }
     let status = response.status().as_u16();
+    if let Some(principal) = &audit.principal {
+        tracing::info!(
+            target: "audit",
+            principal = %principal,
+            action = route_name,
+            thread = audit.thread.as_deref().unwrap_or(""),
+            run = audit.run.as_deref().unwrap_or(""),
+            outcome = outcome(status),
+            status,
+            "access"
+        );
+    }
     app.metrics
         .http()
         .request(route_name, status, started.elapsed());
@@ -235,12 +310,43 @@ fn strip_body(response: &mut Response<Body>) {
     *response.body_mut() = empty();
 }
 
+/// How an audit line sums up a status.
+fn outcome(status: u16) -> &'static str {
+    match status {
+        200..=399 => "allowed",
+        401 | 403 => "denied",
+        404 => "not_found",
+        409 | 429 | 503 => "refused",
+        400..=499 => "invalid",
+        _ => "failed",
+    }
+}
+
+/// The principal a request acts for: the operator may name another principal's namespace
+/// with `?owner=` (to read, cancel or delete its threads, or run in it); anyone else's
+/// `owner` is ignored (it only ever sees its own).
+fn acting_as(principal: Principal, query: Option<&str>) -> Result<Principal, ApiError> {
+    match query_param(query, "owner") {
+        Some(owner) if principal.is_operator() && principal.sees_everyone() => {
+            if owner.is_empty() {
+                return Ok(Principal::operator_as(""));
+            }
+            check_principal_name(&owner).map_err(|problem| {
+                ApiError::invalid_input(format!("owner {problem}"), Some("owner".to_owned()))
+            })?;
+            Ok(Principal::operator_as(&owner))
+        }
+        _ => Ok(principal),
+    }
+}
+
 async fn dispatch(
     app: &App,
     route: Route,
     req: Request<Incoming>,
     conn: ConnInfo,
     origin: &OriginCheck,
+    audit: &mut Audit,
 ) -> Result<Response<Body>, ApiError> {
     if req.method() == Method::OPTIONS {
         return preflight(origin);
@@ -248,20 +354,39 @@ async fn dispatch(
     if !route.allows(req.method()) {
         return Err(ApiError::method_not_allowed(route.allow()));
     }
-    if route.authenticated() {
+    let principal = if route.authenticated() {
         if *origin == OriginCheck::Forbidden {
             return Err(ApiError::forbidden_origin());
         }
-        policy::authenticate(&app.auth, req.headers(), req.uri().query())?;
-    }
+        route.audit(audit);
+        audit.principal = Some("(unauthenticated)".to_owned());
+        let principal =
+            policy::authenticate(&app.auth, &app.access, req.headers(), req.uri().query())?;
+        let principal = acting_as(principal, req.uri().query())?;
+        audit.principal = Some(principal.label().to_owned());
+        match route.needs(req.method()) {
+            Need::Nothing => {}
+            Need::Operator if principal.is_operator() => {}
+            Need::Operator => {
+                return Err(ApiError::forbidden("this route needs the operator token"));
+            }
+            Need::Capability(capability) => require(&principal, capability)?,
+        }
+        principal
+    } else {
+        // Only the health routes: they act for nobody.
+        Principal::scoped("-", Some(Vec::new()), crate::access::Caps::NONE)
+    };
     route.check_ids()?;
     match route {
-        Route::Run(agent) | Route::AgentRun(agent) => run(app, &agent, req, conn).await,
+        Route::Run(agent) | Route::AgentRun(agent) => {
+            run(app, &principal, &agent, req, conn, audit).await
+        }
         Route::AgentConnect(agent) => {
             check_stream_request(req.headers())?;
             let (parts, body) = req.into_parts();
             let body = read_json(body, &parts.headers, &conn).await?;
-            copilotkit::connect(app, &agent, &body).await
+            copilotkit::connect(app, &principal, &agent, &body, audit).await
         }
         Route::AgentStop(agent, thread) => {
             let (parts, body) = req.into_parts();
@@ -277,7 +402,7 @@ async fn dispatch(
             } else {
                 Some(parse_json(&body)?)
             };
-            copilotkit::stop(app, &agent, &thread, body.as_ref())
+            copilotkit::stop(app, &principal, &agent, &thread, body.as_ref())
         }
         Route::Envelope => {
             if !is_json(req.headers()) {
@@ -286,21 +411,29 @@ async fn dispatch(
             let info_of = (req.headers().clone(), req.uri().clone());
             let (parts, body) = req.into_parts();
             let envelope = read_json(body, &parts.headers, &conn).await?;
-            copilotkit::envelope(app, &parts.headers, &envelope, || {
-                info(app, &info_of.0, &info_of.1, conn.tls)
+            copilotkit::envelope(app, &principal, &parts.headers, &envelope, audit, || {
+                info(app, &principal, &info_of.0, &info_of.1, conn.tls)
             })
             .await
         }
         Route::Info => Ok(json_response(
             StatusCode::OK,
-            info(app, req.headers(), req.uri(), conn.tls),
+            info(app, &principal, req.headers(), req.uri(), conn.tls),
         )),
-        Route::Agents => Ok(json_response(StatusCode::OK, agents(app))),
+        Route::Agents => Ok(json_response(StatusCode::OK, agents(app, &principal))),
         Route::Healthz => Ok(healthz(app)),
         Route::Readyz => Ok(readyz(app)),
         Route::Metrics => Ok(super::metrics_endpoint::response(&app.metrics)),
+        Route::Tokens => {
+            let (parts, body) = req.into_parts();
+            let body = read_json(body, &parts.headers, &conn).await?;
+            mint(app, &body)
+        }
         Route::Cancel(run_id) => {
-            if app.runtime.cancel_run(&run_id, CancelReason::Requested) {
+            if app
+                .runtime
+                .cancel_run_as(&principal, &run_id, CancelReason::Requested)
+            {
                 Ok(json_response(
                     StatusCode::ACCEPTED,
                     json!({"runId": run_id, "status": "cancelling"}),
@@ -309,9 +442,9 @@ async fn dispatch(
                 Err(ApiError::not_found("live run"))
             }
         }
-        Route::Threads => list_threads(app, req.uri().query()).await,
+        Route::Threads => list_threads(app, &principal, req.uri().query()).await,
         Route::Thread(id) if req.method() == Method::DELETE => {
-            match app.runtime.delete_thread(&id).await {
+            match app.runtime.delete_thread_as(&principal, &id).await {
                 Ok(true) => {
                     let mut response = Response::new(empty());
                     *response.status_mut() = StatusCode::NO_CONTENT;
@@ -324,17 +457,14 @@ async fn dispatch(
                 }
             }
         }
-        Route::Thread(id) => match app.runtime.store().thread(&id).await {
-            Ok(Some(row)) => Ok(json_response(StatusCode::OK, thread_json(app, &row, true))),
-            Ok(None) => Err(ApiError::not_found("thread")),
-            Err(error) => {
-                tracing::error!(%error, "thread read failed");
-                Err(ApiError::store_unavailable())
-            }
-        },
+        Route::Thread(id) => {
+            let row = visible_thread(app, &principal, &id).await?;
+            Ok(json_response(StatusCode::OK, thread_json(app, &row, true)))
+        }
         Route::ThreadMessages(id) => {
             let limit = query_usize(req.uri().query(), "limit", 1000, 10_000)?;
-            match app.runtime.store().messages(&id, limit).await {
+            let row = visible_thread(app, &principal, &id).await?;
+            match app.runtime.store().messages(&row.key, limit).await {
                 Ok(Some((messages, truncated))) => Ok(json_response(
                     StatusCode::OK,
                     json!({"threadId": id, "messages": messages, "truncated": truncated}),
@@ -357,13 +487,141 @@ async fn dispatch(
                 .get("last-event-id")
                 .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
                 .or_else(|| query_param(req.uri().query(), "lastEventId"));
-            let attachment = app.runtime.reattach(&id, last_event_id.as_deref()).await?;
+            let attachment = app
+                .runtime
+                .reattach_as(&principal, &id, last_event_id.as_deref())
+                .await?;
             Ok(stream_response(attachment))
         }
     }
 }
 
-async fn list_threads(app: &App, query: Option<&str>) -> Result<Response<Body>, ApiError> {
+/// An error unless `principal` has `capability`.
+pub(super) fn require(principal: &Principal, capability: Capability) -> Result<(), ApiError> {
+    if principal.can(capability) {
+        Ok(())
+    } else {
+        Err(ApiError::forbidden(format!(
+            "this token lacks the `{}` capability",
+            capability.name()
+        )))
+    }
+}
+
+/// Thread `id` of `principal`'s namespace, when it is one of an agent it may use; else
+/// 404, as for a thread that does not exist.
+pub(super) async fn visible_thread(
+    app: &App,
+    principal: &Principal,
+    id: &str,
+) -> Result<store::ThreadRow, ApiError> {
+    match app.runtime.store().thread(&principal.key(id)).await {
+        Ok(Some(row)) if principal.may_use(&row.agent) => Ok(row),
+        Ok(_) => Err(ApiError::not_found("thread")),
+        Err(error) => {
+            tracing::error!(%error, "thread read failed");
+            Err(ApiError::store_unavailable())
+        }
+    }
+}
+
+/// Longest lifetime of a minted token.
+const MAX_MINTED_TTL_SECONDS: u64 = 24 * 3600;
+
+/// `POST {path}/tokens` (operator only): a scoped token for a principal.
+fn mint(app: &App, body: &serde_json::Value) -> Result<Response<Body>, ApiError> {
+    let Some(signer) = &app.access.signer else {
+        return Err(ApiError::not_found("token signing key"));
+    };
+    let sub = match body.get("sub") {
+        Some(serde_json::Value::String(sub)) => sub.clone(),
+        _ => {
+            return Err(ApiError::invalid_input(
+                "sub must be a string naming the principal",
+                Some("sub".to_owned()),
+            ));
+        }
+    };
+    check_principal_name(&sub).map_err(|problem| {
+        ApiError::invalid_input(format!("sub {problem}"), Some("sub".to_owned()))
+    })?;
+    let ttl = match body.get("ttlSeconds") {
+        None | Some(serde_json::Value::Null) => 900,
+        Some(value) => value
+            .as_u64()
+            .filter(|ttl| (1..=MAX_MINTED_TTL_SECONDS).contains(ttl))
+            .ok_or_else(|| {
+                ApiError::invalid_input(
+                    format!("ttlSeconds must be an integer from 1 to {MAX_MINTED_TTL_SECONDS}"),
+                    Some("ttlSeconds".to_owned()),
+                )
+            })?,
+    };
+    let names = |field: &str| -> Result<Option<Vec<String>>, ApiError> {
+        match body.get(field) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::Array(items)) => items
+                .iter()
+                .map(|item| item.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+                .map(Some)
+                .ok_or_else(|| {
+                    ApiError::invalid_input(
+                        format!("{field} must be an array of strings"),
+                        Some(field.to_owned()),
+                    )
+                }),
+            Some(_) => Err(ApiError::invalid_input(
+                format!("{field} must be an array of strings"),
+                Some(field.to_owned()),
+            )),
+        }
+    };
+    let agents = names("agents")?;
+    if let Some(unknown) = agents
+        .iter()
+        .flatten()
+        .find(|name| !app.agents.iter().any(|(a, _)| a == *name))
+    {
+        return Err(ApiError::invalid_input(
+            format!("no agent named {unknown:?}"),
+            Some("agents".to_owned()),
+        ));
+    }
+    let capabilities = names("capabilities")?;
+    if let Some(unknown) = capabilities
+        .iter()
+        .flatten()
+        .find(|name| Capability::from_name(name).is_none())
+    {
+        return Err(ApiError::invalid_input(
+            format!("unknown capability {unknown:?}: expected run, read or approve"),
+            Some("capabilities".to_owned()),
+        ));
+    }
+    let (token, exp) = signer
+        .mint(
+            &sub,
+            std::time::Duration::from_secs(ttl),
+            agents,
+            capabilities,
+        )
+        .map_err(|error| {
+            tracing::error!(%error, "token signing failed");
+            ApiError::internal()
+        })?;
+    tracing::info!(target: "audit", principal = %sub, ttl_seconds = ttl, "token minted");
+    Ok(json_response(
+        StatusCode::OK,
+        json!({"token": token, "expiresAt": rfc3339(exp as i64 * 1000)}),
+    ))
+}
+
+async fn list_threads(
+    app: &App,
+    principal: &Principal,
+    query: Option<&str>,
+) -> Result<Response<Body>, ApiError> {
     let limit = query_usize(query, "limit", 50, 200)?;
     let cursor =
         match query_param(query, "cursor") {
@@ -374,10 +632,14 @@ async fn list_threads(app: &App, query: Option<&str>) -> Result<Response<Body>, 
         };
     // `agentId` is CopilotKit's name for the same filter.
     let agent = query_param(query, "agent").or_else(|| query_param(query, "agentId"));
+    let scope = store::ListScope {
+        owner: (!principal.sees_everyone()).then(|| principal.owner().to_owned()),
+        agents: principal.agents().map(<[String]>::to_vec),
+    };
     let page = app
         .runtime
         .store()
-        .list_threads(limit, cursor, agent)
+        .list_threads(limit, cursor, agent, scope)
         .await
         .map_err(|error| {
             tracing::error!(%error, "thread listing failed");
@@ -399,7 +661,7 @@ async fn list_threads(app: &App, query: Option<&str>) -> Result<Response<Body>, 
 fn thread_json(app: &App, row: &store::ThreadRow, detail: bool) -> serde_json::Value {
     let status = app
         .runtime
-        .live_status(&row.id)
+        .live_status(&row.key)
         .unwrap_or(row.status.as_str());
     let mut value = json!({
         "threadId": row.id,
@@ -417,6 +679,9 @@ fn thread_json(app: &App, row: &store::ThreadRow, detail: bool) -> serde_json::V
     });
     if let Some(title) = &row.title {
         value["title"] = json!(title);
+    }
+    if !row.owner.is_empty() {
+        value["owner"] = json!(row.owner);
     }
     if detail {
         if let Some(session) = &row.session_id {
@@ -485,9 +750,11 @@ fn preflight(origin: &OriginCheck) -> Result<Response<Body>, ApiError> {
 
 async fn run(
     app: &App,
+    principal: &Principal,
     agent: &str,
     req: Request<Incoming>,
     conn: ConnInfo,
+    audit: &mut Audit,
 ) -> Result<Response<Body>, ApiError> {
     check_stream_request(req.headers())?;
     let (parts, body) = req.into_parts();
@@ -498,7 +765,7 @@ async fn run(
         conn.limits.body_read_timeout,
     )
     .await?;
-    start_run(app, agent, &parts.headers, &body).await
+    start_run(app, principal, agent, &parts.headers, &body, audit).await
 }
 
 /// A request answered with an event stream: a JSON body, and an `Accept` that allows SSE.
@@ -516,19 +783,23 @@ fn check_stream_request(headers: &HeaderMap) -> Result<(), ApiError> {
 /// Starts a run of `agent` from a `RunAgentInput` body; the stream of its current segment.
 pub(super) async fn start_run(
     app: &App,
+    principal: &Principal,
     agent: &str,
     headers: &HeaderMap,
     body: &[u8],
+    audit: &mut Audit,
 ) -> Result<Response<Body>, ApiError> {
     let accept = headers.get(ACCEPT).and_then(|v| v.to_str().ok());
     if negotiate(accept).is_none() {
         return Err(ApiError::not_acceptable());
     }
     let input = decode_run_input(body)?;
-    if !app.runtime.has_agent(agent) {
+    audit.thread = Some(input.thread_id.clone());
+    audit.run = Some(input.run_id.clone());
+    if !app.runtime.has_agent(agent) || !principal.may_use(agent) {
         return Err(ApiError::unknown_agent(agent));
     }
-    let attachment = app.runtime.start_run(agent, input).await?;
+    let attachment = app.runtime.start_run_as(principal, agent, input).await?;
     Ok(stream_response(attachment))
 }
 
@@ -582,7 +853,13 @@ fn is_json(headers: &HeaderMap) -> bool {
     media == "application/json" || (media.starts_with("application/") && media.ends_with("+json"))
 }
 
-fn info(app: &App, headers: &HeaderMap, uri: &http::Uri, tls: bool) -> serde_json::Value {
+fn info(
+    app: &App,
+    principal: &Principal,
+    headers: &HeaderMap,
+    uri: &http::Uri,
+    tls: bool,
+) -> serde_json::Value {
     let scheme = if tls {
         "https"
     } else {
@@ -606,6 +883,7 @@ fn info(app: &App, headers: &HeaderMap, uri: &http::Uri, tls: bool) -> serde_jso
     let agents: serde_json::Map<String, serde_json::Value> = app
         .agents
         .iter()
+        .filter(|(name, _)| principal.may_use(name))
         .map(|(name, description)| {
             let mut agent = json!({
                 "name": name,
@@ -662,11 +940,12 @@ fn valid_host(host: &str) -> bool {
 }
 
 /// Each agent's last known state; for `auth_required`, the auth methods it offers.
-fn agents(app: &App) -> serde_json::Value {
+fn agents(app: &App, principal: &Principal) -> serde_json::Value {
     let statuses = app.runtime.agent_statuses();
     let agents: Vec<_> = app
         .agents
         .iter()
+        .filter(|(name, _)| principal.may_use(name))
         .map(|(name, description)| {
             let mut agent = json!({"name": name, "description": description});
             if let Some((_, status)) = statuses.iter().find(|(n, _)| n == name)

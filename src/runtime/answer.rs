@@ -69,7 +69,7 @@ impl Runtime {
             return Ok(Answered::Replay);
         }
         if lock(&self.inner.runs)
-            .get(&input.run_id)
+            .get(&thread.run_key(&input.run_id))
             .is_some_and(|other| !Arc::ptr_eq(other, run))
         {
             return Err(StartError::RunIdInUse);
@@ -96,9 +96,9 @@ impl Runtime {
         let recorded = lock(&thread.state).take_new(&input.messages);
         self.inner
             .store
-            .record_messages(&thread.id, recorded, now_ms() as i64);
+            .record_messages(&thread.key, recorded, now_ms() as i64);
         lock(&run.aliases).push(input.run_id.clone());
-        lock(&self.inner.runs).insert(input.run_id.clone(), run.clone());
+        lock(&self.inner.runs).insert(thread.run_key(&input.run_id), run.clone());
         let cursor = thread.journal.last_seq();
         let attachment = self.attachment(
             thread,
@@ -177,7 +177,7 @@ impl Runtime {
         if !recorded.is_empty() {
             self.inner
                 .store
-                .record_messages(&thread.id, recorded, now_ms() as i64);
+                .record_messages(&thread.key, recorded, now_ms() as i64);
             if let Err(error) = self.inner.store.commit().await {
                 tracing::error!(%error, "store commit failed");
             }

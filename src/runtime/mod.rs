@@ -43,6 +43,7 @@ use tokio_util::task::TaskTracker;
 pub use attach::{Attachment, Resume};
 pub use journal::{EventId, Gap, Journal, JournalLimits};
 
+use crate::access::{Capability, Principal};
 use crate::agent::Agent;
 use crate::config::Hitl;
 use crate::metrics::{RunMetrics, StreamMetrics};
@@ -82,6 +83,8 @@ pub struct RuntimeOptions {
     pub hitl: HashMap<String, Hitl>,
     /// Literal secrets scrubbed from every error message (the daemon's token).
     pub secrets: Vec<String>,
+    /// Concurrent runs one principal may hold (the operator is not capped).
+    pub max_runs_per_principal: usize,
     /// Spans per run, turn and tool call, when traces are exported.
     pub tracer: Option<Tracer>,
 }
@@ -102,6 +105,7 @@ impl RuntimeOptions {
             memory_budget: DEFAULT_MEMORY_BUDGET,
             hitl: HashMap::new(),
             secrets: Vec::new(),
+            max_runs_per_principal: crate::config::DEFAULT_MAX_RUNS_PER_PRINCIPAL,
             tracer: None,
         }
     }
@@ -124,11 +128,15 @@ pub enum StartError {
     RunIdInUse,
     #[error("store unavailable")]
     Store,
+    #[error("the principal holds its most concurrent runs")]
+    PrincipalBusy,
+    #[error("the token lacks the `{}` capability", .0.name())]
+    Forbidden(Capability),
 }
 
 impl StartError {
     /// Every [`StartError::reason`].
-    pub const REASONS: [&'static str; 7] = [
+    pub const REASONS: [&'static str; 9] = [
         "unknown_agent",
         "draining",
         "over_capacity",
@@ -136,6 +144,8 @@ impl StartError {
         "agent_mismatch",
         "run_id_in_use",
         "store_unavailable",
+        "principal_busy",
+        "forbidden",
     ];
 
     /// A stable snake_case word for the metrics.
@@ -148,6 +158,8 @@ impl StartError {
             StartError::AgentMismatch(_) => "agent_mismatch",
             StartError::RunIdInUse => "run_id_in_use",
             StartError::Store => "store_unavailable",
+            StartError::PrincipalBusy => "principal_busy",
+            StartError::Forbidden(_) => "forbidden",
         }
     }
 }
@@ -172,6 +184,30 @@ pub enum CancelReason {
     Shutdown,
 }
 
+/// A live run's admission: a slot of the daemon's cap, and of its principal's.
+pub(crate) struct Slot {
+    _global: tokio::sync::OwnedSemaphorePermit,
+    _principal: Option<PrincipalSlot>,
+}
+
+/// One of a capped principal's run slots; given back on drop.
+struct PrincipalSlot {
+    counts: Arc<Mutex<HashMap<String, usize>>>,
+    owner: String,
+}
+
+impl Drop for PrincipalSlot {
+    fn drop(&mut self) {
+        let mut counts = lock(&self.counts);
+        if let Some(count) = counts.get_mut(&self.owner) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                counts.remove(&self.owner);
+            }
+        }
+    }
+}
+
 /// Run gauge for `/healthz`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gauge {
@@ -187,9 +223,13 @@ pub struct Runtime {
 
 struct Inner {
     agents: BTreeMap<String, Arc<dyn Agent>>,
+    /// Threads in memory, by key ([`crate::access::scoped_key`]).
     threads: Mutex<HashMap<String, Arc<Thread>>>,
+    /// Live runs by key: every AG-UI run id of their segments, in the owner's namespace.
     runs: Mutex<HashMap<String, Arc<LiveRun>>>,
     slots: Arc<Semaphore>,
+    /// Live runs per capped principal (absent: none).
+    per_principal: Arc<Mutex<HashMap<String, usize>>>,
     options: RuntimeOptions,
     store: Store,
     epoch: u64,
@@ -276,6 +316,7 @@ impl Runtime {
                 threads: Mutex::new(HashMap::new()),
                 runs: Mutex::new(HashMap::new()),
                 slots: Arc::new(Semaphore::new(options.max_concurrent_runs)),
+                per_principal: Arc::default(),
                 store,
                 epoch,
                 draining: AtomicBool::new(false),
@@ -362,8 +403,8 @@ impl Runtime {
     }
 
     /// The status of a thread as this process sees it (`running` while a run is live).
-    pub fn live_status(&self, thread_id: &str) -> Option<&'static str> {
-        let thread = self.memory_thread(thread_id)?;
+    pub fn live_status(&self, key: &str) -> Option<&'static str> {
+        let thread = self.memory_thread(key)?;
         let state = lock(&thread.state);
         state.live.as_ref().map(|run| match *run.phase.borrow() {
             Phase::Running => "running",
@@ -371,15 +412,28 @@ impl Runtime {
         })
     }
 
-    /// Starts a run for `input` on `agent`, or attaches to the thread's live run when the
-    /// request carries no new input. Refusals happen before anything is created.
+    /// Starts a run for `input` on `agent` as the operator (see [`Runtime::start_run_as`]).
     pub async fn start_run(
         &self,
         agent: &str,
         input: RunAgentInput,
     ) -> Result<Attachment, StartError> {
+        self.start_run_as(&Principal::operator(), agent, input)
+            .await
+    }
+
+    /// Starts a run for `input` on `agent` in `principal`'s namespace, or attaches to the
+    /// thread's live run when the request carries no new input. Refusals (capacity, the
+    /// principal's cap, a capability the principal lacks) happen before anything is
+    /// created.
+    pub async fn start_run_as(
+        &self,
+        principal: &Principal,
+        agent: &str,
+        input: RunAgentInput,
+    ) -> Result<Attachment, StartError> {
         loop {
-            if let Ok(outcome) = self.decide_run(agent, &input).await {
+            if let Ok(outcome) = self.decide_run(principal, agent, &input).await {
                 if let Err(error) = &outcome {
                     self.inner.run_metrics.refused(error.reason());
                 }
@@ -392,6 +446,7 @@ impl Runtime {
     /// left memory meanwhile (deleted or discarded) and the request must start over.
     async fn decide_run(
         &self,
+        principal: &Principal,
         agent: &str,
         input: &RunAgentInput,
     ) -> Result<Result<Attachment, StartError>, Retry> {
@@ -401,11 +456,18 @@ impl Runtime {
             };
         }
         let inner = &self.inner;
-        let Some(backend) = inner.agents.get(agent).cloned() else {
+        let Some(backend) = inner
+            .agents
+            .get(agent)
+            .filter(|_| principal.may_use(agent))
+            .cloned()
+        else {
             refuse!(StartError::UnknownAgent);
         };
         let profile = Profile::from_protocol_version(input.protocol_version.as_deref());
-        let existing = match self.load_thread(&input.thread_id).await {
+        let key = principal.key(&input.thread_id);
+        let run_key = principal.key(&input.run_id);
+        let existing = match self.load_thread(&key).await {
             Ok(existing) => existing,
             Err(_) => refuse!(StartError::Store),
         };
@@ -417,10 +479,13 @@ impl Runtime {
         // A brand-new thread needs a slot and an unused run id before it may exist at all.
         let mut permit = None;
         if existing.is_none() {
-            if lock(&inner.runs).contains_key(&input.run_id) {
+            if !principal.can(Capability::Run) {
+                refuse!(StartError::Forbidden(Capability::Run));
+            }
+            if lock(&inner.runs).contains_key(&run_key) {
                 refuse!(StartError::RunIdInUse);
             }
-            match self.admit() {
+            match self.admit(principal) {
                 Ok(p) => permit = Some(p),
                 Err(e) => refuse!(e),
             }
@@ -429,7 +494,7 @@ impl Runtime {
         // new id may have put its own there first; then this one uses that).
         let (thread, created) = match existing {
             Some(thread) => (thread, false),
-            None => self.insert_thread(self.new_thread(&input.thread_id, agent, None, None)),
+            None => self.insert_thread(self.new_thread(&key, agent, None, None)),
         };
         if thread.agent != agent {
             refuse!(StartError::AgentMismatch(thread.agent.clone()));
@@ -447,8 +512,15 @@ impl Runtime {
         };
         let decision = {
             let mut state = lock(&thread.state);
+            let decision = state.decide(input);
+            if let Some(needed) = state.needs(&decision, input)
+                && !principal.can(needed)
+            {
+                drop(state);
+                return refused(StartError::Forbidden(needed));
+            }
             state.profile = profile;
-            state.decide(input)
+            decision
         };
         match decision {
             Decision::Attach(run) => Ok(Ok(self.segment_attachment(&thread, run, profile))),
@@ -488,12 +560,12 @@ impl Runtime {
                 if self.is_draining() {
                     return refused(StartError::Draining);
                 }
-                if lock(&inner.runs).contains_key(&input.run_id) {
+                if lock(&inner.runs).contains_key(&run_key) {
                     return refused(StartError::RunIdInUse);
                 }
                 let permit = match permit {
                     Some(permit) => permit,
-                    None => match self.admit() {
+                    None => match self.admit(principal) {
                         Ok(permit) => permit,
                         Err(error) => return refused(error),
                     },
@@ -510,28 +582,49 @@ impl Runtime {
         }
     }
 
-    /// Cancels a live run by id. `false` when there is no such live run.
+    /// Cancels a live run by id, as the operator (see [`Runtime::cancel_run_as`]).
     pub fn cancel_run(&self, run_id: &str, reason: CancelReason) -> bool {
-        let run = lock(&self.inner.runs).get(run_id).cloned();
-        match run {
-            Some(run) => {
-                run.cancel_with(reason);
-                true
-            }
-            None => false,
-        }
+        self.cancel_run_as(&Principal::operator(), run_id, reason)
     }
 
-    /// Cancels the live run of `agent`'s thread `thread_id` (only the one that has `run_id`
-    /// among its run ids, when given); its id, or `None` when no such run is live.
+    /// Cancels the live run `run_id` of `principal`'s namespace; a principal that sees
+    /// every namespace (the operator) cancels every live run of that id. `false` when
+    /// there is no such live run.
+    pub fn cancel_run_as(&self, principal: &Principal, run_id: &str, reason: CancelReason) -> bool {
+        let runs: Vec<Arc<LiveRun>> = {
+            let runs = lock(&self.inner.runs);
+            if principal.sees_everyone() {
+                runs.iter()
+                    .filter(|(key, _)| crate::access::split_key(key).1 == run_id)
+                    .map(|(_, run)| run.clone())
+                    .collect()
+            } else {
+                runs.get(&principal.key(run_id))
+                    .cloned()
+                    .into_iter()
+                    .collect()
+            }
+        };
+        for run in &runs {
+            run.cancel_with(reason);
+        }
+        !runs.is_empty()
+    }
+
+    /// Cancels the live run of `agent`'s thread `thread_id` in `principal`'s namespace
+    /// (only the one that has `run_id` among its run ids, when given); its id, or `None`
+    /// when no such run is live.
     pub fn cancel_thread_run(
         &self,
+        principal: &Principal,
         thread_id: &str,
         agent: &str,
         run_id: Option<&str>,
     ) -> Option<String> {
-        let thread = lock(&self.inner.threads).get(thread_id).cloned()?;
-        if thread.agent != agent {
+        let thread = lock(&self.inner.threads)
+            .get(&principal.key(thread_id))
+            .cloned()?;
+        if thread.agent != agent || !principal.may_use(agent) {
             return None;
         }
         let run = lock(&thread.state).live.clone()?;
@@ -545,13 +638,28 @@ impl Runtime {
         Some(run.id.clone())
     }
 
-    /// Cancels the thread's live run (waiting for it to end), then deletes the thread from
-    /// memory and the store. `false` when there was no such thread.
+    /// Deletes thread `thread_id` as the operator (see [`Runtime::delete_thread_as`]).
     pub async fn delete_thread(&self, thread_id: &str) -> Result<bool, StoreError> {
+        self.delete_thread_as(&Principal::operator(), thread_id)
+            .await
+    }
+
+    /// Cancels the live run of thread `thread_id` of `principal`'s namespace (waiting for
+    /// it to end), then deletes the thread from memory and the store. `false` when there
+    /// was no such thread (or not one of an agent the principal may use).
+    pub async fn delete_thread_as(
+        &self,
+        principal: &Principal,
+        thread_id: &str,
+    ) -> Result<bool, StoreError> {
+        let key = principal.key(thread_id);
         loop {
-            let Some(thread) = self.memory_thread(thread_id) else {
-                return self.inner.store.delete_thread(thread_id).await;
+            let Some(thread) = self.load_thread(&key).await? else {
+                return Ok(false);
             };
+            if !principal.may_use(&thread.agent) {
+                return Ok(false);
+            }
             let decide = thread.decide.lock().await;
             if thread.retired.load(Ordering::SeqCst) {
                 // Deleted, discarded or evicted while this request waited: look again.
@@ -573,9 +681,9 @@ impl Runtime {
             // The agent forgets its session while the thread is still the one in memory,
             // so a session a brand-new thread of the same id binds later is never the one
             // forgotten.
-            let stored = self.inner.store.delete_thread(thread_id).await;
+            let stored = self.inner.store.delete_thread(&key).await;
             if let Some(agent) = self.inner.agents.get(&thread.agent) {
-                agent.forget_thread(thread_id).await;
+                agent.forget_thread(&key).await;
             }
             self.discard_thread(&thread);
             drop(decide);
@@ -597,10 +705,10 @@ impl Runtime {
     fn discard_thread(&self, thread: &Arc<Thread>) {
         let mut threads = lock(&self.inner.threads);
         if threads
-            .get(&thread.id)
+            .get(&thread.key)
             .is_some_and(|t| Arc::ptr_eq(t, thread))
         {
-            threads.remove(&thread.id);
+            threads.remove(&thread.key);
         }
         thread.retired.store(true, Ordering::SeqCst);
     }
@@ -656,15 +764,36 @@ impl Runtime {
         }
     }
 
-    fn admit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, StartError> {
+    /// A run slot for `principal`: its own cap first (capped principals), then the
+    /// daemon's.
+    fn admit(&self, principal: &Principal) -> Result<Slot, StartError> {
         if self.is_draining() {
             return Err(StartError::Draining);
         }
-        self.inner
+        let owner = if principal.is_capped() {
+            let mut counts = lock(&self.inner.per_principal);
+            let count = counts.entry(principal.owner().to_owned()).or_insert(0);
+            if *count >= self.inner.options.max_runs_per_principal {
+                return Err(StartError::PrincipalBusy);
+            }
+            *count += 1;
+            Some(PrincipalSlot {
+                counts: self.inner.per_principal.clone(),
+                owner: principal.owner().to_owned(),
+            })
+        } else {
+            None
+        };
+        let global = self
+            .inner
             .slots
             .clone()
             .try_acquire_owned()
-            .map_err(|_| StartError::OverCapacity)
+            .map_err(|_| StartError::OverCapacity)?;
+        Ok(Slot {
+            _global: global,
+            _principal: owner,
+        })
     }
 
     fn memory_thread(&self, id: &str) -> Option<Arc<Thread>> {
@@ -785,9 +914,9 @@ impl Runtime {
             let mut threads = lock(&self.inner.threads);
             // Held by the map and by the caller only: nobody else uses it.
             if threads
-                .get(&thread.id)
+                .get(&thread.key)
                 .is_some_and(|t| Arc::ptr_eq(t, thread) && Arc::strong_count(t) == 2)
-                && let Some(evicted) = threads.remove(&thread.id)
+                && let Some(evicted) = threads.remove(&thread.key)
             {
                 evicted.retired.store(true, Ordering::SeqCst);
             }
@@ -800,7 +929,7 @@ impl Runtime {
         let mut threads = lock(&self.inner.threads);
         let mut inserted = false;
         let kept = threads
-            .entry(thread.id.clone())
+            .entry(thread.key.clone())
             .or_insert_with(|| {
                 inserted = true;
                 Arc::new(thread)

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use serde_json::Value;
-use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -60,7 +60,7 @@ pub(super) fn start(
     agent: Arc<dyn Agent>,
     input: RunAgentInput,
     profile: Profile,
-    permit: OwnedSemaphorePermit,
+    permit: super::Slot,
 ) -> Attachment {
     let inner = &rt.inner;
     let segment_start = thread.journal.next_seq();
@@ -111,14 +111,14 @@ pub(super) fn start(
         _ => None,
     });
     inner.store.record_run_start(
-        &thread.id,
+        &thread.key,
         &thread.agent,
         title,
         &run.id,
         new_messages.clone(),
         now_ms() as i64,
     );
-    lock(&inner.runs).insert(run.id.clone(), run.clone());
+    lock(&inner.runs).insert(thread.run_key(&run.id), run.clone());
 
     // Attached before the pump starts, so the disconnect watcher sees this stream.
     let attachment = rt.attachment(
@@ -130,7 +130,7 @@ pub(super) fn start(
     );
 
     let turn = Turn {
-        thread_id: thread.id.clone(),
+        thread_id: thread.key.clone(),
         run_id: run.id.clone(),
         messages: input.messages,
         new_messages,
@@ -369,7 +369,7 @@ impl Pump {
             SinkItem::State { pointer, value } => self.writer.set_state(&pointer, value),
             SinkItem::Title(title) => {
                 self.writer.rt.inner.store.set_title(
-                    &self.writer.thread.id,
+                    &self.writer.thread.key,
                     &title,
                     now_ms() as i64,
                 );
@@ -377,7 +377,7 @@ impl Pump {
             SinkItem::Session { id, how } => {
                 lock(&self.writer.thread.state).session_id = Some(id.clone());
                 self.writer.rt.inner.store.set_session(
-                    &self.writer.thread.id,
+                    &self.writer.thread.key,
                     &id,
                     &how,
                     now_ms() as i64,
@@ -655,7 +655,7 @@ struct SegmentWriter {
     rt: Runtime,
     thread: Arc<Thread>,
     run: Arc<LiveRun>,
-    permit: Option<OwnedSemaphorePermit>,
+    permit: Option<super::Slot>,
     /// Within a batch: frames are journaled without waking readers (the pump publishes
     /// once at the end of the batch).
     quiet: bool,
@@ -690,7 +690,7 @@ impl SegmentWriter {
         if run_id != self.run.id {
             // A later segment: counted on the run, shown as running again.
             self.rt.inner.store.record_run_start(
-                &self.thread.id,
+                &self.thread.key,
                 &self.thread.agent,
                 None,
                 &self.run.id,
@@ -764,7 +764,7 @@ impl SegmentWriter {
         self.rt
             .inner
             .store
-            .set_status(&self.thread.id, "suspended", now_ms() as i64);
+            .set_status(&self.thread.key, "suspended", now_ms() as i64);
     }
 
     /// Ends the segment because the run waits on the client: the terminal event, once
@@ -883,12 +883,12 @@ impl SegmentWriter {
         self.rt
             .inner
             .store
-            .record_messages(&self.thread.id, vec![recorded], now_ms() as i64);
+            .record_messages(&self.thread.key, vec![recorded], now_ms() as i64);
     }
 
     fn record_end(&self, ending: &Ending) {
         self.rt.inner.store.record_run_end(
-            &self.thread.id,
+            &self.thread.key,
             &self.run.id,
             ending_kind(ending),
             "idle",
@@ -918,7 +918,7 @@ impl SegmentWriter {
         }
         drop(translator);
         self.rt.inner.store.record_run_end(
-            &self.thread.id,
+            &self.thread.key,
             &self.run.id,
             outcome_row,
             "idle",
@@ -957,7 +957,7 @@ impl SegmentWriter {
         self.rt
             .inner
             .store
-            .record_messages(&self.thread.id, changed, now_ms() as i64);
+            .record_messages(&self.thread.key, changed, now_ms() as i64);
     }
 
     fn count_end(&self, ending: &Ending) {
@@ -1059,8 +1059,9 @@ impl Drop for SegmentWriter {
             let aliases = lock(&self.run.aliases).clone();
             let mut runs = lock(&self.rt.inner.runs);
             for alias in aliases {
-                if runs.get(&alias).is_some_and(|r| Arc::ptr_eq(r, &self.run)) {
-                    runs.remove(&alias);
+                let key = self.thread.run_key(&alias);
+                if runs.get(&key).is_some_and(|r| Arc::ptr_eq(r, &self.run)) {
+                    runs.remove(&key);
                 }
             }
         }

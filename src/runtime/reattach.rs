@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use super::ReattachError;
 use super::attach::{self, Attachment, Resume};
 use super::{EventId, LiveRun, Runtime, Thread, lock, now_ms, transcript_json};
+use crate::access::Principal;
 use crate::protocol::{Event, Profile};
 
 impl Runtime {
@@ -18,11 +19,25 @@ impl Runtime {
         thread_id: &str,
         last_event_id: Option<&str>,
     ) -> Result<Attachment, ReattachError> {
+        self.reattach_as(&Principal::operator(), thread_id, last_event_id)
+            .await
+    }
+
+    /// [`Runtime::reattach`] to thread `thread_id` of `principal`'s namespace; a thread of
+    /// an agent the principal may not use is unknown.
+    pub async fn reattach_as(
+        &self,
+        principal: &Principal,
+        thread_id: &str,
+        last_event_id: Option<&str>,
+    ) -> Result<Attachment, ReattachError> {
+        let key = principal.key(thread_id);
         loop {
             let thread = self
-                .load_thread(thread_id)
+                .load_thread(&key)
                 .await
                 .map_err(|_| ReattachError::Store)?
+                .filter(|thread| principal.may_use(&thread.agent))
                 .ok_or(ReattachError::UnknownThread)?;
             let _decide = thread.decide.lock().await;
             if thread.retired.load(Ordering::SeqCst) {

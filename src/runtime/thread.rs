@@ -18,6 +18,7 @@ use super::answer::SUSPENSION_LOST;
 use super::memory::{Meter, json_size};
 use super::suspension::PERMISSION_TOOL;
 use super::{Journal, JournalLimits, LiveRun, StartError, lock, now_ms, state};
+use crate::access::Capability;
 use crate::protocol::input::Message;
 use crate::protocol::{Profile, RunAgentInput};
 
@@ -40,6 +41,10 @@ pub(super) enum Decision {
 
 /// One conversation: its journal, its live run, and what it has seen.
 pub(crate) struct Thread {
+    /// Its key in its owner's namespace ([`crate::access::scoped_key`]): the key of the
+    /// threads map, the store and the agent's session map.
+    pub(crate) key: String,
+    /// The thread id the client chose (what the wire shows).
     pub(crate) id: String,
     pub(crate) agent: String,
     pub(crate) journal: Journal,
@@ -114,7 +119,7 @@ impl ThreadState {
 pub(super) struct Retry;
 
 pub(super) fn new_thread(
-    id: &str,
+    key: &str,
     agent: &str,
     epoch: u64,
     limits: JournalLimits,
@@ -125,7 +130,8 @@ pub(super) fn new_thread(
     let history_pending = stored.is_some();
     let transcript = stored.unwrap_or_default();
     Thread {
-        id: id.to_owned(),
+        key: key.to_owned(),
+        id: crate::access::split_key(key).1.to_owned(),
         agent: agent.to_owned(),
         journal: Journal::metered(epoch, limits, meter.clone()),
         last_used: AtomicU64::new(now_ms()),
@@ -148,6 +154,16 @@ pub(super) fn new_thread(
 }
 
 impl Thread {
+    /// The key of run `run_id` of this thread in the runs map: its owner's namespace.
+    pub(super) fn run_key(&self, run_id: &str) -> String {
+        crate::access::scoped_key(self.owner(), run_id)
+    }
+
+    /// Its owner's namespace (`""`: the operator's).
+    pub(crate) fn owner(&self) -> &str {
+        crate::access::split_key(&self.key).0
+    }
+
     /// Brings this thread's share of the memory count up to date with its transcript
     /// (only the messages added since the last call are sized) and its state document;
     /// returns the transcript and document bytes.
@@ -219,6 +235,30 @@ impl ThreadState {
             return Decision::LostAnswers(calls);
         }
         Decision::Start
+    }
+
+    /// The capability a request needs to have `decision` carried out: reading to follow a
+    /// run, approving to answer one that waits, running for new user input.
+    pub(super) fn needs(&self, decision: &Decision, input: &RunAgentInput) -> Option<Capability> {
+        match decision {
+            Decision::Refuse(_) => None,
+            Decision::Attach(_) => Some(Capability::Read),
+            Decision::Suspended(_) => {
+                let new_user_message = input
+                    .messages
+                    .iter()
+                    .any(|m| matches!(m, Message::User(_)) && !self.seen.contains(m.id()));
+                Some(if new_user_message {
+                    Capability::Run
+                } else if !input.resume.is_empty() || self.has_new_input(input) {
+                    Capability::Approve
+                } else {
+                    Capability::Read
+                })
+            }
+            Decision::RejectResume { .. } | Decision::LostAnswers(_) => Some(Capability::Approve),
+            Decision::Start => Some(Capability::Run),
+        }
     }
 
     /// Whether nothing has happened on the thread yet: no run, no message.

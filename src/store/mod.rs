@@ -29,7 +29,10 @@ use crate::protocol::Message;
 use crate::protocol::input::MAX_ID_BYTES;
 
 /// The embedded migrations, in order. `user_version` = number applied.
-const MIGRATIONS: &[&str] = &[include_str!("../../migrations/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../../migrations/0001_init.sql"),
+    include_str!("../../migrations/0002_owners.sql"),
+];
 
 /// A store failure.
 #[derive(Debug, thiserror::Error)]
@@ -61,7 +64,12 @@ pub enum StoreError {
 /// Thread metadata as the thread API shows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ThreadRow {
+    /// The key in its owner's namespace ([`crate::access::scoped_key`]).
+    pub key: String,
+    /// The thread id its owner chose.
     pub id: String,
+    /// The owning principal (`""`: the operator).
+    pub owner: String,
     pub agent: String,
     pub session_id: Option<String>,
     pub title: Option<String>,
@@ -81,6 +89,15 @@ pub struct RunRow {
     pub ended_at: Option<i64>,
     pub segments: i64,
     pub outcome: Option<String>,
+}
+
+/// Whose threads a listing shows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListScope {
+    /// Only this owner's (`None`: every owner's).
+    pub owner: Option<String>,
+    /// Only threads of these agents (`None`: every agent's).
+    pub agents: Option<Vec<String>>,
 }
 
 /// A page of threads.
@@ -313,12 +330,18 @@ impl Store {
         self.enqueue("run_start", move |conn| {
             let tx = conn.savepoint()?;
             tx.prepare_cached(
-                "INSERT INTO threads (id, agent, title, created_at, updated_at, status)
-                 VALUES (?1, ?2, ?3, ?4, ?4, 'running')
+                "INSERT INTO threads (id, owner, agent, title, created_at, updated_at, status)
+                 VALUES (?1, ?5, ?2, ?3, ?4, ?4, 'running')
                  ON CONFLICT (id) DO UPDATE SET status = 'running', updated_at = ?4,
                      title = COALESCE(threads.title, excluded.title)",
             )?
-            .execute(params![thread_id, agent, title, now])?;
+            .execute(params![
+                thread_id,
+                agent,
+                title,
+                now,
+                crate::access::split_key(&thread_id).0
+            ])?;
             append_messages(&tx, &thread_id, &messages)?;
             tx.prepare_cached(
                 "INSERT INTO runs (thread_id, id, started_at) VALUES (?1, ?2, ?3)
@@ -411,26 +434,41 @@ impl Store {
         self.call(move |conn| thread_row(conn, &id)).await
     }
 
-    /// Threads, newest activity first.
+    /// Threads, newest activity first: of `agent` if given, of `scope`'s owner if it names
+    /// one, of `scope`'s agents if it limits them.
     pub async fn list_threads(
         &self,
         limit: usize,
         cursor: Option<(i64, String)>,
         agent: Option<String>,
+        scope: ListScope,
     ) -> Result<ThreadPage, StoreError> {
         self.call(move |conn| {
             let (after_time, after_id) = cursor.unwrap_or((i64::MAX, String::new()));
             let unbounded = after_time == i64::MAX;
+            let agents = scope
+                .agents
+                .map(|agents| serde_json::Value::from(agents).to_string());
             let mut stmt = conn.prepare_cached(
                 "SELECT id FROM threads
                  WHERE (?1 IS NULL OR agent = ?1)
+                   AND (?6 IS NULL OR owner = ?6)
+                   AND (?7 IS NULL OR agent IN (SELECT value FROM json_each(?7)))
                    AND (?4 OR updated_at < ?2 OR (updated_at = ?2 AND id < ?3))
                  ORDER BY updated_at DESC, id DESC
                  LIMIT ?5",
             )?;
             let ids = stmt
                 .query_map(
-                    params![agent, after_time, after_id, unbounded, (limit + 1) as i64],
+                    params![
+                        agent,
+                        after_time,
+                        after_id,
+                        unbounded,
+                        (limit + 1) as i64,
+                        scope.owner,
+                        agents
+                    ],
                     |r| r.get::<_, String>(0),
                 )?
                 .collect::<Result<Vec<_>, _>>()?;
@@ -441,7 +479,7 @@ impl Store {
                 }
             }
             let next_cursor = if ids.len() > limit {
-                threads.last().map(|t| encode_cursor(t.updated_at, &t.id))
+                threads.last().map(|t| encode_cursor(t.updated_at, &t.key))
             } else {
                 None
             };
@@ -537,7 +575,10 @@ fn make_private(db: &Path) -> std::io::Result<()> {
 /// Longest cursor accepted: room for any accepted thread id, so that every page of a
 /// listing has a `nextCursor` that is accepted back.
 const MAX_CURSOR_LEN: usize = 2048;
-const _: () = assert!(2 * ("-9223372036854775808:".len() + MAX_ID_BYTES) <= MAX_CURSOR_LEN);
+const _: () = assert!(
+    2 * ("-9223372036854775808:".len() + crate::access::MAX_PRINCIPAL_BYTES + 1 + MAX_ID_BYTES)
+        <= MAX_CURSOR_LEN
+);
 
 /// Decodes a cursor made by [`encode_cursor`]; `None` when malformed.
 pub fn decode_cursor(cursor: &str) -> Option<(i64, String)> {
@@ -715,8 +756,12 @@ fn thread_row(conn: &Connection, id: &str) -> Result<Option<ThreadRow>, rusqlite
              FROM threads WHERE id = ?1",
         )?
         .query_row([id], |r| {
+            let key: String = r.get(0)?;
+            let (owner, id) = crate::access::split_key(&key);
             Ok(ThreadRow {
-                id: r.get(0)?,
+                id: id.to_owned(),
+                owner: owner.to_owned(),
+                key,
                 agent: r.get(1)?,
                 session_id: r.get(2)?,
                 title: r.get(3)?,
@@ -851,28 +896,89 @@ mod tests {
             let agent = if i % 2 == 0 { "a" } else { "b" };
             store.record_run_start(&format!("t{i}"), agent, None, "r", vec![], 100 + i);
         }
-        let page = store.list_threads(2, None, None).await.expect("list");
+        let page = store
+            .list_threads(2, None, None, ListScope::default())
+            .await
+            .expect("list");
         let ids: Vec<_> = page.threads.iter().map(|t| t.id.clone()).collect();
         assert_eq!(ids, ["t4", "t3"]);
         let cursor = decode_cursor(page.next_cursor.as_deref().expect("more")).expect("cursor");
         let page = store
-            .list_threads(2, Some(cursor), None)
+            .list_threads(2, Some(cursor), None, ListScope::default())
             .await
             .expect("list");
         let ids: Vec<_> = page.threads.iter().map(|t| t.id.clone()).collect();
         assert_eq!(ids, ["t2", "t1"]);
         let cursor = decode_cursor(page.next_cursor.as_deref().expect("more")).expect("cursor");
         let page = store
-            .list_threads(2, Some(cursor), None)
+            .list_threads(2, Some(cursor), None, ListScope::default())
             .await
             .expect("list");
         assert_eq!(page.threads.len(), 1);
         assert!(page.next_cursor.is_none());
         let page = store
-            .list_threads(10, None, Some("b".into()))
+            .list_threads(10, None, Some("b".into()), ListScope::default())
             .await
             .expect("list");
         assert_eq!(page.threads.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn owners_keep_their_own_threads() {
+        use crate::access::scoped_key;
+        let dir = temp();
+        let store = Store::open(&dir).expect("open");
+        store.record_run_start("t1", "a", None, "r", vec![], 100);
+        store.record_run_start(&scoped_key("alice", "t1"), "a", None, "r", vec![], 101);
+        store.record_run_start(&scoped_key("bob", "t1"), "b", None, "r", vec![], 102);
+        let rows = |scope: ListScope| {
+            let store = store.clone();
+            async move {
+                let page = store
+                    .list_threads(10, None, None, scope)
+                    .await
+                    .expect("list");
+                page.threads
+                    .iter()
+                    .map(|t| (t.owner.clone(), t.id.clone()))
+                    .collect::<Vec<_>>()
+            }
+        };
+        let pair = |o: &str, i: &str| (o.to_owned(), i.to_owned());
+        assert_eq!(
+            rows(ListScope::default()).await,
+            [pair("bob", "t1"), pair("alice", "t1"), pair("", "t1")]
+        );
+        let alice = ListScope {
+            owner: Some("alice".into()),
+            agents: None,
+        };
+        assert_eq!(rows(alice).await, [pair("alice", "t1")]);
+        let bob_on_a = ListScope {
+            owner: Some("bob".into()),
+            agents: Some(vec!["a".into()]),
+        };
+        assert!(rows(bob_on_a).await.is_empty());
+        let row = store
+            .thread(&scoped_key("alice", "t1"))
+            .await
+            .expect("read")
+            .expect("there");
+        assert_eq!((row.owner.as_str(), row.id.as_str()), ("alice", "t1"));
+        assert!(
+            store
+                .delete_thread(&scoped_key("alice", "t1"))
+                .await
+                .expect("delete")
+        );
+        assert!(store.thread("t1").await.expect("read").is_some());
+        assert!(
+            store
+                .thread(&scoped_key("bob", "t1"))
+                .await
+                .expect("read")
+                .is_some()
+        );
     }
 
     #[test]

@@ -1,0 +1,566 @@
+//! Scoped tokens: JWTs verified with configured keys, and minted with one.
+//!
+//! Each key pins its algorithm; a token is tried only against keys whose algorithm equals
+//! its header's `alg` (and whose `kid` equals its `kid` when both have one), so an RS256
+//! public key is never used as an HMAC secret and `alg:none` never parses. Several keys may
+//! be configured at once for rotation. Required claims: `sub` and `exp`; `nbf` and `aud`
+//! (when an audience is configured) are checked, with a small leeway for clock skew.
+//! Optional claims: `agents` (names the token may use) and `capabilities` (`run`, `read`,
+//! `approve`); absent, they grant all.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
+
+use super::{Caps, Principal, check_principal_name};
+
+/// The key id of the daemon's own signing key (kept in the data directory).
+pub const LOCAL_KID: &str = "agui-serve-local";
+
+/// The file in the data directory holding the daemon's own signing secret.
+pub const LOCAL_KEY_FILE: &str = "token-signing.key";
+
+/// The daemon's own HMAC secret: read from [`LOCAL_KEY_FILE`] in `data_dir`, or generated
+/// (32 random bytes, hex) into a new file only this user can read. It signs minted tokens
+/// when no HMAC key is configured, and survives restarts, so minted tokens do too.
+pub fn local_secret(data_dir: &Path) -> Result<Vec<u8>, String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = data_dir.join(LOCAL_KEY_FILE);
+    let shown = path.display();
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+    {
+        Ok(mut file) => {
+            let mut bytes = [0u8; 32];
+            getrandom::fill(&mut bytes).map_err(|e| format!("no random source: {e}"))?;
+            let text = crate::hex::encode(&bytes);
+            file.write_all(text.as_bytes())
+                .and_then(|()| file.sync_all())
+                .map_err(|e| format!("cannot write {shown}: {e}"))?;
+            Ok(text.into_bytes())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+            let text = text.trim();
+            if text.len() < 64 {
+                return Err(format!(
+                    "{shown} holds no usable secret (delete it to have one generated; tokens it signed stop working)"
+                ));
+            }
+            Ok(text.as_bytes().to_vec())
+        }
+        Err(e) => Err(format!("cannot create {shown}: {e}")),
+    }
+}
+
+/// The claims of a scoped token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claims {
+    // Defaulted so that a token without them is refused as lacking a required claim
+    // (validation names it), not as malformed.
+    #[serde(default)]
+    pub sub: String,
+    #[serde(default)]
+    pub exp: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iat: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iss: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aud: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<Vec<String>>,
+}
+
+impl Claims {
+    /// The principal the claims name.
+    pub fn principal(&self) -> Principal {
+        let caps = self
+            .capabilities
+            .as_deref()
+            .map_or(Caps::ALL, Caps::from_names);
+        Principal::scoped(&self.sub, self.agents.clone(), caps)
+    }
+}
+
+/// Why a token was refused. The message says what to fix; it never echoes the token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    #[error(
+        "the bearer token is neither the daemon's token nor a well-formed JWT with an accepted algorithm"
+    )]
+    Malformed,
+    #[error("no configured key matches the token's algorithm and key id")]
+    UnknownKey,
+    #[error("the token's signature does not verify")]
+    BadSignature,
+    #[error("the token has expired")]
+    Expired,
+    #[error("the token is not valid yet (nbf)")]
+    NotYetValid,
+    #[error("the token's audience is not this daemon's")]
+    WrongAudience,
+    #[error("the token's issuer is not accepted")]
+    WrongIssuer,
+    #[error("the token lacks the required claim `{0}`")]
+    MissingClaim(String),
+    #[error("the token's `sub` {0}")]
+    BadSubject(&'static str),
+}
+
+/// Where one configured key comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    /// An HMAC secret (the file's bytes, one trailing newline trimmed).
+    Secret(PathBuf),
+    /// A PEM public key (RSA, EC or Ed25519, matching the pinned algorithm).
+    PublicKey(PathBuf),
+    /// A JWKS document; each key's `alg` is required and pinned.
+    Jwks(PathBuf),
+}
+
+/// One configured key, as the configuration names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyConfig {
+    pub kid: Option<String>,
+    /// Pinned algorithm (`None` only for a JWKS, whose keys carry their own).
+    pub alg: Option<Algorithm>,
+    pub source: KeySource,
+}
+
+struct VerifyKey {
+    kid: Option<String>,
+    alg: Algorithm,
+    key: DecodingKey,
+}
+
+/// Verifies scoped tokens.
+pub struct Verifier {
+    keys: Vec<VerifyKey>,
+    audience: Option<String>,
+    issuer: Option<String>,
+    leeway: Duration,
+}
+
+impl fmt::Debug for Verifier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let keys: Vec<String> = self
+            .keys
+            .iter()
+            .map(|k| format!("{:?}/{}", k.alg, k.kid.as_deref().unwrap_or("-")))
+            .collect();
+        f.debug_struct("Verifier")
+            .field("keys", &keys)
+            .field("audience", &self.audience)
+            .field("issuer", &self.issuer)
+            .field("leeway", &self.leeway)
+            .finish()
+    }
+}
+
+/// Signs the tokens `POST {path}/tokens` mints.
+pub struct Signer {
+    kid: Option<String>,
+    alg: Algorithm,
+    key: EncodingKey,
+    /// `aud` and `iss` of minted tokens: the ones verification requires.
+    audience: Option<String>,
+    issuer: Option<String>,
+}
+
+impl fmt::Debug for Signer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Signer")
+            .field("kid", &self.kid)
+            .field("alg", &self.alg)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Parses a pinned algorithm name (`HS256`, `RS256`, `ES256`, `EdDSA`, ...).
+pub fn parse_algorithm(name: &str) -> Result<Algorithm, String> {
+    name.parse::<Algorithm>()
+        .map_err(|_| format!("unknown JWT algorithm {name:?} (`none` is never accepted)"))
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
+/// An HMAC secret from a file: its bytes, one trailing newline trimmed; at least 32 bytes.
+fn read_secret(path: &Path) -> Result<Vec<u8>, String> {
+    let mut bytes = read(path)?;
+    if bytes.ends_with(b"\n") {
+        bytes.pop();
+        if bytes.ends_with(b"\r") {
+            bytes.pop();
+        }
+    }
+    if bytes.len() < 32 {
+        return Err(format!(
+            "{}: an HMAC secret must be at least 32 bytes",
+            path.display()
+        ));
+    }
+    Ok(bytes)
+}
+
+fn is_hmac(alg: Algorithm) -> bool {
+    matches!(alg, Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512)
+}
+
+impl Verifier {
+    /// Loads every configured key (file errors name the file).
+    pub fn load(
+        configs: &[KeyConfig],
+        audience: Option<String>,
+        issuer: Option<String>,
+        leeway: Duration,
+    ) -> Result<Verifier, String> {
+        let mut keys = Vec::new();
+        for config in configs {
+            match (&config.source, config.alg) {
+                (KeySource::Secret(path), Some(alg)) if is_hmac(alg) => keys.push(VerifyKey {
+                    kid: config.kid.clone(),
+                    alg,
+                    key: DecodingKey::from_secret(&read_secret(path)?),
+                }),
+                (KeySource::Secret(path), _) => {
+                    return Err(format!(
+                        "{}: a secret key needs an HMAC alg (HS256, HS384, HS512)",
+                        path.display()
+                    ));
+                }
+                (KeySource::PublicKey(path), Some(alg)) => {
+                    let pem = read(path)?;
+                    let key = match alg {
+                        Algorithm::RS256
+                        | Algorithm::RS384
+                        | Algorithm::RS512
+                        | Algorithm::PS256
+                        | Algorithm::PS384
+                        | Algorithm::PS512 => DecodingKey::from_rsa_pem(&pem),
+                        Algorithm::ES256 | Algorithm::ES384 => DecodingKey::from_ec_pem(&pem),
+                        Algorithm::EdDSA => DecodingKey::from_ed_pem(&pem),
+                        _ => {
+                            return Err(format!(
+                                "{}: a public key needs an RS*, PS*, ES* or EdDSA alg",
+                                path.display()
+                            ));
+                        }
+                    }
+                    .map_err(|e| format!("{}: not a {alg:?} public key: {e}", path.display()))?;
+                    keys.push(VerifyKey {
+                        kid: config.kid.clone(),
+                        alg,
+                        key,
+                    });
+                }
+                (KeySource::PublicKey(path), None) => {
+                    return Err(format!("{}: a public key needs its alg", path.display()));
+                }
+                (KeySource::Jwks(path), _) => {
+                    let set: JwkSet = serde_json::from_slice(&read(path)?)
+                        .map_err(|e| format!("{}: not a JWKS document: {e}", path.display()))?;
+                    for jwk in &set.keys {
+                        let kid = jwk.common.key_id.clone();
+                        let named = kid.as_deref().unwrap_or("(no kid)");
+                        let alg = jwk
+                            .common
+                            .key_algorithm
+                            .and_then(|a| serde_json::to_value(a).ok())
+                            .and_then(|v| v.as_str().map(str::to_owned))
+                            .ok_or_else(|| {
+                                format!(
+                                    "{}: key {named} has no `alg` (each key's algorithm is pinned)",
+                                    path.display()
+                                )
+                            })?;
+                        let alg = parse_algorithm(&alg)
+                            .map_err(|e| format!("{}: key {named}: {e}", path.display()))?;
+                        let key = DecodingKey::from_jwk(jwk)
+                            .map_err(|e| format!("{}: key {named}: {e}", path.display()))?;
+                        keys.push(VerifyKey { kid, alg, key });
+                    }
+                }
+            }
+        }
+        Ok(Verifier {
+            keys,
+            audience,
+            issuer,
+            leeway,
+        })
+    }
+
+    /// Also accepts tokens signed with the daemon's own HMAC key.
+    pub fn with_local_key(mut self, secret: &[u8]) -> Verifier {
+        self.keys.push(VerifyKey {
+            kid: Some(LOCAL_KID.to_owned()),
+            alg: Algorithm::HS256,
+            key: DecodingKey::from_secret(secret),
+        });
+        self
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    pub fn audience(&self) -> Option<&str> {
+        self.audience.as_deref()
+    }
+
+    /// Verifies `token` and returns its claims.
+    pub fn verify(&self, token: &str) -> Result<Claims, TokenError> {
+        let header = jsonwebtoken::decode_header(token).map_err(|_| TokenError::Malformed)?;
+        let candidates = self.keys.iter().filter(|k| {
+            k.alg == header.alg
+                && match (&k.kid, &header.kid) {
+                    (Some(ours), Some(theirs)) => ours == theirs,
+                    _ => true,
+                }
+        });
+        let mut tried = false;
+        for key in candidates {
+            tried = true;
+            match jsonwebtoken::decode::<Claims>(token, &key.key, &self.validation(key.alg)) {
+                Ok(data) => {
+                    let claims = data.claims;
+                    check_principal_name(&claims.sub).map_err(TokenError::BadSubject)?;
+                    return Ok(claims);
+                }
+                // Another key with the same algorithm may be the one (rotation).
+                Err(e) if matches!(e.kind(), ErrorKind::InvalidSignature) => continue,
+                Err(e) => return Err(classify(e.kind())),
+            }
+        }
+        Err(if tried {
+            TokenError::BadSignature
+        } else {
+            TokenError::UnknownKey
+        })
+    }
+
+    fn validation(&self, alg: Algorithm) -> Validation {
+        let mut validation = Validation::new(alg);
+        validation.set_required_spec_claims(&["exp", "sub"]);
+        validation.leeway = self.leeway.as_secs();
+        validation.validate_nbf = true;
+        match &self.audience {
+            Some(audience) => {
+                validation.set_audience(&[audience]);
+                validation.required_spec_claims.insert("aud".to_owned());
+            }
+            None => validation.validate_aud = false,
+        }
+        if let Some(issuer) = &self.issuer {
+            validation.set_issuer(&[issuer]);
+        }
+        validation
+    }
+}
+
+fn classify(kind: &ErrorKind) -> TokenError {
+    match kind {
+        ErrorKind::ExpiredSignature => TokenError::Expired,
+        ErrorKind::ImmatureSignature => TokenError::NotYetValid,
+        ErrorKind::InvalidAudience => TokenError::WrongAudience,
+        ErrorKind::InvalidIssuer => TokenError::WrongIssuer,
+        ErrorKind::MissingRequiredClaim(claim) => TokenError::MissingClaim(claim.clone()),
+        ErrorKind::InvalidSignature => TokenError::BadSignature,
+        _ => TokenError::Malformed,
+    }
+}
+
+impl Signer {
+    /// Signs with an HMAC secret; minted tokens carry `audience` and `issuer`.
+    pub fn hmac(kid: Option<String>, alg: Algorithm, secret: &[u8]) -> Signer {
+        Signer {
+            kid,
+            alg,
+            key: EncodingKey::from_secret(secret),
+            audience: None,
+            issuer: None,
+        }
+    }
+
+    /// Minted tokens carry this `aud` and `iss` (those verification requires).
+    pub fn claiming(mut self, audience: Option<String>, issuer: Option<String>) -> Signer {
+        self.audience = audience;
+        self.issuer = issuer;
+        self
+    }
+
+    /// The configured key that signs minted tokens: the first HMAC secret, if any.
+    pub fn from_config(configs: &[KeyConfig]) -> Result<Option<Signer>, String> {
+        for config in configs {
+            if let (KeySource::Secret(path), Some(alg)) = (&config.source, config.alg)
+                && is_hmac(alg)
+            {
+                let secret = read_secret(path)?;
+                return Ok(Some(Signer::hmac(config.kid.clone(), alg, &secret)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// A token for `sub`, valid for `ttl` from now; its expiry (seconds since the epoch).
+    pub fn mint(
+        &self,
+        sub: &str,
+        ttl: Duration,
+        agents: Option<Vec<String>>,
+        capabilities: Option<Vec<String>>,
+    ) -> Result<(String, u64), String> {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let exp = now + ttl.as_secs();
+        let claims = Claims {
+            sub: sub.to_owned(),
+            exp,
+            iat: Some(now),
+            iss: self.issuer.clone(),
+            aud: self.audience.clone(),
+            agents,
+            capabilities,
+        };
+        let mut header = Header::new(self.alg);
+        header.kid = self.kid.clone();
+        jsonwebtoken::encode(&header, &claims, &self.key)
+            .map(|token| (token, exp))
+            .map_err(|e| format!("signing failed: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
+
+    fn now() -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("clock")
+            .as_secs()
+    }
+
+    fn sign(
+        alg: Algorithm,
+        kid: Option<&str>,
+        secret: &[u8],
+        claims: &serde_json::Value,
+    ) -> String {
+        let mut header = Header::new(alg);
+        header.kid = kid.map(str::to_owned);
+        jsonwebtoken::encode(&header, claims, &EncodingKey::from_secret(secret)).expect("sign")
+    }
+
+    fn verifier(audience: Option<&str>) -> Verifier {
+        Verifier::load(
+            &[],
+            audience.map(str::to_owned),
+            None,
+            Duration::from_secs(5),
+        )
+        .expect("verifier")
+        .with_local_key(SECRET)
+    }
+
+    #[test]
+    fn minted_tokens_verify_and_name_their_principal() {
+        let signer = Signer::hmac(Some(LOCAL_KID.into()), Algorithm::HS256, SECRET)
+            .claiming(Some("aud1".into()), None);
+        let (token, exp) = signer
+            .mint(
+                "alice",
+                Duration::from_secs(60),
+                Some(vec!["demo".into()]),
+                Some(vec!["read".into()]),
+            )
+            .expect("mint");
+        assert!(exp >= now() + 59);
+        let claims = verifier(Some("aud1")).verify(&token).expect("verifies");
+        let principal = claims.principal();
+        assert_eq!(principal.owner(), "alice");
+        assert!(principal.may_use("demo") && !principal.may_use("other"));
+        assert!(principal.can(crate::access::Capability::Read));
+        assert!(!principal.can(crate::access::Capability::Run));
+        assert_eq!(
+            verifier(Some("aud2")).verify(&token),
+            Err(TokenError::WrongAudience)
+        );
+    }
+
+    #[test]
+    fn refusals_are_told_apart() {
+        let v = verifier(None);
+        let t = now();
+        let ok = serde_json::json!({"sub": "a", "exp": t + 60});
+        assert!(v.verify(&sign(Algorithm::HS256, None, SECRET, &ok)).is_ok());
+        let expired = serde_json::json!({"sub": "a", "exp": t - 60});
+        assert_eq!(
+            v.verify(&sign(Algorithm::HS256, None, SECRET, &expired)),
+            Err(TokenError::Expired)
+        );
+        let early = serde_json::json!({"sub": "a", "exp": t + 600, "nbf": t + 300});
+        assert_eq!(
+            v.verify(&sign(Algorithm::HS256, None, SECRET, &early)),
+            Err(TokenError::NotYetValid)
+        );
+        let wrong = b"ffffffffffffffffffffffffffffffff";
+        assert_eq!(
+            v.verify(&sign(Algorithm::HS256, None, wrong, &ok)),
+            Err(TokenError::BadSignature)
+        );
+        assert_eq!(
+            v.verify(&sign(Algorithm::HS512, None, SECRET, &ok)),
+            Err(TokenError::UnknownKey)
+        );
+        assert_eq!(
+            v.verify(&sign(Algorithm::HS256, Some("other"), SECRET, &ok)),
+            Err(TokenError::UnknownKey)
+        );
+        let no_exp = serde_json::json!({"sub": "a"});
+        assert_eq!(
+            v.verify(&sign(Algorithm::HS256, None, SECRET, &no_exp)),
+            Err(TokenError::MissingClaim("exp".into()))
+        );
+        let bad_sub = serde_json::json!({"sub": "", "exp": t + 60});
+        assert!(matches!(
+            v.verify(&sign(Algorithm::HS256, None, SECRET, &bad_sub)),
+            Err(TokenError::BadSubject(_))
+        ));
+        // alg:none: an unsigned token with a valid payload.
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let none = format!(
+            "{}.{}.",
+            b64.encode(br#"{"alg":"none","typ":"JWT"}"#),
+            b64.encode(ok.to_string())
+        );
+        assert_eq!(v.verify(&none), Err(TokenError::Malformed));
+        assert_eq!(v.verify("not-a-jwt"), Err(TokenError::Malformed));
+    }
+
+    #[test]
+    fn algorithms_parse_and_none_is_refused() {
+        assert_eq!(parse_algorithm("RS256"), Ok(Algorithm::RS256));
+        assert!(parse_algorithm("none").is_err());
+    }
+}
