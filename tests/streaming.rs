@@ -166,6 +166,12 @@ async fn a_failed_run_leaves_its_error_in_the_transcript_for_a_reload() {
         "{ids:?}"
     );
     assert_eq!(ids[..3], ["r1-u", "r1-error", "r2-u"], "{ids:?}");
+    // It is stored: a restarted daemon has it in the same place.
+    let data = server.data_dir.clone();
+    server.stop().await;
+    let server = TestServer::with(move |c| c.data_dir = data).await;
+    let (_, transcript) = get_json(&server, "/threads/e/messages").await;
+    assert_eq!(transcript["messages"][1], error, "{transcript}");
 }
 
 #[tokio::test]
