@@ -12,6 +12,13 @@ bin="$(realpath "$bin")"
 chromium="${CHROMIUM:-/usr/bin/chromium}"
 [ -x "$chromium" ] || { echo "browser-e2e: no Chromium at $chromium (apt-get install chromium)" >&2; exit 1; }
 app="$root/examples/copilotkit"
+# E2E_SCREENSHOTS=DIR (e.g. examples/copilotkit/screenshots): the runtime-mode pass also
+# writes its screenshots of the page (the README's) there.
+screenshots=""
+if [ -n "${E2E_SCREENSHOTS:-}" ]; then
+  mkdir -p "$E2E_SCREENSHOTS"
+  screenshots="$(realpath "$E2E_SCREENSHOTS")"
+fi
 
 # npm ci wipes node_modules; skip it when the installed tree came from this very lockfile.
 stamp="$app/node_modules/.installed-from-lockfile"
@@ -34,7 +41,7 @@ page="$(wait_for_url "$work/app" "copilotkit example listening on" "${pids[-1]}"
 
 status=0
 (cd "$app" && E2E_URL="$page" CHROMIUM="$chromium" AGUI_BASE="$daemon" AGUI_TOKEN_FILE="$work/token" \
-  NODE_EXTRA_CA_CERTS="$work/data/tls/cert.pem" node e2e/run.mjs) || status=$?
+  E2E_SCREENSHOTS="$screenshots" NODE_EXTRA_CA_CERTS="$work/data/tls/cert.pem" node e2e/run.mjs) || status=$?
 # Direct mode: the same page built for the daemon's own CopilotKit routes, served as static
 # files by the Go reverse proxy of examples/reverse-proxy, which forwards {path} to the
 # daemon with the token: no Node process at run time, and the browser holds no token.
@@ -80,7 +87,7 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 echo "== direct mode: the page on agui-serve's CopilotKit routes through the Go proxy"
-(cd "$app" && E2E_URL="http://127.0.0.1:$proxy_port" E2E_RESTART="$work/direct-daemon.sh" E2E_THREADS=1 E2E_V1=1 \
+(cd "$app" && E2E_URL="http://127.0.0.1:$proxy_port" E2E_RESTART="$work/direct-daemon.sh" E2E_THREADS=1 E2E_V1=1 E2E_SCREENSHOTS= \
   CHROMIUM="$chromium" AGUI_BASE="$direct" AGUI_TOKEN_FILE="$work/token" \
   NODE_EXTRA_CA_CERTS="$work/direct-data/tls/cert.pem" node e2e/run.mjs) || status=$?
 kill -TERM "$(cat "$work/direct.pid")" 2>/dev/null || true

@@ -14,8 +14,8 @@ use serde::Deserialize;
 
 use crate::config::{
     AccessConfig, AcpConfig, AgentConfig, AgentKind, Auth, BearerToken, Config, ConfigError,
-    FrontendMcp, Hitl, LogFormat, Permissions, RESERVED_AGENT_NAMES, TlsMode, TokenSource,
-    default_data_dir, normalize_path, parse_duration, parse_size, valid_agent_name,
+    FrontendMcp, Hitl, LogFormat, OtlpEndpoint, Permissions, RESERVED_AGENT_NAMES, TlsMode,
+    TokenSource, default_data_dir, normalize_path, parse_duration, parse_size, valid_agent_name,
 };
 
 /// Serve agent runtimes over the AG-UI protocol.
@@ -97,6 +97,10 @@ pub struct ServeArgs {
     /// on loopback) [default: none; `{path}/metrics` with the token is always there]
     #[arg(long, global = true, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Export traces (spans per request, run, turn and tool call) over OTLP/HTTP to this
+    /// collector, e.g. http://127.0.0.1:4318 or https://... [default: none, no traces]
+    #[arg(long, global = true, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
     /// An ACP agent: NAME=COMMAND (shell-style words); repeatable [default: the built-in
     /// `demo` agent when no agent is configured]
     #[arg(long = "acp", global = true, value_name = "NAME=COMMAND")]
@@ -188,6 +192,7 @@ struct FileServer {
     memory_budget: Option<String>,
     max_connections: Option<usize>,
     metrics_listen: Option<SocketAddr>,
+    otlp_endpoint: Option<String>,
     log_format: Option<LogFormat>,
 }
 
@@ -367,6 +372,17 @@ impl ServeArgs {
             return Err(ConfigError::new("max_connections must be at least 1"));
         }
 
+        let otlp_endpoint = match (&self.otlp_endpoint, &server.otlp_endpoint) {
+            (Some(flag), _) => Some(
+                OtlpEndpoint::parse(flag)
+                    .map_err(|e| ConfigError::new(format!("--otlp-endpoint: {e}")))?,
+            ),
+            (None, Some(key)) => Some(
+                OtlpEndpoint::parse(key)
+                    .map_err(|e| ConfigError::new(format!("server.otlp_endpoint: {e}")))?,
+            ),
+            (None, None) => None,
+        };
         let log_format = match self.log_format {
             Some(LogFormatArg::Text) => LogFormat::Text,
             Some(LogFormatArg::Json) => LogFormat::Json,
@@ -417,6 +433,7 @@ impl ServeArgs {
                 memory_budget,
                 max_connections,
                 metrics_listen: self.metrics_listen.or(server.metrics_listen),
+                otlp_endpoint,
                 log_format,
                 agents,
                 access,

@@ -38,6 +38,8 @@ pub struct Config {
     pub max_connections: usize,
     /// Where to serve `GET /metrics` without a token (plain HTTP), if anywhere.
     pub metrics_listen: Option<SocketAddr>,
+    /// Where spans are exported (OTLP/HTTP), if anywhere; off by default.
+    pub otlp_endpoint: Option<OtlpEndpoint>,
     pub log_format: LogFormat,
     pub agents: Vec<AgentConfig>,
     /// Scoped tokens, the trusted principal header and the per-principal run cap.
@@ -242,6 +244,50 @@ impl ConfigError {
     }
 }
 
+/// An OTLP/HTTP collector's traces URL, validated: `http[s]://host[:port][/path]`, with no
+/// credentials and no query. Given as the collector's base URL (the
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` convention), it gets `/v1/traces` appended; a URL that
+/// already ends with `/v1/traces` is kept as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtlpEndpoint(String);
+
+impl OtlpEndpoint {
+    pub fn parse(text: &str) -> Result<OtlpEndpoint, ConfigError> {
+        let fail = |why: &str| ConfigError::new(format!("invalid OTLP endpoint {text:?}: {why}"));
+        let uri: http::Uri = text.trim().parse().map_err(|_| fail("not a URL"))?;
+        let scheme = match uri.scheme_str() {
+            Some(scheme @ ("http" | "https")) => scheme,
+            _ => return Err(fail("expected http[s]://HOST[:PORT][/PATH]")),
+        };
+        let Some(authority) = uri.authority() else {
+            return Err(fail("expected http[s]://HOST[:PORT][/PATH]"));
+        };
+        if authority.as_str().contains('@') {
+            return Err(fail("credentials in the URL are not supported"));
+        }
+        if uri.query().is_some() {
+            return Err(fail("a query is not supported"));
+        }
+        let path = uri.path().trim_end_matches('/');
+        let path = if path.ends_with("/v1/traces") {
+            path.to_owned()
+        } else {
+            format!("{path}/v1/traces")
+        };
+        Ok(OtlpEndpoint(format!("{scheme}://{authority}{path}")))
+    }
+
+    /// The collector is reached over TLS.
+    pub fn is_https(&self) -> bool {
+        self.0.starts_with("https://")
+    }
+
+    /// The URL spans are posted to.
+    pub fn traces_url(&self) -> &str {
+        &self.0
+    }
+}
+
 /// Parses a duration with humantime: `500ms`, `30s`, `10m`, `1h`, sums like `1h30m`, or
 /// `0`.
 pub fn parse_duration(text: &str) -> Result<Duration, ConfigError> {
@@ -355,6 +401,7 @@ impl Config {
             memory_budget: crate::runtime::DEFAULT_MEMORY_BUDGET,
             max_connections: crate::http::DEFAULT_MAX_CONNECTIONS,
             metrics_listen: None,
+            otlp_endpoint: None,
             log_format: LogFormat::Text,
             agents: vec![AgentConfig::demo()],
             access: AccessConfig::default(),
@@ -423,6 +470,7 @@ impl Config {
                 "memory_budget": format_size(self.memory_budget),
                 "max_connections": self.max_connections,
                 "metrics_listen": self.metrics_listen.map(|a| a.to_string()),
+                "otlp_endpoint": self.otlp_endpoint.as_ref().map(OtlpEndpoint::traces_url),
                 "log_format": format!("{:?}", self.log_format).to_lowercase(),
             },
             "agents": agents,
@@ -490,6 +538,38 @@ pub const RESERVED_AGENT_NAMES: &[&str] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn otlp_endpoints_get_the_traces_path_and_refuse_what_cannot_work() {
+        let url = |text: &str| OtlpEndpoint::parse(text).map(|e| e.traces_url().to_owned());
+        assert_eq!(
+            url("http://127.0.0.1:4318").ok().as_deref(),
+            Some("http://127.0.0.1:4318/v1/traces")
+        );
+        assert_eq!(
+            url("http://collector:4318/otlp/").ok().as_deref(),
+            Some("http://collector:4318/otlp/v1/traces")
+        );
+        assert_eq!(
+            url("http://collector:4318/v1/traces").ok().as_deref(),
+            Some("http://collector:4318/v1/traces")
+        );
+        assert_eq!(
+            url("https://otlp.example.com").ok().as_deref(),
+            Some("https://otlp.example.com/v1/traces")
+        );
+        for bad in [
+            "ftp://collector:4318",
+            "collector:4318",
+            "http://user:secret@collector:4318",
+            "http://collector:4318/?a=b",
+            "",
+        ] {
+            assert!(url(bad).is_err(), "{bad:?} is refused");
+        }
+        let error = url("https://u:p@c:4318").expect_err("credentials");
+        assert!(error.to_string().contains("credentials"), "{error}");
+    }
 
     #[test]
     fn sizes_parse_and_format_back() {

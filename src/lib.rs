@@ -12,6 +12,8 @@
 //! - [`http`]: the only code that knows hyper: listener, TLS, routes, policy, errors.
 //! - [`logging`]: the subscriber, and the writer that scrubs registered secrets.
 //! - [`metrics`]: the Prometheus registry and the typed handles the other layers update.
+//! - [`traces`]: OpenTelemetry spans per request, run, turn and tool call, exported over
+//!   OTLP/HTTP when an endpoint is configured.
 //!
 //! [`serve`] ties them together: bind, serve until a shutdown future resolves, drain.
 
@@ -29,5 +31,6 @@ pub mod protocol;
 pub mod runtime;
 mod server;
 pub mod store;
+pub mod traces;
 
 pub use server::{Server, serve};

@@ -7,7 +7,8 @@
 //! 4. cancel the rest: each attached stream gets its terminal event (`RUN_ERROR` with code
 //!    `SHUTDOWN`);
 //! 5. end every stream, stop the agent processes (stdin EOF, SIGTERM, SIGKILL), flush the
-//!    store, and let connections finish, bounded by what is left of the grace.
+//!    store, export the spans still batched (`--otlp-endpoint`), and let connections
+//!    finish, bounded by what is left of the grace.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -29,6 +30,7 @@ use crate::http::{self as web, App, Limits};
 use crate::metrics::Metrics;
 use crate::runtime::{CancelReason, Runtime, RuntimeOptions};
 use crate::store::{Store, StoreError};
+use crate::traces::{Exporter, TraceError};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +51,8 @@ pub enum ServeError {
     Store(#[from] StoreError),
     #[error("scoped tokens: {0}")]
     Access(String),
+    #[error(transparent)]
+    Traces(#[from] TraceError),
 }
 
 /// A bound, ready-to-run server.
@@ -63,6 +67,8 @@ pub struct Server {
     path: String,
     /// The metrics listener (`--metrics-listen`) and what it serves.
     metrics: Option<(TcpListener, Arc<MetricsEndpoint>)>,
+    /// The span exporter (`--otlp-endpoint`), flushed at the end of the shutdown.
+    traces: Option<Exporter>,
 }
 
 impl Server {
@@ -125,6 +131,19 @@ impl Server {
             .iter()
             .map(|a| (a.name.clone(), a.hitl))
             .collect();
+        // Traces: an exporter only when an endpoint is configured.
+        let (traces, tracer) = match &config.otlp_endpoint {
+            Some(endpoint) => {
+                let (exporter, tracer) = Exporter::start(endpoint)?;
+                tracing::info!(
+                    endpoint = endpoint.traces_url(),
+                    "exporting traces over OTLP"
+                );
+                (Some(exporter), Some(tracer))
+            }
+            None => (None, None),
+        };
+        options.tracer = tracer.clone();
         let runtime = Runtime::new(agents, options, store);
         let metrics = Arc::new(Metrics::new(runtime.clone()));
         let metrics_listener = match config.metrics_listen {
@@ -135,21 +154,21 @@ impl Server {
             None => None,
         };
         let access = access(&config)?;
-        let app = Arc::new(
-            App::new(
-                runtime.clone(),
-                config.path.clone(),
-                config.auth.clone(),
-                &config.allowed_origins,
-                config
-                    .agents
-                    .iter()
-                    .map(|a| (a.name.clone(), a.description.clone()))
-                    .collect(),
-                metrics,
-            )
-            .with_access(access),
-        );
+        let mut app = App::new(
+            runtime.clone(),
+            config.path.clone(),
+            config.auth.clone(),
+            &config.allowed_origins,
+            config
+                .agents
+                .iter()
+                .map(|a| (a.name.clone(), a.description.clone()))
+                .collect(),
+            metrics,
+        )
+        .with_access(access);
+        app.tracer = tracer;
+        let app = Arc::new(app);
         Ok(Server {
             listener,
             tls,
@@ -163,6 +182,7 @@ impl Server {
             local_addr,
             path: config.path,
             metrics: metrics_listener,
+            traces,
         })
     }
 
@@ -249,6 +269,11 @@ impl Server {
             tracing::info!("agent processes still stopping at the end of the grace; killing them");
         }
         self.runtime.flush_store().await;
+        if let Some(traces) = self.traces {
+            // Every run has ended: its spans go out now, within what is left of the grace.
+            let left = deadline.saturating_duration_since(Instant::now());
+            traces.shutdown(left.max(Duration::from_millis(100))).await;
+        }
         if let Some(metrics) = metrics
             && let Ok(serving) = metrics.await
         {

@@ -107,6 +107,74 @@ async fn fail_ends_with_run_error_carrying_the_text() {
 }
 
 #[tokio::test]
+async fn a_failed_run_leaves_its_error_in_the_transcript_for_a_reload() {
+    let server = TestServer::start().await;
+    let frames =
+        SseReader::new(post_run(&server, "demo", &run_body("e", "r1", "/fail it broke")).await)
+            .collect()
+            .await;
+    // The live stream is the error alone: no message for it.
+    assert_eq!(
+        kinds(&frames),
+        ["RUN_STARTED", "STATE_SNAPSHOT", "RUN_ERROR"]
+    );
+    let error =
+        serde_json::json!({"id": "r1-error", "role": "assistant", "content": "Error: it broke"});
+    let (_, transcript) = get_json(&server, "/threads/e/messages").await;
+    assert_eq!(transcript["messages"][1], error, "{transcript}");
+    // A reloaded page gets it with the history.
+    let hydration = SseReader::new(server.get("/threads/e/stream").sent().await)
+        .collect()
+        .await;
+    let snapshot = hydration
+        .iter()
+        .find(|f| f.kind() == "MESSAGES_SNAPSHOT")
+        .expect("snapshot");
+    assert_eq!(snapshot.data["messages"][1], error);
+    // A live client (which never saw it) and a reloaded one (which sends it back) both
+    // go on without a copy of it.
+    let mut next = run_body("e", "r2", "again");
+    next["messages"] = serde_json::json!([
+        {"id": "r1-u", "role": "user", "content": "/fail it broke"},
+        {"id": "r2-u", "role": "user", "content": "again"},
+    ]);
+    let frames = SseReader::new(post_run(&server, "demo", &next).await)
+        .collect()
+        .await;
+    assert_eq!(text_of(&frames), "You said: again");
+    let mut reloaded = run_body("e", "r3", "once more");
+    reloaded["messages"] = serde_json::json!([
+        {"id": "r1-u", "role": "user", "content": "/fail it broke"},
+        error,
+        {"id": "r2-u", "role": "user", "content": "again"},
+        {"id": "r3-u", "role": "user", "content": "once more"},
+    ]);
+    let frames = SseReader::new(post_run(&server, "demo", &reloaded).await)
+        .collect()
+        .await;
+    assert_eq!(text_of(&frames), "You said: once more");
+    let (_, transcript) = get_json(&server, "/threads/e/messages").await;
+    let ids: Vec<&str> = transcript["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| m["id"].as_str().expect("id"))
+        .collect();
+    assert_eq!(
+        ids.iter().filter(|id| **id == "r1-error").count(),
+        1,
+        "{ids:?}"
+    );
+    assert_eq!(ids[..3], ["r1-u", "r1-error", "r2-u"], "{ids:?}");
+    // It is stored: a restarted daemon has it in the same place.
+    let data = server.data_dir.clone();
+    server.stop().await;
+    let server = TestServer::with(move |c| c.data_dir = data).await;
+    let (_, transcript) = get_json(&server, "/threads/e/messages").await;
+    assert_eq!(transcript["messages"][1], error, "{transcript}");
+}
+
+#[tokio::test]
 async fn slow_chunks_arrive_as_they_are_produced() {
     let server = TestServer::start().await;
     let response = post_run(&server, "demo", &run_body("t", "r", "/slow 8 100")).await;

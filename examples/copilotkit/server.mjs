@@ -47,7 +47,7 @@ const server = createServer(async (req, res) => {
     const path = new URL(req.url, "http://localhost").pathname;
     if (path === "/api/copilotkit" || path.startsWith("/api/copilotkit/")) return await copilot(req, res);
     if (req.method !== "GET" && req.method !== "HEAD") return send(res, 405, "text/plain", "method not allowed");
-    await serveStatic(path, res);
+    await serveStatic(path, req.headers["accept-encoding"], res);
   } catch (error) {
     console.error("request failed:", error);
     if (!res.headersSent) send(res, 500, "text/plain", "internal error");
@@ -55,7 +55,23 @@ const server = createServer(async (req, res) => {
   }
 });
 
-async function serveStatic(path, res) {
+// The build writes FILE.br and FILE.gz beside each compressible file (vite.config.js); the
+// first one the browser accepts is sent as it is, with `content-encoding`.
+const ENCODINGS = [
+  ["br", ".br"],
+  ["gzip", ".gz"],
+];
+
+function accepted(header = "") {
+  const names = new Set();
+  for (const part of header.split(",")) {
+    const [name, ...params] = part.trim().toLowerCase().split(";");
+    if (!params.some((p) => /^\s*q=0(\.0*)?\s*$/.test(p))) names.add(name.trim());
+  }
+  return names;
+}
+
+async function serveStatic(path, acceptEncoding, res) {
   let decoded;
   try {
     decoded = decodeURIComponent(path);
@@ -69,10 +85,22 @@ async function serveStatic(path, res) {
   // Every page route is the single-page app; a missing file (an asset) is a 404.
   if (!info && extname(relative)) return send(res, 404, "text/plain", "not found");
   if (!info || info.isDirectory()) file = join(dist, "index.html");
+  const type = types[extname(file)] ?? "application/octet-stream";
+  const cache = file.includes(`${dist}assets`) ? "public, max-age=31536000, immutable" : "no-cache";
+  const wanted = accepted(acceptEncoding);
+  for (const [encoding, suffix] of ENCODINGS) {
+    if (!wanted.has(encoding)) continue;
+    const encoded = await readFile(file + suffix).catch(() => null);
+    if (encoded)
+      return send(res, 200, type, encoded, {
+        "cache-control": cache,
+        "content-encoding": encoding,
+        vary: "accept-encoding",
+      });
+  }
   const body = await readFile(file).catch(() => null);
   if (!body) return send(res, 404, "text/plain", "not found (run `npm run build` first)");
-  const cache = file.includes(`${dist}assets`) ? "public, max-age=31536000, immutable" : "no-cache";
-  send(res, 200, types[extname(file)] ?? "application/octet-stream", body, { "cache-control": cache });
+  send(res, 200, type, body, { "cache-control": cache, vary: "accept-encoding" });
 }
 
 function send(res, status, type, body, headers = {}) {

@@ -12,7 +12,8 @@
 //
 // With -static DIR it also serves a built web page (e.g. the CopilotKit example built for
 // direct mode) for every path outside -path, so the page and its runtimeUrl share one
-// origin and the browser holds no token at all.
+// origin and the browser holds no token at all. A file the build also wrote compressed
+// (FILE.br, FILE.gz) is sent that way, with Content-Encoding, to a browser that accepts it.
 //
 // Usage: AGUI_TOKEN=... go run . -listen 127.0.0.1:8080 -upstream http://127.0.0.1:8443
 //
@@ -24,10 +25,12 @@ import (
 	"crypto/x509"
 	"flag"
 	"log"
+	"mime"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"path"
 	"strings"
 )
 
@@ -83,7 +86,7 @@ func main() {
 	proxy.FlushInterval = -1
 	var files http.Handler
 	if *static != "" {
-		files = http.FileServer(http.Dir(*static))
+		files = staticFiles(*static)
 	}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		underPrefix := r.URL.Path == *prefix || strings.HasPrefix(r.URL.Path, *prefix+"/")
@@ -100,4 +103,62 @@ func main() {
 	})
 	log.Printf("proxying %s -> %s", *listen, target)
 	log.Fatal(http.ListenAndServe(*listen, handler))
+}
+
+// staticFiles serves dir like http.FileServer, but sends FILE.br or FILE.gz (written next to
+// FILE by the page's build) with Content-Encoding when the request accepts that encoding:
+// compressed once at build time, never per request.
+func staticFiles(dir string) http.Handler {
+	root := http.Dir(dir)
+	files := http.FileServer(root)
+	encodings := []struct{ name, suffix string }{{"br", ".br"}, {"gzip", ".gz"}}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Add("Vary", "Accept-Encoding")
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			name := path.Clean("/" + r.URL.Path)
+			for _, encoding := range encodings {
+				if !accepts(r.Header.Get("Accept-Encoding"), encoding.name) {
+					continue
+				}
+				f, err := root.Open(name + encoding.suffix)
+				if err != nil {
+					continue
+				}
+				info, err := f.Stat()
+				if err != nil || info.IsDir() {
+					f.Close()
+					continue
+				}
+				ctype := mime.TypeByExtension(path.Ext(name))
+				if ctype == "" {
+					ctype = "application/octet-stream"
+				}
+				w.Header().Set("Content-Type", ctype)
+				w.Header().Set("Content-Encoding", encoding.name)
+				http.ServeContent(w, r, name, info.ModTime(), f)
+				f.Close()
+				return
+			}
+		}
+		files.ServeHTTP(w, r)
+	})
+}
+
+// accepts reports whether an Accept-Encoding header allows the encoding (listed, and not
+// with q=0).
+func accepts(header, encoding string) bool {
+	for _, part := range strings.Split(header, ",") {
+		fields := strings.Split(part, ";")
+		if !strings.EqualFold(strings.TrimSpace(fields[0]), encoding) {
+			continue
+		}
+		for _, param := range fields[1:] {
+			param = strings.ReplaceAll(strings.TrimSpace(param), " ", "")
+			if param == "q=0" || strings.HasPrefix(param, "q=0.") && strings.Trim(param[4:], "0") == "" {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }

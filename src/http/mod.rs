@@ -1,6 +1,6 @@
 //! The only code that knows hyper: the accept loop shared by every listener
 //! (`listener.rs`), TLS, per-connection limits, the public routes, the loopback MCP
-//! endpoint (`mcp.rs`), policy, and the mapping of errors to status codes (`error.rs`).
+//! endpoint (`mcp.rs`), the OTLP exporter's client (`otlp.rs`), policy, and the mapping of errors to status codes (`error.rs`).
 //!
 //! Connection limits: a client has [`Limits::header_read_timeout`] from accept to finish
 //! its TLS handshake and its first request's headers (a watchdog closes it otherwise; hyper
@@ -14,6 +14,7 @@ pub mod error;
 pub mod listener;
 pub mod mcp;
 pub mod metrics_endpoint;
+pub mod otlp;
 mod parse_errors;
 pub mod policy;
 pub mod routes;
@@ -29,8 +30,10 @@ use std::sync::Arc;
 use crate::config::Auth;
 use crate::metrics::Metrics;
 use crate::runtime::Runtime;
+use crate::traces::{RequestInfo, Tracer};
 use body::Body;
 pub use listener::{ConnInfo, Handler, Serving, accept_loop};
+use opentelemetry::context::FutureExt as _;
 use policy::OriginPolicy;
 
 /// Largest request head (request line and headers) accepted, in all: over it, 431
@@ -86,6 +89,9 @@ pub struct App {
     pub(crate) metrics: Arc<Metrics>,
     /// Scoped tokens and the trusted principal header.
     pub(crate) access: policy::Access,
+    /// Spans per request (and the parent of the runs they start), when traces are
+    /// exported.
+    pub(crate) tracer: Option<Tracer>,
 }
 
 impl App {
@@ -105,6 +111,7 @@ impl App {
             agents,
             metrics,
             access: policy::Access::default(),
+            tracer: None,
         }
     }
 
@@ -117,6 +124,41 @@ impl App {
 
 impl Handler for App {
     async fn handle(&self, req: Request<Incoming>, conn: ConnInfo) -> Response<Body> {
-        routes::handle(self, req, conn).await
+        match &self.tracer {
+            None => routes::handle(self, req, conn).await,
+            // Boxed: without traces, a request's future holds nothing of them.
+            Some(tracer) => Box::pin(traced(self, tracer, req, conn)).await,
+        }
     }
+}
+
+/// [`routes::handle`] inside the request's span.
+async fn traced(
+    app: &App,
+    tracer: &Tracer,
+    req: Request<Incoming>,
+    conn: ConnInfo,
+) -> Response<Body> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let span = tracer.request(
+        &otlp::remote_parent(req.headers()),
+        RequestInfo {
+            method: method.as_str(),
+            route: routes::template(&app.path, &path),
+            path: &path,
+            scheme: if conn.tls { "https" } else { "http" },
+            protocol_version: if req.version() == http::Version::HTTP_2 {
+                "2"
+            } else {
+                "1.1"
+            },
+        },
+    );
+    // The handler runs in the request's context: a run it starts is the span's child.
+    let response = routes::handle(app, req, conn)
+        .with_context(span.context())
+        .await;
+    span.end(response.status().as_u16());
+    response
 }

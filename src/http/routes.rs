@@ -181,6 +181,32 @@ impl Route {
         !matches!(self, Route::Healthz | Route::Readyz)
     }
 
+    /// The route's path under the namespace, parameters named.
+    fn template(&self) -> &'static str {
+        match self {
+            Route::Run(_) => "/{agent}",
+            Route::Info => "/info",
+            Route::Agents => "/agents",
+            Route::Healthz => "/healthz",
+            Route::Readyz => "/readyz",
+            Route::Threads => "/threads",
+            Route::Thread(_) => "/threads/{id}",
+            Route::ThreadMessages(_) => "/threads/{id}/messages",
+            Route::ThreadStream(_) => "/threads/{id}/stream",
+            Route::Cancel(_) => "/runs/{runId}/cancel",
+            Route::Envelope => "",
+            Route::AgentRun(_) => "/agent/{agent}/run",
+            Route::AgentConnect(_) => "/agent/{agent}/connect",
+            Route::AgentStop(..) => "/agent/{agent}/stop/{threadId}",
+            Route::Metrics => "/metrics",
+            Route::Tokens => "/tokens",
+            Route::AgentSessions(_) => "/agents/{agent}/sessions",
+            Route::ImportSession(..) => "/agents/{agent}/sessions/{sessionId}/import",
+            Route::ForkThread(_) => "/threads/{id}/fork",
+            Route::FleetStream => "/fleet/stream",
+        }
+    }
+
     /// What the principal needs for this route with `method`.
     fn needs(&self, method: &Method) -> Need {
         match self {
@@ -245,6 +271,18 @@ impl Route {
             Route::ForkThread(_) => "fork_thread",
         }
     }
+}
+
+/// The template of the route `path` matches under `namespace` (`/agui/threads/{id}`), for
+/// a request's span.
+pub(super) fn template(namespace: &str, path: &str) -> Option<String> {
+    let route = Route::parse(namespace, path)?;
+    let template = format!("{namespace}{}", route.template());
+    Some(if template.is_empty() {
+        "/".to_owned()
+    } else {
+        template
+    })
 }
 
 /// Handles one request; never fails (errors become responses).

@@ -88,6 +88,7 @@ impl Runtime {
                 parent_run_id: None,
                 abandoned: suspension.unanswered_calls(&[]),
                 why: why.to_owned(),
+                link: self.request_span(),
             })));
             suspension.fail_closed(why);
             return Ok(Answered::Superseded);
@@ -113,6 +114,7 @@ impl Runtime {
             parent_run_id: input.parent_run_id.clone(),
             abandoned: suspension.unanswered_calls(&new_messages),
             why: "no answer was given".to_owned(),
+            link: self.request_span(),
         })));
         suspension.resolve(&new_messages, &input.resume);
         Ok(Answered::Resumed(attachment))

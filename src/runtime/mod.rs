@@ -54,6 +54,8 @@ use crate::metrics::{RunMetrics, StreamMetrics};
 use crate::protocol::input::Message;
 use crate::protocol::{Profile, RunAgentInput};
 use crate::store::{Store, StoreError};
+use crate::traces::Tracer;
+use opentelemetry::trace::SpanContext;
 use thread::{Decision, Retry, Thread, new_thread};
 use translator::Translator;
 
@@ -89,6 +91,8 @@ pub struct RuntimeOptions {
     pub max_runs_per_principal: usize,
     /// Fleet document changes kept for replay.
     pub fleet_history: usize,
+    /// Spans per run, turn and tool call, when traces are exported.
+    pub tracer: Option<Tracer>,
 }
 
 impl RuntimeOptions {
@@ -109,6 +113,7 @@ impl RuntimeOptions {
             secrets: Vec::new(),
             max_runs_per_principal: crate::config::DEFAULT_MAX_RUNS_PER_PRINCIPAL,
             fleet_history: fleet::DEFAULT_FLEET_HISTORY,
+            tracer: None,
         }
     }
 }
@@ -279,6 +284,8 @@ pub(crate) struct NextSegment {
     /// saying it was cancelled (`why`), so the transcript stays a valid AG-UI history.
     pub(crate) abandoned: Vec<String>,
     pub(crate) why: String,
+    /// The span of the request that opens it, when traces are on.
+    pub(crate) link: Option<SpanContext>,
 }
 
 /// A run that has not ended.
@@ -445,6 +452,16 @@ impl Runtime {
             self.inner.options.keep_alive,
             self.inner.stop_streams.clone(),
         )
+    }
+
+    /// The span of the request being handled, when traces are on (a link for the turn it
+    /// opens).
+    fn request_span(&self) -> Option<SpanContext> {
+        self.inner
+            .options
+            .tracer
+            .as_ref()
+            .and_then(|_| crate::traces::current_span_context())
     }
 
     /// Checks every thread's registered readers a few times per stall timeout and cuts the

@@ -42,6 +42,8 @@ use crate::protocol::input::{
     AssistantMessage, Content, FunctionCall, FunctionKind, TextMessage, ToolCall, ToolMessage,
 };
 use crate::protocol::{Event, Message, Profile, RunAgentInput};
+use crate::traces::{RunTrace, TurnOutcome};
+use opentelemetry::trace::SpanContext;
 
 /// How long an agent may take to stop after its run was cancelled before the pump gives up
 /// on it and ends the segment anyway.
@@ -145,6 +147,12 @@ pub(super) fn start(
         cancel: run.cancel.child_token(),
     };
     let span = tracing::info_span!("run", thread.id = %thread.id, run.id = %run.id);
+    // Started in the request's context: the request's span is the run's parent.
+    let trace = inner
+        .options
+        .tracer
+        .as_ref()
+        .map(|tracer| tracer.run(&thread.agent, &thread.id, &run.id));
     inner.run_metrics.agent(&thread.agent).started();
     let pump = Pump {
         writer: SegmentWriter {
@@ -156,6 +164,8 @@ pub(super) fn start(
             metrics: inner.run_metrics.agent(&thread.agent),
             admitted: std::time::Instant::now(),
             produced: false,
+            trace,
+            link: None,
         },
         hitl,
         suspend_timeout: inner.options.suspend_timeout,
@@ -392,6 +402,9 @@ impl Pump {
                 self.writer.translate(AgentEvent::ToolCallEnd {
                     tool_call_id: id.clone(),
                 });
+                if let Some(trace) = &mut self.writer.trace {
+                    trace.tool_on_client(&id);
+                }
                 self.suspend(
                     Channel::ToolMessages,
                     vec![Wait::Tool {
@@ -420,6 +433,9 @@ impl Pump {
                     self.writer.translate(AgentEvent::ToolCallEnd {
                         tool_call_id: id.clone(),
                     });
+                    if let Some(trace) = &mut self.writer.trace {
+                        trace.tool_on_client(&id);
+                    }
                     self.suspend(
                         Channel::ToolMessages,
                         vec![Wait::Permission {
@@ -581,6 +597,7 @@ impl Pump {
             parent_run_id: None,
             abandoned: suspension.unanswered_calls(&[]),
             why: why.to_owned(),
+            link: None,
         });
         suspension.fail_closed(why);
     }
@@ -606,6 +623,10 @@ impl Pump {
             .store(self.writer.thread.journal.next_seq(), Ordering::SeqCst);
         self.writer.run.phase.send_replace(Phase::Running);
         self.writer.rt.fleet_changed();
+        if let Some(trace) = &mut self.writer.trace {
+            trace.client_answered(&next.abandoned);
+        }
+        self.writer.link = next.link;
         self.writer.start(next.parent_run_id, None);
         for tool_call_id in next.abandoned {
             self.writer.translate(AgentEvent::ToolCallResult {
@@ -703,6 +724,10 @@ struct SegmentWriter {
     admitted: std::time::Instant,
     /// The agent has produced something (its first output is timed).
     produced: bool,
+    /// The run's spans, when traces are on.
+    trace: Option<RunTrace>,
+    /// The span of the request that opens the next segment (its turn links to it).
+    link: Option<SpanContext>,
 }
 
 impl SegmentWriter {
@@ -719,6 +744,9 @@ impl SegmentWriter {
         self.emit(&mut translator, &out);
         let run_id = translator.run_id().to_owned();
         drop(translator);
+        if let Some(trace) = &mut self.trace {
+            trace.turn_started(&run_id, self.link.take());
+        }
         if run_id != self.run.id {
             // A later segment: counted on the run, shown as running again.
             self.rt.inner.store.record_run_start(
@@ -733,6 +761,15 @@ impl SegmentWriter {
     }
 
     fn translate(&mut self, event: AgentEvent) {
+        if let Some(trace) = &mut self.trace {
+            match &event {
+                AgentEvent::ToolCallStart {
+                    tool_call_id, name, ..
+                } => trace.tool_started(tool_call_id, name),
+                AgentEvent::ToolCallResult { tool_call_id, .. } => trace.tool_ended(tool_call_id),
+                _ => {}
+            }
+        }
         let mut translator = lock(&self.run.translator);
         let mut out = Vec::new();
         translator.translate(event, &mut out);
@@ -793,6 +830,13 @@ impl SegmentWriter {
     /// Ends the segment because the run waits on the client: the terminal event, once
     /// [`SegmentWriter::close_for_park`]'s writes are committed.
     fn park(&mut self, ending: Ending) {
+        if let Some(trace) = &mut self.trace {
+            let how = match ending {
+                Ending::Interrupt { .. } => TurnOutcome::Interrupted,
+                _ => TurnOutcome::Suspended,
+            };
+            trace.turn_ended(how, None);
+        }
         let mut translator = lock(&self.run.translator);
         let mut out = Vec::new();
         translator.finish(ending, &mut out);
@@ -841,6 +885,9 @@ impl SegmentWriter {
             translator.close_open(&mut out);
             self.emit(&mut translator, &out);
         }
+        if let Ending::Error { code, message } = &ending {
+            self.record_error(code, message);
+        }
         self.record_end(&ending);
         let ending = if self.commit().await {
             ending
@@ -848,10 +895,55 @@ impl SegmentWriter {
             store_failed()
         };
         self.count_end(&ending);
+        self.trace_end(&ending);
         let mut translator = lock(&self.run.translator);
         let mut out = Vec::new();
         translator.finish(ending, &mut out);
         self.emit(&mut translator, &out);
+    }
+
+    /// Ends the run's spans with the run.
+    fn trace_end(&mut self, ending: &Ending) {
+        let Some(trace) = &mut self.trace else {
+            return;
+        };
+        let (how, code) = match ending {
+            Ending::Finished { .. } => (TurnOutcome::Finished, None),
+            Ending::Cancelled => (TurnOutcome::Cancelled, None),
+            Ending::Error { code, .. } => (TurnOutcome::Error, Some(code.as_str())),
+            Ending::Suspended { .. } => (TurnOutcome::Suspended, None),
+            Ending::Interrupt { .. } => (TurnOutcome::Interrupted, None),
+        };
+        trace.ended(how, code);
+    }
+
+    /// Records a run's error in the transcript as an assistant message (`<runId>-error`,
+    /// `Error: <message>`), so a client that loads the thread again shows it where it
+    /// happened; the stream itself carries only the `RUN_ERROR`. Not for a shutdown or a
+    /// store failure, which say nothing about the conversation.
+    fn record_error(&self, code: &str, message: &str) {
+        if matches!(code, "SHUTDOWN" | "STORE_UNAVAILABLE") {
+            return;
+        }
+        let run_id = lock(&self.run.translator).run_id().to_owned();
+        let mut state = lock(&self.thread.state);
+        let mut id = format!("{run_id}-error");
+        if state.seen.contains(&id) {
+            id = format!("{run_id}-error-{}", uuid::Uuid::new_v4());
+        }
+        let recorded = Message::Assistant(AssistantMessage {
+            id: id.clone(),
+            content: Some(format!("Error: {message}")),
+            name: None,
+            tool_calls: Vec::new(),
+        });
+        state.seen.insert(id);
+        state.transcript.push(recorded.clone());
+        drop(state);
+        self.rt
+            .inner
+            .store
+            .record_messages(&self.thread.key, vec![recorded], now_ms() as i64);
     }
 
     fn record_end(&self, ending: &Ending) {
@@ -869,6 +961,7 @@ impl SegmentWriter {
     fn finish_now(&mut self, ending: Ending) {
         let outcome_row = ending_kind(&ending);
         self.count_end(&ending);
+        self.trace_end(&ending);
         let mut translator = lock(&self.run.translator);
         if translator.is_ended() {
             // The run ended while parked (its last segment is already closed): give the

@@ -4,11 +4,13 @@
 //
 //   E2E_URL=http://127.0.0.1:3000 AGUI_BASE=https://127.0.0.1:8443/agui AGUI_TOKEN_FILE=t \
 //     NODE_EXTRA_CA_CERTS=<data-dir>/tls/cert.pem node e2e/run.mjs
-// CHROMIUM overrides the browser (default /usr/bin/chromium). Screenshots (of a failure, or of
-// the final page) go to E2E_ARTIFACTS (default: a new temp dir).
+// CHROMIUM overrides the browser (default /usr/bin/chromium). Screenshots (of a failure, of
+// the final page, and the README's: the first screen, a conversation, an error, a stopped
+// reply) go to E2E_ARTIFACTS (default: a new temp dir); with E2E_SCREENSHOTS=DIR the
+// README's are also written to DIR (examples/copilotkit/screenshots).
 import { chromium } from "playwright-core";
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { copyFileSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -33,9 +35,17 @@ const browser = await chromium.launch({
     "--disable-sync",
   ],
 });
-// A fresh, empty profile per run (playwright's default for a new context).
-const context = await browser.newContext();
+// A fresh, empty profile per run (playwright's default for a new context), in an 800 px
+// high window.
+const VIEWPORT = { width: 1280, height: 800 };
+const context = await browser.newContext({ viewport: VIEWPORT });
 const page = await context.newPage();
+// The content-encoding each script arrived with, by path.
+const scriptEncodings = new Map();
+page.on("response", (response) => {
+  if (response.request().resourceType() !== "script") return;
+  scriptEncodings.set(new URL(response.url()).pathname, response.headers()["content-encoding"] ?? "none");
+});
 // Anything the page reports as an error fails the case, unless the case expects it.
 const pageErrors = [];
 const expectedErrors = [];
@@ -65,20 +75,67 @@ function check(condition, message) {
   if (!condition) throw new Error(message);
 }
 
+// A screenshot of the window for the README, when the run is asked for them.
+async function shot(name) {
+  const path = join(artifacts, `${name}.png`);
+  await page.screenshot({ path });
+  if (process.env.E2E_SCREENSHOTS) copyFileSync(path, join(process.env.E2E_SCREENSHOTS, `${name}.png`));
+}
+
+// The chat's input is wholly inside the window.
+async function inputOnScreen(when) {
+  const box = await page.getByTestId("copilot-chat-input").boundingBox();
+  check(box, `${when}: no chat input`);
+  check(box.y >= 0 && box.y + box.height <= VIEWPORT.height, `${when}: the input is cut off: ${JSON.stringify(box)} in a ${VIEWPORT.height} px window`);
+}
+
+async function idle() {
+  await page.locator('[data-copilot-running="false"]').first().waitFor();
+}
+
 const cases = [
   [
-    "the page loads with an empty chat and a thread in the URL",
+    "the page loads with an empty chat, a thread in the URL and the demo commands",
     async () => {
       await page.goto(base);
       await page.getByTestId("copilot-chat-textarea").waitFor();
       check(new URL(page.url()).searchParams.get("thread"), `no thread in ${page.url()}`);
+      await idle();
+      const hint = page.getByTestId("welcome");
+      await hint.waitFor();
+      const text = await hint.innerText();
+      for (const command of ["/slow", "/todo", "/tool show_card", "/approve", "/fail"])
+        check(text.includes(command), `the hint does not list ${command}: ${text}`);
+      await inputOnScreen("first screen");
+      await shot("first-screen");
     },
   ],
   [
-    "a reply streams in",
+    "the entry script and the page's largest script arrive compressed",
+    async () => {
+      const html = await (await fetch(base)).text();
+      const entry = html.match(/<script type="module"[^>]* src="([^"]+)"/)?.[1];
+      check(entry, "no entry script in the page");
+      const encoding = scriptEncodings.get(new URL(entry, base).pathname);
+      check(["br", "gzip"].includes(encoding), `entry script ${entry}: content-encoding ${encoding}`);
+      const preloaded = [...html.matchAll(/<link rel="modulepreload"[^>]* href="([^"]+)"/g)].map((m) => m[1]);
+      check(preloaded.length > 0, "no preloaded chunk");
+      for (const path of preloaded) {
+        const got = scriptEncodings.get(new URL(path, base).pathname);
+        check(["br", "gzip"].includes(got), `${path}: content-encoding ${got}`);
+        // And to a client that asks for gzip only, gzip (each server picks what is accepted).
+        const response = await fetch(new URL(path, base), { headers: { "accept-encoding": "gzip" } });
+        check(response.headers.get("content-encoding") === "gzip", `${path} for gzip: ${response.headers.get("content-encoding")}`);
+        await response.arrayBuffer();
+      }
+    },
+  ],
+  [
+    "a reply streams in, and the hint makes way for the conversation",
     async () => {
       await send("hello browser");
       await reply("You said: hello browser");
+      check((await page.getByTestId("welcome").count()) === 0, "the hint is still shown");
     },
   ],
   [
@@ -142,6 +199,8 @@ const cases = [
       check((await assistant.filter({ hasText: "Approved: deploy" }).count()) === 0, "replied before the click");
       await allow.click();
       await reply("Approved: deploy");
+      await idle();
+      await shot("conversation");
     },
   ],
   [
@@ -168,15 +227,41 @@ const cases = [
     },
   ],
   [
-    "an agent error is shown in the page and the chat goes on",
+    "an agent error is shown in the banner and in the conversation, the input stays on screen",
     async () => {
+      // The conversation is longer than the window by now.
+      const overflowing = await page.evaluate(() =>
+        [...document.querySelectorAll(".chat *")].some(
+          (e) => e.scrollHeight > 1.5 * window.innerHeight && e.clientHeight < e.scrollHeight,
+        ),
+      );
+      check(overflowing, "the conversation is not yet longer than the window");
       expectedErrors.push("the disk is full"); // CopilotKit also logs it to the console
       await send("/fail the disk is full");
       const banner = page.getByTestId("run-error");
       await banner.filter({ hasText: "the disk is full" }).waitFor();
+      const inline = page.getByTestId("inline-error").filter({ hasText: "the disk is full" });
+      await inline.waitFor();
+      await idle();
+      await inputOnScreen("after /fail, with the banner");
+      // Inline, right after the message that failed.
+      const follows = await page.evaluate(() => {
+        const error = [...document.querySelectorAll('[data-testid="inline-error"]')].pop();
+        const users = [...document.querySelectorAll('[data-testid="copilot-user-message"]')];
+        const failed = users.filter((u) => u.innerText.includes("/fail the disk is full")).pop();
+        return Boolean(failed && error && failed.compareDocumentPosition(error) & Node.DOCUMENT_POSITION_FOLLOWING);
+      });
+      check(follows, "the inline error does not follow the failed message");
+      await inline.scrollIntoViewIfNeeded();
+      const seen = await inline.boundingBox();
+      check(seen && seen.y >= 0 && seen.y + seen.height <= VIEWPORT.height, `the inline error is not in the window: ${JSON.stringify(seen)}`);
+      await inputOnScreen("with the inline error in view");
+      await shot("error");
       await banner.getByRole("button", { name: "Dismiss" }).click();
+      check(await inline.isVisible(), "the inline error went with the banner");
       await send("after the error");
       await reply("You said: after the error");
+      await inputOnScreen("after the next reply");
     },
   ],
   [
@@ -199,6 +284,20 @@ const cases = [
       }
       check(status === "idle", `the daemon's thread is ${status}`);
       check((await assistant.filter({ hasText: "chunk 40/40" }).count()) === 0, "the run was not stopped");
+      // The reply so far stays, marked as stopped.
+      const marker = page.getByTestId("stopped");
+      await marker.waitFor();
+      check((await marker.count()) === 1, `${await marker.count()} stopped markers`);
+      const marked = await page.evaluate(() => {
+        const marker = document.querySelector('[data-testid="stopped"]');
+        const replies = [...document.querySelectorAll('[data-testid="copilot-assistant-message"]')];
+        const stopped = replies.filter((r) => r.innerText.includes("chunk 2/40")).pop();
+        const after = replies.filter((r) => stopped && stopped.compareDocumentPosition(r) & Node.DOCUMENT_POSITION_FOLLOWING);
+        return Boolean(stopped && stopped.compareDocumentPosition(marker) & Node.DOCUMENT_POSITION_FOLLOWING) && after.every((r) => r.compareDocumentPosition(marker) & Node.DOCUMENT_POSITION_PRECEDING);
+      });
+      check(marked, "the stopped reply is not the one marked");
+      await marker.scrollIntoViewIfNeeded();
+      await shot("stopped");
       await send("after the stop");
       await reply("You said: after the stop");
     },
@@ -224,6 +323,12 @@ const cases = [
       await reply("Denied: delete the database");
       for (const text of ["You said: hello browser", "chunk 6/6", "Todo list set: 3 items", "Approved: deploy"])
         check((await assistant.filter({ hasText: text }).count()) > 0, `after reload, no "${text}"`);
+      // The error is part of the history: once, inline, without the banner.
+      const inline = page.getByTestId("inline-error").filter({ hasText: "the disk is full" });
+      await inline.waitFor();
+      check((await inline.count()) === 1, `${await inline.count()} inline errors after the reload`);
+      check((await page.getByTestId("run-error").count()) === 0, "the banner came back");
+      await inputOnScreen("after the reload");
       check((await user.count()) === userCount, `user messages ${userCount} -> ${await user.count()}`);
       await page.getByTestId("todos").locator("li").nth(2).waitFor();
       // The conversation goes on in the same thread.

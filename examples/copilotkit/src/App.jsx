@@ -1,8 +1,11 @@
-import { useMemo, useState } from "react";
+import { createContext, useContext, useMemo, useState } from "react";
 import {
   CopilotChat,
+  CopilotChatAssistantMessage,
+  CopilotChatUserMessage,
   CopilotKitProvider,
   useAgent,
+  useCopilotKit,
   useFrontendTool,
   useHumanInTheLoop,
   useThreads,
@@ -33,29 +36,11 @@ const DIRECT = import.meta.env.VITE_RUNTIME_URL !== undefined;
 
 export function App() {
   const threadId = useMemo(threadFromUrl, []);
-  // A run that ends in RUN_ERROR (the agent failed, the daemon is unreachable, the run was
-  // refused) is shown to the person, not only logged.
-  const [error, setError] = useState(null);
   return (
     <CopilotKitProvider runtimeUrl={RUNTIME_URL} showDevConsole={false}>
       <Tools />
       <div className="layout">
-        <section className="chat" aria-label="Chat">
-          {error ? (
-            <div className="error" role="alert" data-testid="run-error">
-              <span>{error}</span>
-              <button type="button" onClick={() => setError(null)}>
-                Dismiss
-              </button>
-            </div>
-          ) : null}
-          <CopilotChat
-            agentId={AGENT_ID}
-            threadId={threadId}
-            labels={{ chatInputPlaceholder: "Message the agent…" }}
-            onError={({ error }) => setError(error.message)}
-          />
-        </section>
+        <Chat threadId={threadId} />
         <aside className="side">
           <TodoPanel />
           {DIRECT ? <ThreadList current={threadId} /> : null}
@@ -64,6 +49,144 @@ export function App() {
     </CopilotKitProvider>
   );
 }
+
+// What the page adds to the conversation, by the id of the message it follows: a run's
+// error (as it happens; after a reload the daemon's transcript holds it, see
+// isRecordedError) and the "stopped" marker of a reply the person stopped.
+const Notes = createContext({ errors: new Map(), stopped: new Set() });
+
+function Chat({ threadId }) {
+  const { agent } = useAgent({ agentId: AGENT_ID });
+  const { copilotkit } = useCopilotKit();
+  // A run that ends in RUN_ERROR (the agent failed, the daemon is unreachable, the run was
+  // refused) is shown to the person, not only logged: in the banner and in the
+  // conversation, after the message that started the run.
+  const [error, setError] = useState(null);
+  const [notes, setNotes] = useState(() => ({ errors: new Map(), stopped: new Set() }));
+  const lastMessageId = () => agent.messages[agent.messages.length - 1]?.id;
+  const onError = ({ error: failure, context }) => {
+    if (context?.runtimeErrorCode === "cancelled") return; // a stop, marked as such
+    setError(failure.message);
+    const anchor = lastMessageId();
+    if (anchor)
+      setNotes((n) => ({ ...n, errors: new Map(n.errors).set(anchor, failure.message) }));
+  };
+  // The stop button: the reply so far stays, marked as stopped.
+  const onStop = () => {
+    if (!agent.isRunning) return;
+    const anchor = lastMessageId();
+    if (anchor) setNotes((n) => ({ ...n, stopped: new Set(n.stopped).add(anchor) }));
+    copilotkit.stopAgent({ agent });
+  };
+  const empty = agent.messages.length === 0 && !agent.isRunning;
+  return (
+    <section className="chat" aria-label="Chat">
+      {error ? (
+        <div className="error" role="alert" data-testid="run-error">
+          <span>{error}</span>
+          <button type="button" onClick={() => setError(null)}>
+            Dismiss
+          </button>
+        </div>
+      ) : null}
+      {empty ? <Welcome /> : null}
+      {/* The chat fills what the banner and the hint leave, so its input stays on screen. */}
+      <div className="chat-body">
+        <Notes.Provider value={notes}>
+          <CopilotChat
+            agentId={AGENT_ID}
+            threadId={threadId}
+            labels={{ chatInputPlaceholder: "Message the agent…" }}
+            onError={onError}
+            onStop={onStop}
+            messageView={MESSAGE_VIEW}
+          />
+        </Notes.Provider>
+      </div>
+    </section>
+  );
+}
+
+// The first screen: what the demo agent understands.
+const COMMANDS = [
+  ["hello", "plain text is echoed back"],
+  ["/slow 10 300", "10 chunks, one every 300 ms (try the stop button)"],
+  ["/think why is the sky blue", "a reasoning block, then the reply"],
+  ["/todo plan; build; ship", "fills the todos panel from shared state"],
+  ['/tool show_card {"title":"Hi","body":"from the agent"}', "a frontend tool the page renders"],
+  ["/approve deploy", "asks for your approval first"],
+  ["/fail the disk is full", "a run that ends in an error"],
+];
+
+function Welcome() {
+  return (
+    <div className="welcome" data-testid="welcome">
+      <h1>Talk to the demo agent</h1>
+      <p className="muted">It runs in agui-serve; try one of these:</p>
+      <ul>
+        {COMMANDS.map(([command, what]) => (
+          <li key={command}>
+            <code>{command}</code> <span className="muted">{what}</span>
+          </li>
+        ))}
+      </ul>
+    </div>
+  );
+}
+
+// The daemon records a failed run in the transcript as an assistant message
+// `{id: "<runId>-error", content: "Error: <message>"}`; the page shows it as an error.
+function isRecordedError(message) {
+  return (
+    message.id.endsWith("-error") &&
+    typeof message.content === "string" &&
+    message.content.startsWith("Error: ")
+  );
+}
+
+function RunError({ text }) {
+  return (
+    <div className="inline-error" role="status" data-testid="inline-error">
+      <strong>The run failed:</strong> {text}
+    </div>
+  );
+}
+
+function NotesAfter({ id }) {
+  const { errors, stopped } = useContext(Notes);
+  return (
+    <>
+      {stopped.has(id) ? (
+        <div className="stopped" data-testid="stopped">
+          stopped
+        </div>
+      ) : null}
+      {errors.has(id) ? <RunError text={errors.get(id)} /> : null}
+    </>
+  );
+}
+
+function AssistantMessage(props) {
+  if (isRecordedError(props.message))
+    return <RunError text={props.message.content.slice("Error: ".length)} />;
+  return (
+    <>
+      <CopilotChatAssistantMessage {...props} />
+      <NotesAfter id={props.message.id} />
+    </>
+  );
+}
+
+function UserMessage(props) {
+  return (
+    <>
+      <CopilotChatUserMessage {...props} />
+      <NotesAfter id={props.message.id} />
+    </>
+  );
+}
+
+const MESSAGE_VIEW = { assistantMessage: AssistantMessage, userMessage: UserMessage };
 
 // The agent's todos arrive as shared state (STATE_SNAPSHOT, then RFC 6902 STATE_DELTA).
 function TodoPanel() {
