@@ -123,6 +123,32 @@ const cases = [
     },
   },
   {
+    name: "generative UI (/ui): every default component as an activity message; an off-list one refused",
+    async run(lib) {
+      const examples = {
+        approval_card: { title: "Deploy?", risk: "high", actions: [{ id: "ok", label: "Deploy" }] },
+        choice_prompt: { question: "Which region?", options: [{ id: "eu", label: "Europe" }] },
+        diff_summary: { files: [{ path: "src/a.rs", added: 3, removed: 1 }] },
+        progress: { label: "Indexing", percent: 42 },
+        metric: { label: "Latency", value: 12.5, unit: "ms" },
+        agent_card: { name: "reviewer", status: "working" },
+      };
+      for (const [component, props] of Object.entries(examples)) {
+        const r = await runOnce(lib, { text: `/ui ${component} ${JSON.stringify(props)}` });
+        if (r.failure) return `${component}: run failed: ${r.failure.message}`;
+        const activity = r.events.find((e) => e.type === "ACTIVITY_SNAPSHOT");
+        if (!activity || activity.activityType !== component) return `${component}: no activity`;
+        const message = r.agent.messages.find((m) => m.role === "activity");
+        if (!message || JSON.stringify(message.content) !== JSON.stringify(props))
+          return `${component}: client transcript ${JSON.stringify(message)}`;
+      }
+      const refused = await runOnce(lib, { text: '/ui script_runner {"code":"alert(1)"}' });
+      if (refused.failure) return `refused: run failed: ${refused.failure.message}`;
+      if (refused.events.some((e) => e.type === "ACTIVITY_SNAPSHOT")) return "an off-list component was shown";
+      if (!text(refused.events).startsWith("UI refused: unknown component")) return `text ${text(refused.events)}`;
+    },
+  },
+  {
     name: "/fail (expected RUN_ERROR)",
     async run(lib) {
       const r = await runOnce(lib, { text: "/fail expected failure" });

@@ -143,6 +143,24 @@ struct FileConfig {
     agents: Vec<FileAgent>,
     #[serde(default)]
     auth: FileAuth,
+    #[serde(default)]
+    ui: FileUi,
+}
+
+/// `[ui]`: the components agents may show.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileUi {
+    max_props: Option<String>,
+    /// When given, exactly these (a default by name, or any with `schema_file`).
+    components: Option<Vec<FileUiComponent>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileUiComponent {
+    name: String,
+    schema_file: Option<PathBuf>,
 }
 
 /// `[auth]`: scoped tokens and principals.
@@ -409,6 +427,7 @@ impl ServeArgs {
         }
 
         let access = self.resolve_access(&file.auth, max_concurrent_runs)?;
+        let ui = resolve_ui(&file.ui)?;
 
         Ok(Resolved {
             config: Config {
@@ -437,6 +456,7 @@ impl ServeArgs {
                 log_format,
                 agents,
                 access,
+                ui,
             },
             token_source,
         })
@@ -558,6 +578,46 @@ impl ServeArgs {
         }
         Ok((BearerToken::generate(), TokenSource::Generated))
     }
+}
+
+fn resolve_ui(file: &FileUi) -> Result<crate::config::UiConfig, ConfigError> {
+    let mut ui = crate::config::UiConfig::default();
+    if let Some(text) = &file.max_props {
+        ui.max_props =
+            parse_size(text).map_err(|e| ConfigError::new(format!("ui.max_props: {e}")))?;
+    }
+    if let Some(components) = &file.components {
+        let defaults = crate::runtime::ui::default_components();
+        let mut chosen = Vec::new();
+        for (i, component) in components.iter().enumerate() {
+            let schema = match &component.schema_file {
+                Some(path) => {
+                    let text = std::fs::read_to_string(path).map_err(|e| {
+                        ConfigError::new(format!("ui.components[{i}]: cannot read {}: {e}", path.display()))
+                    })?;
+                    serde_json::from_str(&text).map_err(|e| {
+                        ConfigError::new(format!("ui.components[{i}]: {} is not JSON: {e}", path.display()))
+                    })?
+                }
+                None => defaults
+                    .iter()
+                    .find(|(name, _)| *name == component.name)
+                    .map(|(_, schema)| schema.clone())
+                    .ok_or_else(|| {
+                        ConfigError::new(format!(
+                            "ui.components[{i}]: {:?} is not a default component; give its schema_file",
+                            component.name
+                        ))
+                    })?,
+            };
+            chosen.push((component.name.clone(), schema));
+        }
+        ui.components = chosen;
+    }
+    // Every schema compiles now, so a bad one is a startup error.
+    crate::runtime::ui::UiCatalog::new(ui.components.clone(), ui.max_props)
+        .map_err(ConfigError::new)?;
+    Ok(ui)
 }
 
 fn read_file_config(path: &Path) -> Result<FileConfig, ConfigError> {

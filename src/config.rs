@@ -44,6 +44,25 @@ pub struct Config {
     pub agents: Vec<AgentConfig>,
     /// Scoped tokens, the trusted principal header and the per-principal run cap.
     pub access: AccessConfig,
+    /// The components agents may show (generative UI).
+    pub ui: UiConfig,
+}
+
+/// The generative-UI catalog: component names with their props' JSON Schemas.
+#[derive(Debug, Clone)]
+pub struct UiConfig {
+    pub components: Vec<(String, serde_json::Value)>,
+    /// Largest props of one component (bytes of compact JSON).
+    pub max_props: usize,
+}
+
+impl Default for UiConfig {
+    fn default() -> Self {
+        UiConfig {
+            components: crate::runtime::ui::default_components(),
+            max_props: crate::runtime::ui::DEFAULT_MAX_PROPS,
+        }
+    }
 }
 
 /// Who besides the operator may call, and how much each may run.
@@ -405,6 +424,7 @@ impl Config {
             log_format: LogFormat::Text,
             agents: vec![AgentConfig::demo()],
             access: AccessConfig::default(),
+            ui: UiConfig::default(),
         }
     }
 
@@ -475,6 +495,10 @@ impl Config {
             },
             "agents": agents,
             "auth": self.access.redacted_json(),
+            "ui": {
+                "components": self.ui.components.iter().map(|(name, _)| name).collect::<Vec<_>>(),
+                "max_props": format_size(self.ui.max_props),
+            },
         })
     }
 }

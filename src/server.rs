@@ -51,6 +51,8 @@ pub enum ServeError {
     Store(#[from] StoreError),
     #[error("scoped tokens: {0}")]
     Access(String),
+    #[error("{0}")]
+    Ui(String),
     #[error(transparent)]
     Traces(#[from] TraceError),
 }
@@ -123,6 +125,10 @@ impl Server {
         options.suspend_timeout = config.suspend_timeout;
         options.stall_timeout = config.stall_timeout;
         options.fleet_history = config.fleet_history;
+        options.ui = Arc::new(
+            crate::runtime::ui::UiCatalog::new(config.ui.components.clone(), config.ui.max_props)
+                .map_err(ServeError::Ui)?,
+        );
         options.memory_budget = config.memory_budget;
         options.secrets = secrets;
         options.max_runs_per_principal = config.access.max_runs_per_principal;

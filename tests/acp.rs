@@ -1064,3 +1064,60 @@ async fn a_tool_call_is_named_by_its_title_when_that_is_a_name_and_keeps_its_det
         "the details come before the call"
     );
 }
+
+#[tokio::test]
+async fn an_acp_agent_shows_components_through_emit_ui_over_mcp() {
+    let state = temp_dir("acp-ui");
+    let s = state.clone();
+    let server = TestServer::with(move |c| configure(c, &s)).await;
+    let ask = |thread: &str, component: &str, props: Value| {
+        let call = json!({"component": component, "props": props});
+        json!({"threadId": thread, "runId": format!("{thread}-r"), "protocolVersion": "1.0",
+            "messages": [{"id": format!("{thread}-u"), "role": "user",
+                "content": format!("mcp emit_ui {call}")}]})
+    };
+    let shown = run(
+        &server,
+        "scripted",
+        &ask(
+            "ui-ok",
+            "progress",
+            json!({"label": "Indexing", "percent": 40}),
+        ),
+    )
+    .await;
+    let activity = shown
+        .iter()
+        .find(|f| f.kind() == "ACTIVITY_SNAPSHOT")
+        .unwrap_or_else(|| panic!("no activity: {:?}", kinds(&shown)));
+    assert_eq!(activity.data["activityType"], "progress");
+    assert_eq!(activity.data["content"]["percent"], 40);
+    let (_, messages) = get_json(&server, "/threads/ui-ok/messages").await;
+    assert!(
+        messages["messages"]
+            .as_array()
+            .expect("messages")
+            .iter()
+            .any(|m| m["role"] == "activity" && m["activityType"] == "progress")
+    );
+    // Off the list: nothing shown, and the agent got the reason as its tool's error.
+    let refused = run(
+        &server,
+        "scripted",
+        &ask("ui-no", "script_runner", json!({"code": "alert(1)"})),
+    )
+    .await;
+    assert!(!refused.iter().any(|f| f.kind() == "ACTIVITY_SNAPSHOT"));
+    let result = refused
+        .iter()
+        .find(|f| f.kind() == "TOOL_CALL_RESULT")
+        .expect("the agent reports the tool's result");
+    assert!(
+        result.data["content"]
+            .as_str()
+            .expect("text")
+            .contains("unknown component"),
+        "{result:?}"
+    );
+    server.stop().await;
+}

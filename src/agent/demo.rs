@@ -39,13 +39,24 @@ pub struct DemoAgent;
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Command {
     Echo(String),
-    Slow { chunks: u64, interval: Duration },
+    Slow {
+        chunks: u64,
+        interval: Duration,
+    },
     Think(String),
     Todo(Vec<String>),
-    Tool { name: String, arguments: String },
+    Tool {
+        name: String,
+        arguments: String,
+    },
     Approve(String),
     Usage,
     Fail(String),
+    /// Show a component: its name and props (JSON text).
+    Ui {
+        component: String,
+        props: String,
+    },
 }
 
 impl Command {
@@ -105,6 +116,17 @@ impl Command {
                 rest.to_owned()
             }),
             "/usage" => Command::Usage,
+            "/ui" => match rest.split_once(char::is_whitespace) {
+                Some((component, props)) => Command::Ui {
+                    component: component.to_owned(),
+                    props: props.trim().to_owned(),
+                },
+                None if !rest.is_empty() => Command::Ui {
+                    component: rest.to_owned(),
+                    props: "{}".to_owned(),
+                },
+                None => Command::Echo(trimmed.to_owned()),
+            },
             "/fail" => Command::Fail(if rest.is_empty() {
                 "demo failure".to_owned()
             } else {
@@ -132,6 +154,7 @@ impl Agent for DemoAgent {
                     }
                     Command::Approve(action) => approve(&sink, &action).await,
                     Command::Usage => usage(&sink, &turn.messages).await,
+                    Command::Ui { component, props } => ui(&sink, &component, &props).await,
                     Command::Fail(message) => {
                         return Ok(Err(AgentError::Failed {
                             code: "AGENT_ERROR".to_owned(),
@@ -344,6 +367,24 @@ async fn usage(sink: &EventSink, messages: &[crate::protocol::Message]) -> Resul
         &format!("Usage: {input} input tokens, {output} output tokens"),
     )
     .await
+}
+
+/// `/ui COMPONENT JSON`: shows the component, or says why it was refused.
+async fn ui(sink: &EventSink, component: &str, props: &str) -> Result<(), SinkClosed> {
+    let props: Value = match serde_json::from_str(props) {
+        Ok(props) => props,
+        Err(error) => {
+            return reply(
+                sink,
+                &format!("UI refused: the props are not JSON: {error}"),
+            )
+            .await;
+        }
+    };
+    match sink.show_ui(component, props).await? {
+        Ok(()) => reply(sink, &format!("Showed {component}")).await,
+        Err(reason) => reply(sink, &format!("UI refused: {reason}")).await,
+    }
 }
 
 #[cfg(test)]

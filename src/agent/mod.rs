@@ -325,6 +325,13 @@ pub enum AgentEvent {
         name: String,
         value: Value,
     },
+    /// A component to show, already allowed by the catalog (the runtime makes these from
+    /// [`EventSink::show_ui`]; agents do not send them themselves).
+    Activity {
+        message_id: String,
+        activity_type: String,
+        content: Value,
+    },
     /// A subagent (a child agent run inside this one) started; `subagent_run_id` names it
     /// until it finishes.
     SubagentStarted {
@@ -451,6 +458,12 @@ pub(crate) enum SinkItem {
         request: InputRequest,
         reply: oneshot::Sender<InputAnswer>,
     },
+    /// A component to show (generative UI); the reply says whether the catalog took it.
+    Ui {
+        component: String,
+        props: Value,
+        reply: oneshot::Sender<Result<(), String>>,
+    },
 }
 
 /// Where an agent reports its events. Cheap to clone.
@@ -477,6 +490,26 @@ impl EventSink {
             .send(SinkItem::Event(event))
             .await
             .map_err(|_| SinkClosed)
+    }
+
+    /// Shows `component` with `props` (generative UI): `Ok(Err(reason))` when the
+    /// daemon's catalog refuses it (unknown component, props too large or not matching the
+    /// component's schema); then nothing reached the client.
+    pub async fn show_ui(
+        &self,
+        component: &str,
+        props: Value,
+    ) -> Result<Result<(), String>, SinkClosed> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(SinkItem::Ui {
+                component: component.to_owned(),
+                props,
+                reply,
+            })
+            .await
+            .map_err(|_| SinkClosed)?;
+        answer.await.map_err(|_| SinkClosed)
     }
 
     /// Sets the value at `pointer` (RFC 6901) of the thread's shared state; the client gets

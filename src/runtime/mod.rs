@@ -30,6 +30,7 @@ pub mod state;
 pub mod suspension;
 mod thread;
 pub mod translator;
+pub mod ui;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -91,6 +92,8 @@ pub struct RuntimeOptions {
     pub max_runs_per_principal: usize,
     /// Fleet document changes kept for replay.
     pub fleet_history: usize,
+    /// The components agents may show (generative UI).
+    pub ui: Arc<ui::UiCatalog>,
     /// Spans per run, turn and tool call, when traces are exported.
     pub tracer: Option<Tracer>,
 }
@@ -113,6 +116,7 @@ impl RuntimeOptions {
             secrets: Vec::new(),
             max_runs_per_principal: crate::config::DEFAULT_MAX_RUNS_PER_PRINCIPAL,
             fleet_history: fleet::DEFAULT_FLEET_HISTORY,
+            ui: Arc::new(ui::UiCatalog::defaults()),
             tracer: None,
         }
     }

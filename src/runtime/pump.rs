@@ -371,6 +371,23 @@ impl Pump {
         match item {
             SinkItem::Event(event) => self.writer.translate(event),
             SinkItem::State { pointer, value } => self.writer.set_state(&pointer, value),
+            SinkItem::Ui {
+                component,
+                props,
+                reply,
+            } => {
+                let verdict = self.writer.rt.inner.options.ui.check(&component, &props);
+                if verdict.is_ok() {
+                    self.writer.translate(AgentEvent::Activity {
+                        message_id: uuid::Uuid::new_v4().to_string(),
+                        activity_type: component,
+                        content: props,
+                    });
+                } else if let Err(refusal) = &verdict {
+                    tracing::info!(%refusal, "component refused");
+                }
+                let _ = reply.send(verdict.map_err(|refusal| refusal.to_string()));
+            }
             SinkItem::Title(title) => {
                 self.writer.rt.inner.store.set_title(
                     &self.writer.thread.key,
@@ -1192,6 +1209,15 @@ fn absorb(transcript: &mut Vec<Message>, mut produced: Produced) -> Message {
             content: Content::Text(content),
             tool_call_id,
             error: None,
+        }),
+        Produced::Activity {
+            id,
+            activity_type,
+            content,
+        } => Message::Activity(crate::protocol::input::ActivityMessage {
+            id,
+            activity_type,
+            content,
         }),
     };
     transcript.push(message.clone());

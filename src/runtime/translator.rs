@@ -93,6 +93,11 @@ pub enum Produced {
         tool_call_id: String,
         content: String,
     },
+    Activity {
+        id: String,
+        activity_type: String,
+        content: Value,
+    },
 }
 
 impl Translator {
@@ -325,6 +330,24 @@ impl Translator {
                 }
             }
             AgentEvent::Custom { name, value } => out.push(Event::Custom { name, value }),
+            AgentEvent::Activity {
+                message_id,
+                activity_type,
+                content,
+            } => {
+                self.transcript.push(Produced::Activity {
+                    id: message_id.clone(),
+                    activity_type: activity_type.clone(),
+                    content: content.clone(),
+                });
+                self.completed.push(self.transcript.len() - 1);
+                out.push(Event::ActivitySnapshot {
+                    message_id,
+                    activity_type,
+                    content,
+                    replace: None,
+                });
+            }
             AgentEvent::SubagentStarted {
                 subagent_run_id,
                 name,
@@ -710,6 +733,7 @@ fn event_kind(event: &AgentEvent) -> &'static str {
         AgentEvent::StepStarted { .. } => "step_started",
         AgentEvent::StepFinished { .. } => "step_finished",
         AgentEvent::Custom { .. } => "custom",
+        AgentEvent::Activity { .. } => "activity",
         AgentEvent::SubagentStarted { .. } => "subagent_started",
         AgentEvent::SubagentFinished { .. } => "subagent_finished",
         AgentEvent::SubagentError { .. } => "subagent_error",

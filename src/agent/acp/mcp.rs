@@ -8,6 +8,10 @@
 //! session's current run; a `tools/call` goes to the session's turn, which calls the
 //! frontend tool (the AG-UI segment ends, the run waits) and answers the MCP request with
 //! the browser's result.
+//!
+//! Every endpoint also offers [`EMIT_UI`]: the agent shows a component from the daemon's
+//! allow-listed catalog (generative UI, see `runtime::ui`); an accepted one reaches the
+//! client as an `ACTIVITY_SNAPSHOT`, a refused one is a tool error with the reason.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -28,6 +32,9 @@ use crate::agent::ToolAnswer;
 use crate::http::Limits;
 use crate::http::mcp::McpServer;
 use crate::protocol::input::Tool;
+
+/// The daemon's own tool on every endpoint: show a UI component.
+pub(super) const EMIT_UI: &str = "emit_ui";
 
 /// The loopback MCP listener shared by every session of an agent.
 pub(super) struct McpBridge {
@@ -145,8 +152,9 @@ impl ServerHandler for FrontendTools {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let tools: Vec<Value> = lock(&self.tools)
+        let mut tools: Vec<Value> = lock(&self.tools)
             .iter()
+            .filter(|tool| tool.name != EMIT_UI)
             .map(|tool| {
                 let schema = match &tool.parameters {
                     Some(Value::Object(schema)) => Value::Object(schema.clone()),
@@ -155,6 +163,20 @@ impl ServerHandler for FrontendTools {
                 json!({"name": tool.name, "description": tool.description, "inputSchema": schema})
             })
             .collect();
+        tools.push(json!({
+            "name": EMIT_UI,
+            "description": "Show a UI component in the user's chat: one of the components \
+                the daemon allows (a refusal names them), with props matching its schema. \
+                JSON props only; no HTML or script.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "component": {"type": "string", "description": "the component's name"},
+                    "props": {"type": "object", "description": "the component's props"},
+                },
+                "required": ["component", "props"],
+            },
+        }));
         serde_json::from_value(json!({"tools": tools}))
             .map_err(|e| McpError::internal_error(e.to_string(), None))
     }
@@ -165,6 +187,12 @@ impl ServerHandler for FrontendTools {
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let name = request.name.to_string();
+        if name == EMIT_UI {
+            return Ok(self
+                .emit_ui(request.arguments.unwrap_or_default())
+                .await
+                .into());
+        }
         if !lock(&self.tools).iter().any(|t| t.name == name) {
             return Ok(CallToolResult::error(vec![Content::text(format!(
                 "the browser does not offer a tool named {name}"
@@ -198,6 +226,41 @@ impl ServerHandler for FrontendTools {
             )]),
         }
         .into())
+    }
+}
+
+impl FrontendTools {
+    /// `emit_ui {component, props}`: shown on the session's turn, or refused with why.
+    async fn emit_ui(&self, arguments: serde_json::Map<String, Value>) -> CallToolResult {
+        let (Some(Value::String(component)), Some(props)) =
+            (arguments.get("component"), arguments.get("props"))
+        else {
+            return CallToolResult::error(vec![Content::text(
+                "emit_ui takes {\"component\": string, \"props\": object}",
+            )]);
+        };
+        let Some(router) = self.router.upgrade() else {
+            return CallToolResult::error(vec![Content::text("the session has ended")]);
+        };
+        let (reply, answer) = oneshot::channel();
+        let session = lock(&self.session).clone();
+        let event = SessionEvent::ShowUi {
+            component: component.clone(),
+            props: props.clone(),
+            reply,
+        };
+        if !router.deliver(&session, event) {
+            return CallToolResult::error(vec![Content::text(
+                "no turn is running on this session",
+            )]);
+        }
+        match answer.await {
+            Ok(Ok(())) => CallToolResult::success(vec![Content::text(format!(
+                "{component} is shown to the user"
+            ))]),
+            Ok(Err(reason)) => CallToolResult::error(vec![Content::text(reason)]),
+            Err(_) => CallToolResult::error(vec![Content::text("the turn is over")]),
+        }
     }
 }
 

@@ -381,6 +381,10 @@ impl Inner {
                             .await?;
                         let _ = reply.send(answer);
                     }
+                    SessionEvent::ShowUi { component, props, reply } => {
+                        let verdict = sink.show_ui(&component, props).await?;
+                        let _ = reply.send(verdict);
+                    }
                 },
                 () = turn.cancel.cancelled(), if !cancel_sent => {
                     cancel_sent = true;
@@ -406,6 +410,9 @@ impl Inner {
                             }
                             SessionEvent::FrontendCall { reply, .. } => {
                                 let _ = reply.send(ToolAnswer::Error("the turn is over".to_owned()));
+                            }
+                            SessionEvent::ShowUi { reply, .. } => {
+                                let _ = reply.send(Err("the turn is over".to_owned()));
                             }
                         }
                     }

@@ -71,6 +71,12 @@ pub(super) enum SessionEvent {
         arguments: String,
         reply: oneshot::Sender<crate::agent::ToolAnswer>,
     },
+    /// An `emit_ui` call on the session's MCP endpoint: a component to show.
+    ShowUi {
+        component: String,
+        props: serde_json::Value,
+        reply: oneshot::Sender<Result<(), String>>,
+    },
 }
 
 /// Routes agent messages to sessions.

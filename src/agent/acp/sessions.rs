@@ -100,6 +100,9 @@ impl Inner {
                 SessionEvent::FrontendCall { reply, .. } => {
                     let _ = reply.send(ToolAnswer::Error("no run is waiting".to_owned()));
                 }
+                SessionEvent::ShowUi { reply, .. } => {
+                    let _ = reply.send(Err("no run is showing anything".to_owned()));
+                }
             }
         }
         self.health.session_ok();
