@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CopilotKit example in a real browser: starts agui-serve (demo agent, TLS with its
+# The CopilotKit example and the daemon's operator console in a real browser: starts agui-serve (demo agent, TLS with its
 # generated certificate, token from a file), builds and starts examples/copilotkit (the
 # CopilotKit v2 runtime holding the token server-side), and drives the page with Debian's
 # Chromium through playwright-core. Needs node, npm and /usr/bin/chromium (or CHROMIUM).
@@ -42,6 +42,10 @@ page="$(wait_for_url "$work/app" "copilotkit example listening on" "${pids[-1]}"
 status=0
 (cd "$app" && E2E_URL="$page" CHROMIUM="$chromium" AGUI_BASE="$daemon" AGUI_TOKEN_FILE="$work/token" \
   E2E_SCREENSHOTS="$screenshots" NODE_EXTRA_CA_CERTS="$work/data/tls/cert.pem" node e2e/run.mjs) || status=$?
+# The daemon's own operator console, in the same browser.
+echo "== the built-in operator console"
+(cd "$app" && CHROMIUM="$chromium" AGUI_BASE="$daemon" AGUI_TOKEN_FILE="$work/token" \
+  NODE_EXTRA_CA_CERTS="$work/data/tls/cert.pem" node e2e/console.mjs) || status=$?
 # Direct mode: the same page built for the daemon's own CopilotKit routes, served as static
 # files by the Go reverse proxy of examples/reverse-proxy, which forwards {path} to the
 # daemon with the token: no Node process at run time, and the browser holds no token.

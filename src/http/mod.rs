@@ -9,6 +9,7 @@
 //! bounded kernel send buffer, so a reader that stops draining stalls only itself.
 
 pub mod body;
+mod console;
 mod copilotkit;
 pub mod error;
 pub mod listener;

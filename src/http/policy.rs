@@ -2,7 +2,10 @@
 //! header, origin allow-list, CORS.
 //!
 //! No `Origin` header: no check (server-to-server callers such as a reverse proxy). With one,
-//! it must equal an allowed origin (case-insensitive) or the list must hold `*`.
+//! it must be the daemon's own origin (a page it served itself: the console; its host and
+//! port are the request's `Host`), equal an allowed origin (case-insensitive), or the list
+//! must hold `*`. Allowing the daemon's own origin gives nothing away: every call still
+//! needs the token, which a page of another origin cannot read.
 
 use http::header::{
     ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN,
@@ -68,7 +71,9 @@ impl OriginPolicy {
         }
     }
 
-    pub fn check(&self, headers: &HeaderMap) -> OriginCheck {
+    /// `authority`: the request target's (HTTP/2's `:authority`), used when there is no
+    /// `Host` header.
+    pub fn check(&self, headers: &HeaderMap, authority: Option<&str>) -> OriginCheck {
         let Some(origin) = headers.get(ORIGIN) else {
             return OriginCheck::Absent;
         };
@@ -76,7 +81,15 @@ impl OriginPolicy {
             return OriginCheck::Forbidden;
         };
         let normalized = text.trim().trim_end_matches('/').to_ascii_lowercase();
-        if self.any || self.allowed.contains(&normalized) {
+        let host = headers
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .or(authority);
+        let same_origin = normalized
+            .split_once("://")
+            .zip(host)
+            .is_some_and(|((_, origin), host)| origin.eq_ignore_ascii_case(host.trim()));
+        if same_origin || self.any || self.allowed.contains(&normalized) {
             OriginCheck::Allowed(origin.clone())
         } else {
             OriginCheck::Forbidden
@@ -305,25 +318,54 @@ mod tests {
     #[test]
     fn origins() {
         let p = OriginPolicy::new(&["https://App.example".to_owned()]);
-        assert_eq!(p.check(&headers(&[])), OriginCheck::Absent);
+        assert_eq!(p.check(&headers(&[]), None), OriginCheck::Absent);
         assert!(matches!(
-            p.check(&headers(&[("origin", "https://app.EXAMPLE")])),
+            p.check(&headers(&[("origin", "https://app.EXAMPLE")]), None),
             OriginCheck::Allowed(_)
         ));
         assert_eq!(
-            p.check(&headers(&[("origin", "https://evil.example")])),
+            p.check(&headers(&[("origin", "https://evil.example")]), None),
             OriginCheck::Forbidden
         );
         let any = OriginPolicy::new(&["*".to_owned()]);
         assert!(matches!(
-            any.check(&headers(&[("origin", "https://x")])),
+            any.check(&headers(&[("origin", "https://x")]), None),
             OriginCheck::Allowed(_)
         ));
         let none = OriginPolicy::new(&[]);
         assert_eq!(
-            none.check(&headers(&[("origin", "https://x")])),
+            none.check(&headers(&[("origin", "https://x")]), None),
             OriginCheck::Forbidden
         );
+        // The daemon's own origin (its console): the same host and port as the request.
+        assert!(matches!(
+            none.check(
+                &headers(&[
+                    ("origin", "https://127.0.0.1:8443"),
+                    ("host", "127.0.0.1:8443")
+                ]),
+                None
+            ),
+            OriginCheck::Allowed(_)
+        ));
+        assert_eq!(
+            none.check(
+                &headers(&[
+                    ("origin", "https://127.0.0.1:9999"),
+                    ("host", "127.0.0.1:8443")
+                ]),
+                None
+            ),
+            OriginCheck::Forbidden
+        );
+        // HTTP/2: no Host header, the request's authority.
+        assert!(matches!(
+            none.check(
+                &headers(&[("origin", "https://127.0.0.1:8443")]),
+                Some("127.0.0.1:8443")
+            ),
+            OriginCheck::Allowed(_)
+        ));
     }
 
     #[test]

@@ -57,6 +57,8 @@ enum Route {
     ForkThread(String),
     /// The ambient plane: the fleet document and its changes.
     FleetStream,
+    /// The operator console's page (`None`) or one of its files.
+    Console(Option<String>),
 }
 
 /// What a route asks of the principal beyond a valid token.
@@ -99,6 +101,8 @@ impl Route {
             ["metrics"] => Route::Metrics,
             ["tokens"] => Route::Tokens,
             ["fleet", "stream"] => Route::FleetStream,
+            ["console"] => Route::Console(None),
+            ["console", file] if !file.is_empty() => Route::Console(Some((*file).to_owned())),
             ["threads"] => Route::Threads,
             ["threads", id] if !id.is_empty() => Route::Thread((*id).to_owned()),
             ["threads", id, "messages"] if !id.is_empty() => {
@@ -141,7 +145,7 @@ impl Route {
             | Route::ImportSession(..)
             | Route::ForkThread(_) => "POST, OPTIONS",
             Route::Thread(_) => "GET, DELETE, OPTIONS",
-            Route::Healthz | Route::Readyz => "GET, HEAD, OPTIONS",
+            Route::Healthz | Route::Readyz | Route::Console(_) => "GET, HEAD, OPTIONS",
             _ => "GET, OPTIONS",
         }
     }
@@ -158,7 +162,9 @@ impl Route {
             | Route::ImportSession(..)
             | Route::ForkThread(_) => method == Method::POST,
             Route::Thread(_) => method == Method::GET || method == Method::DELETE,
-            Route::Healthz | Route::Readyz => method == Method::GET || method == Method::HEAD,
+            Route::Healthz | Route::Readyz | Route::Console(_) => {
+                method == Method::GET || method == Method::HEAD
+            }
             _ => method == Method::GET,
         }
     }
@@ -178,7 +184,8 @@ impl Route {
     }
 
     fn authenticated(&self) -> bool {
-        !matches!(self, Route::Healthz | Route::Readyz)
+        // The console's files hold nothing secret; its API calls carry the token.
+        !matches!(self, Route::Healthz | Route::Readyz | Route::Console(_))
     }
 
     /// The route's path under the namespace, parameters named.
@@ -204,6 +211,8 @@ impl Route {
             Route::ImportSession(..) => "/agents/{agent}/sessions/{sessionId}/import",
             Route::ForkThread(_) => "/threads/{id}/fork",
             Route::FleetStream => "/fleet/stream",
+            Route::Console(None) => "/console",
+            Route::Console(Some(_)) => "/console/{file}",
         }
     }
 
@@ -230,7 +239,8 @@ impl Route {
             | Route::Info
             | Route::Agents
             | Route::Healthz
-            | Route::Readyz => Need::Nothing,
+            | Route::Readyz
+            | Route::Console(_) => Need::Nothing,
         }
     }
 
@@ -266,6 +276,7 @@ impl Route {
             Route::Metrics => "metrics",
             Route::Tokens => "tokens",
             Route::FleetStream => "fleet_stream",
+            Route::Console(_) => "console",
             Route::AgentSessions(_) => "agent_sessions",
             Route::ImportSession(..) => "import_session",
             Route::ForkThread(_) => "fork_thread",
@@ -291,7 +302,9 @@ pub(super) async fn handle(app: &App, req: Request<Incoming>, conn: ConnInfo) ->
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let query = req.uri().query().map(policy::scrub_query);
-    let origin = app.origins.check(req.headers());
+    let origin = app
+        .origins
+        .check(req.headers(), req.uri().authority().map(|a| a.as_str()));
     let route = Route::parse(&app.path, &path);
     let route_name = route.as_ref().map_or("none", Route::name);
 
@@ -466,6 +479,9 @@ async fn dispatch(
         )),
         Route::Agents => Ok(json_response(StatusCode::OK, agents(app, &principal))),
         Route::Healthz => Ok(healthz(app)),
+        Route::Console(file) => {
+            super::console::asset(file.as_deref()).ok_or_else(|| ApiError::not_found("route"))
+        }
         Route::Readyz => Ok(readyz(app)),
         Route::Metrics => Ok(super::metrics_endpoint::response(&app.metrics)),
         Route::Tokens => {
