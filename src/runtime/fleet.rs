@@ -29,6 +29,10 @@ use crate::protocol::Event;
 /// Patches kept for replay by default.
 pub const DEFAULT_FLEET_HISTORY: usize = 4096;
 
+/// How long the document is kept up to date after the last subscriber left (so that a
+/// reconnect replays exactly); after that, until the next subscriber, it is not rebuilt.
+pub const WATCHED_FOR: Duration = Duration::from_secs(600);
+
 /// One change of the document.
 #[derive(Debug, Clone)]
 struct Delta {
@@ -60,6 +64,8 @@ pub struct Fleet {
     changed: watch::Sender<u64>,
     epoch: u64,
     max_deltas: usize,
+    /// Open subscriptions, and when the last one ended.
+    watchers: Mutex<(usize, Option<std::time::Instant>)>,
 }
 
 /// Where a subscriber starts.
@@ -150,7 +156,14 @@ impl Fleet {
             changed: watch::Sender::new(0),
             epoch,
             max_deltas: max_deltas.max(1),
+            watchers: Mutex::new((0, None)),
         }
+    }
+
+    /// Whether anyone watches the document, or did within [`WATCHED_FOR`].
+    pub fn is_watched(&self) -> bool {
+        let (open, last) = *lock(&self.watchers);
+        open > 0 || last.is_some_and(|at| at.elapsed() < WATCHED_FOR)
     }
 
     /// Makes `doc` the document; `true` when it differed (a new patch was kept).
@@ -241,6 +254,7 @@ impl Fleet {
             .cloned()
             .collect();
         drop(history);
+        lock(&self.watchers).0 += 1;
         for delta in replay {
             if let Some(patch) = view_patch(&view, &mut doc, &mut shown, &delta) {
                 queue.push_back((delta.seq, delta.at_ms, Event::StateDelta { delta: patch }));
@@ -317,6 +331,14 @@ pub enum FleetItem {
     },
     /// Nothing for a keep-alive period.
     KeepAlive,
+}
+
+impl Drop for FleetStream {
+    fn drop(&mut self) {
+        let mut watchers = lock(&self.fleet.watchers);
+        watchers.0 = watchers.0.saturating_sub(1);
+        watchers.1 = Some(std::time::Instant::now());
+    }
 }
 
 impl FleetStream {

@@ -372,8 +372,10 @@ impl Runtime {
     }
 
     /// Rebuilds the fleet document when told that something changed (a burst is taken
-    /// together), and at least once a second (agents' states change on their own). One
-    /// task; it ends with the runtime.
+    /// together), and at least once a second (agents' states change on their own), while
+    /// anyone watches it (and for [`fleet::WATCHED_FOR`] after the last subscriber left, so
+    /// a reconnect replays): a daemon nobody watches pays nothing for it. One task; it ends
+    /// with the runtime.
     fn spawn_fleet(&self) {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
@@ -388,8 +390,10 @@ impl Runtime {
                     return;
                 };
                 let runtime = Runtime { inner };
-                let doc = runtime.fleet_document();
-                runtime.inner.fleet.update(doc, now_ms());
+                if runtime.inner.fleet.is_watched() {
+                    let doc = runtime.fleet_document();
+                    runtime.inner.fleet.update(doc, now_ms());
+                }
             }
         });
     }
@@ -450,6 +454,8 @@ impl Runtime {
 
     /// A fleet stream for `principal` (its view of the fleet), from `from`.
     pub fn fleet_stream(&self, principal: &Principal, from: FleetFrom) -> FleetStream {
+        // Nobody may have watched for a while: the document is brought up to date first.
+        self.inner.fleet.update(self.fleet_document(), now_ms());
         self.inner.fleet.subscribe(
             principal,
             from,
