@@ -112,15 +112,20 @@ function Progress({ content }) {
 // The person's answer to a component with buttons (choice_prompt, approval_card): the first
 // user message after it in the conversation. It is read from the messages, so a reload
 // (the daemon's transcript) shows the same answer. `send` puts a label in the chat as the
-// person's next message and runs the agent, as typing it would.
+// person's next message and runs the agent, as typing it would (after the run that showed
+// the component, if it is still going).
 function useAnswer(message) {
   const { agent } = useAgent();
   const { copilotkit } = useCopilotKit();
+  const [sent, setSent] = useState();
   const messages = agent.messages;
   const at = messages.findIndex((m) => m.id === message.id);
   const next = at < 0 ? undefined : messages.slice(at + 1).find((m) => m.role === "user");
-  const answer = typeof next?.content === "string" ? next.content : next ? "" : undefined;
+  const answer = next ? (typeof next.content === "string" ? next.content : "") : sent;
   const send = async (label) => {
+    if (sent !== undefined) return;
+    setSent(label);
+    if (agent.isRunning) await agent.activeRunCompletionPromise;
     agent.addMessage({ id: crypto.randomUUID(), role: "user", content: label });
     try {
       await copilotkit.runAgent({ agent });
@@ -128,12 +133,12 @@ function useAnswer(message) {
       // The chat shows a failed run (its onError); nothing more to do here.
     }
   };
-  return { answer, send, busy: agent.isRunning };
+  return { answer, send };
 }
 
 function ChoicePrompt({ content, message }) {
   const { question, options, multiple = false } = content;
-  const { answer, send, busy } = useAnswer(message);
+  const { answer, send } = useAnswer(message);
   const answered = answer !== undefined;
   const chosen = new Set(answered ? (multiple ? answer.split(", ") : [answer]) : []);
   const [picked, toggle] = useToggleSet();
@@ -147,7 +152,7 @@ function ChoicePrompt({ content, message }) {
               key={option.id}
               type="button"
               aria-pressed={on}
-              disabled={answered || busy}
+              disabled={answered}
               onClick={() => (multiple ? toggle(option.id) : send(option.label))}
             >
               {option.label}
@@ -158,7 +163,7 @@ function ChoicePrompt({ content, message }) {
           <button
             type="button"
             className="primary"
-            disabled={busy || picked.size === 0}
+            disabled={picked.size === 0}
             onClick={() => send(options.filter((o) => picked.has(o.id)).map((o) => o.label).join(", "))}
           >
             Send
@@ -189,7 +194,7 @@ function useToggleSet() {
 
 function ApprovalCard({ content, message }) {
   const { title, description, risk, actions = [] } = content;
-  const { answer, send, busy } = useAnswer(message);
+  const { answer, send } = useAnswer(message);
   const answered = answer !== undefined;
   return (
     <Frame type="approval_card" title={title} className="gen-ui-approval" data-risk={risk}>
@@ -202,7 +207,7 @@ function ApprovalCard({ content, message }) {
               key={action.id}
               type="button"
               aria-pressed={answered && answer === action.label}
-              disabled={answered || busy}
+              disabled={answered}
               onClick={() => send(action.label)}
             >
               {action.label}
