@@ -291,6 +291,8 @@ const cases = [
       await user.filter({ hasText: /^\s*Europe\s*$/ }).waitFor();
       await reply("You said: Europe");
       await choiceAnswered("after the click");
+      // For the README: from the /ui progress command on.
+      await user.filter({ hasText: "/ui progress" }).evaluate((message) => message.scrollIntoView({ block: "start" }));
       await shot("generative-ui");
     },
   ],
