@@ -5,8 +5,8 @@
 //   E2E_URL=http://127.0.0.1:3000 AGUI_BASE=https://127.0.0.1:8443/agui AGUI_TOKEN_FILE=t \
 //     NODE_EXTRA_CA_CERTS=<data-dir>/tls/cert.pem node e2e/run.mjs
 // CHROMIUM overrides the browser (default /usr/bin/chromium). Screenshots (of a failure, of
-// the final page, and the README's: the first screen, a conversation, an error, a stopped
-// reply) go to E2E_ARTIFACTS (default: a new temp dir); with E2E_SCREENSHOTS=DIR the
+// the final page, and the README's: the first screen, a conversation, generative UI, an
+// error, a stopped reply) go to E2E_ARTIFACTS (default: a new temp dir); with E2E_SCREENSHOTS=DIR the
 // README's are also written to DIR (examples/copilotkit/screenshots).
 import { chromium } from "playwright-core";
 import { execFileSync } from "node:child_process";
