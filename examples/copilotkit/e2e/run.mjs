@@ -337,6 +337,19 @@ const cases = [
           check(markup === 0, `the props became ${markup} element(s)`);
         }
       }
+      // A prompt that allows several options: tick two, Send.
+      const toppings = { question: "Which toppings?", multiple: true, options: [{ id: "a", label: "Basil" }, { id: "b", label: "Olives" }, { id: "c", label: "Capers" }] };
+      await send(`/ui choice_prompt ${JSON.stringify(toppings)}`);
+      await reply("Showed choice_prompt");
+      const prompt = page.getByRole("group", { name: "Which toppings?" });
+      const sendChoice = prompt.getByRole("button", { name: "Send" });
+      check(await sendChoice.isDisabled(), "Send is enabled with nothing ticked");
+      await prompt.getByRole("button", { name: "Basil" }).click();
+      await prompt.getByRole("button", { name: "Capers" }).click();
+      await sendChoice.click();
+      await reply("You said: Basil, Capers");
+      const pressed = await prompt.locator('button[aria-pressed="true"]').allInnerTexts();
+      check(pressed.join("|") === "Basil|Capers", `marked: ${JSON.stringify(pressed)}`);
       // A component off the daemon's list puts nothing on the page (which would draw it as an
       // unknown component); the agent says why.
       await send('/ui script_runner {"code":"rm -rf /"}');

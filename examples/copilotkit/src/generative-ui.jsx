@@ -121,7 +121,7 @@ function useAnswer(message) {
   const messages = agent.messages;
   const at = messages.findIndex((m) => m.id === message.id);
   const next = at < 0 ? undefined : messages.slice(at + 1).find((m) => m.role === "user");
-  const answer = next ? (typeof next.content === "string" ? next.content : "") : sent;
+  const answer = next ? textOf(next.content) : sent;
   const send = async (label) => {
     if (sent !== undefined) return;
     setSent(label);
@@ -134,6 +134,16 @@ function useAnswer(message) {
     }
   };
   return { answer, send };
+}
+
+// A user message's text (its content is a string, or parts of which some are text).
+function textOf(content) {
+  if (typeof content === "string") return content;
+  if (!Array.isArray(content)) return "";
+  return content
+    .filter((part) => part?.type === "text" && typeof part.text === "string")
+    .map((part) => part.text)
+    .join(" ");
 }
 
 function ChoicePrompt({ content, message }) {
@@ -172,7 +182,7 @@ function ChoicePrompt({ content, message }) {
       </div>
       {answered ? (
         <p className="muted" data-testid="ui-answer">
-          Answered: {answer || "(not text)"}
+          Answered: {answer}
         </p>
       ) : null}
     </Frame>
@@ -217,7 +227,7 @@ function ApprovalCard({ content, message }) {
       ) : null}
       {answered && actions.length ? (
         <p className="muted" data-testid="ui-answer">
-          Answered: {answer || "(not text)"}
+          Answered: {answer}
         </p>
       ) : null}
     </Frame>
