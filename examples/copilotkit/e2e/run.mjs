@@ -5,8 +5,8 @@
 //   E2E_URL=http://127.0.0.1:3000 AGUI_BASE=https://127.0.0.1:8443/agui AGUI_TOKEN_FILE=t \
 //     NODE_EXTRA_CA_CERTS=<data-dir>/tls/cert.pem node e2e/run.mjs
 // CHROMIUM overrides the browser (default /usr/bin/chromium). Screenshots (of a failure, of
-// the final page, and the README's: the first screen, a conversation, an error, a stopped
-// reply) go to E2E_ARTIFACTS (default: a new temp dir); with E2E_SCREENSHOTS=DIR the
+// the final page, and the README's: the first screen, a conversation, generative UI, an
+// error, a stopped reply) go to E2E_ARTIFACTS (default: a new temp dir); with E2E_SCREENSHOTS=DIR the
 // README's are also written to DIR (examples/copilotkit/screenshots).
 import { chromium } from "playwright-core";
 import { execFileSync } from "node:child_process";
@@ -93,6 +93,42 @@ async function idle() {
   await page.locator('[data-copilot-running="false"]').first().waitFor();
 }
 
+// The main conversation's URL, while the generative UI cases use a thread of their own.
+let mainThread;
+
+// What /ui choice_prompt asks in the cases below.
+const REGION = {
+  question: "Which region?",
+  options: [
+    { id: "eu", label: "Europe" },
+    { id: "us", label: "United States" },
+  ],
+};
+
+// The progress bar of '/ui progress {"label":"Indexing","percent":42,...}', once.
+async function progressShown() {
+  const bar = page.getByRole("progressbar", { name: "Indexing" });
+  await bar.waitFor();
+  check((await bar.count()) === 1, `${await bar.count()} progress bars`);
+  check((await bar.getAttribute("aria-valuenow")) === "42", `aria-valuenow ${await bar.getAttribute("aria-valuenow")}`);
+  const card = page.getByTestId("ui-progress");
+  const text = await card.innerText();
+  for (const part of ["Indexing", "42%", "3 of 7 folders"]) check(text.includes(part), `the progress card shows ${JSON.stringify(text)}`);
+}
+
+// The choice prompt, answered "Europe": that option marked, none answerable any more.
+async function choiceAnswered(when) {
+  const prompt = page.getByRole("group", { name: REGION.question });
+  await prompt.waitFor();
+  check((await prompt.count()) === 1, `${when}: ${await prompt.count()} prompts`);
+  const europe = prompt.getByRole("button", { name: "Europe", exact: true });
+  const us = prompt.getByRole("button", { name: "United States" });
+  check((await europe.getAttribute("aria-pressed")) === "true", `${when}: Europe is not marked chosen`);
+  check((await us.getAttribute("aria-pressed")) === "false", `${when}: United States is marked chosen`);
+  check((await europe.isDisabled()) && (await us.isDisabled()), `${when}: the prompt can still be answered`);
+  check((await prompt.innerText()).includes("Answered: Europe"), `${when}: no answer shown`);
+}
+
 const cases = [
   [
     "the page loads with an empty chat, a thread in the URL and the demo commands",
@@ -104,7 +140,7 @@ const cases = [
       const hint = page.getByTestId("welcome");
       await hint.waitFor();
       const text = await hint.innerText();
-      for (const command of ["/slow", "/todo", "/tool show_card", "/approve", "/fail"])
+      for (const command of ["/slow", "/todo", "/tool show_card", "/approve", "/fail", '/ui progress {"label":"Indexing","percent":42}'])
         check(text.includes(command), `the hint does not list ${command}: ${text}`);
       await inputOnScreen("first screen");
       await shot("first-screen");
@@ -223,6 +259,105 @@ const cases = [
       const allow = card.getByRole("button", { name: "Allow" });
       await allow.waitFor();
       await allow.click();
+      await reply("Approved: reboot");
+    },
+  ],
+  [
+    "/ui progress: the page draws the agent's progress bar",
+    async () => {
+      // In a thread of their own (the chat keeps only the rows near the view in the page
+      // once a conversation is long, and the cases after these look far back in theirs).
+      mainThread = page.url();
+      await page.goto(base);
+      await page.getByTestId("welcome").waitFor();
+      await send('/ui progress {"label":"Indexing","percent":42,"detail":"3 of 7 folders"}');
+      await reply("Showed progress");
+      await progressShown();
+    },
+  ],
+  [
+    "/ui choice_prompt: the question and its options as buttons; a click answers with the label",
+    async () => {
+      await send(`/ui choice_prompt ${JSON.stringify(REGION)}`);
+      await reply("Showed choice_prompt");
+      const prompt = page.getByRole("group", { name: REGION.question });
+      await prompt.waitFor();
+      check((await prompt.count()) === 1, `${await prompt.count()} prompts`);
+      const buttons = await prompt.getByRole("button").allInnerTexts();
+      check(JSON.stringify(buttons) === JSON.stringify(["Europe", "United States"]), `buttons: ${JSON.stringify(buttons)}`);
+      const europe = prompt.getByRole("button", { name: "Europe", exact: true });
+      check((await europe.getAttribute("aria-pressed")) === "false", "Europe is chosen before the click");
+      await europe.click();
+      await user.filter({ hasText: /^\s*Europe\s*$/ }).waitFor();
+      await reply("You said: Europe");
+      await choiceAnswered("after the click");
+      // For the README: from the /ui progress command on.
+      await user.filter({ hasText: "/ui progress" }).evaluate((message) => message.scrollIntoView({ block: "start" }));
+      await shot("generative-ui");
+    },
+  ],
+  [
+    "a reload keeps the agent's components and the prompt's answer",
+    async () => {
+      await page.reload();
+      await reply("You said: Europe");
+      await progressShown();
+      await choiceAnswered("after the reload");
+    },
+  ],
+  [
+    "/ui: the other default components, and props shown as text, never as markup",
+    async () => {
+      const shows = [
+        ["approval_card", { title: "Deploy to production?", description: "3 services", risk: "high", actions: [{ id: "go", label: "Deploy" }, { id: "no", label: "Cancel" }] }, ["Deploy to production?", "3 services", "high risk"]],
+        ["diff_summary", { summary: "Tidy the parser", files: [{ path: "src/a.rs", added: 3, removed: 1 }, { path: "README.md", added: 10 }] }, ["2 files changed, +13 −1", "Tidy the parser", "src/a.rs", "+3", "−1", "README.md", "+10"]],
+        ["metric", { label: "Latency p99", value: 12.5, unit: "ms", trend: "down" }, ["Latency p99", "12.5", "ms", "down"]],
+        ["agent_card", { name: "reviewer", status: "working", description: "reading the diff" }, ["reviewer", "working", "reading the diff"]],
+        ["metric", { label: "<img src=x onerror=alert(1)>", value: "<b>7</b>" }, ["<img src=x onerror=alert(1)>", "<b>7</b>"]],
+      ];
+      for (const [component, props, texts] of shows) {
+        await send(`/ui ${component} ${JSON.stringify(props)}`);
+        await reply(`Showed ${component}`);
+        const card = page.getByTestId(`ui-${component}`).last();
+        await card.waitFor();
+        const shown = await card.textContent(); // (innerText would be the badges' upper case)
+        for (const text of texts) check(shown.includes(text), `${component}: no "${text}" in ${JSON.stringify(shown)}`);
+        // Checked as each one arrives, while it is in view.
+        if (component === "approval_card") {
+          const actions = await card.getByRole("button").allInnerTexts();
+          check(actions.join("|") === "Deploy|Cancel", `approval_card: actions ${JSON.stringify(actions)}`);
+          const cancel = card.getByRole("button", { name: "Cancel" });
+          await cancel.click();
+          await reply("You said: Cancel");
+          check((await cancel.getAttribute("aria-pressed")) === "true", "approval_card: Cancel is not marked");
+          check(await card.getByRole("button", { name: "Deploy" }).isDisabled(), "approval_card: still answerable");
+        }
+        if (props.label?.startsWith("<img")) {
+          const markup = await card.locator("img, b").count();
+          check(markup === 0, `the props became ${markup} element(s)`);
+        }
+      }
+      // A prompt that allows several options: tick two, Send.
+      const toppings = { question: "Which toppings?", multiple: true, options: [{ id: "a", label: "Basil" }, { id: "b", label: "Olives" }, { id: "c", label: "Capers" }] };
+      await send(`/ui choice_prompt ${JSON.stringify(toppings)}`);
+      await reply("Showed choice_prompt");
+      const prompt = page.getByRole("group", { name: "Which toppings?" });
+      const sendChoice = prompt.getByRole("button", { name: "Send" });
+      check(await sendChoice.isDisabled(), "Send is enabled with nothing ticked");
+      await prompt.getByRole("button", { name: "Basil" }).click();
+      await prompt.getByRole("button", { name: "Capers" }).click();
+      await sendChoice.click();
+      await reply("You said: Basil, Capers");
+      const pressed = await prompt.locator('button[aria-pressed="true"]').allInnerTexts();
+      check(pressed.join("|") === "Basil|Capers", `marked: ${JSON.stringify(pressed)}`);
+      // A component off the daemon's list puts nothing on the page (which would draw it as an
+      // unknown component); the agent says why.
+      await send('/ui script_runner {"code":"rm -rf /"}');
+      await reply("UI refused: unknown component");
+      await idle();
+      check((await page.getByTestId("ui-unknown").count()) === 0, "a refused component was drawn");
+      // Back to the main conversation.
+      await page.goto(mainThread);
       await reply("Approved: reboot");
     },
   ],

@@ -11,6 +11,7 @@ import {
   useThreads,
 } from "@copilotkit/react-core/v2";
 import { z } from "zod";
+import { ACTIVITY_RENDERERS } from "./generative-ui.jsx";
 
 // The conversation's thread lives in the URL (?thread=...), so a reload, a bookmark or a
 // second tab comes back to the same thread; its history is restored from agui-serve.
@@ -37,7 +38,11 @@ const DIRECT = import.meta.env.VITE_RUNTIME_URL !== undefined;
 export function App() {
   const threadId = useMemo(threadFromUrl, []);
   return (
-    <CopilotKitProvider runtimeUrl={RUNTIME_URL} showDevConsole={false}>
+    <CopilotKitProvider
+      runtimeUrl={RUNTIME_URL}
+      showDevConsole={false}
+      renderActivityMessages={ACTIVITY_RENDERERS}
+    >
       <Tools />
       <div className="layout">
         <Chat threadId={threadId} />
@@ -115,6 +120,7 @@ const COMMANDS = [
   ["/todo plan; build; ship", "fills the todos panel from shared state"],
   ['/tool show_card {"title":"Hi","body":"from the agent"}', "a frontend tool the page renders"],
   ["/approve deploy", "asks for your approval first"],
+  ['/ui progress {"label":"Indexing","percent":42}', "a component the agent shows, drawn by the page"],
   ["/fail the disk is full", "a run that ends in an error"],
 ];
 
