@@ -125,9 +125,11 @@ impl App {
 
 impl Handler for App {
     async fn handle(&self, req: Request<Incoming>, conn: ConnInfo) -> Response<Body> {
+        // Boxed: hyper keeps one slot of the service future's size for the whole life of
+        // an HTTP/1.1 connection (an open event stream included); boxed, the slot holds a
+        // pointer and the request's own state is freed as soon as the response is ready.
         match &self.tracer {
-            None => routes::handle(self, req, conn).await,
-            // Boxed: without traces, a request's future holds nothing of them.
+            None => Box::pin(routes::handle(self, req, conn)).await,
             Some(tracer) => Box::pin(traced(self, tracer, req, conn)).await,
         }
     }
