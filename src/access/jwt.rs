@@ -25,8 +25,9 @@ pub const LOCAL_KID: &str = "agui-serve-local";
 /// The file in the data directory holding the daemon's own signing secret.
 pub const LOCAL_KEY_FILE: &str = "token-signing.key";
 
-/// The daemon's own HMAC secret: read from [`LOCAL_KEY_FILE`] in `data_dir`, or generated
-/// (32 random bytes, hex) into a new file only this user can read. It signs minted tokens
+/// The daemon's own HMAC secret: read from [`LOCAL_KEY_FILE`] in `data_dir` (made readable
+/// by this user only, whatever its mode was), or generated (32 random bytes, hex) into a new
+/// file only this user can read. It signs minted tokens
 /// when no HMAC key is configured, and survives restarts, so minted tokens do too.
 pub fn local_secret(data_dir: &Path) -> Result<Vec<u8>, String> {
     use std::io::Write;
@@ -49,6 +50,9 @@ pub fn local_secret(data_dir: &Path) -> Result<Vec<u8>, String> {
             Ok(text.into_bytes())
         }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| format!("cannot make {shown} private: {e}"))?;
             let text =
                 std::fs::read_to_string(&path).map_err(|e| format!("cannot read {shown}: {e}"))?;
             let text = text.trim();
@@ -587,6 +591,25 @@ mod tests {
         );
         assert_eq!(v.verify(&none), Err(TokenError::Malformed));
         assert_eq!(v.verify("not-a-jwt"), Err(TokenError::Malformed));
+    }
+
+    #[test]
+    fn the_local_secret_is_kept_private_and_reused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("agui-jwt-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let first = local_secret(&dir).expect("generated");
+        let path = dir.join(LOCAL_KEY_FILE);
+        let mode = |p: &Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o600);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        assert_eq!(local_secret(&dir).expect("read"), first);
+        assert_eq!(
+            mode(&path),
+            0o600,
+            "an existing key file is made private again"
+        );
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]
