@@ -305,12 +305,12 @@ async fn replay_by_event_id_or_time_without_gap_or_duplicate() {
 }
 
 #[tokio::test]
-async fn a_subscriber_that_falls_behind_is_ended_and_resyncs() {
+async fn a_subscriber_that_falls_behind_is_ended_and_replays_on_reconnect() {
     let limits = Limits {
         send_buffer: 4096,
         ..Limits::default()
     };
-    let server = TestServer::with_limits(|c| c.fleet_history = 8, limits).await;
+    let server = TestServer::with_limits(|c| c.fleet_history = 200, limits).await;
     // A subscriber that stops reading after the headers.
     let socket = tokio::net::TcpSocket::new_v4().expect("socket");
     socket.set_recv_buffer_size(4096).expect("rcvbuf");
@@ -322,17 +322,19 @@ async fn a_subscriber_that_falls_behind_is_ended_and_resyncs() {
         );
         stalled.write_all(request.as_bytes()).await.expect("write");
     }
-    // Many changes, each with a long thread id, so the frames fill both socket buffers.
+    // Changes (a start and an end per run), each with a long thread id, so the frames fill
+    // both socket buffers (a few dozen frames) and the daemon sees the subscriber fall more
+    // than a quarter of the kept history (200) behind, while what it missed is still kept.
     let long = "x".repeat(200);
     for i in 0..60 {
         let r = post_run(
             &server,
             "demo",
-            &run_body(&format!("{long}{i}"), &format!("fb{i}-r"), "/slow 2 30"),
+            &run_body(&format!("{long}{i}"), &format!("fb{i}-r"), "/slow 2 60"),
         )
         .await;
         SseReader::new(r).collect().await;
-        tokio::time::sleep(Duration::from_millis(40)).await;
+        tokio::time::sleep(Duration::from_millis(30)).await;
     }
     // Read what it was sent: the stream ended (the chunked body is closed).
     let got = read_raw_to_end(&mut stalled, Duration::from_secs(10), Duration::ZERO).await;
@@ -347,17 +349,38 @@ async fn a_subscriber_that_falls_behind_is_ended_and_resyncs() {
         .next_back()
         .expect("some frames")
         .to_owned();
-    // The reconnect from there resyncs with a snapshot of the fleet as it is.
+    // It was ended while what it missed is still kept: the reconnect from its last id
+    // replays exactly (every later change, in order), then the snapshot.
     let resumed = server
         .get("/fleet/stream")
         .header("accept", "text/event-stream")
         .header("last-event-id", &last_id)
         .sent()
         .await;
-    assert_eq!(resumed.headers()["agui-resume"], "resync");
+    assert_eq!(resumed.headers()["agui-resume"], "exact");
     let mut resumed = SseReader::new(resumed);
-    let snapshot = resumed.next().await.expect("snapshot");
-    assert_eq!(snapshot.kind(), "STATE_SNAPSHOT");
-    assert_eq!(snapshot.data["snapshot"]["totals"]["live"], 0);
+    let last_seq: u64 = last_id.rsplit('-').next().expect("seq").parse().expect("n");
+    let mut expected = last_seq + 1;
+    loop {
+        let frame = resumed.next().await.expect("frame");
+        let seq: u64 = frame
+            .id
+            .as_deref()
+            .and_then(|id| id.rsplit('-').next())
+            .and_then(|n| n.parse().ok())
+            .expect("id");
+        if frame.kind() == "STATE_SNAPSHOT" {
+            assert_eq!(
+                seq,
+                expected - 1,
+                "the snapshot holds every change replayed"
+            );
+            assert_eq!(frame.data["snapshot"]["totals"]["live"], 0);
+            break;
+        }
+        assert_eq!(seq, expected, "no gap, no duplicate");
+        expected += 1;
+    }
+    assert!(expected > last_seq + 1, "something was replayed");
     server.stop().await;
 }

@@ -5,8 +5,9 @@
 //! resumed or ended; at least once a second for the agents' states) and [`Fleet::update`]
 //! keeps the patch from the previous one, numbered. A subscriber gets the patches after its
 //! cursor (replay), then the snapshot, then each new patch as it comes. Patches are kept up
-//! to a bound; a subscriber whose cursor fell out of it is ended (it reconnects and gets a
-//! fresh snapshot: never a silent gap). The document holds metadata only: ids, names,
+//! to a bound. A subscriber more than a quarter of it behind is ended while what it needs is
+//! still kept, so it reconnects from its last id and replays exactly; one whose cursor fell
+//! out of it altogether gets a fresh snapshot on reconnect. Never a silent gap. The document holds metadata only: ids, names,
 //! phases, times; never message text or tool arguments.
 //!
 //! A principal that does not see everyone gets a view: only its own runs and its agents,
@@ -369,7 +370,12 @@ impl FleetStream {
             self.changed.borrow_and_update();
             let fresh: Option<Vec<Delta>> = {
                 let history = lock(&self.fleet.history);
-                if self.cursor < history.base_seq {
+                // Ended while what it needs is still kept (a quarter of the history
+                // behind), so its reconnect from its last id replays exactly; or once it is
+                // gone.
+                let lag = history.last_seq().saturating_sub(self.cursor);
+                if self.cursor < history.base_seq || lag > (self.fleet.max_deltas as u64 / 4).max(1)
+                {
                     None
                 } else {
                     Some(
@@ -385,7 +391,7 @@ impl FleetStream {
             let Some(fresh) = fresh else {
                 tracing::info!(
                     cursor = self.cursor,
-                    "fleet subscriber fell behind the kept history; ended"
+                    "fleet subscriber fell behind; ended (it reconnects and replays)"
                 );
                 self.ended = true;
                 return None;
