@@ -150,23 +150,11 @@ impl Route {
         }
     }
 
+    /// Whether this route answers `method` (the preflight, `OPTIONS`, is answered first).
     fn allows(&self, method: &Method) -> bool {
-        match self {
-            Route::Run(_)
-            | Route::Cancel(_)
-            | Route::Envelope
-            | Route::AgentRun(_)
-            | Route::AgentConnect(_)
-            | Route::AgentStop(..)
-            | Route::Tokens
-            | Route::ImportSession(..)
-            | Route::ForkThread(_) => method == Method::POST,
-            Route::Thread(_) => method == Method::GET || method == Method::DELETE,
-            Route::Healthz | Route::Readyz | Route::Console(_) => {
-                method == Method::GET || method == Method::HEAD
-            }
-            _ => method == Method::GET,
-        }
+        self.allow()
+            .split(", ")
+            .any(|allowed| allowed == method.as_str() && allowed != "OPTIONS")
     }
 
     /// Ids in the path obey the same rules as ids in a body.
@@ -1180,6 +1168,17 @@ pub(super) fn json_response(status: StatusCode, value: serde_json::Value) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn allowed_methods_follow_the_allow_header() {
+        let run = Route::Run("demo".into());
+        assert!(run.allows(&Method::POST) && !run.allows(&Method::GET));
+        let thread = Route::Thread("t".into());
+        assert!(thread.allows(&Method::GET) && thread.allows(&Method::DELETE));
+        assert!(!thread.allows(&Method::POST));
+        assert!(Route::Healthz.allows(&Method::HEAD) && Route::Console(None).allows(&Method::HEAD));
+        assert!(!Route::Info.allows(&Method::HEAD) && !Route::Info.allows(&Method::OPTIONS));
+    }
 
     #[test]
     fn routes_parse() {

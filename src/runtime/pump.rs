@@ -464,17 +464,14 @@ impl Pump {
                     );
                 }
                 Hitl::Interrupt => {
-                    let id = format!("int-{}", uuid::Uuid::new_v4());
-                    let expires = std::time::SystemTime::now() + self.suspend_timeout;
-                    let interrupt = Interrupt {
-                        id: id.clone(),
-                        reason: "confirmation".to_owned(),
-                        message: Some(request.title.clone()),
-                        tool_call_id: request.tool_call_id.clone(),
-                        response_schema: Some(suspension::response_schema(&request.options)),
-                        expires_at: Some(humantime::format_rfc3339_millis(expires).to_string()),
-                        metadata: Some(serde_json::json!({"options": request.options})),
-                    };
+                    let interrupt = self.interrupt(
+                        "confirmation",
+                        &request.title,
+                        request.tool_call_id.clone(),
+                        suspension::response_schema(&request.options),
+                        Some(serde_json::json!({"options": request.options})),
+                    );
+                    let id = interrupt.id.clone();
                     self.suspend(
                         Channel::Interrupts,
                         vec![Wait::Permission {
@@ -512,17 +509,14 @@ impl Pump {
                     );
                 }
                 Hitl::Interrupt => {
-                    let id = format!("int-{}", uuid::Uuid::new_v4());
-                    let expires = std::time::SystemTime::now() + self.suspend_timeout;
-                    let interrupt = Interrupt {
-                        id: id.clone(),
-                        reason: "input_required".to_owned(),
-                        message: Some(request.message.clone()),
-                        tool_call_id: request.tool_call_id.clone(),
-                        response_schema: Some(request.schema.clone()),
-                        expires_at: Some(humantime::format_rfc3339_millis(expires).to_string()),
-                        metadata: None,
-                    };
+                    let interrupt = self.interrupt(
+                        "input_required",
+                        &request.message,
+                        request.tool_call_id.clone(),
+                        request.schema.clone(),
+                        None,
+                    );
+                    let id = interrupt.id.clone();
                     self.suspend(
                         Channel::Interrupts,
                         vec![Wait::Input {
@@ -534,6 +528,27 @@ impl Pump {
                     );
                 }
             },
+        }
+    }
+
+    /// A new AG-UI interrupt that expires with the suspension timeout.
+    fn interrupt(
+        &self,
+        reason: &str,
+        message: &str,
+        tool_call_id: Option<String>,
+        response_schema: Value,
+        metadata: Option<Value>,
+    ) -> Interrupt {
+        let expires = std::time::SystemTime::now() + self.suspend_timeout;
+        Interrupt {
+            id: format!("int-{}", uuid::Uuid::new_v4()),
+            reason: reason.to_owned(),
+            message: Some(message.to_owned()),
+            tool_call_id,
+            response_schema: Some(response_schema),
+            expires_at: Some(humantime::format_rfc3339_millis(expires).to_string()),
+            metadata,
         }
     }
 

@@ -200,30 +200,21 @@ impl ServerHandler for FrontendTools {
             .into());
         }
         let arguments = Value::Object(request.arguments.unwrap_or_default()).to_string();
-        let Some(router) = self.router.upgrade() else {
-            return Ok(CallToolResult::error(vec![Content::text("the session has ended")]).into());
-        };
-        let (reply, answer) = oneshot::channel();
-        let session = lock(&self.session).clone();
-        if !router.deliver(
-            &session,
-            SessionEvent::FrontendCall {
+        let answer = self
+            .ask(|reply| SessionEvent::FrontendCall {
                 name,
                 arguments,
                 reply,
-            },
-        ) {
-            return Ok(CallToolResult::error(vec![Content::text(
-                "no turn is running on this session",
-            )])
-            .into());
-        }
-        Ok(match answer.await {
+            })
+            .await;
+        Ok(match answer {
             Ok(ToolAnswer::Result(text)) => CallToolResult::success(vec![Content::text(text)]),
             Ok(ToolAnswer::Error(why)) => CallToolResult::error(vec![Content::text(why)]),
-            Err(_) => CallToolResult::error(vec![Content::text(
-                "the run ended before the browser answered",
-            )]),
+            Err(refused) => refused.unwrap_or_else(|| {
+                CallToolResult::error(vec![Content::text(
+                    "the run ended before the browser answered",
+                )])
+            }),
         }
         .into())
     }
@@ -239,28 +230,43 @@ impl FrontendTools {
                 "emit_ui takes {\"component\": string, \"props\": object}",
             )]);
         };
-        let Some(router) = self.router.upgrade() else {
-            return CallToolResult::error(vec![Content::text("the session has ended")]);
-        };
-        let (reply, answer) = oneshot::channel();
-        let session = lock(&self.session).clone();
-        let event = SessionEvent::ShowUi {
-            component: component.clone(),
-            props: props.clone(),
-            reply,
-        };
-        if !router.deliver(&session, event) {
-            return CallToolResult::error(vec![Content::text(
-                "no turn is running on this session",
-            )]);
-        }
-        match answer.await {
+        let answer = self
+            .ask(|reply| SessionEvent::ShowUi {
+                component: component.clone(),
+                props: props.clone(),
+                reply,
+            })
+            .await;
+        match answer {
             Ok(Ok(())) => CallToolResult::success(vec![Content::text(format!(
                 "{component} is shown to the user"
             ))]),
             Ok(Err(reason)) => CallToolResult::error(vec![Content::text(reason)]),
-            Err(_) => CallToolResult::error(vec![Content::text("the turn is over")]),
+            Err(refused) => refused
+                .unwrap_or_else(|| CallToolResult::error(vec![Content::text("the turn is over")])),
         }
+    }
+
+    /// Hands the event `make` builds (around a reply channel) to the session's running
+    /// turn and waits for the reply. `Err(Some(result))`: no turn could take it (the tool
+    /// result to answer); `Err(None)`: the turn ended without replying.
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> SessionEvent,
+    ) -> Result<T, Option<CallToolResult>> {
+        let Some(router) = self.router.upgrade() else {
+            return Err(Some(CallToolResult::error(vec![Content::text(
+                "the session has ended",
+            )])));
+        };
+        let (reply, answer) = oneshot::channel();
+        let session = lock(&self.session).clone();
+        if !router.deliver(&session, make(reply)) {
+            return Err(Some(CallToolResult::error(vec![Content::text(
+                "no turn is running on this session",
+            )])));
+        }
+        answer.await.map_err(|_| None)
     }
 }
 
