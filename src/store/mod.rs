@@ -24,6 +24,9 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 use tokio::sync::{oneshot, watch};
 
+mod fence;
+pub use fence::{Fence, Held};
+
 use crate::metrics::StoreMetrics;
 use crate::protocol::Message;
 use crate::protocol::input::MAX_ID_BYTES;
