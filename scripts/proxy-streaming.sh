@@ -8,7 +8,6 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${1:-$root/target/debug/agui-serve}"
 [ -x "$bin" ] || (cd "$root" && cargo build --bin agui-serve)
 source "$root/scripts/lib.sh"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 token="proxy-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
 start_daemon --no-tls --token "$token"
