@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Every test: formatting, lints, dependency policy (cargo deny), unit and integration tests,
 # the conformance suite with the official AG-UI clients, frontend tools over MCP with
-# elizacp, streaming through nginx, Caddy and the Go reverse proxy, and the CopilotKit
-# example in headless Chromium. Installs what it needs from the registries (cargo-deny, npm
-# packages, a Python virtualenv, elizacp); needs cargo, node, python3, curl, nginx, caddy,
-# go, chromium, systemd-analyze and promtool, and says which are missing before it starts (.ci/run
+# elizacp, streaming through nginx, Caddy and the Go reverse proxy, a cluster of three nodes
+# on a throwaway PostgreSQL, and the CopilotKit example in headless Chromium. Installs what
+# it needs from the registries (cargo-deny, npm packages, a Python virtualenv, elizacp);
+# needs cargo, node, python3, curl, nginx, caddy, go, chromium, systemd-analyze, promtool
+# and PostgreSQL's server binaries, and says which are missing before it starts (.ci/run
 # installs the system packages).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -31,6 +32,8 @@ python3 -c 'import venv, ensurepip' >/dev/null 2>&1 \
   || missing+=("python3's venv module (Debian: python3-venv) for the conformance suite's Python agent")
 chromium="${CHROMIUM:-/usr/bin/chromium}"
 [ -x "$chromium" ] || missing+=("chromium at $chromium (Debian: chromium; or set CHROMIUM) for the browser test")
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null \
+  || missing+=("PostgreSQL's server at /usr/lib/postgresql/*/bin (Debian: postgresql) for the cluster test")
 if [ ${#missing[@]} -gt 0 ]; then
   echo "scripts/test.sh: missing tools; install them first:" >&2
   printf '  - %s\n' "${missing[@]}" >&2
@@ -55,5 +58,7 @@ echo "== frontend tools over MCP with an independent ACP agent (elizacp)"
 scripts/elizacp-mcp.sh "$root/target/debug/agui-serve"
 echo "== streaming through nginx, Caddy and the Go reverse proxy"
 scripts/proxy-streaming.sh "$root/target/debug/agui-serve"
+echo "== a cluster of three nodes on PostgreSQL"
+scripts/cluster.sh "$root/target/debug/agui-serve"
 echo "== the CopilotKit example in headless Chromium"
 scripts/browser-e2e.sh "$root/target/debug/agui-serve"
