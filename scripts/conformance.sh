@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Starts agui-serve (TLS, generated certificate, port 0) and drives it with the official
 # AG-UI clients (@ag-ui/client 1.0.0 and 0.0.59). Usage: scripts/conformance.sh [BINARY]
+# AGUI_DAEMON_ARGS: more daemon arguments, as shell words (e.g. "--port 9443 --store
+# 'host=/run/postgresql dbname=agui'"); --port there replaces the free port. Not --data-dir
+# or --token: the suite sets those.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${1:-$root/target/debug/agui-serve}"
@@ -59,7 +62,13 @@ command = ["$venv/bin/python", "$root/tests/agents/python_acp_agent.py"]
 permissions = "ask"
 hitl = "interrupt"
 TOML
-start_daemon --config "$work/config.toml" --token "$token" --disconnect-grace 2s
+extra=()
+if [ -n "${AGUI_DAEMON_ARGS:-}" ]; then
+  python3 -c 'import shlex, sys; sys.stdout.write("".join(a + "\0" for a in shlex.split(sys.argv[1])))' \
+    "$AGUI_DAEMON_ARGS" >"$work/daemon-args"
+  mapfile -d '' -t extra <"$work/daemon-args"
+fi
+start_daemon --config "$work/config.toml" --token "$token" --disconnect-grace 2s "${extra[@]}"
 url="$daemon"
 
 cd "$root/conformance"
