@@ -47,7 +47,7 @@ start_node() {
 checks() { python3 "$root/scripts/cluster_check.py" "$work/token" "$@"; }
 
 pg_start
-echo "ok   PostgreSQL ($("$pg_bin/postgres" --version | awk '{print $NF}')) on $AGUI_PG_URL"
+echo "ok   PostgreSQL ($("$pg_bin/postgres" --version | awk '{print $3}')) on $AGUI_PG_URL"
 od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >"$work/token"
 for node in A B C; do start_node "$node" "$node"; done
 
