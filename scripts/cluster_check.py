@@ -71,6 +71,7 @@ class Stream:
         all_headers.update(headers or {})
         path = parts.path + (f"?{parts.query}" if parts.query else "")
         self.conn.request(method, path, body=body, headers=all_headers)
+        self.sock = self.conn.sock  # the connection lets go of it when the response will close
         self.response = self.conn.getresponse()
         self.status = self.response.status
         self.buffer = b""
@@ -95,11 +96,13 @@ class Stream:
                 return None
             left = deadline - time.monotonic()
             check(left > 0, f"no frame within {timeout}s")
-            self.conn.sock.settimeout(left)
+            self.sock.settimeout(left)
             try:
                 chunk = self.response.read1(65536)
             except TimeoutError:
                 raise Fail(f"no frame within {timeout}s") from None
+            except (http.client.IncompleteRead, ConnectionError) as error:
+                raise Fail(f"the stream was cut ({type(error).__name__}) after {self.buffer[-200:]!r}") from None
             if not chunk:
                 self.eof = True
             self.buffer += chunk
