@@ -1,0 +1,496 @@
+//! The PostgreSQL store against a real server. Ignored unless asked:
+//! `AGUI_TEST_PG_URL='host=/tmp/pg port=5432 user=postgres dbname=postgres' cargo test --test
+//! pg_store -- --ignored`. The URL's user must be able to create databases: each test makes
+//! its own (`agui_test_<uuid>`) and drops it at the end, so the tests run in parallel.
+
+use std::time::Instant;
+
+use agui_serve::access::scoped_key;
+use agui_serve::protocol::Message;
+use agui_serve::protocol::input::{Content, TextMessage, UserMessage};
+use agui_serve::store::{Fence, ListScope, Store, StoreError, decode_cursor};
+use tokio_postgres::{Client, NoTls};
+
+fn user(id: &str, text: &str) -> Message {
+    Message::User(UserMessage {
+        id: id.into(),
+        content: Content::Text(text.into()),
+        name: None,
+    })
+}
+
+fn base_url() -> String {
+    std::env::var("AGUI_TEST_PG_URL").expect(
+        "AGUI_TEST_PG_URL is not set: these tests need a PostgreSQL server whose user may \
+         create databases, e.g. AGUI_TEST_PG_URL='host=/tmp/pg port=5432 user=postgres dbname=postgres'",
+    )
+}
+
+/// `url` naming database `db` instead (a later `dbname` wins in either form).
+fn with_db(url: &str, db: &str) -> String {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let sep = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{sep}dbname={db}")
+    } else {
+        format!("{url} dbname={db}")
+    }
+}
+
+async fn client(url: &str) -> Client {
+    let (client, connection) = tokio_postgres::connect(url, NoTls)
+        .await
+        .expect("connect to AGUI_TEST_PG_URL");
+    tokio::spawn(connection);
+    client
+}
+
+/// A fresh, empty database for one test; dropped with it (best effort).
+struct Db {
+    name: String,
+    url: String,
+}
+
+impl Db {
+    async fn new() -> Db {
+        let name = format!("agui_test_{}", uuid::Uuid::new_v4().simple());
+        client(&base_url())
+            .await
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .expect("create database");
+        Db {
+            url: with_db(&base_url(), &name),
+            name,
+        }
+    }
+
+    async fn store(&self, fence: &Fence) -> Store {
+        Store::connect_postgres(&self.url, fence.clone())
+            .await
+            .expect("connect_postgres")
+    }
+
+    async fn admin(&self) -> Client {
+        client(&self.url).await
+    }
+
+    async fn drop(self) {
+        let _ = client(&base_url())
+            .await
+            .batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", self.name))
+            .await;
+    }
+}
+
+/// Gives `fence`'s node the lease on `key` (epoch 1, a minute long), in the database and
+/// in the fence.
+async fn lease(admin: &Client, fence: &Fence, key: &str) {
+    admin
+        .execute(
+            "INSERT INTO leases (thread_key, node, epoch, expires_at)
+             VALUES ($1, $2, 1, agui_now_ms() + 60000)",
+            &[&key, &fence.node()],
+        )
+        .await
+        .expect("lease");
+    fence.hold(key, 1);
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
+async fn threads_messages_and_runs_round_trip() {
+    let db = Db::new().await;
+    let fence = Fence::new("n1");
+    let store = db.store(&fence).await;
+    lease(&db.admin().await, &fence, "t1").await;
+    store.record_run_start(
+        "t1",
+        "demo",
+        Some("hi".into()),
+        "r1",
+        vec![user("u1", "hi")],
+        10,
+    );
+    store.record_messages(
+        "t1",
+        vec![Message::Reasoning(TextMessage {
+            id: "x".into(),
+            content: "hm".into(),
+            name: None,
+        })],
+        11,
+    );
+    store.set_session("t1", "s1", "new", 11);
+    store.set_title("t1", "a title", 11);
+    store.record_run_end("t1", "r1", "finished", "idle", 12);
+    let row = store.thread("t1").await.expect("read").expect("exists");
+    assert_eq!(row.message_count, 2);
+    assert_eq!(row.status, "idle");
+    assert_eq!(row.title.as_deref(), Some("a title"));
+    assert_eq!(row.session_id.as_deref(), Some("s1"));
+    assert_eq!(row.metadata.expect("metadata")["session"]["how"], "new");
+    assert_eq!((row.created_at, row.updated_at), (10, 12));
+    let run = row.last_run.expect("run");
+    assert_eq!(
+        (run.id.as_str(), run.outcome.as_deref(), run.ended_at),
+        ("r1", Some("finished"), Some(12))
+    );
+    // A second segment of the same run counts, and the latest run is the last one.
+    store.record_run_start("t1", "demo", None, "r1", vec![], 13);
+    store.record_run_start("t1", "demo", None, "r2", vec![], 13);
+    let row = store.thread("t1").await.expect("read").expect("exists");
+    assert_eq!(row.last_run.expect("run").id, "r2");
+    let (messages, truncated) = store
+        .messages("t1", 1)
+        .await
+        .expect("read")
+        .expect("exists");
+    assert_eq!(messages.len(), 1);
+    assert!(truncated);
+    assert_eq!(messages[0]["role"], "reasoning");
+    let loaded = store
+        .load_thread("t1")
+        .await
+        .expect("read")
+        .expect("exists");
+    assert_eq!(loaded.transcript.len(), 2);
+    assert_eq!(loaded.transcript[0].id(), "u1");
+    assert!(store.messages("nope", 5).await.expect("read").is_none());
+    assert!(store.delete_thread("t1").await.expect("delete"));
+    assert!(!store.delete_thread("t1").await.expect("delete"));
+    assert!(store.thread("t1").await.expect("read").is_none());
+    assert_eq!(store.queue_depth(), 0);
+    drop(store);
+    db.drop().await;
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
+async fn listing_pages_newest_first_with_agent_filter() {
+    let db = Db::new().await;
+    let fence = Fence::new("n1");
+    let store = db.store(&fence).await;
+    let admin = db.admin().await;
+    for i in 0..5 {
+        let key = format!("t{i}");
+        lease(&admin, &fence, &key).await;
+        let agent = if i % 2 == 0 { "a" } else { "b" };
+        store.record_run_start(&key, agent, None, "r", vec![], 100 + i);
+    }
+    let page = store
+        .list_threads(2, None, None, ListScope::default())
+        .await
+        .expect("list");
+    let ids: Vec<_> = page.threads.iter().map(|t| t.id.clone()).collect();
+    assert_eq!(ids, ["t4", "t3"]);
+    let cursor = decode_cursor(page.next_cursor.as_deref().expect("more")).expect("cursor");
+    let page = store
+        .list_threads(2, Some(cursor), None, ListScope::default())
+        .await
+        .expect("list");
+    let ids: Vec<_> = page.threads.iter().map(|t| t.id.clone()).collect();
+    assert_eq!(ids, ["t2", "t1"]);
+    let cursor = decode_cursor(page.next_cursor.as_deref().expect("more")).expect("cursor");
+    let page = store
+        .list_threads(2, Some(cursor), None, ListScope::default())
+        .await
+        .expect("list");
+    assert_eq!(page.threads.len(), 1);
+    assert!(page.next_cursor.is_none());
+    let page = store
+        .list_threads(10, None, Some("b".into()), ListScope::default())
+        .await
+        .expect("list");
+    assert_eq!(page.threads.len(), 2);
+    let only_a = ListScope {
+        owner: None,
+        agents: Some(vec!["a".into(), "zz".into()]),
+    };
+    let page = store
+        .list_threads(10, None, None, only_a)
+        .await
+        .expect("list");
+    let ids: Vec<_> = page.threads.iter().map(|t| t.id.clone()).collect();
+    assert_eq!(ids, ["t4", "t2", "t0"]);
+    drop(store);
+    db.drop().await;
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
+async fn owners_keep_their_own_threads() {
+    let db = Db::new().await;
+    let fence = Fence::new("n1");
+    let store = db.store(&fence).await;
+    let admin = db.admin().await;
+    for (key, agent, now) in [
+        ("t1".to_owned(), "a", 100),
+        (scoped_key("alice", "t1"), "a", 101),
+        (scoped_key("bob", "t1"), "b", 102),
+    ] {
+        lease(&admin, &fence, &key).await;
+        store.record_run_start(&key, agent, None, "r", vec![], now);
+    }
+    let rows = |scope: ListScope| {
+        let store = store.clone();
+        async move {
+            let page = store
+                .list_threads(10, None, None, scope)
+                .await
+                .expect("list");
+            page.threads
+                .iter()
+                .map(|t| (t.owner.clone(), t.id.clone()))
+                .collect::<Vec<_>>()
+        }
+    };
+    let pair = |o: &str, i: &str| (o.to_owned(), i.to_owned());
+    assert_eq!(
+        rows(ListScope::default()).await,
+        [pair("bob", "t1"), pair("alice", "t1"), pair("", "t1")]
+    );
+    let alice = ListScope {
+        owner: Some("alice".into()),
+        agents: None,
+    };
+    assert_eq!(rows(alice).await, [pair("alice", "t1")]);
+    let bob_on_a = ListScope {
+        owner: Some("bob".into()),
+        agents: Some(vec!["a".into()]),
+    };
+    assert!(rows(bob_on_a).await.is_empty());
+    let row = store
+        .thread(&scoped_key("alice", "t1"))
+        .await
+        .expect("read")
+        .expect("there");
+    assert_eq!((row.owner.as_str(), row.id.as_str()), ("alice", "t1"));
+    assert!(
+        store
+            .delete_thread(&scoped_key("alice", "t1"))
+            .await
+            .expect("delete")
+    );
+    assert!(store.thread("t1").await.expect("read").is_some());
+    assert!(
+        store
+            .thread(&scoped_key("bob", "t1"))
+            .await
+            .expect("read")
+            .is_some()
+    );
+    drop(store);
+    db.drop().await;
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
+async fn writes_without_the_lease_are_refused_and_the_thread_marked_lost() {
+    let db = Db::new().await;
+    let fence = Fence::new("n1");
+    let store = db.store(&fence).await;
+    let admin = db.admin().await;
+
+    // Not held by this node: refused before the database.
+    store.record_run_start("none", "a", None, "r", vec![user("u", "x")], 1);
+    store.commit().await.expect("commit");
+    assert_eq!(store.queue_depth(), 0);
+    assert!(store.thread("none").await.expect("read").is_none());
+    assert!(fence.is_lost("none"));
+
+    // Held in the fence, but no lease row: refused in the database, marked lost.
+    fence.hold("ghost", 1);
+    store.record_run_start("ghost", "a", None, "r", vec![], 1);
+    store
+        .commit()
+        .await
+        .expect("a refusal is not a failed commit");
+    assert!(store.thread("ghost").await.expect("read").is_none());
+    assert!(fence.is_lost("ghost"));
+
+    // With the right lease: stored.
+    lease(&admin, &fence, "a").await;
+    lease(&admin, &fence, "b").await;
+    store.record_run_start("a", "x", None, "r", vec![user("a1", "x")], 1);
+    store.record_run_start("b", "x", None, "r", vec![user("b1", "x")], 1);
+    store.commit().await.expect("commit");
+    assert!(!fence.is_lost("a") && !fence.is_lost("b"));
+
+    // Another node takes `a`: this node's next write for it is refused and marks it lost,
+    // while `b`'s write in the same batch commits.
+    admin
+        .execute(
+            "UPDATE leases SET node = 'other', epoch = epoch + 1 WHERE thread_key = 'a'",
+            &[],
+        )
+        .await
+        .expect("take over");
+    store.record_messages("a", vec![user("a2", "late")], 2);
+    store.record_messages("b", vec![user("b2", "fine")], 2);
+    store.set_title("b", "still mine", 2);
+    store.commit().await.expect("commit");
+    assert!(fence.is_lost("a"));
+    assert!(!fence.is_lost("b"));
+    let a = store.thread("a").await.expect("read").expect("there");
+    assert_eq!((a.message_count, a.updated_at), (1, 1));
+    let b = store.thread("b").await.expect("read").expect("there");
+    assert_eq!((b.message_count, b.updated_at), (2, 2));
+    assert_eq!(b.title.as_deref(), Some("still mine"));
+
+    // An expired lease refuses too.
+    admin
+        .execute(
+            "INSERT INTO leases (thread_key, node, epoch, expires_at)
+             VALUES ('e', $1, 7, agui_now_ms() - 1)",
+            &[&fence.node()],
+        )
+        .await
+        .expect("lease");
+    fence.hold("e", 7);
+    store.record_run_start("e", "x", None, "r", vec![], 3);
+    store.commit().await.expect("commit");
+    assert!(fence.is_lost("e"));
+    assert!(store.thread("e").await.expect("read").is_none());
+
+    // Deletes are not fenced.
+    assert!(store.delete_thread("a").await.expect("delete"));
+    drop(store);
+    db.drop().await;
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
+async fn connecting_recovers_nothing_and_recover_thread_recovers_one_thread() {
+    let db = Db::new().await;
+    let fence = Fence::new("n1");
+    let store = db.store(&fence).await;
+    let admin = db.admin().await;
+    for key in ["t1", "t2"] {
+        lease(&admin, &fence, key).await;
+        store.record_run_start(key, "a", None, "r1", vec![user("u", "x")], 1);
+        store.record_run_end(key, "r1", "finished", "idle", 2);
+        store.record_run_start(key, "a", None, "r2", vec![], 3);
+    }
+    store.commit().await.expect("commit");
+
+    // Another node connecting leaves live runs alone.
+    let other = db.store(&Fence::new("n2")).await;
+    let row = other.thread("t1").await.expect("read").expect("there");
+    assert_eq!(row.status, "running");
+    assert_eq!(row.last_run.expect("run").outcome, None);
+
+    assert_eq!(other.recover_thread("t1").await.expect("recover"), 1);
+    let row = other.thread("t1").await.expect("read").expect("there");
+    assert_eq!(row.status, "idle");
+    let run = row.last_run.expect("run");
+    assert_eq!(
+        (run.id.as_str(), run.outcome.as_deref()),
+        ("r2", Some("interrupted"))
+    );
+    assert!(run.ended_at.is_some());
+    assert_eq!(other.recover_thread("t1").await.expect("recover"), 0);
+    assert_eq!(other.recover_thread("missing").await.expect("recover"), 0);
+    let untouched = store.thread("t2").await.expect("read").expect("there");
+    assert_eq!(untouched.status, "running");
+    drop((store, other));
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
+async fn nodes_starting_together_migrate_an_empty_database_once() {
+    let db = Db::new().await;
+    let connects = (0..6).map(|i| {
+        let url = db.url.clone();
+        tokio::spawn(
+            async move { Store::connect_postgres(&url, Fence::new(&format!("n{i}"))).await },
+        )
+    });
+    let stores = futures_util::future::join_all(connects).await;
+    for store in &stores {
+        store.as_ref().expect("task").as_ref().expect("connect");
+    }
+    let admin = db.admin().await;
+    let versions: Vec<i32> = admin
+        .query(
+            "SELECT version FROM schema_migrations ORDER BY version",
+            &[],
+        )
+        .await
+        .expect("versions")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(versions, [1]);
+
+    // A database migrated by a newer build is refused.
+    admin
+        .execute(
+            "INSERT INTO schema_migrations (version, applied_at) VALUES (99, 0)",
+            &[],
+        )
+        .await
+        .expect("insert");
+    match Store::connect_postgres(&db.url, Fence::new("n9")).await {
+        Err(StoreError::TooNew(99)) => {}
+        other => panic!("expected TooNew(99), got {other:?}"),
+    }
+    drop(stores);
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
+async fn group_commit_keeps_order_under_load() {
+    let db = Db::new().await;
+    let fence = Fence::new("n1");
+    let store = db.store(&fence).await;
+    let admin = db.admin().await;
+    const THREADS: usize = 20;
+    const MESSAGES: usize = 250;
+    for t in 0..THREADS {
+        let key = format!("t{t}");
+        lease(&admin, &fence, &key).await;
+        store.record_run_start(&key, "a", None, "r", vec![], 1);
+    }
+    store.commit().await.expect("commit");
+    let began = Instant::now();
+    let writers = (0..THREADS).map(|t| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let key = format!("t{t}");
+            for m in 0..MESSAGES {
+                store.record_messages(&key, vec![user(&format!("m{m}"), "x")], 2);
+                if m % 50 == 49 {
+                    store.commit().await.expect("commit");
+                }
+            }
+        })
+    });
+    for writer in futures_util::future::join_all(writers).await {
+        writer.expect("writer");
+    }
+    store.commit().await.expect("commit");
+    let took = began.elapsed();
+    eprintln!(
+        "{} fenced message writes committed in {took:?} ({:.0}/s)",
+        THREADS * MESSAGES,
+        (THREADS * MESSAGES) as f64 / took.as_secs_f64()
+    );
+    for t in 0..THREADS {
+        let loaded = store
+            .load_thread(&format!("t{t}"))
+            .await
+            .expect("read")
+            .expect("there");
+        let ids: Vec<_> = loaded
+            .transcript
+            .iter()
+            .map(|m| m.id().to_owned())
+            .collect();
+        let expected: Vec<_> = (0..MESSAGES).map(|m| format!("m{m}")).collect();
+        assert_eq!(ids, expected);
+    }
+    drop(store);
+    db.drop().await;
+}
