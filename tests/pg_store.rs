@@ -494,3 +494,45 @@ async fn group_commit_keeps_order_under_load() {
     drop(store);
     db.drop().await;
 }
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
+async fn a_lost_connection_fails_the_commit_and_the_next_batch_reconnects() {
+    let db = Db::new().await;
+    let fence = Fence::new("n1");
+    let store = db.store(&fence).await;
+    let admin = db.admin().await;
+    lease(&admin, &fence, "t").await;
+    store.record_run_start("t", "a", None, "r", vec![user("u1", "x")], 1);
+    store.commit().await.expect("commit");
+    let killed = admin
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE datname = current_database() AND application_name = 'agui-serve'",
+            &[],
+        )
+        .await
+        .expect("terminate");
+    assert_eq!(killed.len(), 1);
+    // Let the client see its connection closed.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    store.record_messages("t", vec![user("u2", "lost")], 2);
+    // Either the batch ran on the dead connection and failed, or the writer reconnected
+    // first and it committed; never a silent loss.
+    let first = store.commit().await;
+    store.record_messages("t", vec![user("u3", "kept")], 3);
+    store.commit().await.expect("the next batch reconnects");
+    let loaded = store.load_thread("t").await.expect("read").expect("there");
+    let ids: Vec<_> = loaded
+        .transcript
+        .iter()
+        .map(|m| m.id().to_owned())
+        .collect();
+    match first {
+        Err(StoreError::Commit) => assert_eq!(ids, ["u1", "u3"]),
+        Ok(()) => assert_eq!(ids, ["u1", "u2", "u3"]),
+        Err(other) => panic!("unexpected {other}"),
+    }
+    drop(store);
+    db.drop().await;
+}
