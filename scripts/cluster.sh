@@ -48,6 +48,8 @@ checks() { python3 "$root/scripts/cluster_check.py" "$work/token" "$@"; }
 
 pg_start
 echo "ok   PostgreSQL ($("$pg_bin/postgres" --version | awk '{print $3}')) on $AGUI_PG_URL"
+# The PostgreSQL store's own tests (ignored by a plain `cargo test`: they need a server).
+(cd "$root" && AGUI_TEST_PG_URL="$AGUI_PG_URL" cargo test --locked --test pg_store -- --ignored)
 od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >"$work/token"
 for node in A B C; do start_node "$node" "$node"; done
 

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use clap::{Parser, Subcommand};
 use serde::Deserialize;
 
+use crate::cluster::ClusterConfig;
 use crate::config::{
     AccessConfig, AcpConfig, AgentConfig, AgentKind, Auth, BearerToken, Config, ConfigError,
     FrontendMcp, Hitl, LogFormat, OtlpEndpoint, Permissions, RESERVED_AGENT_NAMES, TlsMode,
@@ -125,6 +126,28 @@ pub struct ServeArgs {
     /// Concurrent runs one principal may hold; the operator is not capped [default: 8]
     #[arg(long, global = true, value_name = "N")]
     pub max_runs_per_principal: Option<usize>,
+    /// Where threads, transcripts and runs live: `sqlite` (in the data directory), or a
+    /// PostgreSQL connection string (`postgres://...` or `host=... dbname=...`) shared by
+    /// the nodes of a cluster [default: sqlite]
+    #[arg(
+        long,
+        global = true,
+        value_name = "STORE",
+        env = "AGUI_STORE",
+        hide_env_values = true
+    )]
+    pub store: Option<String>,
+    /// This node's name in a cluster [default: node]
+    #[arg(long, global = true, value_name = "NAME")]
+    pub node_id: Option<String>,
+    /// How the other nodes of a cluster reach this one, e.g. http://10.0.0.5:8443
+    /// [default: this listener's scheme, host and port, when the host is not a wildcard]
+    #[arg(long, global = true, value_name = "URL")]
+    pub advertise_url: Option<String>,
+    /// How long a node's hold on a thread lasts without renewal; a dead node's threads
+    /// move to another node after it [default: 10s]
+    #[arg(long, global = true, value_name = "DUR")]
+    pub lease_ttl: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -212,6 +235,10 @@ struct FileServer {
     metrics_listen: Option<SocketAddr>,
     otlp_endpoint: Option<String>,
     log_format: Option<LogFormat>,
+    store: Option<String>,
+    node_id: Option<String>,
+    advertise_url: Option<String>,
+    lease_ttl: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -426,6 +453,7 @@ impl ServeArgs {
             }
         }
 
+        let cluster = self.resolve_cluster(server, host, port, &tls)?;
         let access = self.resolve_access(&file.auth, max_concurrent_runs)?;
         let ui = resolve_ui(&file.ui)?;
 
@@ -457,9 +485,111 @@ impl ServeArgs {
                 agents,
                 access,
                 ui,
+                cluster,
             },
             token_source,
         })
+    }
+
+    /// The cluster settings when the store is PostgreSQL (`None`: the embedded SQLite).
+    fn resolve_cluster(
+        &self,
+        server: &FileServer,
+        host: std::net::IpAddr,
+        port: u16,
+        tls: &TlsMode,
+    ) -> Result<Option<ClusterConfig>, ConfigError> {
+        let store = self.store.clone().or_else(|| server.store.clone());
+        let url = match store.as_deref().map(str::trim) {
+            None | Some("sqlite") | Some("") => {
+                if self.advertise_url.is_some() || server.advertise_url.is_some() {
+                    return Err(ConfigError::new(
+                        "advertise_url needs a PostgreSQL store (--store postgres://...)",
+                    ));
+                }
+                return Ok(None);
+            }
+            Some(url)
+                if url.starts_with("postgres://")
+                    || url.starts_with("postgresql://")
+                    || url.contains("host=")
+                    || url.contains("dbname=") =>
+            {
+                url.to_owned()
+            }
+            Some(_) => {
+                return Err(ConfigError::new(
+                    "store must be `sqlite` or a PostgreSQL connection string \
+                     (postgres://... or host=... dbname=...)",
+                ));
+            }
+        };
+        let node_name = self
+            .node_id
+            .clone()
+            .or_else(|| server.node_id.clone())
+            .unwrap_or_else(|| "node".to_owned());
+        if node_name.is_empty()
+            || node_name.len() > 64
+            || !node_name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        {
+            return Err(ConfigError::new(
+                "node_id must be 1 to 64 ASCII letters, digits, `-`, `_` or `.`",
+            ));
+        }
+        let advertise = match self
+            .advertise_url
+            .clone()
+            .or_else(|| server.advertise_url.clone())
+        {
+            Some(url) => {
+                let parsed: http::Uri = url
+                    .parse()
+                    .map_err(|_| ConfigError::new(format!("advertise_url {url:?} is not a URL")))?;
+                if !matches!(parsed.scheme_str(), Some("http" | "https"))
+                    || parsed.host().is_none()
+                    || parsed.path().len() > 1
+                {
+                    return Err(ConfigError::new(
+                        "advertise_url must be http(s)://HOST[:PORT], with no path",
+                    ));
+                }
+                url.trim_end_matches('/').to_owned()
+            }
+            None if host.is_unspecified() => {
+                return Err(ConfigError::new(
+                    "a cluster node listening on a wildcard address needs --advertise-url \
+                     (how the other nodes reach it)",
+                ));
+            }
+            None => {
+                let scheme = if matches!(tls, TlsMode::Off) {
+                    "http"
+                } else {
+                    "https"
+                };
+                format!("{scheme}://{}", std::net::SocketAddr::new(host, port))
+            }
+        };
+        let lease_ttl = match self.lease_ttl.as_deref().or(server.lease_ttl.as_deref()) {
+            Some(text) => {
+                parse_duration(text).map_err(|e| ConfigError::new(format!("lease_ttl: {e}")))?
+            }
+            None => std::time::Duration::from_secs(10),
+        };
+        if lease_ttl < std::time::Duration::from_secs(1)
+            || lease_ttl > std::time::Duration::from_secs(600)
+        {
+            return Err(ConfigError::new("lease_ttl must be between 1s and 10m"));
+        }
+        Ok(Some(ClusterConfig {
+            url,
+            node_name,
+            advertise,
+            lease_ttl,
+        }))
     }
 
     fn resolve_access(

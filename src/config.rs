@@ -46,6 +46,8 @@ pub struct Config {
     pub access: AccessConfig,
     /// The components agents may show (generative UI).
     pub ui: UiConfig,
+    /// A PostgreSQL store shared with other nodes (`None`: the embedded SQLite store).
+    pub cluster: Option<crate::cluster::ClusterConfig>,
 }
 
 /// The generative-UI catalog: component names with their props' JSON Schemas.
@@ -425,6 +427,7 @@ impl Config {
             agents: vec![AgentConfig::demo()],
             access: AccessConfig::default(),
             ui: UiConfig::default(),
+            cluster: None,
         }
     }
 
@@ -492,6 +495,11 @@ impl Config {
                 "metrics_listen": self.metrics_listen.map(|a| a.to_string()),
                 "otlp_endpoint": self.otlp_endpoint.as_ref().map(OtlpEndpoint::traces_url),
                 "log_format": format!("{:?}", self.log_format).to_lowercase(),
+                // The connection string may hold a password: only its kind is shown.
+                "store": if self.cluster.is_some() { "postgres" } else { "sqlite" },
+                "node_id": self.cluster.as_ref().map(|c| c.node_name.clone()),
+                "advertise_url": self.cluster.as_ref().map(|c| c.advertise.clone()),
+                "lease_ttl": self.cluster.as_ref().map(|c| format_duration(c.lease_ttl)),
             },
             "agents": agents,
             "auth": self.access.redacted_json(),

@@ -22,6 +22,7 @@
 pub mod access;
 pub mod agent;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 mod hex;
 pub mod http;

@@ -23,13 +23,15 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::Agent;
 use crate::agent::acp::AcpBackend;
 use crate::agent::demo::DemoAgent;
+use crate::cluster::{Cluster, ClusterError};
 use crate::config::{AgentKind, Auth, Config, TlsMode};
+use crate::http::forward::Forwarder;
 use crate::http::metrics_endpoint::MetricsEndpoint;
 use crate::http::tls::{self, TlsError};
 use crate::http::{self as web, App, Limits};
 use crate::metrics::Metrics;
 use crate::runtime::{CancelReason, Runtime, RuntimeOptions};
-use crate::store::{Store, StoreError};
+use crate::store::{Fence, Store, StoreError};
 use crate::traces::{Exporter, TraceError};
 
 /// Why the server could not start.
@@ -55,6 +57,8 @@ pub enum ServeError {
     Ui(String),
     #[error(transparent)]
     Traces(#[from] TraceError),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
 }
 
 /// A bound, ready-to-run server.
@@ -82,11 +86,14 @@ impl Server {
                 addr: config.socket_addr(),
                 source,
             })?;
-        Server::from_listener(listener, config)
+        Server::from_listener(listener, config).await
     }
 
     /// Uses an already bound listener (tests bind port 0 and pass it in).
-    pub fn from_listener(listener: TcpListener, config: Config) -> Result<Server, ServeError> {
+    pub async fn from_listener(
+        listener: TcpListener,
+        config: Config,
+    ) -> Result<Server, ServeError> {
         let local_addr = listener.local_addr().map_err(|source| ServeError::Bind {
             addr: config.socket_addr(),
             source,
@@ -118,7 +125,25 @@ impl Server {
             Auth::Misconfigured => Vec::new(),
         };
         ensure_dir(&config.data_dir)?;
-        let store = Store::open(&config.data_dir)?;
+        let (store, cluster) = match &config.cluster {
+            None => (Store::open(&config.data_dir)?, None),
+            Some(settings) => {
+                let fence = Fence::new(&Cluster::process_id(&settings.node_name));
+                let store = Store::connect_postgres(&settings.url, fence.clone()).await?;
+                let cluster = Cluster::join(settings.clone(), fence).await?;
+                (store, Some(Arc::new(cluster)))
+            }
+        };
+        // The key that signs minted tokens: every node of a cluster shares one.
+        let local_key = match &cluster {
+            None => {
+                crate::access::jwt::local_secret(&config.data_dir).map_err(ServeError::Access)?
+            }
+            Some(cluster) => cluster
+                .shared_secret("token-signing", 32)
+                .await
+                .map(|bytes| crate::hex::encode(&bytes).into_bytes())?,
+        };
         let mut options = RuntimeOptions::new(config.max_concurrent_runs);
         options.disconnect_grace = config.disconnect_grace;
         options.keep_alive = config.keep_alive;
@@ -150,6 +175,7 @@ impl Server {
             None => (None, None),
         };
         options.tracer = tracer.clone();
+        options.cluster = cluster.clone();
         let runtime = Runtime::new(agents, options, store);
         let metrics = Arc::new(Metrics::new(runtime.clone()));
         let metrics_listener = match config.metrics_listen {
@@ -159,7 +185,7 @@ impl Server {
             )),
             None => None,
         };
-        let access = access(&config)?;
+        let access = access(&config, &local_key)?;
         let mut app = App::new(
             runtime.clone(),
             config.path.clone(),
@@ -174,6 +200,11 @@ impl Server {
         )
         .with_access(access);
         app.tracer = tracer;
+        if let Some(cluster) = &cluster {
+            app = app.with_forwarder(
+                Forwarder::new(cluster.node()).map_err(|e| ServeError::Access(e.to_string()))?,
+            );
+        }
         let app = Arc::new(app);
         Ok(Server {
             listener,
@@ -372,10 +403,9 @@ fn fit_to_open_files(wanted: usize) -> usize {
 /// Scoped-token verification and minting: the configured keys plus the daemon's own key in
 /// the data directory; minted tokens are signed with the first configured HMAC key, else
 /// with the daemon's own.
-fn access(config: &Config) -> Result<web::policy::Access, ServeError> {
+fn access(config: &Config, local: &[u8]) -> Result<web::policy::Access, ServeError> {
     use crate::access::jwt::{self, Signer, Verifier};
     let settings = &config.access;
-    let local = jwt::local_secret(&config.data_dir).map_err(ServeError::Access)?;
     let verifier = Verifier::load(
         &settings.keys,
         settings.audience.clone(),
@@ -383,13 +413,13 @@ fn access(config: &Config) -> Result<web::policy::Access, ServeError> {
         settings.leeway,
     )
     .map_err(ServeError::Access)?
-    .with_local_key(&local);
+    .with_local_key(local);
     let signer = match Signer::from_config(&settings.keys).map_err(ServeError::Access)? {
         Some(signer) => signer,
         None => Signer::hmac(
             Some(jwt::LOCAL_KID.to_owned()),
             jsonwebtoken::Algorithm::HS256,
-            &local,
+            local,
         ),
     }
     .claiming(settings.audience.clone(), settings.issuer.clone());

@@ -23,6 +23,11 @@ use crate::runtime::Attachment;
 /// Largest accepted request body.
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
+/// A request body as the routes read it: as it arrives, or already read (a cluster node
+/// reads a forwardable request whole first, so that it can still send it to the thread's
+/// owner).
+pub type RequestBody = http_body_util::Either<Incoming, Full<Bytes>>;
+
 /// Every response body this server sends.
 pub type Body = UnsyncBoxBody<Bytes, Infallible>;
 
@@ -38,12 +43,16 @@ pub fn empty() -> Body {
 
 /// Reads a request body up to `limit` bytes within `timeout`; a declared or actual excess
 /// is 413 without reading further, a body still incomplete at the timeout is 408.
-pub async fn read_body(
-    body: Incoming,
+pub async fn read_body<B>(
+    body: B,
     headers: &HeaderMap,
     limit: usize,
     timeout: Duration,
-) -> Result<Bytes, ApiError> {
+) -> Result<Bytes, ApiError>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let declared = headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())

@@ -62,7 +62,7 @@ pub(super) async fn connect(
 }
 
 /// `POST {path}/agent/{id}/stop/{threadId}`: `body` is the request's JSON, if any.
-pub(super) fn stop(
+pub(super) async fn stop(
     app: &App,
     principal: &Principal,
     agent: &str,
@@ -76,10 +76,15 @@ pub(super) fn stop(
         Some(body) => string_field(body, "runId")?,
         None => None,
     };
-    let answer = match app
+    let stopped = app
         .runtime
-        .cancel_thread_run(principal, thread_id, agent, run_id.as_deref())
+        .cancel_thread_run(principal, thread_id, agent, run_id.as_deref());
+    if stopped.is_none()
+        && let Some(owner) = app.runtime.owner_elsewhere(&principal.key(thread_id)).await
     {
+        return Err(ApiError::elsewhere(owner));
+    }
+    let answer = match stopped {
         Some(run_id) => json!({"stopped": true, "threadId": thread_id, "runId": run_id}),
         None => json!({
             "stopped": false,
@@ -129,7 +134,7 @@ pub(super) async fn envelope(
             })?;
             check_id(&thread_id, "params.threadId")?;
             audit.thread = Some(thread_id.clone());
-            stop(app, principal, &agent()?, &thread_id, body)
+            stop(app, principal, &agent()?, &thread_id, body).await
         }
         other => Err(ApiError::invalid_input(
             format!(

@@ -12,6 +12,7 @@ use serde_json::json;
 
 use super::body::{Body, full};
 use crate::agent::SessionError;
+use crate::cluster::Owner;
 use crate::protocol::InputError;
 use crate::runtime::{ReattachError, SessionRequestError, StartError};
 
@@ -24,6 +25,9 @@ pub struct ApiError {
     pub field: Option<String>,
     pub retry_after: Option<Duration>,
     pub allow: Option<&'static str>,
+    /// Another cluster node owns what the request is about: the request is sent there
+    /// (when it can be; otherwise this error is the answer).
+    pub forward: Option<Box<Owner>>,
 }
 
 impl ApiError {
@@ -35,7 +39,22 @@ impl ApiError {
             field: None,
             retry_after: None,
             allow: None,
+            forward: None,
         }
+    }
+
+    /// Another node owns the thread. Sent on to it when possible; as an answer (a request
+    /// that was already sent on once, or an owner that cannot be reached), a 503 to retry
+    /// once the lease has moved or been renewed.
+    pub fn elsewhere(owner: Owner) -> ApiError {
+        let mut e = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "OWNER_UNAVAILABLE",
+            "another node owns this thread and could not be reached; retry",
+        );
+        e.retry_after = Some(owner.expires_in.max(Duration::from_secs(1)));
+        e.forward = Some(Box::new(owner));
+        e
     }
 
     pub fn not_found(what: &str) -> ApiError {
@@ -301,6 +320,7 @@ impl From<StartError> for ApiError {
                 Some("threadId".to_owned()),
             ),
             StartError::PrincipalBusy => ApiError::principal_busy(),
+            StartError::Elsewhere(owner) => ApiError::elsewhere(owner),
             StartError::Forbidden(capability) => ApiError::forbidden(format!(
                 "this token lacks the `{}` capability",
                 capability.name()
@@ -314,6 +334,7 @@ impl From<ReattachError> for ApiError {
         match e {
             ReattachError::UnknownThread => ApiError::not_found("thread"),
             ReattachError::Store => ApiError::store_unavailable(),
+            ReattachError::Elsewhere(owner) => ApiError::elsewhere(owner),
         }
     }
 }
@@ -340,6 +361,7 @@ impl From<SessionRequestError> for ApiError {
                 "a run is in progress on this thread; fork it once the run has ended",
             ),
             SessionRequestError::Draining => ApiError::draining(),
+            SessionRequestError::Elsewhere(owner) => ApiError::elsewhere(owner),
             SessionRequestError::Store => ApiError::store_unavailable(),
             SessionRequestError::Agent(SessionError::Unsupported(what)) => ApiError::new(
                 StatusCode::NOT_FOUND,

@@ -12,6 +12,7 @@ pub mod body;
 mod console;
 mod copilotkit;
 pub mod error;
+pub mod forward;
 pub mod listener;
 pub mod mcp;
 pub mod metrics_endpoint;
@@ -93,6 +94,8 @@ pub struct App {
     /// Spans per request (and the parent of the runs they start), when traces are
     /// exported.
     pub(crate) tracer: Option<Tracer>,
+    /// The hop to other nodes, in a cluster.
+    pub(crate) forwarder: Option<forward::Forwarder>,
 }
 
 impl App {
@@ -113,7 +116,14 @@ impl App {
             metrics,
             access: policy::Access::default(),
             tracer: None,
+            forwarder: None,
         }
+    }
+
+    /// Sends requests for threads another node owns to that node (cluster).
+    pub fn with_forwarder(mut self, forwarder: forward::Forwarder) -> App {
+        self.forwarder = Some(forwarder);
+        self
     }
 
     /// Recognizes principals besides the operator (scoped tokens, the trusted header).

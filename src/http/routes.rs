@@ -10,6 +10,8 @@
 
 use std::time::Instant;
 
+use super::body::RequestBody;
+use super::forward::FORWARDED_BY;
 use bytes::Bytes;
 use http::header::{ACCEPT, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, HOST, VARY};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
@@ -24,7 +26,7 @@ use super::{App, ConnInfo, copilotkit};
 use crate::access::{Capability, Principal, check_principal_name};
 use crate::protocol::input::check_id;
 use crate::protocol::{InputError, decode_run_input, negotiate};
-use crate::runtime::{Attachment, CancelReason};
+use crate::runtime::{Attachment, CancelReason, LoadError};
 use crate::store;
 
 pub use super::body::MAX_BODY_BYTES;
@@ -133,6 +135,23 @@ impl Route {
     }
 
     /// The methods this route answers (besides the CORS preflight).
+    /// Whether the route may concern a thread another cluster node owns (its request is
+    /// then read whole first, so it can be sent there).
+    fn forwardable(&self) -> bool {
+        matches!(
+            self,
+            Route::Run(_)
+                | Route::AgentRun(_)
+                | Route::AgentConnect(_)
+                | Route::AgentStop(..)
+                | Route::Envelope
+                | Route::Thread(_)
+                | Route::ThreadStream(_)
+                | Route::Cancel(_)
+                | Route::ForkThread(_)
+        )
+    }
+
     fn allow(&self) -> &'static str {
         match self {
             Route::Run(_)
@@ -299,7 +318,16 @@ pub(super) async fn handle(app: &App, req: Request<Incoming>, conn: ConnInfo) ->
     let mut audit = Audit::default();
     let mut response = match route {
         None => ApiError::not_found("route").into_response(),
-        Some(route) => match dispatch(app, route, req, conn, &origin, &mut audit).await {
+        Some(route) => match dispatch(
+            app,
+            route,
+            req.map(RequestBody::Left),
+            conn,
+            &origin,
+            &mut audit,
+        )
+        .await
+        {
             Ok(response) => response,
             Err(error) => {
                 if error.status.is_server_error() {
@@ -387,7 +415,7 @@ fn acting_as(principal: Principal, query: Option<&str>) -> Result<Principal, Api
 async fn dispatch(
     app: &App,
     route: Route,
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
     conn: ConnInfo,
     origin: &OriginCheck,
     audit: &mut Audit,
@@ -423,6 +451,93 @@ async fn dispatch(
         Principal::scoped("-", Some(Vec::new()), crate::access::Caps::NONE)
     };
     route.check_ids()?;
+    match &app.forwarder {
+        Some(forwarder) if route.forwardable() && !req.headers().contains_key(FORWARDED_BY) => {
+            forwarding(app, forwarder, route, req, conn, principal, audit).await
+        }
+        _ => serve(app, route, req, conn, principal, audit).await,
+    }
+}
+
+/// A request that may concern a thread another node owns (cluster): read whole first, then
+/// served here, or sent to the owner when the runtime says the thread is the owner's. An
+/// owner that cannot be reached has died or is cut off: its lease lapses within its
+/// lifetime, and the request is tried again once it has (this node then takes the thread
+/// over), a few times at most.
+async fn forwarding(
+    app: &App,
+    forwarder: &super::forward::Forwarder,
+    route: Route,
+    req: Request<RequestBody>,
+    conn: ConnInfo,
+    principal: Principal,
+    audit: &mut Audit,
+) -> Result<Response<Body>, ApiError> {
+    let (parts, body) = req.into_parts();
+    let body = read_body(
+        body,
+        &parts.headers,
+        MAX_BODY_BYTES,
+        conn.limits.body_read_timeout,
+    )
+    .await?;
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let req = Request::from_parts(
+            parts.clone(),
+            RequestBody::Right(http_body_util::Full::new(body.clone())),
+        );
+        let error = match serve(app, route.clone(), req, conn, principal.clone(), audit).await {
+            Err(error) if error.forward.is_some() => error,
+            Err(error)
+                if matches!(route, Route::Cancel(_)) && error.status == StatusCode::NOT_FOUND =>
+            {
+                // A run is found by its id only where it runs: ask the other nodes.
+                for peer in app.runtime.peers().await {
+                    match forwarder.send(&peer, &parts, body.clone()).await {
+                        Ok(response) if response.status() == StatusCode::ACCEPTED => {
+                            return Ok(response);
+                        }
+                        Ok(_) => {}
+                        Err(failure) => {
+                            tracing::warn!(error = %failure, "cancel could not reach a node");
+                        }
+                    }
+                }
+                return Err(error);
+            }
+            answer => return answer,
+        };
+        let Some(owner) = error.forward.clone() else {
+            return Err(error);
+        };
+        match forwarder.send(&owner.address, &parts, body.clone()).await {
+            Ok(response) => {
+                tracing::debug!(owner = %owner.node, "request sent to the thread's owner");
+                return Ok(response);
+            }
+            Err(failure) if attempts < 3 => {
+                tracing::warn!(owner = %owner.node, error = %failure, "thread owner unreachable; waiting for its lease to lapse");
+                tokio::time::sleep(owner.expires_in + std::time::Duration::from_millis(100)).await;
+            }
+            Err(failure) => {
+                tracing::warn!(owner = %owner.node, error = %failure, "thread owner unreachable");
+                return Err(error);
+            }
+        }
+    }
+}
+
+/// Serves `route` on this node.
+async fn serve(
+    app: &App,
+    route: Route,
+    req: Request<RequestBody>,
+    conn: ConnInfo,
+    principal: Principal,
+    audit: &mut Audit,
+) -> Result<Response<Body>, ApiError> {
     match route {
         Route::Run(agent) | Route::AgentRun(agent) => {
             run(app, &principal, &agent, req, conn, audit).await
@@ -447,7 +562,7 @@ async fn dispatch(
             } else {
                 Some(parse_json(&body)?)
             };
-            copilotkit::stop(app, &principal, &agent, &thread, body.as_ref())
+            copilotkit::stop(app, &principal, &agent, &thread, body.as_ref()).await
         }
         Route::Envelope => {
             if !is_json(req.headers()) {
@@ -533,10 +648,8 @@ async fn dispatch(
                     Ok(response)
                 }
                 Ok(false) => Err(ApiError::not_found("thread")),
-                Err(error) => {
-                    tracing::error!(%error, "thread delete failed");
-                    Err(ApiError::store_unavailable())
-                }
+                Err(LoadError::Elsewhere(owner)) => Err(ApiError::elsewhere(owner)),
+                Err(LoadError::Store) => Err(ApiError::store_unavailable()),
             }
         }
         Route::Thread(id) => {
@@ -751,7 +864,7 @@ fn mint(app: &App, body: &serde_json::Value) -> Result<Response<Body>, ApiError>
 /// The `threadId` an import or fork body may name (`{"threadId": "..."}`; an empty body
 /// names none).
 async fn requested_thread_id(
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
     conn: &ConnInfo,
 ) -> Result<Option<String>, ApiError> {
     let (parts, body) = req.into_parts();
@@ -922,7 +1035,7 @@ async fn run(
     app: &App,
     principal: &Principal,
     agent: &str,
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
     conn: ConnInfo,
     audit: &mut Audit,
 ) -> Result<Response<Body>, ApiError> {
@@ -976,7 +1089,7 @@ pub(super) async fn start_run(
 
 /// Reads a JSON request body (within the body limits).
 async fn read_json(
-    body: Incoming,
+    body: RequestBody,
     headers: &HeaderMap,
     conn: &ConnInfo,
 ) -> Result<serde_json::Value, ApiError> {

@@ -20,6 +20,7 @@ mod answer;
 pub mod attach;
 pub mod fleet;
 pub mod journal;
+mod lease;
 pub mod memory;
 mod observe;
 mod pump;
@@ -50,12 +51,14 @@ pub use sessions::{NewThread, SessionRequestError};
 
 use crate::access::{Capability, Principal};
 use crate::agent::Agent;
+use crate::cluster::Owner;
 use crate::config::Hitl;
 use crate::metrics::{RunMetrics, StreamMetrics};
 use crate::protocol::input::Message;
 use crate::protocol::{Profile, RunAgentInput};
-use crate::store::{Store, StoreError};
+use crate::store::Store;
 use crate::traces::Tracer;
+pub use lease::LoadError;
 use opentelemetry::trace::SpanContext;
 use thread::{Decision, Retry, Thread, new_thread};
 use translator::Translator;
@@ -96,6 +99,8 @@ pub struct RuntimeOptions {
     pub ui: Arc<ui::UiCatalog>,
     /// Spans per run, turn and tool call, when traces are exported.
     pub tracer: Option<Tracer>,
+    /// This node's membership of a cluster (PostgreSQL store), if any.
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 impl RuntimeOptions {
@@ -118,6 +123,7 @@ impl RuntimeOptions {
             fleet_history: fleet::DEFAULT_FLEET_HISTORY,
             ui: Arc::new(ui::UiCatalog::defaults()),
             tracer: None,
+            cluster: None,
         }
     }
 }
@@ -144,11 +150,14 @@ pub enum StartError {
     PrincipalBusy,
     #[error("the token lacks the `{}` capability", .0.name())]
     Forbidden(Capability),
+    /// Another node owns the thread (cluster): the request belongs there.
+    #[error("another node owns the thread")]
+    Elsewhere(Owner),
 }
 
 impl StartError {
     /// Every [`StartError::reason`].
-    pub const REASONS: [&'static str; 9] = [
+    pub const REASONS: [&'static str; 10] = [
         "unknown_agent",
         "draining",
         "over_capacity",
@@ -158,6 +167,7 @@ impl StartError {
         "store_unavailable",
         "principal_busy",
         "forbidden",
+        "elsewhere",
     ];
 
     /// A stable snake_case word for the metrics.
@@ -172,6 +182,7 @@ impl StartError {
             StartError::Store => "store_unavailable",
             StartError::PrincipalBusy => "principal_busy",
             StartError::Forbidden(_) => "forbidden",
+            StartError::Elsewhere(_) => "elsewhere",
         }
     }
 }
@@ -183,6 +194,9 @@ pub enum ReattachError {
     UnknownThread,
     #[error("store unavailable")]
     Store,
+    /// Another node owns the thread (cluster).
+    #[error("another node owns the thread")]
+    Elsewhere(Owner),
 }
 
 /// Why a run was cancelled; decides its terminal event.
@@ -194,6 +208,8 @@ pub enum CancelReason {
     Abandoned,
     /// The server is shutting down.
     Shutdown,
+    /// Another node took the thread's lease (cluster).
+    LeaseLost,
 }
 
 /// A live run's admission: a slot of the daemon's cap, and of its principal's.
@@ -363,6 +379,7 @@ impl Runtime {
             .update(runtime.fleet_document(), now_ms());
         runtime.spawn_stall_check();
         runtime.spawn_fleet();
+        runtime.spawn_lease_renewal();
         runtime
     }
 
@@ -611,7 +628,8 @@ impl Runtime {
         let run_key = principal.key(&input.run_id);
         let existing = match self.load_thread(&key).await {
             Ok(existing) => existing,
-            Err(_) => refuse!(StartError::Store),
+            Err(LoadError::Store) => refuse!(StartError::Store),
+            Err(LoadError::Elsewhere(owner)) => refuse!(StartError::Elsewhere(owner)),
         };
         if let Some(thread) = &existing
             && thread.agent != agent
@@ -789,7 +807,7 @@ impl Runtime {
     }
 
     /// Deletes thread `thread_id` as the operator (see [`Runtime::delete_thread_as`]).
-    pub async fn delete_thread(&self, thread_id: &str) -> Result<bool, StoreError> {
+    pub async fn delete_thread(&self, thread_id: &str) -> Result<bool, LoadError> {
         self.delete_thread_as(&Principal::operator(), thread_id)
             .await
     }
@@ -801,7 +819,7 @@ impl Runtime {
         &self,
         principal: &Principal,
         thread_id: &str,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool, LoadError> {
         let key = principal.key(thread_id);
         loop {
             let Some(thread) = self.load_thread(&key).await? else {
@@ -961,11 +979,14 @@ impl Runtime {
         Some(thread)
     }
 
-    /// The thread from memory, else from the store, else `None`.
-    async fn load_thread(&self, id: &str) -> Result<Option<Arc<Thread>>, StoreError> {
+    /// The thread from memory, else from the store, else `None`. In a cluster, a thread
+    /// that is not in memory is claimed first (see `lease.rs`); the lease of one that does
+    /// not exist is kept for the request that creates it.
+    async fn load_thread(&self, id: &str) -> Result<Option<Arc<Thread>>, LoadError> {
         if let Some(thread) = self.memory_thread(id) {
             return Ok(Some(thread));
         }
+        self.claim(id).await?;
         let Some(stored) = self.inner.store.load_thread(id).await? else {
             return Ok(None);
         };

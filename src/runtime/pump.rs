@@ -259,7 +259,8 @@ async fn drive(
     pump.writer.start(parent_run_id, history);
     if !stored {
         drop(agent);
-        pump.writer.finish(store_failed()).await;
+        let ending = pump.writer.failed_ending();
+        pump.writer.finish(ending).await;
         return;
     }
     let run = pump.writer.run.clone();
@@ -691,6 +692,15 @@ fn ending_kind(ending: &Ending) -> &'static str {
     }
 }
 
+/// The ending of a run on a node that lost its thread's lease to another node (cluster):
+/// nothing more it does for the thread is stored.
+fn lease_lost() -> Ending {
+    Ending::Error {
+        code: "LEASE_LOST".to_owned(),
+        message: "another node took this thread over; reattach to follow it there".to_owned(),
+    }
+}
+
 /// The ending of a run whose writes the store could not commit.
 fn store_failed() -> Ending {
     Ending::Error {
@@ -880,14 +890,24 @@ impl SegmentWriter {
         }
     }
 
-    /// Waits until every write queued so far is durable; `false` when the store failed.
+    /// Waits until every write queued so far is durable; `false` when the store failed,
+    /// or (cluster) when a write for the thread was refused because its lease was lost.
     async fn commit(&self) -> bool {
         match self.rt.inner.store.commit().await {
-            Ok(()) => true,
+            Ok(()) => !self.rt.lease_lost(&self.thread.key),
             Err(error) => {
                 tracing::error!(%error, "store commit failed");
                 false
             }
+        }
+    }
+
+    /// The terminal event in place of one whose writes did not commit.
+    fn failed_ending(&self) -> Ending {
+        if self.rt.lease_lost(&self.thread.key) {
+            lease_lost()
+        } else {
+            store_failed()
         }
     }
 
@@ -924,7 +944,7 @@ impl SegmentWriter {
         let ending = if self.commit().await {
             ending
         } else {
-            store_failed()
+            self.failed_ending()
         };
         self.count_end(&ending);
         self.trace_end(&ending);
@@ -954,7 +974,7 @@ impl SegmentWriter {
     /// happened; the stream itself carries only the `RUN_ERROR`. Not for a shutdown or a
     /// store failure, which say nothing about the conversation.
     fn record_error(&self, code: &str, message: &str) {
-        if matches!(code, "SHUTDOWN" | "STORE_UNAVAILABLE") {
+        if matches!(code, "SHUTDOWN" | "STORE_UNAVAILABLE" | "LEASE_LOST") {
             return;
         }
         let run_id = lock(&self.run.translator).run_id().to_owned();
@@ -1087,6 +1107,7 @@ impl SegmentWriter {
                 code: "SHUTDOWN".to_owned(),
                 message: "the server is shutting down".to_owned(),
             },
+            Some(CancelReason::LeaseLost) => lease_lost(),
             Some(CancelReason::Requested | CancelReason::Abandoned) | None => Ending::Cancelled,
         }
     }

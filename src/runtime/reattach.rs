@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::ReattachError;
 use super::attach::{self, Attachment, Resume};
 use super::{EventId, LiveRun, Runtime, Thread, lock, now_ms, transcript_json};
+use super::{LoadError, ReattachError};
 use crate::access::Principal;
 use crate::protocol::{Event, Profile};
 
@@ -36,7 +36,10 @@ impl Runtime {
             let thread = self
                 .load_thread(&key)
                 .await
-                .map_err(|_| ReattachError::Store)?
+                .map_err(|error| match error {
+                    LoadError::Store => ReattachError::Store,
+                    LoadError::Elsewhere(owner) => ReattachError::Elsewhere(owner),
+                })?
                 .filter(|thread| principal.may_use(&thread.agent))
                 .ok_or(ReattachError::UnknownThread)?;
             let _decide = thread.decide.lock().await;

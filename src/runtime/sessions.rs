@@ -15,7 +15,7 @@ use crate::protocol::input::{Content, Message};
 use crate::store::StoreError;
 
 use super::sanitize::sanitize;
-use super::{Runtime, now_ms};
+use super::{LoadError, Runtime, now_ms};
 
 /// Why a session request was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -34,6 +34,9 @@ pub enum SessionRequestError {
     Agent(#[from] SessionError),
     #[error("the thread store is unavailable")]
     Store,
+    /// Another node owns the thread (cluster).
+    #[error("another node owns the thread")]
+    Elsewhere(crate::cluster::Owner),
 }
 
 impl From<StoreError> for SessionRequestError {
@@ -118,6 +121,9 @@ impl Runtime {
         thread_id: Option<String>,
     ) -> Result<NewThread, SessionRequestError> {
         let source_key = principal.key(source);
+        if let Some(owner) = self.owner_elsewhere(&source_key).await {
+            return Err(SessionRequestError::Elsewhere(owner));
+        }
         if self.live_status(&source_key).is_some() {
             return Err(SessionRequestError::RunInProgress);
         }
@@ -204,6 +210,11 @@ impl Runtime {
         session_id: &str,
         how: &str,
     ) -> Result<(), SessionRequestError> {
+        match self.claim(thread_id).await {
+            Ok(()) => {}
+            Err(LoadError::Elsewhere(_)) => return Err(SessionRequestError::ThreadExists),
+            Err(LoadError::Store) => return Err(SessionRequestError::Store),
+        }
         let store = &self.inner.store;
         let now = now_ms() as i64;
         let run_id = format!("{how}-{}", uuid::Uuid::new_v4());

@@ -59,6 +59,7 @@ impl TestServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let server = Server::from_listener(listener, config)
+            .await
             .expect("server")
             .with_limits(limits);
         let base = server.url();

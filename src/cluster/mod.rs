@@ -1,0 +1,403 @@
+//! Several daemons on one PostgreSQL database: node registry and thread leases.
+//!
+//! Each thread is owned by one node at a time through a row of `leases` (thread key, node,
+//! epoch, expiry, all time read off the database's clock, `agui_now_ms()`). A node takes
+//! the lease of a thread when it loads the thread into memory ([`Cluster::claim`]): a thread
+//! nobody holds, or whose lease has expired, or that this process already holds. Taking a
+//! lease from another holder bumps its epoch, so every write the earlier holder still has
+//! queued is refused by the store's fence (see [`crate::store::Fence`]), and the caller
+//! recovers the thread (its live runs become `interrupted`) before loading it. A lease
+//! another live node holds is answered with that node's address ([`Owner`]) so the request
+//! can be forwarded there.
+//!
+//! The runtime renews the leases of the threads it holds in memory every third of the
+//! lease lifetime ([`Cluster::renew`]); a lease found gone (taken after this node failed to
+//! renew it, e.g. while paused) is reported lost, and the runtime cancels the thread's run
+//! and drops the thread. A thread that left memory is simply no longer renewed; its lease
+//! lapses.
+//!
+//! The node's id in the database is its name plus a fresh suffix per process, so a
+//! restarted node never mistakes its predecessor's leases for its own: it takes them over
+//! like any other expired or orphaned lease.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::store::Fence;
+
+/// Where a cluster node is, and how it takes part.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// The PostgreSQL connection string (it may hold a password: never logged).
+    pub url: String,
+    /// This node's name (`--node-id`).
+    pub node_name: String,
+    /// How other nodes reach this one (`--advertise-url`), e.g. `http://10.0.0.5:8443`.
+    pub advertise: String,
+    /// How long a lease lasts without renewal (`--lease-ttl`).
+    pub lease_ttl: Duration,
+}
+
+/// Another node that holds a thread's lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// Its id (name and process suffix).
+    pub node: String,
+    /// Its advertised address (`http(s)://host:port`).
+    pub address: String,
+    /// Time left on its lease when asked.
+    pub expires_in: Duration,
+}
+
+/// The outcome of [`Cluster::claim`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This node holds the lease. `taken_over`: it was another holder's (or a previous
+    /// process's), so the thread must be recovered before it is loaded.
+    Mine { epoch: i64, taken_over: bool },
+    /// Another live node holds it.
+    Elsewhere(Owner),
+}
+
+/// Why the cluster layer failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("cluster database: {0}")]
+    Db(#[from] tokio_postgres::Error),
+    #[error("cannot reach the cluster database: {0}")]
+    Connect(tokio_postgres::Error),
+    #[error("{0}")]
+    Config(String),
+}
+
+/// One node's view of the cluster: its identity, its database connection for leases, and
+/// the fence it shares with the store.
+pub struct Cluster {
+    config: ClusterConfig,
+    node: String,
+    fence: Fence,
+    client: tokio::sync::Mutex<Option<tokio_postgres::Client>>,
+    /// When each held lease was last claimed or renewed by this process (local clock): a
+    /// lease not renewed for a whole lifetime may have been taken.
+    renewed: Mutex<HashMap<String, Instant>>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster").field("node", &self.node).finish()
+    }
+}
+
+impl Cluster {
+    /// The id of this process as a node: its name and a fresh suffix.
+    pub fn process_id(name: &str) -> String {
+        let suffix = uuid::Uuid::new_v4().simple().to_string();
+        format!("{name}~{}", &suffix[..12])
+    }
+
+    /// Connects and registers this node; `fence` (made for [`Cluster::process_id`]) is the
+    /// one the store stamps writes with. The store must be open (it creates the tables).
+    pub async fn join(config: ClusterConfig, fence: Fence) -> Result<Cluster, ClusterError> {
+        if config.lease_ttl < Duration::from_secs(1) {
+            return Err(ClusterError::Config(
+                "the lease lifetime must be at least 1s".to_owned(),
+            ));
+        }
+        let node = fence.node().to_owned();
+        let cluster = Cluster {
+            fence,
+            node,
+            client: tokio::sync::Mutex::new(None),
+            renewed: Mutex::default(),
+            config,
+        };
+        cluster.heartbeat().await?;
+        tracing::info!(node = %cluster.node, address = %cluster.config.advertise, "joined the cluster");
+        Ok(cluster)
+    }
+
+    /// This process's node id.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// The fence the store stamps this node's writes with.
+    pub fn fence(&self) -> &Fence {
+        &self.fence
+    }
+
+    /// How long a lease lasts.
+    pub fn lease_ttl(&self) -> Duration {
+        self.config.lease_ttl
+    }
+
+    fn ttl_ms(&self) -> i64 {
+        self.config.lease_ttl.as_millis() as i64
+    }
+
+    /// Runs `f` on the connection, connecting first if needed (and again after a lost
+    /// connection).
+    async fn with_client<R>(
+        &self,
+        f: impl AsyncFnOnce(&mut tokio_postgres::Client) -> Result<R, tokio_postgres::Error>,
+    ) -> Result<R, ClusterError> {
+        let mut guard = self.client.lock().await;
+        if guard.as_ref().is_none_or(|c| c.is_closed()) {
+            let (client, connection) =
+                tokio_postgres::connect(&self.config.url, tokio_postgres::NoTls)
+                    .await
+                    .map_err(ClusterError::Connect)?;
+            tokio::spawn(async move {
+                if let Err(error) = connection.await {
+                    tracing::warn!(%error, "cluster database connection ended");
+                }
+            });
+            *guard = Some(client);
+        }
+        let Some(client) = guard.as_mut() else {
+            unreachable!("connected above")
+        };
+        Ok(f(client).await?)
+    }
+
+    /// Registers (or refreshes) this node's row: its address and a heartbeat.
+    pub async fn heartbeat(&self) -> Result<(), ClusterError> {
+        let (node, address) = (self.node.clone(), self.config.advertise.clone());
+        self.with_client(async move |c| {
+            c.execute(
+                "INSERT INTO nodes (id, address, started_at, heartbeat_at)
+                 VALUES ($1, $2, agui_now_ms(), agui_now_ms())
+                 ON CONFLICT (id) DO UPDATE SET address = $2, heartbeat_at = agui_now_ms()",
+                &[&node, &address],
+            )
+            .await
+            .map(|_| ())
+        })
+        .await
+    }
+
+    /// Takes `key`'s lease if nobody else holds it live; see [`Claim`].
+    pub async fn claim(&self, key: &str) -> Result<Claim, ClusterError> {
+        let held = self.fence.held(key).filter(|h| !h.lost).map(|h| h.epoch);
+        let (me, ttl, owned_key) = (self.node.clone(), self.ttl_ms(), key.to_owned());
+        let claim = self
+            .with_client(async move |c| {
+                let tx = c.transaction().await?;
+                let row = tx
+                    .query_opt(
+                        "SELECT node, epoch, expires_at - agui_now_ms() FROM leases
+                         WHERE thread_key = $1 FOR UPDATE",
+                        &[&owned_key],
+                    )
+                    .await?;
+                let claim = match row {
+                    None => {
+                        let inserted = tx
+                            .execute(
+                                "INSERT INTO leases (thread_key, node, epoch, expires_at)
+                                 VALUES ($1, $2, 1, agui_now_ms() + $3)
+                                 ON CONFLICT (thread_key) DO NOTHING",
+                                &[&owned_key, &me, &ttl],
+                            )
+                            .await?;
+                        if inserted == 0 {
+                            // Another node inserted it meanwhile: ask again.
+                            None
+                        } else {
+                            Some(Claim::Mine {
+                                epoch: 1,
+                                taken_over: false,
+                            })
+                        }
+                    }
+                    Some(row) => {
+                        let (node, epoch, left): (String, i64, i64) =
+                            (row.get(0), row.get(1), row.get(2));
+                        if node == me && held == Some(epoch) {
+                            tx.execute(
+                                "UPDATE leases SET expires_at = agui_now_ms() + $2
+                                 WHERE thread_key = $1",
+                                &[&owned_key, &ttl],
+                            )
+                            .await?;
+                            Some(Claim::Mine {
+                                epoch,
+                                taken_over: false,
+                            })
+                        } else if node == me || left <= 0 {
+                            let epoch = epoch + 1;
+                            tx.execute(
+                                "UPDATE leases SET node = $2, epoch = $3,
+                                     expires_at = agui_now_ms() + $4
+                                 WHERE thread_key = $1",
+                                &[&owned_key, &me, &epoch, &ttl],
+                            )
+                            .await?;
+                            Some(Claim::Mine {
+                                epoch,
+                                taken_over: true,
+                            })
+                        } else {
+                            let address: Option<String> = tx
+                                .query_opt("SELECT address FROM nodes WHERE id = $1", &[&node])
+                                .await?
+                                .map(|r| r.get(0));
+                            Some(Claim::Elsewhere(Owner {
+                                node,
+                                address: address.unwrap_or_default(),
+                                expires_in: Duration::from_millis(left.max(0) as u64),
+                            }))
+                        }
+                    }
+                };
+                tx.commit().await?;
+                Ok(claim)
+            })
+            .await?;
+        let Some(claim) = claim else {
+            return Box::pin(self.claim(key)).await;
+        };
+        if let Claim::Mine { epoch, taken_over } = &claim {
+            if *taken_over || held != Some(*epoch) {
+                self.fence.hold(key, *epoch);
+            }
+            lock(&self.renewed).insert(key.to_owned(), Instant::now());
+        }
+        Ok(claim)
+    }
+
+    /// Renews the leases of `keys` (the threads this node holds in memory) and refreshes
+    /// the heartbeat; forgets held leases not in `keys` that have lapsed. Returns the keys
+    /// whose lease was found lost: another node took it.
+    pub async fn renew(&self, keys: &[String]) -> Result<Vec<String>, ClusterError> {
+        let mut wanted: Vec<String> = Vec::new();
+        let mut epochs: Vec<i64> = Vec::new();
+        for key in keys {
+            if let Some(held) = self.fence.held(key).filter(|h| !h.lost) {
+                wanted.push(key.clone());
+                epochs.push(held.epoch);
+            }
+        }
+        let (me, ttl, address) = (
+            self.node.clone(),
+            self.ttl_ms(),
+            self.config.advertise.clone(),
+        );
+        let (query_keys, query_epochs) = (wanted.clone(), epochs.clone());
+        let renewed: Vec<String> = self
+            .with_client(async move |c| {
+                c.execute(
+                    "UPDATE nodes SET heartbeat_at = agui_now_ms(), address = $2 WHERE id = $1",
+                    &[&me, &address],
+                )
+                .await?;
+                let rows = c
+                    .query(
+                        "UPDATE leases l SET expires_at = agui_now_ms() + $3
+                         FROM unnest($1::text[], $2::bigint[]) AS h(k, e)
+                         WHERE l.thread_key = h.k AND l.epoch = h.e AND l.node = $4
+                         RETURNING l.thread_key",
+                        &[&query_keys, &query_epochs, &ttl, &me],
+                    )
+                    .await?;
+                Ok(rows.into_iter().map(|r| r.get(0)).collect())
+            })
+            .await?;
+        let now = Instant::now();
+        let mut lost = Vec::new();
+        {
+            let mut stamps = lock(&self.renewed);
+            for (key, epoch) in wanted.iter().zip(&epochs) {
+                if renewed.contains(key) {
+                    stamps.insert(key.clone(), now);
+                } else {
+                    self.fence.mark_lost(key, *epoch);
+                    lost.push(key.clone());
+                }
+            }
+            // Leases of threads no longer in memory lapse: forget them once a whole
+            // lifetime has passed since they were last claimed or renewed.
+            let ttl = self.config.lease_ttl;
+            stamps.retain(|key, at| {
+                let keep = keys.contains(key) || now.duration_since(*at) < ttl;
+                if !keep {
+                    self.fence.release(key);
+                }
+                keep
+            });
+        }
+        Ok(lost)
+    }
+
+    /// The live owner of `key`'s lease when it is another node (no lease is taken).
+    pub async fn owner_elsewhere(&self, key: &str) -> Result<Option<Owner>, ClusterError> {
+        let (me, key) = (self.node.clone(), key.to_owned());
+        self.with_client(async move |c| {
+            let row = c
+                .query_opt(
+                    "SELECT l.node, COALESCE(n.address, ''), l.expires_at - agui_now_ms()
+                     FROM leases l LEFT JOIN nodes n ON n.id = l.node
+                     WHERE l.thread_key = $1 AND l.node <> $2 AND l.expires_at > agui_now_ms()",
+                    &[&key, &me],
+                )
+                .await?;
+            Ok(row.map(|r| Owner {
+                node: r.get(0),
+                address: r.get(1),
+                expires_in: Duration::from_millis(r.get::<_, i64>(2).max(0) as u64),
+            }))
+        })
+        .await
+    }
+
+    /// The addresses of the other nodes that have shown a sign of life within a lease
+    /// lifetime.
+    pub async fn peers(&self) -> Result<Vec<String>, ClusterError> {
+        let (me, ttl) = (self.node.clone(), self.ttl_ms());
+        self.with_client(async move |c| {
+            let rows = c
+                .query(
+                    "SELECT address FROM nodes
+                     WHERE id <> $1 AND heartbeat_at > agui_now_ms() - $2 ORDER BY id",
+                    &[&me, &ttl],
+                )
+                .await?;
+            Ok(rows.into_iter().map(|r| r.get(0)).collect())
+        })
+        .await
+    }
+
+    /// Whether this node's leases may have lapsed: the last renewal of `key` is older than
+    /// a lease lifetime (a paused process, an unreachable database).
+    pub fn may_have_lapsed(&self, key: &str) -> bool {
+        lock(&self.renewed)
+            .get(key)
+            .is_none_or(|at| at.elapsed() >= self.config.lease_ttl)
+    }
+
+    /// A secret shared by every node (created by the first that asks): `len` random bytes
+    /// stored in the database under `name`.
+    pub async fn shared_secret(&self, name: &str, len: usize) -> Result<Vec<u8>, ClusterError> {
+        let mut fresh = vec![0u8; len];
+        getrandom::fill(&mut fresh)
+            .map_err(|e| ClusterError::Config(format!("no randomness: {e}")))?;
+        let name = name.to_owned();
+        self.with_client(async move |c| {
+            c.execute(
+                "INSERT INTO secrets (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+                &[&name, &fresh],
+            )
+            .await?;
+            let row = c
+                .query_one("SELECT value FROM secrets WHERE name = $1", &[&name])
+                .await?;
+            Ok(row.get(0))
+        })
+        .await
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,139 @@
+//! The internal hop of a cluster: a request for a thread another node owns is sent to that
+//! node as it came (method, path and query, headers, the body already read), and its
+//! answer (an event stream included) is streamed back as it arrives.
+//!
+//! The hop carries the client's own credentials (every node verifies the same tokens) and
+//! [`FORWARDED_BY`], naming the node it came through: a request that arrives with it is
+//! never sent on again, so a lease that moved meanwhile costs one `503 OWNER_UNAVAILABLE`
+//! (retry), never a loop. Nodes reach each other at the address each advertises
+//! (`--advertise-url`): plain HTTP, or HTTPS verified against the system's roots.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONNECTION, CONTENT_LENGTH, HOST, TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
+use http::{HeaderName, Request, Response, Uri};
+use http_body::Frame;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use super::body::Body;
+
+/// The header that marks a request sent on by another node.
+pub const FORWARDED_BY: HeaderName = HeaderName::from_static("agui-forwarded-by");
+
+/// How long the hop may take to connect to the owner.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Why a request could not be sent to the owner.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    #[error("bad owner address: {0}")]
+    Address(String),
+    #[error("owner unreachable: {0}")]
+    Unreachable(#[from] hyper_util::client::legacy::Error),
+}
+
+/// The client a node sends requests on with.
+#[derive(Debug, Clone)]
+pub struct Forwarder {
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    node: http::HeaderValue,
+}
+
+impl Forwarder {
+    /// A client for node `node`, on the current tokio runtime.
+    pub fn new(node: &str) -> std::io::Result<Forwarder> {
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        // Without any system root certificate only plain HTTP addresses work.
+        let builder =
+            match HttpsConnectorBuilder::new().with_provider_and_native_roots(provider.clone()) {
+                Ok(builder) => builder,
+                Err(_) => HttpsConnectorBuilder::new().with_tls_config(
+                    rustls::ClientConfig::builder_with_provider(provider)
+                        .with_safe_default_protocol_versions()
+                        .map_err(std::io::Error::other)?
+                        .with_root_certificates(rustls::RootCertStore::empty())
+                        .with_no_client_auth(),
+                ),
+            };
+        let mut http = HttpConnector::new();
+        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        http.set_nodelay(true);
+        http.enforce_http(false);
+        let connector = builder.https_or_http().enable_http1().wrap_connector(http);
+        Ok(Forwarder {
+            client: Client::builder(TokioExecutor::new()).build(connector),
+            node: http::HeaderValue::from_str(node).map_err(std::io::Error::other)?,
+        })
+    }
+
+    /// Sends the request (`parts` and its body, already read) to `address` and streams its
+    /// answer back.
+    pub async fn send(
+        &self,
+        address: &str,
+        parts: &http::request::Parts,
+        body: Bytes,
+    ) -> Result<Response<Body>, ForwardError> {
+        let target = parts
+            .uri
+            .path_and_query()
+            .map_or("/", http::uri::PathAndQuery::as_str);
+        let uri: Uri = format!("{}{target}", address.trim_end_matches('/'))
+            .parse()
+            .map_err(|_| ForwardError::Address(address.to_owned()))?;
+        let mut request = Request::builder()
+            .method(parts.method.clone())
+            .uri(uri)
+            .body(Full::new(body))
+            .map_err(|e| ForwardError::Address(e.to_string()))?;
+        let headers = request.headers_mut();
+        for (name, value) in &parts.headers {
+            if !hop_by_hop(name) && *name != HOST {
+                headers.append(name.clone(), value.clone());
+            }
+        }
+        headers.insert(FORWARDED_BY, self.node.clone());
+        let response = self.client.request(request).await?;
+        let (mut parts, incoming) = response.into_parts();
+        let names: Vec<HeaderName> = parts.headers.keys().cloned().collect();
+        for name in names {
+            if hop_by_hop(&name) || name == CONTENT_LENGTH {
+                parts.headers.remove(&name);
+            }
+        }
+        // The owner's body as it arrives; an error mid-way ends it (the client sees a cut
+        // stream and reattaches, as after any network failure).
+        let stream = futures_util::stream::unfold(incoming, |mut incoming| async move {
+            match incoming.frame().await {
+                Some(Ok(frame)) => Some((Ok::<_, Infallible>(frame), incoming)),
+                Some(Err(error)) => {
+                    tracing::warn!(%error, "forwarded response ended early");
+                    None
+                }
+                None => None,
+            }
+        });
+        let body: Body = StreamBody::new(stream)
+            .map_frame(|frame: Frame<Bytes>| frame)
+            .boxed_unsync();
+        Ok(Response::from_parts(parts, body))
+    }
+}
+
+/// Headers that describe one connection, not the request.
+fn hop_by_hop(name: &HeaderName) -> bool {
+    *name == CONNECTION
+        || *name == TE
+        || *name == TRAILER
+        || *name == TRANSFER_ENCODING
+        || *name == UPGRADE
+        || name.as_str() == "keep-alive"
+        || name.as_str() == "proxy-connection"
+        || name.as_str() == "proxy-authorization"
+}

@@ -1,0 +1,158 @@
+//! The runtime's side of a cluster: a thread is in this node's memory only while this node
+//! holds its lease (see [`crate::cluster`]).
+//!
+//! - [`Runtime::claim`] runs before a thread is loaded from the store or created: it takes
+//!   the lease, recovers a thread taken over from another holder (its live runs become
+//!   `interrupted`, as a restart does for a single daemon), or answers
+//!   [`LoadError::Elsewhere`] with the owner to forward to.
+//! - One task renews the leases of the threads in memory every third of the lifetime. A
+//!   lease found lost ends the thread's run (`RUN_ERROR{code:"LEASE_LOST"}`) and takes the
+//!   thread out of memory, so the next request claims it again (and is forwarded).
+//! - The pump's commit barrier also asks [`Runtime::lease_lost`]: once a write for the
+//!   thread was refused by the fence, nothing more is announced for it.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::{CancelReason, Runtime, lock};
+use crate::cluster::{Claim, Owner};
+use crate::store::StoreError;
+
+/// Why a thread could not be loaded here.
+#[derive(Debug)]
+pub enum LoadError {
+    /// The store failed (logged where it happened).
+    Store,
+    /// Another live node owns the thread.
+    Elsewhere(Owner),
+}
+
+impl From<StoreError> for LoadError {
+    fn from(error: StoreError) -> LoadError {
+        tracing::error!(%error, "store failed while loading a thread");
+        LoadError::Store
+    }
+}
+
+impl Runtime {
+    /// Takes `key`'s lease before the thread is loaded or created on this node (nothing to
+    /// do without a cluster).
+    pub(super) async fn claim(&self, key: &str) -> Result<(), LoadError> {
+        let Some(cluster) = &self.inner.options.cluster else {
+            return Ok(());
+        };
+        match cluster.claim(key).await {
+            Ok(Claim::Mine { taken_over, epoch }) => {
+                if taken_over {
+                    let runs = self.inner.store.recover_thread(key).await?;
+                    tracing::info!(epoch, runs, "thread taken over from another holder");
+                }
+                Ok(())
+            }
+            Ok(Claim::Elsewhere(owner)) => Err(LoadError::Elsewhere(owner)),
+            Err(error) => {
+                tracing::error!(%error, "thread lease could not be claimed");
+                Err(LoadError::Store)
+            }
+        }
+    }
+
+    /// The other node that owns thread `key`, when the thread is not in this node's memory
+    /// and another node holds its lease (always `None` without a cluster).
+    pub async fn owner_elsewhere(&self, key: &str) -> Option<Owner> {
+        let cluster = self.inner.options.cluster.as_ref()?;
+        if self.memory_thread(key).is_some() {
+            return None;
+        }
+        match cluster.owner_elsewhere(key).await {
+            Ok(owner) => owner,
+            Err(error) => {
+                tracing::warn!(%error, "thread owner could not be looked up");
+                None
+            }
+        }
+    }
+
+    /// The other live nodes' addresses (empty without a cluster).
+    pub async fn peers(&self) -> Vec<String> {
+        let Some(cluster) = &self.inner.options.cluster else {
+            return Vec::new();
+        };
+        cluster.peers().await.unwrap_or_else(|error| {
+            tracing::warn!(%error, "cluster nodes could not be listed");
+            Vec::new()
+        })
+    }
+
+    /// Whether a write for thread `key` was refused because this node lost its lease
+    /// (always `false` without a cluster).
+    pub(crate) fn lease_lost(&self, key: &str) -> bool {
+        self.inner
+            .options
+            .cluster
+            .as_ref()
+            .is_some_and(|cluster| cluster.fence().is_lost(key))
+    }
+
+    /// Renews the leases of the threads in memory every third of the lease lifetime, and
+    /// lets go of the threads whose lease was lost.
+    pub(super) fn spawn_lease_renewal(&self) {
+        let Some(cluster) = self.inner.options.cluster.clone() else {
+            return;
+        };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let inner = Arc::downgrade(&self.inner);
+        handle.spawn(async move {
+            let mut tick = tokio::time::interval(cluster.lease_ttl() / 3);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(inner) = inner.upgrade() else {
+                    return;
+                };
+                let runtime = Runtime { inner };
+                let keys: Vec<String> = lock(&runtime.inner.threads).keys().cloned().collect();
+                match cluster.renew(&keys).await {
+                    Ok(lost) => {
+                        for key in lost {
+                            runtime.let_go(&key);
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "thread leases could not be renewed");
+                        // Past a whole lifetime without renewal another node may have
+                        // taken them: stop acting for those threads.
+                        for key in keys {
+                            if cluster.may_have_lapsed(&key)
+                                && let Some(held) = cluster.fence().held(&key)
+                            {
+                                cluster.fence().mark_lost(&key, held.epoch);
+                                runtime.let_go(&key);
+                            }
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    /// This node lost `key`'s lease: its live run ends (`LEASE_LOST`) and the thread leaves
+    /// memory, so the next request for it is claimed afresh.
+    fn let_go(&self, key: &str) {
+        let Some(thread) = lock(&self.inner.threads).get(key).cloned() else {
+            return;
+        };
+        tracing::warn!("thread lease lost to another node");
+        let live = lock(&thread.state).live.clone();
+        if let Some(run) = live {
+            run.cancel_with(CancelReason::LeaseLost);
+        }
+        let mut threads = lock(&self.inner.threads);
+        if threads.get(key).is_some_and(|t| Arc::ptr_eq(t, &thread)) {
+            threads.remove(key);
+        }
+        thread.retired.store(true, Ordering::SeqCst);
+    }
+}
