@@ -306,6 +306,9 @@ impl Server {
             tracing::info!("agent processes still stopping at the end of the grace; killing them");
         }
         self.runtime.flush_store().await;
+        // Every run has ended and is stored: the threads are free for the other nodes at
+        // once, instead of after their leases lapse.
+        self.runtime.release_leases().await;
         if let Some(traces) = self.traces {
             // Every run has ended: its spans go out now, within what is left of the grace.
             let left = deadline.saturating_duration_since(Instant::now());

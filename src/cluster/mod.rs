@@ -113,6 +113,17 @@ impl Cluster {
             config,
         };
         cluster.heartbeat().await?;
+        // Rows of processes gone for an hour that hold no lease any more.
+        cluster
+            .with_client(async |c| {
+                c.execute(
+                    "DELETE FROM nodes n WHERE heartbeat_at < agui_now_ms() - 3600000
+                       AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.node = n.id)",
+                    &[],
+                )
+                .await
+            })
+            .await?;
         tracing::info!(node = %cluster.node, address = %cluster.config.advertise, "joined the cluster");
         Ok(cluster)
     }
@@ -328,6 +339,25 @@ impl Cluster {
             });
         }
         Ok(lost)
+    }
+
+    /// Gives back every lease of this process and removes its node row; returns how many
+    /// leases. Nothing may be written for those threads afterwards (the fence forgets them).
+    pub async fn leave(&self) -> Result<u64, ClusterError> {
+        let me = self.node.clone();
+        let released = self
+            .with_client(async move |c| {
+                let n = c
+                    .execute("DELETE FROM leases WHERE node = $1", &[&me])
+                    .await?;
+                c.execute("DELETE FROM nodes WHERE id = $1", &[&me]).await?;
+                Ok(n)
+            })
+            .await?;
+        for (key, _) in self.fence.snapshot() {
+            self.fence.release(&key);
+        }
+        Ok(released)
     }
 
     /// The live owner of `key`'s lease when it is another node (no lease is taken).

@@ -12,7 +12,9 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CONNECTION, CONTENT_LENGTH, HOST, TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
+use http::header::{
+    CONNECTION, CONTENT_LENGTH, HOST, ORIGIN, TE, TRAILER, TRANSFER_ENCODING, UPGRADE,
+};
 use http::{HeaderName, Request, Response, Uri};
 use http_body::Frame;
 use http_body_util::{BodyExt, Full, StreamBody};
@@ -94,7 +96,9 @@ impl Forwarder {
             .map_err(|e| ForwardError::Address(e.to_string()))?;
         let headers = request.headers_mut();
         for (name, value) in &parts.headers {
-            if !hop_by_hop(name) && *name != HOST {
+            // The origin was checked by this node, against the same policy; the hop is a
+            // request of this node's own, not a browser's.
+            if !hop_by_hop(name) && *name != HOST && *name != ORIGIN {
                 headers.append(name.clone(), value.clone());
             }
         }

@@ -73,6 +73,20 @@ impl Runtime {
         }
     }
 
+    /// Gives back every lease this node holds and removes it from the node list (the last
+    /// step of a clean shutdown in a cluster).
+    pub async fn release_leases(&self) {
+        let Some(cluster) = &self.inner.options.cluster else {
+            return;
+        };
+        match cluster.leave().await {
+            Ok(leases) => tracing::info!(leases, "left the cluster; thread leases given back"),
+            Err(error) => {
+                tracing::warn!(%error, "thread leases could not be given back; they lapse")
+            }
+        }
+    }
+
     /// The other live nodes' addresses (empty without a cluster).
     pub async fn peers(&self) -> Vec<String> {
         let Some(cluster) = &self.inner.options.cluster else {
