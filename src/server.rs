@@ -201,8 +201,17 @@ impl Server {
         .with_access(access);
         app.tracer = tracer;
         if let Some(cluster) = &cluster {
+            if matches!(config.tls, TlsMode::SelfSigned) {
+                tracing::warn!(
+                    "this cluster node serves a self-signed certificate the other nodes cannot \
+                     verify: requests they send on to it will fail; give the nodes a \
+                     certificate from a CA in their system roots (--tls-cert/--tls-key), or \
+                     --no-tls on a private network"
+                );
+            }
             app = app.with_forwarder(
-                Forwarder::new(cluster.node()).map_err(|e| ServeError::Access(e.to_string()))?,
+                Forwarder::new(cluster.node(), cluster.lease_ttl())
+                    .map_err(|e| ServeError::Access(e.to_string()))?,
             );
         }
         let app = Arc::new(app);

@@ -352,8 +352,13 @@ async fn writes_without_the_lease_are_refused_and_the_thread_marked_lost() {
     assert!(fence.is_lost("e"));
     assert!(store.thread("e").await.expect("read").is_none());
 
-    // Deletes are not fenced.
-    assert!(store.delete_thread("a").await.expect("delete"));
+    // Deletes are fenced too: not once the lease is lost, yes while it is held.
+    assert!(matches!(
+        store.delete_thread("a").await,
+        Err(StoreError::LeaseLost)
+    ));
+    assert!(store.thread("a").await.expect("read").is_some());
+    assert!(store.delete_thread("b").await.expect("delete"));
     drop(store);
     db.drop().await;
 }
@@ -379,6 +384,26 @@ async fn connecting_recovers_nothing_and_recover_thread_recovers_one_thread() {
     assert_eq!(row.status, "running");
     assert_eq!(row.last_run.expect("run").outcome, None);
 
+    // Recovery is fenced: only the node that took the lease over recovers.
+    let other_fence = Fence::new("n2");
+    let other = db.store(&other_fence).await;
+    assert!(matches!(
+        other.recover_thread("t1").await,
+        Err(StoreError::LeaseLost)
+    ));
+    for key in ["t1", "missing"] {
+        admin
+            .execute(
+                "INSERT INTO leases (thread_key, node, epoch, expires_at)
+                 VALUES ($1, 'n2', 2, agui_now_ms() + 60000)
+                 ON CONFLICT (thread_key) DO UPDATE SET node = 'n2', epoch = 2,
+                     expires_at = agui_now_ms() + 60000",
+                &[&key],
+            )
+            .await
+            .expect("take over");
+        other_fence.hold(key, 2);
+    }
     assert_eq!(other.recover_thread("t1").await.expect("recover"), 1);
     let row = other.thread("t1").await.expect("read").expect("there");
     assert_eq!(row.status, "idle");

@@ -22,12 +22,13 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::store::Fence;
 
 /// Where a cluster node is, and how it takes part.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ClusterConfig {
     /// The PostgreSQL connection string (it may hold a password: never logged).
     pub url: String,
@@ -37,6 +38,18 @@ pub struct ClusterConfig {
     pub advertise: String,
     /// How long a lease lasts without renewal (`--lease-ttl`).
     pub lease_ttl: Duration,
+}
+
+impl std::fmt::Debug for ClusterConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The connection string may hold a password.
+        f.debug_struct("ClusterConfig")
+            .field("url", &"(redacted)")
+            .field("node_name", &self.node_name)
+            .field("advertise", &self.advertise)
+            .field("lease_ttl", &self.lease_ttl)
+            .finish()
+    }
 }
 
 /// Another node that holds a thread's lease.
@@ -69,6 +82,10 @@ pub enum ClusterError {
     Connect(tokio_postgres::Error),
     #[error("{0}")]
     Config(String),
+    #[error("the cluster database did not answer in time")]
+    Timeout,
+    #[error("this node has left the cluster (shutting down)")]
+    Left,
 }
 
 /// One node's view of the cluster: its identity, its database connection for leases, and
@@ -81,7 +98,14 @@ pub struct Cluster {
     /// When each held lease was last claimed or renewed by this process (local clock): a
     /// lease not renewed for a whole lifetime may have been taken.
     renewed: Mutex<HashMap<String, Instant>>,
+    /// When long-lapsed leases were last swept away.
+    swept: Mutex<Instant>,
+    /// This node has given its leases back (shutdown): it takes none any more.
+    left: AtomicBool,
 }
+
+/// How often a renewal also removes leases that lapsed an hour ago.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
 impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -110,6 +134,8 @@ impl Cluster {
             node,
             client: tokio::sync::Mutex::new(None),
             renewed: Mutex::default(),
+            swept: Mutex::new(Instant::now()),
+            left: AtomicBool::new(false),
             config,
         };
         cluster.heartbeat().await?;
@@ -148,28 +174,58 @@ impl Cluster {
     }
 
     /// Runs `f` on the connection, connecting first if needed (and again after a lost
-    /// connection).
+    /// connection). Claims and renewals run one at a time through it, so each sees the
+    /// fence as the previous one left it. Bounded: a database that stops answering fails
+    /// the call (and the connection is made afresh next time) instead of holding every
+    /// claim and renewal behind it.
     async fn with_client<R>(
         &self,
         f: impl AsyncFnOnce(&mut tokio_postgres::Client) -> Result<R, tokio_postgres::Error>,
     ) -> Result<R, ClusterError> {
         let mut guard = self.client.lock().await;
-        if guard.as_ref().is_none_or(|c| c.is_closed()) {
-            let (client, connection) =
-                tokio_postgres::connect(&self.config.url, tokio_postgres::NoTls)
-                    .await
-                    .map_err(ClusterError::Connect)?;
-            tokio::spawn(async move {
-                if let Err(error) = connection.await {
-                    tracing::warn!(%error, "cluster database connection ended");
-                }
-            });
-            *guard = Some(client);
+        let limit = (self.config.lease_ttl / 2).max(Duration::from_secs(2));
+        let outcome = tokio::time::timeout(limit, async {
+            if guard.as_ref().is_none_or(|c| c.is_closed()) {
+                *guard = Some(self.connect().await?);
+            }
+            let Some(client) = guard.as_mut() else {
+                unreachable!("connected above")
+            };
+            Ok(f(client).await?)
+        })
+        .await;
+        match outcome {
+            Ok(result) => result,
+            Err(_) => {
+                *guard = None;
+                Err(ClusterError::Timeout)
+            }
         }
-        let Some(client) = guard.as_mut() else {
-            unreachable!("connected above")
-        };
-        Ok(f(client).await?)
+    }
+
+    async fn connect(&self) -> Result<tokio_postgres::Client, ClusterError> {
+        let mut config: tokio_postgres::Config = self.config.url.parse().map_err(|_| {
+            ClusterError::Config("the store's connection string does not parse".to_owned())
+        })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(5));
+        }
+        // A claim waits on a lease row another node's batch holds for a moment at most.
+        let options = format!(
+            "{} -c lock_timeout=1500",
+            config.get_options().unwrap_or("")
+        );
+        config.options(options.trim());
+        let (client, connection) = config
+            .connect(tokio_postgres::NoTls)
+            .await
+            .map_err(ClusterError::Connect)?;
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::warn!(%error, "cluster database connection ended");
+            }
+        });
+        Ok(client)
     }
 
     /// Registers (or refreshes) this node's row: its address and a heartbeat.
@@ -190,134 +246,172 @@ impl Cluster {
 
     /// Takes `key`'s lease if nobody else holds it live; see [`Claim`].
     pub async fn claim(&self, key: &str) -> Result<Claim, ClusterError> {
-        let held = self.fence.held(key).filter(|h| !h.lost).map(|h| h.epoch);
-        let (me, ttl, owned_key) = (self.node.clone(), self.ttl_ms(), key.to_owned());
-        let claim = self
-            .with_client(async move |c| {
-                let tx = c.transaction().await?;
-                let row = tx
-                    .query_opt(
-                        "SELECT node, epoch, expires_at - agui_now_ms() FROM leases
-                         WHERE thread_key = $1 FOR UPDATE",
-                        &[&owned_key],
-                    )
-                    .await?;
-                let claim = match row {
-                    None => {
-                        let inserted = tx
-                            .execute(
-                                "INSERT INTO leases (thread_key, node, epoch, expires_at)
-                                 VALUES ($1, $2, 1, agui_now_ms() + $3)
-                                 ON CONFLICT (thread_key) DO NOTHING",
-                                &[&owned_key, &me, &ttl],
-                            )
-                            .await?;
-                        if inserted == 0 {
-                            // Another node inserted it meanwhile: ask again.
-                            None
-                        } else {
-                            Some(Claim::Mine {
+        if self.left.load(Ordering::SeqCst) {
+            return Err(ClusterError::Left);
+        }
+        let (me, ttl) = (self.node.as_str(), self.ttl_ms());
+        loop {
+            let claim = self
+                .with_client(async |c| {
+                    // Read under the connection, which claims and renewals share: the fence
+                    // is as the last of them left it.
+                    let held = self.fence.held(key).filter(|h| !h.lost).map(|h| h.epoch);
+                    let tx = c.transaction().await?;
+                    let row = tx
+                        .query_opt(
+                            "SELECT node, epoch, expires_at - agui_now_ms() FROM leases
+                             WHERE thread_key = $1 FOR UPDATE",
+                            &[&key],
+                        )
+                        .await?;
+                    let claim = match row {
+                        None => {
+                            let inserted = tx
+                                .execute(
+                                    "INSERT INTO leases (thread_key, node, epoch, expires_at)
+                                     VALUES ($1, $2, 1, agui_now_ms() + $3)
+                                     ON CONFLICT (thread_key) DO NOTHING",
+                                    &[&key, &me, &ttl],
+                                )
+                                .await?;
+                            // Not inserted: another node did meanwhile; ask again.
+                            (inserted > 0).then_some(Claim::Mine {
                                 epoch: 1,
                                 taken_over: false,
                             })
                         }
-                    }
-                    Some(row) => {
-                        let (node, epoch, left): (String, i64, i64) =
-                            (row.get(0), row.get(1), row.get(2));
-                        if node == me && held == Some(epoch) {
-                            tx.execute(
-                                "UPDATE leases SET expires_at = agui_now_ms() + $2
-                                 WHERE thread_key = $1",
-                                &[&owned_key, &ttl],
-                            )
-                            .await?;
-                            Some(Claim::Mine {
-                                epoch,
-                                taken_over: false,
-                            })
-                        } else if node == me || left <= 0 {
-                            let epoch = epoch + 1;
-                            tx.execute(
-                                "UPDATE leases SET node = $2, epoch = $3,
-                                     expires_at = agui_now_ms() + $4
-                                 WHERE thread_key = $1",
-                                &[&owned_key, &me, &epoch, &ttl],
-                            )
-                            .await?;
-                            Some(Claim::Mine {
-                                epoch,
-                                taken_over: true,
-                            })
-                        } else {
-                            let address: Option<String> = tx
-                                .query_opt("SELECT address FROM nodes WHERE id = $1", &[&node])
-                                .await?
-                                .map(|r| r.get(0));
-                            Some(Claim::Elsewhere(Owner {
-                                node,
-                                address: address.unwrap_or_default(),
-                                expires_in: Duration::from_millis(left.max(0) as u64),
-                            }))
+                        Some(row) => {
+                            let (node, epoch, left): (String, i64, i64) =
+                                (row.get(0), row.get(1), row.get(2));
+                            if node == me && held == Some(epoch) {
+                                tx.execute(
+                                    "UPDATE leases SET expires_at = agui_now_ms() + $2
+                                     WHERE thread_key = $1",
+                                    &[&key, &ttl],
+                                )
+                                .await?;
+                                Some(Claim::Mine {
+                                    epoch,
+                                    taken_over: false,
+                                })
+                            } else if node == me || left <= 0 {
+                                let epoch = epoch + 1;
+                                tx.execute(
+                                    "UPDATE leases SET node = $2, epoch = $3,
+                                         expires_at = agui_now_ms() + $4
+                                     WHERE thread_key = $1",
+                                    &[&key, &me, &epoch, &ttl],
+                                )
+                                .await?;
+                                Some(Claim::Mine {
+                                    epoch,
+                                    taken_over: true,
+                                })
+                            } else {
+                                let address: Option<String> = tx
+                                    .query_opt("SELECT address FROM nodes WHERE id = $1", &[&node])
+                                    .await?
+                                    .map(|r| r.get(0));
+                                Some(Claim::Elsewhere(Owner {
+                                    node,
+                                    address: address.unwrap_or_default(),
+                                    expires_in: Duration::from_millis(left.max(0) as u64),
+                                }))
+                            }
                         }
+                    };
+                    tx.commit().await?;
+                    if let Some(Claim::Mine { epoch, .. }) = &claim {
+                        // Still under the connection: no renewal can see the key half-held.
+                        if held != Some(*epoch) {
+                            self.fence.hold(key, *epoch);
+                        }
+                        lock(&self.renewed).insert(key.to_owned(), Instant::now());
                     }
-                };
-                tx.commit().await?;
-                Ok(claim)
-            })
-            .await?;
-        let Some(claim) = claim else {
-            return Box::pin(self.claim(key)).await;
-        };
-        if let Claim::Mine { epoch, taken_over } = &claim {
-            if *taken_over || held != Some(*epoch) {
-                self.fence.hold(key, *epoch);
+                    Ok(claim)
+                })
+                .await?;
+            if let Some(claim) = claim {
+                return Ok(claim);
             }
-            lock(&self.renewed).insert(key.to_owned(), Instant::now());
         }
-        Ok(claim)
+    }
+
+    /// Gives `key`'s lease back (its thread was deleted).
+    pub async fn release(&self, key: &str) -> Result<(), ClusterError> {
+        let me = self.node.as_str();
+        self.with_client(async |c| {
+            if let Some(held) = self.fence.held(key) {
+                c.execute(
+                    "DELETE FROM leases WHERE thread_key = $1 AND node = $2 AND epoch = $3",
+                    &[&key, &me, &held.epoch],
+                )
+                .await?;
+            }
+            self.fence.release(key);
+            lock(&self.renewed).remove(key);
+            Ok(())
+        })
+        .await
+    }
+
+    /// Forgets this node's hold on `key` (a takeover whose recovery failed: the next claim
+    /// takes it over again, and recovers again).
+    pub fn forget(&self, key: &str) {
+        self.fence.release(key);
+        lock(&self.renewed).remove(key);
     }
 
     /// Renews the leases of `keys` (the threads this node holds in memory) and refreshes
     /// the heartbeat; forgets held leases not in `keys` that have lapsed. Returns the keys
     /// whose lease was found lost: another node took it.
     pub async fn renew(&self, keys: &[String]) -> Result<Vec<String>, ClusterError> {
-        let mut wanted: Vec<String> = Vec::new();
-        let mut epochs: Vec<i64> = Vec::new();
-        for key in keys {
-            if let Some(held) = self.fence.held(key).filter(|h| !h.lost) {
-                wanted.push(key.clone());
-                epochs.push(held.epoch);
+        let (me, ttl, address) = (self.node.as_str(), self.ttl_ms(), &self.config.advertise);
+        let sweep = {
+            let mut last = lock(&self.swept);
+            let due = last.elapsed() >= SWEEP_EVERY;
+            if due {
+                *last = Instant::now();
             }
-        }
-        let (me, ttl, address) = (
-            self.node.clone(),
-            self.ttl_ms(),
-            self.config.advertise.clone(),
-        );
-        let (query_keys, query_epochs) = (wanted.clone(), epochs.clone());
-        let renewed: Vec<String> = self
-            .with_client(async move |c| {
-                c.execute(
-                    "UPDATE nodes SET heartbeat_at = agui_now_ms(), address = $2 WHERE id = $1",
-                    &[&me, &address],
+            due
+        };
+        self.with_client(async |c| {
+            // Read under the connection, which claims share: no claim is half done.
+            let mut wanted: Vec<String> = Vec::new();
+            let mut epochs: Vec<i64> = Vec::new();
+            for key in keys {
+                if let Some(held) = self.fence.held(key).filter(|h| !h.lost) {
+                    wanted.push(key.clone());
+                    epochs.push(held.epoch);
+                }
+            }
+            c.execute(
+                "UPDATE nodes SET heartbeat_at = agui_now_ms(), address = $2 WHERE id = $1",
+                &[&me, address],
+            )
+            .await?;
+            let rows = c
+                .query(
+                    "UPDATE leases l SET expires_at = agui_now_ms() + $3
+                     FROM unnest($1::text[], $2::bigint[]) AS h(k, e)
+                     WHERE l.thread_key = h.k AND l.epoch = h.e AND l.node = $4
+                     RETURNING l.thread_key",
+                    &[&wanted, &epochs, &ttl, &me],
                 )
                 .await?;
-                let rows = c
-                    .query(
-                        "UPDATE leases l SET expires_at = agui_now_ms() + $3
-                         FROM unnest($1::text[], $2::bigint[]) AS h(k, e)
-                         WHERE l.thread_key = h.k AND l.epoch = h.e AND l.node = $4
-                         RETURNING l.thread_key",
-                        &[&query_keys, &query_epochs, &ttl, &me],
-                    )
-                    .await?;
-                Ok(rows.into_iter().map(|r| r.get(0)).collect())
-            })
-            .await?;
-        let now = Instant::now();
-        let mut lost = Vec::new();
-        {
+            if sweep {
+                // Leases that lapsed long ago (threads nobody asked for since, ids that
+                // never became threads): gone, so the table does not grow without bound.
+                c.execute(
+                    "DELETE FROM leases WHERE expires_at < agui_now_ms() - 3600000",
+                    &[],
+                )
+                .await?;
+            }
+            let renewed: std::collections::HashSet<String> =
+                rows.into_iter().map(|r| r.get(0)).collect();
+            let now = Instant::now();
+            let mut lost = Vec::new();
             let mut stamps = lock(&self.renewed);
             for (key, epoch) in wanted.iter().zip(&epochs) {
                 if renewed.contains(key) {
@@ -329,21 +423,23 @@ impl Cluster {
             }
             // Leases of threads no longer in memory lapse: forget them once a whole
             // lifetime has passed since they were last claimed or renewed.
-            let ttl = self.config.lease_ttl;
+            let lifetime = self.config.lease_ttl;
             stamps.retain(|key, at| {
-                let keep = keys.contains(key) || now.duration_since(*at) < ttl;
+                let keep = keys.contains(key) || now.duration_since(*at) < lifetime;
                 if !keep {
                     self.fence.release(key);
                 }
                 keep
             });
-        }
-        Ok(lost)
+            Ok(lost)
+        })
+        .await
     }
 
     /// Gives back every lease of this process and removes its node row; returns how many
     /// leases. Nothing may be written for those threads afterwards (the fence forgets them).
     pub async fn leave(&self) -> Result<u64, ClusterError> {
+        self.left.store(true, Ordering::SeqCst);
         let me = self.node.clone();
         let released = self
             .with_client(async move |c| {

@@ -38,6 +38,8 @@ pub enum ForwardError {
     Address(String),
     #[error("owner unreachable: {0}")]
     Unreachable(#[from] hyper_util::client::legacy::Error),
+    #[error("owner did not answer within {0:?}")]
+    Timeout(Duration),
 }
 
 /// The client a node sends requests on with.
@@ -45,11 +47,15 @@ pub enum ForwardError {
 pub struct Forwarder {
     client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     node: http::HeaderValue,
+    /// How long the owner may take to answer (its headers; a stream then flows on).
+    answer_within: Duration,
 }
 
 impl Forwarder {
-    /// A client for node `node`, on the current tokio runtime.
-    pub fn new(node: &str) -> std::io::Result<Forwarder> {
+    /// A client for node `node`, on the current tokio runtime; an owner that has not
+    /// answered within `answer_within` (a stopped process still accepts connections) counts
+    /// as unreachable.
+    pub fn new(node: &str, answer_within: Duration) -> std::io::Result<Forwarder> {
         let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
         // Without any system root certificate only plain HTTP addresses work.
         let builder =
@@ -71,6 +77,7 @@ impl Forwarder {
         Ok(Forwarder {
             client: Client::builder(TokioExecutor::new()).build(connector),
             node: http::HeaderValue::from_str(node).map_err(std::io::Error::other)?,
+            answer_within,
         })
     }
 
@@ -103,7 +110,9 @@ impl Forwarder {
             }
         }
         headers.insert(FORWARDED_BY, self.node.clone());
-        let response = self.client.request(request).await?;
+        let response = tokio::time::timeout(self.answer_within, self.client.request(request))
+            .await
+            .map_err(|_| ForwardError::Timeout(self.answer_within))??;
         let (mut parts, incoming) = response.into_parts();
         let names: Vec<HeaderName> = parts.headers.keys().cloned().collect();
         for name in names {

@@ -493,9 +493,14 @@ async fn forwarding(
             Err(error)
                 if matches!(route, Route::Cancel(_)) && error.status == StatusCode::NOT_FOUND =>
             {
-                // A run is found by its id only where it runs: ask the other nodes.
-                for peer in app.runtime.peers().await {
-                    match forwarder.send(&peer, &parts, body.clone()).await {
+                // A run is found by its id only where it runs: ask the other nodes, all at
+                // once (each within the hop's bound).
+                let peers = app.runtime.peers().await;
+                let asked = peers
+                    .iter()
+                    .map(|peer| forwarder.send(peer, &parts, body.clone()));
+                for answer in futures_util::future::join_all(asked).await {
+                    match answer {
                         Ok(response) if response.status() == StatusCode::ACCEPTED => {
                             return Ok(response);
                         }

@@ -44,8 +44,16 @@ impl Runtime {
         match cluster.claim(key).await {
             Ok(Claim::Mine { taken_over, epoch }) => {
                 if taken_over {
-                    let runs = self.inner.store.recover_thread(key).await?;
-                    tracing::info!(epoch, runs, "thread taken over from another holder");
+                    match self.inner.store.recover_thread(key).await {
+                        Ok(runs) => {
+                            tracing::info!(epoch, runs, "thread taken over from another holder");
+                        }
+                        Err(error) => {
+                            // Taken over again (and recovered) by the next request.
+                            cluster.forget(key);
+                            return Err(error.into());
+                        }
+                    }
                 }
                 Ok(())
             }
@@ -129,9 +137,13 @@ impl Runtime {
                 let runtime = Runtime { inner };
                 let keys: Vec<String> = lock(&runtime.inner.threads).keys().cloned().collect();
                 match cluster.renew(&keys).await {
-                    Ok(lost) => {
-                        for key in lost {
-                            runtime.let_go(&key);
+                    Ok(_) => {
+                        // Lost at this renewal, or earlier by a refused write: either way
+                        // the thread is no longer this node's.
+                        for key in keys {
+                            if cluster.fence().is_lost(&key) {
+                                runtime.let_go(&key);
+                            }
                         }
                     }
                     Err(error) => {
@@ -152,9 +164,18 @@ impl Runtime {
         });
     }
 
+    /// Gives back the lease of a thread that was deleted (nothing to do without a cluster).
+    pub(super) async fn release_lease(&self, key: &str) {
+        if let Some(cluster) = &self.inner.options.cluster
+            && let Err(error) = cluster.release(key).await
+        {
+            tracing::warn!(%error, "the lease of a deleted thread could not be given back; it lapses");
+        }
+    }
+
     /// This node lost `key`'s lease: its live run ends (`LEASE_LOST`) and the thread leaves
     /// memory, so the next request for it is claimed afresh.
-    fn let_go(&self, key: &str) {
+    pub(super) fn let_go(&self, key: &str) {
         let Some(thread) = lock(&self.inner.threads).get(key).cloned() else {
             return;
         };

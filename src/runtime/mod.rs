@@ -856,6 +856,7 @@ impl Runtime {
             self.discard_thread(&thread);
             drop(decide);
             stored?;
+            self.release_lease(&key).await;
             return Ok(true);
         }
     }
@@ -984,7 +985,11 @@ impl Runtime {
     /// not exist is kept for the request that creates it.
     async fn load_thread(&self, id: &str) -> Result<Option<Arc<Thread>>, LoadError> {
         if let Some(thread) = self.memory_thread(id) {
-            return Ok(Some(thread));
+            if !self.lease_lost(id) {
+                return Ok(Some(thread));
+            }
+            // Lost to another node since it was loaded: not this node's copy any more.
+            self.let_go(id);
         }
         self.claim(id).await?;
         let Some(stored) = self.inner.store.load_thread(id).await? else {

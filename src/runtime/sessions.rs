@@ -222,6 +222,10 @@ impl Runtime {
         store.record_run_end(thread_id, &run_id, how, "idle", now);
         store.set_session(thread_id, session_id, how, now);
         store.commit().await?;
+        if self.lease_lost(thread_id) {
+            // Refused by the fence: nothing of it was stored.
+            return Err(SessionRequestError::Store);
+        }
         Ok(())
     }
 }

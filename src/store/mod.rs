@@ -32,6 +32,9 @@ use crate::protocol::input::MAX_ID_BYTES;
 /// A store failure.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// This node no longer holds the thread's lease (cluster): the write was refused.
+    #[error("the thread's lease is held by another node")]
+    LeaseLost,
     #[error("cannot open database {path}: {source}")]
     Open {
         path: PathBuf,

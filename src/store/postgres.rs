@@ -245,23 +245,15 @@ impl PgStore {
         let key = key.to_owned();
         self.submit(Box::new(move |conn| {
             Box::pin(async move {
-                let leased = conn
-                    .query_opt(
-                        "SELECT 1 FROM leases WHERE thread_key = $1 AND node = $2 AND epoch = $3
-                           AND expires_at > agui_now_ms() FOR SHARE",
-                        &[&key, &fence.node(), &epoch],
-                    )
-                    .await;
-                let keep = match leased {
-                    Ok(Some(_)) => match f(conn).await {
+                let keep = match check_lease(&conn, &fence, &key, epoch).await {
+                    Ok(()) => match f(conn).await {
                         Ok(()) => true,
                         Err(error) => {
                             tracing::error!(%error, op = what, "store write failed");
                             false
                         }
                     },
-                    Ok(None) => {
-                        fence.mark_lost(&key, epoch);
+                    Err(StoreError::LeaseLost) => {
                         tracing::warn!(op = what, thread.id = %key, epoch, "thread write refused: lease lost");
                         false
                     }
@@ -428,9 +420,16 @@ impl PgStore {
         });
     }
 
+    /// The epoch this node's lease on `key` is held with, for a fenced call.
+    fn held_epoch(&self, key: &str) -> Result<i64, StoreError> {
+        self.shared.fence.epoch(key).ok_or(StoreError::LeaseLost)
+    }
+
     pub(super) async fn recover_thread(&self, id: &str) -> Result<usize, StoreError> {
         let id = id.to_owned();
+        let (fence, epoch) = (self.shared.fence.clone(), self.held_epoch(&id)?);
         self.call(move |conn| async move {
+            check_lease(&conn, &fence, &id, epoch).await?;
             let runs = conn
                 .execute(
                     "UPDATE runs SET outcome = 'interrupted', ended_at = $2
@@ -543,7 +542,9 @@ impl PgStore {
 
     pub(super) async fn delete_thread(&self, id: &str) -> Result<bool, StoreError> {
         let id = id.to_owned();
+        let (fence, epoch) = (self.shared.fence.clone(), self.held_epoch(&id)?);
         self.call(move |conn| async move {
+            check_lease(&conn, &fence, &id, epoch).await?;
             // Its messages and runs go with it (ON DELETE CASCADE).
             let n = conn
                 .execute("DELETE FROM threads WHERE id = $1", &[&id])
@@ -552,6 +553,24 @@ impl PgStore {
         })
         .await
     }
+}
+
+/// Refuses (and marks lost) unless this node still holds `key`'s lease with `epoch`,
+/// unexpired; the row stays locked `FOR SHARE` until the batch commits, so a takeover
+/// waits for it.
+async fn check_lease(conn: &Conn, fence: &Fence, key: &str, epoch: i64) -> Result<(), StoreError> {
+    let leased = conn
+        .query_opt(
+            "SELECT 1 FROM leases WHERE thread_key = $1 AND node = $2 AND epoch = $3
+               AND expires_at > agui_now_ms() FOR SHARE",
+            &[&key, &fence.node(), &epoch],
+        )
+        .await?;
+    if leased.is_none() {
+        fence.mark_lost(key, epoch);
+        return Err(StoreError::LeaseLost);
+    }
+    Ok(())
 }
 
 /// Parses the connection string; refuses one that asks for TLS. Errors never quote it.
@@ -576,6 +595,14 @@ fn parse(url: &str) -> Result<Config, StoreError> {
     if config.get_application_name().is_none() {
         config.application_name("agui-serve");
     }
+    // A batch never sits idle inside its transaction; one that does belongs to a process
+    // that stopped (paused, cut off) while holding lease rows `FOR SHARE`: the server ends
+    // that session, so a takeover does not wait on it.
+    let options = format!(
+        "{} -c idle_in_transaction_session_timeout=1000",
+        config.get_options().unwrap_or("")
+    );
+    config.options(options.trim());
     Ok(config)
 }
 
