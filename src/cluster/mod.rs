@@ -294,7 +294,10 @@ impl Cluster {
                                     epoch,
                                     taken_over: false,
                                 })
-                            } else if node == me || left <= 0 {
+                            } else if node == me
+                                || left <= 0
+                                || previous_self(&tx, &node, &self.config.advertise).await?
+                            {
                                 let epoch = epoch + 1;
                                 tx.execute(
                                     "UPDATE leases SET node = $2, epoch = $3,
@@ -522,6 +525,19 @@ impl Cluster {
         })
         .await
     }
+}
+
+/// Whether `node` is an earlier process at this node's own address: it is gone, since
+/// this process now serves that address.
+async fn previous_self(
+    tx: &tokio_postgres::Transaction<'_>,
+    node: &str,
+    address: &str,
+) -> Result<bool, tokio_postgres::Error> {
+    let row = tx
+        .query_opt("SELECT address FROM nodes WHERE id = $1", &[&node])
+        .await?;
+    Ok(row.is_some_and(|r| r.get::<_, String>(0) == address))
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
