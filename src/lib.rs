@@ -8,7 +8,9 @@
 //! - [`access`]: principals, capabilities, scoped tokens (JWT), thread namespaces.
 //! - [`agent`]: the backend seam ([`agent::Agent`]) and the built-in demo agent.
 //! - [`runtime`]: runs, threads, the replay journal, admission and shutdown.
-//! - [`store`]: durable threads, transcripts and runs in SQLite, on its own thread.
+//! - [`store`]: durable threads, transcripts and runs: embedded SQLite on its own thread,
+//!   or PostgreSQL shared by a cluster's nodes (writes fenced by thread leases).
+//! - [`cluster`]: several nodes on one PostgreSQL database: node registry, thread leases.
 //! - [`http`]: the only code that knows hyper: listener, TLS, routes, policy, errors.
 //! - [`logging`]: the subscriber, and the writer that scrubs registered secrets.
 //! - [`metrics`]: the Prometheus registry and the typed handles the other layers update.
