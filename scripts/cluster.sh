@@ -60,6 +60,8 @@ wait "${pid[A]}" 2>/dev/null || true
 # A restarted (same node id and data directory, a new port) owns the next run.
 start_node A2 A
 checks stop "${url[A2]}" "${pid[A2]}" "${url[B]}" "${url[C]}" "$ttl"
+checks orphan "${url[A2]}" "${pid[A2]}" "${url[B]}" "$ttl"
+wait "${pid[A2]}" 2>/dev/null || true
 
 # The conformance suite against node B, on the same database: B is stopped, and the suite's
 # own daemon (TLS, its config and token) comes up as node B in its place.

@@ -6,6 +6,8 @@ Usage: cluster_check.py TOKEN_FILE CHECK ARGS...
   kill    A PID B C TTL   kill -9 of the owner mid-run: B resyncs, C continues the thread
   stop    A PID B C TTL   SIGSTOP of the owner past its lease: it ends with LEASE_LOST and
                           nothing it produced afterwards is stored
+  orphan  A PID B TTL     kill -9 of the owner, nobody asks for the thread: B records the
+                          run interrupted on its own
 Each node is given by its base URL (http://127.0.0.1:PORT/agui). Prints one "ok" line per
 check; exits non-zero with a "FAIL" line on the first check that does not hold.
 """
@@ -348,6 +350,30 @@ def stop(a, pid, b, c, ttl):
     print(f"     (A' after losing the lease: healthz HTTP {status})", flush=True)
 
 
+def orphan(a, pid, b, ttl):
+    """kill -9 of the owner, and nobody asks for the thread: another node records the run
+    interrupted on its own (the thread is not shown live for ever)."""
+    thread = unique("cluster-orphan")
+    stream, _, run_id = run(a, thread, "/slow 200 50")
+    stream.until(chunks(5))
+    os.kill(pid, signal.SIGKILL)
+    stream.close()
+    began = time.monotonic()
+    deadline = began + 4 * ttl
+    while True:
+        detail = get_json(f"{b}/threads/{urllib.parse.quote(thread)}")
+        last = detail.get("lastRun") or {}
+        if last.get("outcome") == "interrupted" and detail.get("status") == "idle":
+            break
+        check(time.monotonic() < deadline,
+              f"{4 * ttl:.0f}s after kill -9 of its owner, the thread shows {detail.get('status')!r}, "
+              f"lastRun {last} (expected idle, {run_id} interrupted)")
+        time.sleep(0.25)
+    check(last.get("runId") == run_id, f"lastRun {last}, expected {run_id}")
+    ok(f"e. kill -9 of an owner, no request for its thread: another node records the run "
+       f"interrupted and the thread idle after {time.monotonic() - began:.1f}s (lease {ttl:.0f}s)")
+
+
 def main():
     global TOKEN
     if len(sys.argv) < 3:
@@ -360,6 +386,9 @@ def main():
             exact(*args)
         elif name == "listing":
             listing(*args)
+        elif name == "orphan":
+            a, pid, b, ttl = args
+            orphan(a, int(pid), b, float(ttl))
         elif name in ("kill", "stop"):
             a, pid, b, c, ttl = args
             (kill if name == "kill" else stop)(a, int(pid), b, c, float(ttl))

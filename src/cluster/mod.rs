@@ -340,6 +340,23 @@ impl Cluster {
         }
     }
 
+    /// Threads shown live (`running` or `suspended`) whose lease has lapsed: their owner
+    /// died or stopped. At most `limit`.
+    pub async fn orphans(&self, limit: i64) -> Result<Vec<String>, ClusterError> {
+        self.with_client(async |c| {
+            let rows = c
+                .query(
+                    "SELECT l.thread_key FROM leases l JOIN threads t ON t.id = l.thread_key
+                     WHERE l.expires_at < agui_now_ms() AND t.status <> 'idle'
+                     ORDER BY l.expires_at LIMIT $1",
+                    &[&limit],
+                )
+                .await?;
+            Ok(rows.into_iter().map(|r| r.get(0)).collect())
+        })
+        .await
+    }
+
     /// Gives `key`'s lease back (its thread was deleted).
     pub async fn release(&self, key: &str) -> Result<(), ClusterError> {
         let me = self.node.as_str();

@@ -136,6 +136,7 @@ impl Runtime {
                 };
                 let runtime = Runtime { inner };
                 let keys: Vec<String> = lock(&runtime.inner.threads).keys().cloned().collect();
+                runtime.adopt_orphans(&cluster).await;
                 match cluster.renew(&keys).await {
                     Ok(_) => {
                         // Lost at this renewal, or earlier by a refused write: either way
@@ -170,6 +171,28 @@ impl Runtime {
             && let Err(error) = cluster.release(key).await
         {
             tracing::warn!(%error, "the lease of a deleted thread could not be given back; it lapses");
+        }
+    }
+
+    /// Takes over the threads a dead node left shown live (a few per renewal tick), so
+    /// their runs are recorded `interrupted` without waiting for someone to ask for them.
+    /// They are not loaded: their leases lapse again unless a request comes.
+    async fn adopt_orphans(&self, cluster: &crate::cluster::Cluster) {
+        if self.is_draining() {
+            return;
+        }
+        let orphans = match cluster.orphans(16).await {
+            Ok(orphans) => orphans,
+            Err(error) => {
+                tracing::warn!(%error, "threads left live by a dead node could not be listed");
+                return;
+            }
+        };
+        for key in orphans {
+            if self.memory_thread(&key).is_none() {
+                // A failure is logged by `claim`; the next tick tries again.
+                let _ = self.claim(&key).await;
+            }
         }
     }
 
