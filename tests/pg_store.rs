@@ -6,6 +6,7 @@
 use std::time::Instant;
 
 use agui_serve::access::scoped_key;
+use agui_serve::cluster::{Claim, Cluster, ClusterConfig};
 use agui_serve::protocol::Message;
 use agui_serve::protocol::input::{Content, TextMessage, UserMessage};
 use agui_serve::store::{Fence, ListScope, Store, StoreError, decode_cursor};
@@ -559,5 +560,97 @@ async fn a_lost_connection_fails_the_commit_and_the_next_batch_reconnects() {
         Err(other) => panic!("unexpected {other}"),
     }
     drop(store);
+    db.drop().await;
+}
+
+/// A cluster node's lease layer on the test database (the store made the tables).
+async fn node(db: &Db, name: &str, ttl_ms: u64) -> (Cluster, Store) {
+    let fence = Fence::new(&Cluster::process_id(name));
+    let store = db.store(&fence).await;
+    let cluster = Cluster::join(
+        ClusterConfig {
+            url: db.url.clone(),
+            node_name: name.to_owned(),
+            advertise: format!("http://{name}.invalid:8443"),
+            lease_ttl: std::time::Duration::from_millis(ttl_ms),
+        },
+        fence,
+    )
+    .await
+    .expect("join");
+    (cluster, store)
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
+async fn leases_one_owner_at_a_time_fenced_taken_over_once_lapsed() {
+    let db = Db::new().await;
+    let (a, a_store) = node(&db, "a", 1_000).await;
+    let (b, _b_store) = node(&db, "b", 1_000).await;
+
+    // Many claims at once on one node: one holding, never a takeover of itself.
+    let claims = futures_util::future::join_all((0..8).map(|_| a.claim("t"))).await;
+    for claim in &claims {
+        assert_eq!(
+            claim.as_ref().expect("claim"),
+            &Claim::Mine {
+                epoch: 1,
+                taken_over: false
+            }
+        );
+    }
+    a_store.record_run_start("t", "demo", None, "r1", vec![user("u1", "hi")], 1);
+    a_store.commit().await.expect("commit");
+    assert!(!a.fence().is_lost("t"));
+
+    // Another node is told who owns it, with the address to send the request to.
+    match b.claim("t").await.expect("claim") {
+        Claim::Elsewhere(owner) => {
+            assert_eq!(owner.node, a.node());
+            assert_eq!(owner.address, "http://a.invalid:8443");
+            assert!(owner.expires_in <= std::time::Duration::from_millis(1_000));
+        }
+        other => panic!("b claimed a live lease: {other:?}"),
+    }
+    assert_eq!(
+        b.owner_elsewhere("t").await.expect("owner").map(|o| o.node),
+        Some(a.node().to_owned())
+    );
+    assert_eq!(b.peers().await.expect("peers"), ["http://a.invalid:8443"]);
+
+    // Renewal keeps it; without renewal it lapses and b takes it over (epoch 2).
+    assert!(a.renew(&["t".to_owned()]).await.expect("renew").is_empty());
+    tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
+    assert_eq!(b.orphans(10).await.expect("orphans"), ["t"]);
+    assert_eq!(
+        b.claim("t").await.expect("claim"),
+        Claim::Mine {
+            epoch: 2,
+            taken_over: true
+        }
+    );
+    // The old owner's renewal reports the loss, and its writes are refused from now on.
+    assert_eq!(a.renew(&["t".to_owned()]).await.expect("renew"), ["t"]);
+    assert!(a.fence().is_lost("t"));
+    a_store.record_messages("t", vec![user("late", "too late")], 2);
+    a_store.commit().await.expect("commit");
+    let (stored, _) = a_store
+        .messages("t", 10)
+        .await
+        .expect("read")
+        .expect("there");
+    assert_eq!(stored.len(), 1, "{stored:?}");
+
+    // Leaving gives every lease back and takes no more.
+    assert_eq!(b.leave().await.expect("leave"), 1);
+    assert!(b.claim("u").await.is_err());
+    assert_eq!(
+        a.claim("t").await.expect("claim"),
+        Claim::Mine {
+            epoch: 1,
+            taken_over: false
+        }
+    );
+    drop((a, b, a_store));
     db.drop().await;
 }
