@@ -49,7 +49,10 @@ use crate::metrics::StoreMetrics;
 use crate::protocol::Message;
 
 /// The embedded migrations, in order; `schema_migrations` holds the versions applied.
-const MIGRATIONS: &[&str] = &[include_str!("../../migrations/postgres/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../../migrations/postgres/0001_init.sql"),
+    include_str!("../../migrations/postgres/0002_lease_expiry.sql"),
+];
 /// The advisory lock a migration holds for its transaction ("agui-mig").
 const MIGRATION_LOCK: i64 = 0x6167_7569_2d6d_6967;
 /// Jobs at most in one transaction.
