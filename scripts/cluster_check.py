@@ -236,6 +236,9 @@ def exact(a, b):
     other = reattach(b, thread, mark)
     resume = other.header("agui-resume")
     check(resume == "exact", f"reattach through B with an id of A's stream: agui-resume {resume!r}, expected 'exact'")
+    owner, served = stream.header("agui-node") or "", other.header("agui-node") or ""
+    check(owner.startswith("A~") and served == owner,
+          f"the reattach through B was served by {served!r}, the run by {owner!r}: expected A's node")
     through_b = other.to_end(timeout=20)
     through_a = stream.to_end(timeout=20)
     check(through_a and through_a[-1].type == "RUN_FINISHED", f"A's stream did not end with RUN_FINISHED: {through_a[-2:]}")
@@ -246,8 +249,9 @@ def exact(a, b):
           f"A showed {len(through_a)} frames after {mark}, B {len(through_b)}")
     stream.close()
     other.close()
-    ok(f"a. a run through A reattached through B after a mid-stream id: agui-resume exact, "
-       f"{len(through_b)} frames byte-identical to A's, ending with RUN_FINISHED")
+    ok(f"a. a run through A reattached through B after a mid-stream id: sent on to A "
+       f"(agui-node {served}), agui-resume exact, {len(through_b)} frames byte-identical to "
+       f"A's, ending with RUN_FINISHED")
 
 
 def listing(*nodes):

@@ -28,6 +28,9 @@ use super::body::Body;
 /// The header that marks a request sent on by another node.
 pub const FORWARDED_BY: HeaderName = HeaderName::from_static("agui-forwarded-by");
 
+/// The response header that names the node that served a request (cluster only).
+pub const NODE_HEADER: HeaderName = HeaderName::from_static("agui-node");
+
 /// How long the hop may take to connect to the owner.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -79,6 +82,11 @@ impl Forwarder {
             node: http::HeaderValue::from_str(node).map_err(std::io::Error::other)?,
             answer_within,
         })
+    }
+
+    /// This node's id, as a header value.
+    pub fn node(&self) -> &http::HeaderValue {
+        &self.node
     }
 
     /// Sends the request (`parts` and its body, already read) to `address` and streams its

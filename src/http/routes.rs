@@ -11,7 +11,7 @@
 use std::time::Instant;
 
 use super::body::RequestBody;
-use super::forward::FORWARDED_BY;
+use super::forward::{FORWARDED_BY, NODE_HEADER};
 use bytes::Bytes;
 use http::header::{ACCEPT, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, HOST, VARY};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
@@ -338,6 +338,13 @@ pub(super) async fn handle(app: &App, req: Request<Incoming>, conn: ConnInfo) ->
         },
     };
     policy::cors_headers(response.headers_mut(), &origin);
+    if let Some(forwarder) = &app.forwarder {
+        // Which node served it (a response sent on from the owner keeps the owner's).
+        let headers = response.headers_mut();
+        if !headers.contains_key(NODE_HEADER) {
+            headers.insert(NODE_HEADER, forwarder.node().clone());
+        }
+    }
     if method == Method::HEAD {
         strip_body(&mut response);
     }
