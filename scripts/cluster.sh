@@ -30,13 +30,15 @@ on_exit() {
 }
 trap on_exit EXIT
 
-# start_node LABEL NODE_ID: a node on a free port, its data in $work/NODE_ID, its output in
+# start_node LABEL NODE_ID [https]: a node on a free port (plain HTTP unless https: then its
+# generated certificate), its data in $work/NODE_ID, its output in
 # $work/node-LABEL.{out,err}; sets url[LABEL] and pid[LABEL].
 start_node() {
-  local label="$1" id="$2" port
+  local label="$1" id="$2" scheme="${3:-http}" port tls=(--no-tls)
+  [ "$scheme" = https ] && tls=()
   port="$(free_port)"
-  "$bin" --no-tls --port "$port" --token-file "$work/token" --data-dir "$work/$id" \
-    --store "$AGUI_PG_URL" --node-id "$id" --advertise-url "http://127.0.0.1:$port" \
+  "$bin" "${tls[@]}" --port "$port" --token-file "$work/token" --data-dir "$work/$id" \
+    --store "$AGUI_PG_URL" --node-id "$id" --advertise-url "$scheme://127.0.0.1:$port" \
     --lease-ttl "${ttl}s" >"$work/node-$label.out" 2>"$work/node-$label.err" &
   pids+=($!)
   pid[$label]=$!
@@ -62,6 +64,13 @@ start_node A2 A
 checks stop "${url[A2]}" "${pid[A2]}" "${url[B]}" "${url[C]}" "$ttl"
 checks orphan "${url[A2]}" "${pid[A2]}" "${url[B]}" "$ttl"
 wait "${pid[A2]}" 2>/dev/null || true
+
+# Two nodes serving HTTPS with their own generated (self-signed) certificates: requests
+# between them are verified against the certificate each published in the database.
+for label in D E; do start_node "$label" "$label" https; done
+hostport() { local rest="${1#*://}"; echo "${rest%%/*}"; }
+export CLUSTER_CA="$(hostport "${url[D]}")=$work/D/tls/cert.pem $(hostport "${url[E]}")=$work/E/tls/cert.pem"
+checks tls-exact "${url[D]}" "${url[E]}"
 
 # The conformance suite against node B, on the same database: B is stopped, and the suite's
 # own daemon (TLS, its config and token) comes up as node B in its place.

@@ -3,6 +3,9 @@
 Usage: cluster_check.py TOKEN_FILE CHECK ARGS...
   exact   A B             a run through A, reattached through B mid-stream: byte-identical
   listing A B C           threads created through each node are listed by every node
+  tls-exact D E           as exact, between two nodes on their generated self-signed
+                          certificates (pinned through the database); $CLUSTER_CA says
+                          which certificate each HOST:PORT serves
   kill    A PID B C TTL   kill -9 of the owner mid-run: B resyncs, C continues the thread
   stop    A PID B C TTL   SIGSTOP of the owner past its lease: it ends with LEASE_LOST and
                           nothing it produced afterwards is stored
@@ -15,6 +18,7 @@ import http.client
 import json
 import os
 import signal
+import ssl
 import sys
 import time
 import urllib.parse
@@ -60,12 +64,30 @@ class Frame:
         return repr(self.raw.decode(errors="replace")[:200])
 
 
+def connection(url, timeout):
+    """An HTTP(S) connection to url's host. HTTPS trusts the certificate $CLUSTER_CA names for
+    that host and port ("HOST:PORT=FILE ...": the nodes' generated certificates, one per
+    node, since they all carry the same subject name)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "https":
+        return http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    context = ssl.create_default_context()
+    # The generated certificates are plain self-signed leaves, which strict X.509 checks
+    # (Python 3.13's default) refuse as their own issuer.
+    context.verify_flags &= ~getattr(ssl, "VERIFY_X509_STRICT", 0)
+    for entry in os.environ.get("CLUSTER_CA", "").split():
+        netloc, _, cafile = entry.partition("=")
+        if netloc == parts.netloc:
+            context.load_verify_locations(cafile=cafile)
+    return http.client.HTTPSConnection(parts.hostname, parts.port, timeout=timeout, context=context)
+
+
 class Stream:
     """An event stream over HTTP: frames as they arrive, keep-alive comments left out."""
 
     def __init__(self, method, url, body=None, headers=None, timeout=20):
         parts = urllib.parse.urlsplit(url)
-        self.conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+        self.conn = connection(url, timeout)
         all_headers = {"authorization": f"Bearer {TOKEN}", "accept": "text/event-stream"}
         if body is not None:
             all_headers["content-type"] = "application/json"
@@ -138,7 +160,7 @@ class Stream:
 
 def call(method, url, body=None, timeout=15):
     parts = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    conn = connection(url, timeout)
     headers = {"authorization": f"Bearer {TOKEN}"}
     if body is not None:
         headers["content-type"] = "application/json"
@@ -227,7 +249,7 @@ def check_resync(stream, via, thread, user):
     return frames, snapshot
 
 
-def exact(a, b):
+def exact(a, b, owner_name="A", label="a"):
     thread = unique("cluster-exact")
     stream, _, _ = run(a, thread, "/slow 40 50")
     before = stream.until(chunks(10))
@@ -237,7 +259,7 @@ def exact(a, b):
     resume = other.header("agui-resume")
     check(resume == "exact", f"reattach through B with an id of A's stream: agui-resume {resume!r}, expected 'exact'")
     owner, served = stream.header("agui-node") or "", other.header("agui-node") or ""
-    check(owner.startswith("A~") and served == owner,
+    check(owner.startswith(f"{owner_name}~") and served == owner,
           f"the reattach through B was served by {served!r}, the run by {owner!r}: expected A's node")
     through_b = other.to_end(timeout=20)
     through_a = stream.to_end(timeout=20)
@@ -249,7 +271,8 @@ def exact(a, b):
           f"A showed {len(through_a)} frames after {mark}, B {len(through_b)}")
     stream.close()
     other.close()
-    ok(f"a. a run through A reattached through B after a mid-stream id: sent on to A "
+    ok(f"{label}. a run through {owner_name} reattached through another node after a "
+       f"mid-stream id ({a} -> {b}): sent on to {owner_name} "
        f"(agui-node {served}), agui-resume exact, {len(through_b)} frames byte-identical to "
        f"A's, ending with RUN_FINISHED")
 
@@ -388,6 +411,8 @@ def main():
     try:
         if name == "exact":
             exact(*args)
+        elif name == "tls-exact":
+            exact(*args, owner_name="D", label="f")
         elif name == "listing":
             listing(*args)
         elif name == "orphan":

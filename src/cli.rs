@@ -589,6 +589,7 @@ impl ServeArgs {
             node_name,
             advertise,
             lease_ttl,
+            cert: None,
         }))
     }
 

@@ -130,7 +130,16 @@ impl Server {
             Some(settings) => {
                 let fence = Fence::new(&Cluster::process_id(&settings.node_name));
                 let store = Store::connect_postgres(&settings.url, fence.clone()).await?;
-                let cluster = Cluster::join(settings.clone(), fence).await?;
+                // The certificate this node serves, published for the others to pin.
+                let mut settings = settings.clone();
+                settings.cert = match &config.tls {
+                    TlsMode::Off => None,
+                    TlsMode::SelfSigned => Some(tls::leaf_certificate(
+                        &tls::self_signed_paths(&config.data_dir).0,
+                    )?),
+                    TlsMode::Files { cert, .. } => Some(tls::leaf_certificate(cert)?),
+                };
+                let cluster = Cluster::join(settings, fence).await?;
                 (store, Some(Arc::new(cluster)))
             }
         };
@@ -201,14 +210,6 @@ impl Server {
         .with_access(access);
         app.tracer = tracer;
         if let Some(cluster) = &cluster {
-            if matches!(config.tls, TlsMode::SelfSigned) {
-                tracing::warn!(
-                    "this cluster node serves a self-signed certificate the other nodes cannot \
-                     verify: requests they send on to it will fail; give the nodes a \
-                     certificate from a CA in their system roots (--tls-cert/--tls-key), or \
-                     --no-tls on a private network"
-                );
-            }
             app = app.with_forwarder(
                 Forwarder::new(cluster.node(), cluster.lease_ttl())
                     .map_err(|e| ServeError::Access(e.to_string()))?,

@@ -447,7 +447,7 @@ async fn nodes_starting_together_migrate_an_empty_database_once() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(versions, [1, 2]);
+    assert_eq!(versions, [1, 2, 3]);
 
     // A database migrated by a newer build is refused.
     admin
@@ -573,6 +573,7 @@ async fn node(db: &Db, name: &str, ttl_ms: u64) -> (Cluster, Store) {
             node_name: name.to_owned(),
             advertise: format!("http://{name}.invalid:8443"),
             lease_ttl: std::time::Duration::from_millis(ttl_ms),
+            cert: Some(format!("{name}-cert").into_bytes()),
         },
         fence,
     )
@@ -608,6 +609,7 @@ async fn leases_one_owner_at_a_time_fenced_taken_over_once_lapsed() {
         Claim::Elsewhere(owner) => {
             assert_eq!(owner.node, a.node());
             assert_eq!(owner.address, "http://a.invalid:8443");
+            assert_eq!(owner.cert.as_deref(), Some(&b"a-cert"[..]));
             assert!(owner.expires_in <= std::time::Duration::from_millis(1_000));
         }
         other => panic!("b claimed a live lease: {other:?}"),
@@ -616,7 +618,10 @@ async fn leases_one_owner_at_a_time_fenced_taken_over_once_lapsed() {
         b.owner_elsewhere("t").await.expect("owner").map(|o| o.node),
         Some(a.node().to_owned())
     );
-    assert_eq!(b.peers().await.expect("peers"), ["http://a.invalid:8443"]);
+    assert_eq!(
+        b.peers().await.expect("peers"),
+        [("http://a.invalid:8443".to_owned(), Some(b"a-cert".to_vec()))]
+    );
 
     // Renewal keeps it; without renewal it lapses and b takes it over (epoch 2).
     assert!(a.renew(&["t".to_owned()]).await.expect("renew").is_empty());

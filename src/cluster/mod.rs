@@ -38,6 +38,9 @@ pub struct ClusterConfig {
     pub advertise: String,
     /// How long a lease lasts without renewal (`--lease-ttl`).
     pub lease_ttl: Duration,
+    /// The certificate this node serves HTTPS with (DER), published for the other nodes to
+    /// pin; `None` for plain HTTP. Filled in at start-up, not configured.
+    pub cert: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for ClusterConfig {
@@ -48,6 +51,7 @@ impl std::fmt::Debug for ClusterConfig {
             .field("node_name", &self.node_name)
             .field("advertise", &self.advertise)
             .field("lease_ttl", &self.lease_ttl)
+            .field("cert", &self.cert.as_ref().map(Vec::len))
             .finish()
     }
 }
@@ -59,6 +63,9 @@ pub struct Owner {
     pub node: String,
     /// Its advertised address (`http(s)://host:port`).
     pub address: String,
+    /// The certificate it serves HTTPS with (DER), if it published one: requests to it
+    /// accept exactly that certificate.
+    pub cert: Option<Vec<u8>>,
     /// Time left on its lease when asked.
     pub expires_in: Duration,
 }
@@ -231,12 +238,14 @@ impl Cluster {
     /// Registers (or refreshes) this node's row: its address and a heartbeat.
     pub async fn heartbeat(&self) -> Result<(), ClusterError> {
         let (node, address) = (self.node.clone(), self.config.advertise.clone());
+        let cert = self.config.cert.clone();
         self.with_client(async move |c| {
             c.execute(
-                "INSERT INTO nodes (id, address, started_at, heartbeat_at)
-                 VALUES ($1, $2, agui_now_ms(), agui_now_ms())
-                 ON CONFLICT (id) DO UPDATE SET address = $2, heartbeat_at = agui_now_ms()",
-                &[&node, &address],
+                "INSERT INTO nodes (id, address, started_at, heartbeat_at, cert)
+                 VALUES ($1, $2, agui_now_ms(), agui_now_ms(), $3)
+                 ON CONFLICT (id) DO UPDATE SET address = $2, heartbeat_at = agui_now_ms(),
+                     cert = $3",
+                &[&node, &address, &cert],
             )
             .await
             .map(|_| ())
@@ -311,13 +320,18 @@ impl Cluster {
                                     taken_over: true,
                                 })
                             } else {
-                                let address: Option<String> = tx
-                                    .query_opt("SELECT address FROM nodes WHERE id = $1", &[&node])
-                                    .await?
-                                    .map(|r| r.get(0));
+                                let found = tx
+                                    .query_opt(
+                                        "SELECT address, cert FROM nodes WHERE id = $1",
+                                        &[&node],
+                                    )
+                                    .await?;
+                                let (address, cert) =
+                                    found.map(|r| (r.get(0), r.get(1))).unwrap_or_default();
                                 Some(Claim::Elsewhere(Owner {
                                     node,
-                                    address: address.unwrap_or_default(),
+                                    address,
+                                    cert,
                                     expires_in: Duration::from_millis(left.max(0) as u64),
                                 }))
                             }
@@ -482,7 +496,7 @@ impl Cluster {
         self.with_client(async move |c| {
             let row = c
                 .query_opt(
-                    "SELECT l.node, COALESCE(n.address, ''), l.expires_at - agui_now_ms()
+                    "SELECT l.node, COALESCE(n.address, ''), l.expires_at - agui_now_ms(), n.cert
                      FROM leases l LEFT JOIN nodes n ON n.id = l.node
                      WHERE l.thread_key = $1 AND l.node <> $2 AND l.expires_at > agui_now_ms()",
                     &[&key, &me],
@@ -491,6 +505,7 @@ impl Cluster {
             Ok(row.map(|r| Owner {
                 node: r.get(0),
                 address: r.get(1),
+                cert: r.get(3),
                 expires_in: Duration::from_millis(r.get::<_, i64>(2).max(0) as u64),
             }))
         })
@@ -499,17 +514,17 @@ impl Cluster {
 
     /// The addresses of the other nodes that have shown a sign of life within a lease
     /// lifetime.
-    pub async fn peers(&self) -> Result<Vec<String>, ClusterError> {
+    pub async fn peers(&self) -> Result<Vec<(String, Option<Vec<u8>>)>, ClusterError> {
         let (me, ttl) = (self.node.clone(), self.ttl_ms());
         self.with_client(async move |c| {
             let rows = c
                 .query(
-                    "SELECT address FROM nodes
+                    "SELECT address, cert FROM nodes
                      WHERE id <> $1 AND heartbeat_at > agui_now_ms() - $2 ORDER BY id",
                     &[&me, &ttl],
                 )
                 .await?;
-            Ok(rows.into_iter().map(|r| r.get(0)).collect())
+            Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
         })
         .await
     }

@@ -8,7 +8,9 @@
 //! (retry), never a loop. Nodes reach each other at the address each advertises
 //! (`--advertise-url`): plain HTTP, or HTTPS verified against the system's roots.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -22,6 +24,10 @@ use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::WebPkiSupportedAlgorithms;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
 
 use super::body::Body;
 
@@ -48,19 +54,26 @@ pub enum ForwardError {
 /// The client a node sends requests on with.
 #[derive(Debug, Clone)]
 pub struct Forwarder {
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    /// For a node that published no certificate: plain HTTP, or HTTPS verified against the
+    /// system's roots.
+    client: HopClient,
+    /// For a node that published its certificate: HTTPS accepting exactly that one, by
+    /// certificate (DER).
+    pinned: Arc<Mutex<HashMap<Vec<u8>, HopClient>>>,
     node: http::HeaderValue,
     /// How long the owner may take to answer (its headers; a stream then flows on).
     answer_within: Duration,
 }
+
+type HopClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 impl Forwarder {
     /// A client for node `node`, on the current tokio runtime; an owner that has not
     /// answered within `answer_within` (a stopped process still accepts connections) counts
     /// as unreachable.
     pub fn new(node: &str, answer_within: Duration) -> std::io::Result<Forwarder> {
-        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-        // Without any system root certificate only plain HTTP addresses work.
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        // Without any system root certificate only plain HTTP and pinned peers work.
         let builder =
             match HttpsConnectorBuilder::new().with_provider_and_native_roots(provider.clone()) {
                 Ok(builder) => builder,
@@ -72,16 +85,34 @@ impl Forwarder {
                         .with_no_client_auth(),
                 ),
             };
-        let mut http = HttpConnector::new();
-        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
-        http.set_nodelay(true);
-        http.enforce_http(false);
-        let connector = builder.https_or_http().enable_http1().wrap_connector(http);
         Ok(Forwarder {
-            client: Client::builder(TokioExecutor::new()).build(connector),
+            client: hop_client(builder),
+            pinned: Arc::default(),
             node: http::HeaderValue::from_str(node).map_err(std::io::Error::other)?,
             answer_within,
         })
+    }
+
+    /// The client for a peer that serves `cert` (made once per certificate).
+    fn pinned(&self, cert: &[u8]) -> std::io::Result<HopClient> {
+        let mut pinned = self.pinned.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(client) = pinned.get(cert) {
+            return Ok(client.clone());
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = Pinned {
+            cert: cert.to_vec(),
+            algorithms: provider.signature_verification_algorithms,
+        };
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(std::io::Error::other)?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(verifier))
+            .with_no_client_auth();
+        let client = hop_client(HttpsConnectorBuilder::new().with_tls_config(tls));
+        pinned.insert(cert.to_vec(), client.clone());
+        Ok(client)
     }
 
     /// This node's id, as a header value.
@@ -94,9 +125,16 @@ impl Forwarder {
     pub async fn send(
         &self,
         address: &str,
+        cert: Option<&[u8]>,
         parts: &http::request::Parts,
         body: Bytes,
     ) -> Result<Response<Body>, ForwardError> {
+        let client = match cert {
+            Some(cert) if !cert.is_empty() => self
+                .pinned(cert)
+                .map_err(|e| ForwardError::Address(e.to_string()))?,
+            _ => self.client.clone(),
+        };
         let target = parts
             .uri
             .path_and_query()
@@ -118,7 +156,7 @@ impl Forwarder {
             }
         }
         headers.insert(FORWARDED_BY, self.node.clone());
-        let response = tokio::time::timeout(self.answer_within, self.client.request(request))
+        let response = tokio::time::timeout(self.answer_within, client.request(request))
             .await
             .map_err(|_| ForwardError::Timeout(self.answer_within))??;
         let (mut parts, incoming) = response.into_parts();
@@ -157,4 +195,66 @@ fn hop_by_hop(name: &HeaderName) -> bool {
         || name.as_str() == "keep-alive"
         || name.as_str() == "proxy-connection"
         || name.as_str() == "proxy-authorization"
+}
+
+/// The connector's HTTP side: bounded connect, no Nagle, `https` URLs allowed.
+fn hop_client(
+    builder: HttpsConnectorBuilder<hyper_rustls::builderstates::WantsSchemes>,
+) -> HopClient {
+    let mut http = HttpConnector::new();
+    http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    http.set_nodelay(true);
+    http.enforce_http(false);
+    let connector = builder.https_or_http().enable_http1().wrap_connector(http);
+    Client::builder(TokioExecutor::new()).build(connector)
+}
+
+/// Accepts exactly one certificate, the one the peer published in the cluster's database
+/// (whoever issued it, names aside: the database is what says who the peer is), and checks
+/// the handshake's signatures against it as usual.
+#[derive(Debug)]
+struct Pinned {
+    cert: Vec<u8>,
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl ServerCertVerifier for Pinned {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        if end_entity.as_ref() == self.cert.as_slice() {
+            Ok(ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::ApplicationVerificationFailure,
+            ))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
 }

@@ -503,9 +503,9 @@ async fn forwarding(
                 // A run is found by its id only where it runs: ask the other nodes, all at
                 // once (each within the hop's bound).
                 let peers = app.runtime.peers().await;
-                let asked = peers
-                    .iter()
-                    .map(|peer| forwarder.send(peer, &parts, body.clone()));
+                let asked = peers.iter().map(|(address, cert)| {
+                    forwarder.send(address, cert.as_deref(), &parts, body.clone())
+                });
                 for answer in futures_util::future::join_all(asked).await {
                     match answer {
                         Ok(response) if response.status() == StatusCode::ACCEPTED => {
@@ -524,7 +524,10 @@ async fn forwarding(
         let Some(owner) = error.forward.clone() else {
             return Err(error);
         };
-        match forwarder.send(&owner.address, &parts, body.clone()).await {
+        match forwarder
+            .send(&owner.address, owner.cert.as_deref(), &parts, body.clone())
+            .await
+        {
             Ok(response) => {
                 tracing::debug!(owner = %owner.node, "request sent to the thread's owner");
                 return Ok(response);

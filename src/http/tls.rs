@@ -44,6 +44,17 @@ pub fn self_signed_acceptor(data_dir: &Path) -> Result<TlsAcceptor, TlsError> {
     acceptor_from_files(&cert, &key)
 }
 
+/// The end-entity certificate (DER) of the PEM chain at `path`: what the other nodes of a
+/// cluster pin when they send requests to this one.
+pub fn leaf_certificate(path: &Path) -> Result<Vec<u8>, TlsError> {
+    let certs = read_certs(path)?;
+    Ok(certs
+        .into_iter()
+        .next()
+        .map(|c| c.as_ref().to_vec())
+        .unwrap_or_default())
+}
+
 /// Builds an acceptor from PEM files.
 pub fn acceptor_from_files(cert: &Path, key: &Path) -> Result<TlsAcceptor, TlsError> {
     let certs = read_certs(cert)?;

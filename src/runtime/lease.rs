@@ -95,8 +95,8 @@ impl Runtime {
         }
     }
 
-    /// The other live nodes' addresses (empty without a cluster).
-    pub async fn peers(&self) -> Vec<String> {
+    /// The other live nodes' addresses and certificates (empty without a cluster).
+    pub async fn peers(&self) -> Vec<(String, Option<Vec<u8>>)> {
         let Some(cluster) = &self.inner.options.cluster else {
             return Vec::new();
         };
