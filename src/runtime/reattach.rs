@@ -121,6 +121,13 @@ impl Runtime {
     ) -> Attachment {
         // Lock order: translator, then thread state (the pump's order).
         let translator = lock(&run.translator);
+        if translator.is_ended() {
+            // The segment's terminal event went out after the caller looked: following the
+            // journal from here would wait for a frame that never comes. The thread as it is
+            // now, as a complete run, instead.
+            drop(translator);
+            return self.hydration(thread, profile, resume);
+        }
         let cursor = thread.journal.last_seq();
         let (messages, document) = {
             let state = lock(&thread.state);
