@@ -274,7 +274,7 @@ def exact(a, b, owner_name="A", label="a"):
     ok(f"{label}. a run through {owner_name} reattached through another node after a "
        f"mid-stream id ({a} -> {b}): sent on to {owner_name} "
        f"(agui-node {served}), agui-resume exact, {len(through_b)} frames byte-identical to "
-       f"A's, ending with RUN_FINISHED")
+       f"{owner_name}'s, ending with RUN_FINISHED")
 
 
 def listing(*nodes):
