@@ -18,7 +18,6 @@ use http::header::{
     CONNECTION, CONTENT_LENGTH, HOST, ORIGIN, TE, TRAILER, TRANSFER_ENCODING, UPGRADE,
 };
 use http::{HeaderName, Request, Response, Uri};
-use http_body::Frame;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
@@ -178,9 +177,7 @@ impl Forwarder {
                 None => None,
             }
         });
-        let body: Body = StreamBody::new(stream)
-            .map_frame(|frame: Frame<Bytes>| frame)
-            .boxed_unsync();
+        let body: Body = StreamBody::new(stream).boxed_unsync();
         Ok(Response::from_parts(parts, body))
     }
 }

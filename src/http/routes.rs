@@ -481,13 +481,7 @@ async fn forwarding(
     audit: &mut Audit,
 ) -> Result<Response<Body>, ApiError> {
     let (parts, body) = req.into_parts();
-    let body = read_body(
-        body,
-        &parts.headers,
-        MAX_BODY_BYTES,
-        conn.limits.body_read_timeout,
-    )
-    .await?;
+    let body = read_request_body(body, &parts.headers, &conn).await?;
     let mut attempts = 0;
     loop {
         attempts += 1;
@@ -565,13 +559,7 @@ async fn serve(
         }
         Route::AgentStop(agent, thread) => {
             let (parts, body) = req.into_parts();
-            let body = read_body(
-                body,
-                &parts.headers,
-                MAX_BODY_BYTES,
-                conn.limits.body_read_timeout,
-            )
-            .await?;
+            let body = read_request_body(body, &parts.headers, &conn).await?;
             let body = if body.iter().all(u8::is_ascii_whitespace) {
                 None
             } else {
@@ -883,13 +871,7 @@ async fn requested_thread_id(
     conn: &ConnInfo,
 ) -> Result<Option<String>, ApiError> {
     let (parts, body) = req.into_parts();
-    let body = read_body(
-        body,
-        &parts.headers,
-        MAX_BODY_BYTES,
-        conn.limits.body_read_timeout,
-    )
-    .await?;
+    let body = read_request_body(body, &parts.headers, conn).await?;
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
@@ -1056,13 +1038,7 @@ async fn run(
 ) -> Result<Response<Body>, ApiError> {
     check_stream_request(req.headers())?;
     let (parts, body) = req.into_parts();
-    let body = read_body(
-        body,
-        &parts.headers,
-        MAX_BODY_BYTES,
-        conn.limits.body_read_timeout,
-    )
-    .await?;
+    let body = read_request_body(body, &parts.headers, &conn).await?;
     start_run(app, principal, agent, &parts.headers, &body, audit).await
 }
 
@@ -1108,8 +1084,17 @@ async fn read_json(
     headers: &HeaderMap,
     conn: &ConnInfo,
 ) -> Result<serde_json::Value, ApiError> {
-    let bytes = read_body(body, headers, MAX_BODY_BYTES, conn.limits.body_read_timeout).await?;
+    let bytes = read_request_body(body, headers, conn).await?;
     parse_json(&bytes)
+}
+
+/// Reads a request body whole, within the body limits.
+async fn read_request_body(
+    body: RequestBody,
+    headers: &HeaderMap,
+    conn: &ConnInfo,
+) -> Result<bytes::Bytes, ApiError> {
+    read_body(body, headers, MAX_BODY_BYTES, conn.limits.body_read_timeout).await
 }
 
 fn parse_json(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {

@@ -117,6 +117,19 @@ pub struct ThreadPage {
     pub next_cursor: Option<String>,
 }
 
+impl ThreadPage {
+    /// A page of `threads`, with a cursor after its last one when `more` follow.
+    fn new(threads: Vec<ThreadRow>, more: bool) -> ThreadPage {
+        let next_cursor = more
+            .then(|| threads.last().map(|t| encode_cursor(t.updated_at, &t.key)))
+            .flatten();
+        ThreadPage {
+            threads,
+            next_cursor,
+        }
+    }
+}
+
 /// What the runtime needs to resume a thread after a restart.
 #[derive(Debug, Clone)]
 pub struct StoredThread {
@@ -153,6 +166,12 @@ impl std::fmt::Debug for Store {
 
 /// Runs the same call on whichever backend the store is.
 macro_rules! dispatch {
+    ($self:ident.$method:ident($($arg:expr),*).await) => {
+        match &$self.backend {
+            Backend::Sqlite(store) => store.$method($($arg),*).await,
+            Backend::Postgres(store) => store.$method($($arg),*).await,
+        }
+    };
     ($self:ident.$method:ident($($arg:expr),*)) => {
         match &$self.backend {
             Backend::Sqlite(store) => store.$method($($arg),*),
@@ -191,10 +210,7 @@ impl Store {
     /// Waits until every write enqueued before this call is durable. It adds no job: it
     /// waits for the batch that holds the last queued job to commit.
     pub async fn commit(&self) -> Result<(), StoreError> {
-        match &self.backend {
-            Backend::Sqlite(store) => store.commit().await,
-            Backend::Postgres(store) => store.commit().await,
-        }
+        dispatch!(self.commit().await)
     }
 
     /// The commit latency and failure counters.
@@ -209,10 +225,7 @@ impl Store {
 
     /// A thread and its transcript, if it exists.
     pub async fn load_thread(&self, id: &str) -> Result<Option<StoredThread>, StoreError> {
-        match &self.backend {
-            Backend::Sqlite(store) => store.load_thread(id).await,
-            Backend::Postgres(store) => store.load_thread(id).await,
-        }
+        dispatch!(self.load_thread(id).await)
     }
 
     /// Records the start of a run: creates the thread if new, appends `messages`, inserts
@@ -264,18 +277,12 @@ impl Store {
     /// Marks the runs of thread `id` that a process left live (no outcome) `interrupted`,
     /// ending now, and the thread idle; returns how many runs.
     pub async fn recover_thread(&self, id: &str) -> Result<usize, StoreError> {
-        match &self.backend {
-            Backend::Sqlite(store) => store.recover_thread(id).await,
-            Backend::Postgres(store) => store.recover_thread(id).await,
-        }
+        dispatch!(self.recover_thread(id).await)
     }
 
     /// One thread's metadata.
     pub async fn thread(&self, id: &str) -> Result<Option<ThreadRow>, StoreError> {
-        match &self.backend {
-            Backend::Sqlite(store) => store.thread(id).await,
-            Backend::Postgres(store) => store.thread(id).await,
-        }
+        dispatch!(self.thread(id).await)
     }
 
     /// Threads, newest activity first: of `agent` if given, of `scope`'s owner if it names
@@ -287,10 +294,7 @@ impl Store {
         agent: Option<String>,
         scope: ListScope,
     ) -> Result<ThreadPage, StoreError> {
-        match &self.backend {
-            Backend::Sqlite(store) => store.list_threads(limit, cursor, agent, scope).await,
-            Backend::Postgres(store) => store.list_threads(limit, cursor, agent, scope).await,
-        }
+        dispatch!(self.list_threads(limit, cursor, agent, scope).await)
     }
 
     /// The last `limit` messages of a thread (in order) and whether older ones were left out;
@@ -300,18 +304,12 @@ impl Store {
         id: &str,
         limit: usize,
     ) -> Result<Option<(Vec<Value>, bool)>, StoreError> {
-        match &self.backend {
-            Backend::Sqlite(store) => store.messages(id, limit).await,
-            Backend::Postgres(store) => store.messages(id, limit).await,
-        }
+        dispatch!(self.messages(id, limit).await)
     }
 
     /// Deletes a thread with its messages and runs; `false` when it did not exist.
     pub async fn delete_thread(&self, id: &str) -> Result<bool, StoreError> {
-        match &self.backend {
-            Backend::Sqlite(store) => store.delete_thread(id).await,
-            Backend::Postgres(store) => store.delete_thread(id).await,
-        }
+        dispatch!(self.delete_thread(id).await)
     }
 }
 

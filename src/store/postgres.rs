@@ -42,8 +42,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Config, NoTls, Row, Statement};
 
 use super::{
-    Fence, ListScope, Progress, RunRow, StoreError, StoredThread, ThreadPage, ThreadRow,
-    encode_cursor, now_ms,
+    Fence, ListScope, Progress, RunRow, StoreError, StoredThread, ThreadPage, ThreadRow, now_ms,
 };
 use crate::metrics::StoreMetrics;
 use crate::protocol::Message;
@@ -495,15 +494,7 @@ impl PgStore {
                 .take(limit)
                 .map(thread_from)
                 .collect::<Result<Vec<_>, _>>()?;
-            let next_cursor = if more {
-                threads.last().map(|t| encode_cursor(t.updated_at, &t.key))
-            } else {
-                None
-            };
-            Ok(ThreadPage {
-                threads,
-                next_cursor,
-            })
+            Ok(ThreadPage::new(threads, more))
         })
         .await
     }

@@ -17,10 +17,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 use tokio::sync::{oneshot, watch};
 
-use super::{
-    ListScope, Progress, RunRow, StoreError, StoredThread, ThreadPage, ThreadRow, encode_cursor,
-    now_ms,
-};
+use super::{ListScope, Progress, RunRow, StoreError, StoredThread, ThreadPage, ThreadRow, now_ms};
 use crate::metrics::StoreMetrics;
 use crate::protocol::Message;
 
@@ -391,15 +388,7 @@ impl SqliteStore {
                     threads.push(row);
                 }
             }
-            let next_cursor = if ids.len() > limit {
-                threads.last().map(|t| encode_cursor(t.updated_at, &t.key))
-            } else {
-                None
-            };
-            Ok(ThreadPage {
-                threads,
-                next_cursor,
-            })
+            Ok(ThreadPage::new(threads, ids.len() > limit))
         })
         .await
     }
