@@ -8,8 +8,9 @@ use support::{SNAPSHOT_RUN, run_input};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use agui_serve::agent::Agent;
 use agui_serve::agent::demo::DemoAgent;
+use agui_serve::agent::{Agent, AgentError, BoxFuture, EventSink, Turn, TurnEnd};
+use agui_serve::config::Hitl;
 use agui_serve::runtime::{Attachment, EventId, JournalLimits, Resume, Runtime, RuntimeOptions};
 use agui_serve::store::Store;
 use bytes::Bytes;
@@ -340,4 +341,206 @@ async fn stopping_streams_never_drops_a_journaled_terminal_frame() {
         let last = rest.last().map(type_of);
         assert_eq!(last.as_deref(), Some("RUN_ERROR"), "round {round}");
     }
+}
+
+/// The demo agent, each turn held until the test lets one through.
+struct Gated {
+    gate: Arc<tokio::sync::Semaphore>,
+}
+
+impl Agent for Gated {
+    fn run(&self, turn: Turn, sink: EventSink) -> BoxFuture<Result<TurnEnd, AgentError>> {
+        let gate = self.gate.clone();
+        Box::pin(async move {
+            if let Ok(permit) = gate.acquire().await {
+                permit.forget();
+            }
+            DemoAgent.run(turn, sink).await
+        })
+    }
+}
+
+/// Holds the database's write lock (as another writer would) until dropped: the daemon's
+/// commits wait meanwhile.
+struct WriteLock(rusqlite::Connection);
+
+impl WriteLock {
+    fn take(dir: &std::path::Path) -> WriteLock {
+        let conn = rusqlite::Connection::open(dir.join("agui-serve.db")).expect("db");
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .expect("timeout");
+        conn.execute_batch("BEGIN IMMEDIATE").expect("lock");
+        WriteLock(conn)
+    }
+}
+
+impl Drop for WriteLock {
+    fn drop(&mut self) {
+        let _ = self.0.execute_batch("ROLLBACK");
+    }
+}
+
+/// A suspension whose terminal event waits for the store: the run's first frames, the
+/// stream (its terminal frame not out yet), and the lock that holds it back.
+struct Parking {
+    runtime: Runtime,
+    first: Vec<Bytes>,
+    stream: Attachment,
+    lock: WriteLock,
+}
+
+async fn parking(thread: &str, text: &str, hitl: Hitl) -> Parking {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let mut agents: BTreeMap<String, Arc<dyn Agent>> = BTreeMap::new();
+    agents.insert("demo".into(), Arc::new(Gated { gate: gate.clone() }));
+    let mut options = RuntimeOptions::new(4);
+    options.hitl.insert("demo".into(), hitl);
+    let dir = support::temp_dir("park");
+    let runtime = Runtime::new(agents, options, Store::open(&dir).expect("store"));
+    let mut stream = runtime
+        .start_run("demo", run_input(thread, "r1", text))
+        .await
+        .expect("start");
+    let started = next_frame(&mut stream).await.expect("RUN_STARTED");
+    assert_eq!(type_of(&started), "RUN_STARTED");
+    // The run's start is committed; the next commit is the one the park waits for.
+    let lock = tokio::task::block_in_place(|| WriteLock::take(&dir));
+    gate.add_permits(1);
+    for _ in 0..500 {
+        if runtime.live_status(thread) == Some("suspended") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(runtime.live_status(thread), Some("suspended"));
+    let mut first = vec![started];
+    let last_id = id_of(first.last().expect("frame"));
+    // Everything journaled before the park: whatever can be read without waiting.
+    while let Ok(Some(frame)) = tokio::time::timeout(
+        std::time::Duration::from_millis(200),
+        next_frame(&mut stream),
+    )
+    .await
+    {
+        assert_ne!(
+            type_of(&frame),
+            "RUN_FINISHED",
+            "the park waits for the store"
+        );
+        first.push(frame);
+    }
+    assert_ne!(id_of(first.last().expect("frame")), last_id);
+    Parking {
+        runtime,
+        first,
+        stream,
+        lock,
+    }
+}
+
+fn input(body: serde_json::Value) -> agui_serve::protocol::RunAgentInput {
+    agui_serve::protocol::decode_run_input(body.to_string().as_bytes()).expect("valid input")
+}
+
+fn user(thread: &str, text: &str) -> serde_json::Value {
+    serde_json::json!({"id": format!("{thread}-u"), "role": "user", "content": text})
+}
+
+/// `frames` are whole segments: `RUN_STARTED` first, one terminal event last.
+fn assert_whole_segments(frames: &[Bytes]) {
+    let kinds: Vec<String> = frames.iter().map(type_of).collect();
+    let mut open = false;
+    for kind in &kinds {
+        match kind.as_str() {
+            "RUN_STARTED" => {
+                assert!(!open, "RUN_STARTED inside a segment: {kinds:?}");
+                open = true;
+            }
+            "RUN_FINISHED" | "RUN_ERROR" => {
+                assert!(open, "a terminal event outside a segment: {kinds:?}");
+                open = false;
+            }
+            _ => assert!(open, "{kind} outside a segment: {kinds:?}"),
+        }
+    }
+    assert!(!open, "an unfinished segment: {kinds:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_while_a_suspension_is_being_stored_carries_an_id_at_a_segment_boundary() {
+    let p = parking("pr", "/approve ship it", Hitl::Interrupt).await;
+    let bad = input(serde_json::json!({
+        "threadId": "pr", "runId": "bad", "messages": [user("pr", "/approve ship it")],
+        "resume": [{"interruptId": "nope", "status": "resolved", "payload": {"optionId": "allow"}}]
+    }));
+    let refused = drain(p.runtime.start_run("demo", bad).await.expect("stream")).await;
+    let kinds: Vec<String> = refused.iter().map(type_of).collect();
+    assert_eq!(kinds, ["RUN_STARTED", "RUN_ERROR"]);
+    drop(p.lock);
+    let rest = drain(p.stream).await;
+    assert_eq!(
+        rest.iter().map(type_of).collect::<Vec<_>>(),
+        ["RUN_FINISHED"]
+    );
+    // Reconnecting with the refusal's last id continues with whole segments.
+    let last = id_of(refused.last().expect("frame"));
+    let again = p
+        .runtime
+        .reattach("pr", Some(&last))
+        .await
+        .expect("reattach");
+    assert_eq!(again.resume(), Resume::Exact);
+    let mut combined = refused.clone();
+    combined.extend(drain(again).await);
+    assert_whole_segments(&combined);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_while_a_suspension_is_being_stored_streams_the_next_segment() {
+    let p = parking("pa", "/approve deploy", Hitl::Tool).await;
+    let calls: Vec<(String, String)> = p
+        .first
+        .iter()
+        .filter(|f| type_of(f) == "TOOL_CALL_START")
+        .map(|f| {
+            let text = std::str::from_utf8(f).expect("utf8");
+            let data = text
+                .lines()
+                .find_map(|l| l.strip_prefix("data: "))
+                .expect("data");
+            let v: serde_json::Value = serde_json::from_str(data).expect("json");
+            (
+                v["toolCallId"].as_str().expect("id").to_owned(),
+                v["toolCallName"].as_str().expect("name").to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(calls.len(), 2, "the action and the permission request");
+    let tool_calls: Vec<serde_json::Value> = calls
+        .iter()
+        .map(|(id, name)| serde_json::json!({"id": id, "type": "function", "function": {"name": name, "arguments": "{}"}}))
+        .collect();
+    let answer = input(serde_json::json!({
+        "threadId": "pa", "runId": "r2", "messages": [
+            user("pa", "/approve deploy"),
+            {"id": "pa-a", "role": "assistant", "toolCalls": tool_calls},
+            {"id": "pa-t", "role": "tool", "toolCallId": calls[1].0, "content": r#"{"optionId":"allow"}"#}
+        ]
+    }));
+    let answered = p.runtime.start_run("demo", answer).await.expect("stream");
+    let answered = tokio::spawn(drain(answered));
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    drop(p.lock);
+    let rest = drain(p.stream).await;
+    assert_eq!(
+        rest.iter().map(type_of).collect::<Vec<_>>(),
+        ["RUN_FINISHED"]
+    );
+    let second = answered.await.expect("answer stream");
+    assert_whole_segments(&second);
+    let kinds: Vec<String> = second.iter().map(type_of).collect();
+    assert!(
+        kinds.contains(&"TEXT_MESSAGE_CONTENT".to_owned()),
+        "{kinds:?}"
+    );
 }

@@ -99,13 +99,15 @@ impl Runtime {
             .record_messages(&thread.key, recorded, now_ms() as i64);
         lock(&run.aliases).push(input.run_id.clone());
         lock(&self.inner.runs).insert(thread.run_key(&input.run_id), run.clone());
+        // The segment the answer opens starts after the suspended one's terminal frame,
+        // which may not be journaled yet (it waits for the store).
         let cursor = thread.journal.last_seq();
         let attachment = self.attachment(
             thread,
             cursor,
             profile,
             Some(run.clone()),
-            attach::Mode::Segment,
+            attach::Mode::NextSegment,
         );
         // The pump opens the next segment before the agent can act on the answers: it
         // handles control before it polls the agent again.

@@ -45,6 +45,10 @@ impl Resume {
 pub(crate) enum Mode {
     /// After the first terminal frame (a `POST` follows its own segment).
     Segment,
+    /// [`Mode::Segment`] for the first segment that starts after the cursor (an answer's
+    /// `POST`: the segment the answer opens; the suspended segment's terminal frame may
+    /// still be on its way when the stream attaches).
+    NextSegment,
     /// After a terminal frame with nothing journaled after it (reattach: catches up over
     /// any number of segments, then follows live).
     Follow,
@@ -224,6 +228,12 @@ impl Attachment {
             }
             if let Some(frame) = self.pending.pop_front() {
                 self.cursor = frame.seq;
+                if self.mode == Mode::NextSegment {
+                    if !frame.starts_segment {
+                        continue;
+                    }
+                    self.mode = Mode::Segment;
+                }
                 // Within a long batch, progress is reported now and then, so the stall
                 // check sees a reader that is taking frames as one.
                 self.untold += 1;
@@ -232,7 +242,7 @@ impl Attachment {
                 }
                 if frame.ends_segment {
                     self.done = match self.mode {
-                        Mode::Segment | Mode::Preamble => true,
+                        Mode::Segment | Mode::NextSegment | Mode::Preamble => true,
                         Mode::Follow => {
                             self.pending.is_empty() && self.thread.journal.last_seq() <= frame.seq
                         }

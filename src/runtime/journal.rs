@@ -125,6 +125,8 @@ pub struct Frame {
     legacy: Option<Bytes>,
     /// This frame is a segment's terminal event: a stream following the segment ends here.
     pub ends_segment: bool,
+    /// This frame is a segment's `RUN_STARTED`.
+    pub starts_segment: bool,
     /// Bytes of every frame journaled before this one (for the window's byte count).
     offset: u64,
 }
@@ -190,6 +192,9 @@ struct Inner {
     /// Heap allocations of the retained frames' encodings.
     buffers: usize,
     next_seq: u64,
+    /// The sequence of the newest frame that ends a segment (0 before the first): what
+    /// follows it is whole segments.
+    boundary: u64,
     /// Frames with a sequence at or below this were evicted.
     evicted_through: u64,
     /// Bytes of every frame ever journaled.
@@ -265,6 +270,7 @@ impl Journal {
                 bytes: 0,
                 buffers: 0,
                 next_seq: 1,
+                boundary: 0,
                 evicted_through: 0,
                 total: 0,
                 readers: BTreeMap::new(),
@@ -456,8 +462,12 @@ impl Journal {
                 v1,
                 legacy,
                 ends_segment: event.is_terminal(),
+                starts_segment: matches!(event, Event::RunStarted { .. }),
                 offset: inner.total,
             };
+            if frame.ends_segment {
+                inner.boundary = seq;
+            }
             inner.bytes += frame.size();
             inner.buffers += frame.buffers();
             inner.total += frame.size() as u64;
@@ -503,6 +513,13 @@ impl Journal {
     /// The sequence of the newest frame (0 when empty).
     pub fn last_seq(&self) -> u64 {
         self.lock().next_seq - 1
+    }
+
+    /// The sequence of the newest frame that ends a segment (0 before the first): a stream
+    /// that resumes after it sees whole segments only, so what is framed outside the
+    /// journal (a refusal, a hydration) carries its id.
+    pub fn boundary(&self) -> u64 {
+        self.lock().boundary
     }
 
     /// The sequence number the next frame will get.

@@ -183,7 +183,10 @@ impl Runtime {
         self.short_run(thread, profile, &events, resume)
     }
 
-    /// An attachment that sends `events`, framed at the journal's end, and ends.
+    /// An attachment that sends `events` and ends. They carry the id of the journal's last
+    /// segment boundary, not its end: a segment may be half written (a refusal while a
+    /// suspension's terminal event waits for the store), and a client that reconnects with
+    /// the id must get whole segments, from the start of that one.
     pub(super) fn short_run(
         &self,
         thread: &Arc<Thread>,
@@ -191,7 +194,7 @@ impl Runtime {
         events: &[Event],
         resume: Resume,
     ) -> Attachment {
-        let cursor = thread.journal.last_seq();
+        let cursor = thread.journal.boundary();
         self.preamble(
             thread,
             cursor,
