@@ -775,6 +775,15 @@ async fn rss_after(args: &Args, client: &Arc<Client>, report: &Report<'_>) -> Re
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    // On a worker, not on the thread that blocks on `main`: a stream's reader and its
+    // connection's task then hand each chunk over on one worker, instead of waking another
+    // thread per chunk (which made the client, not the server, the bound of a one-stream run).
+    tokio::spawn(measure(args))
+        .await
+        .unwrap_or(std::process::ExitCode::FAILURE)
+}
+
+async fn measure(args: Args) -> std::process::ExitCode {
     let mut builder = reqwest::Client::builder()
         .pool_max_idle_per_host(args.concurrency.max(1))
         .tcp_nodelay(true);
