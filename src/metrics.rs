@@ -373,6 +373,7 @@ struct Sampled {
     capacity: Gauge,
     memory: Gauge,
     budget: Gauge,
+    retained_limit: Gauge,
     store_queue: Gauge,
     processes: Family<ProcessLabels, Gauge>,
 }
@@ -463,8 +464,13 @@ impl Metrics {
         );
         r.register(
             "memory_budget_bytes",
-            "The memory budget (--memory-budget)",
+            "The memory budget (--memory-budget), a bound on the whole process",
             sampled.budget.clone(),
+        );
+        r.register(
+            "memory_retained_limit_bytes",
+            "What retained journals, transcripts and state documents may hold: the budget less the process's own reserve",
+            sampled.retained_limit.clone(),
         );
         r.register(
             "store_queue_depth",
@@ -519,6 +525,7 @@ impl Metrics {
         s.suspended.set(rt.suspended_runs() as i64);
         s.memory.set(rt.memory_in_use() as i64);
         s.budget.set(rt.memory_budget() as i64);
+        s.retained_limit.set(rt.retained_limit() as i64);
         s.store_queue.set(rt.store().queue_depth() as i64);
         for (agent, processes) in rt.agent_processes() {
             let agent: Arc<str> = Arc::from(agent);

@@ -164,6 +164,11 @@ impl Server {
                 .map_err(ServeError::Ui)?,
         );
         options.memory_budget = config.memory_budget;
+        // The budget bounds the whole process: what it holds now and its reserve come off
+        // what retained data may hold.
+        let resident = crate::runtime::memory::resident_bytes().unwrap_or(0);
+        options.memory_reserved =
+            crate::runtime::memory::process_reserve(config.memory_budget, resident);
         options.secrets = secrets;
         options.max_runs_per_principal = config.access.max_runs_per_principal;
         options.hitl = config

@@ -87,6 +87,11 @@ pub struct RuntimeOptions {
     /// An idle thread whose transcript and document alone exceed a sixteenth of it leaves
     /// memory once its run's disconnect grace is over.
     pub memory_budget: usize,
+    /// Bytes of `memory_budget` set aside for the process itself (code, runtime, caches,
+    /// the allocator's slack): what is retained is held to the rest (see
+    /// [`memory::retained_limit`]). 0 (the default) sets nothing aside; the daemon sets
+    /// [`memory::process_reserve`], so that `--memory-budget` bounds the whole process.
+    pub memory_reserved: usize,
     /// How each agent's permission requests reach the client (default: the tool).
     pub hitl: HashMap<String, Hitl>,
     /// Literal secrets scrubbed from every error message (the daemon's token).
@@ -117,6 +122,7 @@ impl RuntimeOptions {
             history_max_bytes: 2 * 1024 * 1024,
             max_threads_in_memory: 1024,
             memory_budget: DEFAULT_MEMORY_BUDGET,
+            memory_reserved: 0,
             hitl: HashMap::new(),
             secrets: Vec::new(),
             max_runs_per_principal: crate::config::DEFAULT_MAX_RUNS_PER_PRINCIPAL,
@@ -1032,11 +1038,17 @@ impl Runtime {
         self.inner.meter.get()
     }
 
+    /// What retained data may hold: the budget less what is set aside for the process.
+    pub fn retained_limit(&self) -> usize {
+        let options = &self.inner.options;
+        memory::retained_limit(options.memory_budget, options.memory_reserved)
+    }
+
     /// Lets go of what the memory budget does not cover: while over it, the retained frames
     /// of finished runs (least recently used thread first), then idle threads (likewise).
     /// Cheap when under the budget.
     fn enforce_budget(&self) {
-        let budget = self.inner.options.memory_budget;
+        let budget = self.retained_limit();
         let meter = &self.inner.meter;
         if meter.get() <= budget {
             return;
@@ -1095,7 +1107,7 @@ impl Runtime {
             }
             thread.journal.release();
         }
-        if thread.cached_bytes() > self.inner.options.memory_budget / 16 {
+        if thread.cached_bytes() > self.retained_limit() / 16 {
             let mut threads = lock(&self.inner.threads);
             // Held by the map and by the caller only: nobody else uses it.
             if threads
