@@ -81,11 +81,11 @@ where
     }
 }
 
-/// The SSE body of `attachment`: each frame (or keep-alive comment) becomes one data frame,
-/// written as soon as hyper can take it.
+/// The SSE body of `attachment`: each frame (or keep-alive comment), with the frames
+/// already journaled after it, becomes one data frame, written as soon as hyper can take it.
 pub fn event_stream(attachment: Attachment) -> Body {
     let stream = futures_util::stream::unfold(attachment, |mut attachment| async move {
-        let bytes = attachment.next().await?;
+        let bytes = attachment.next_chunk().await?;
         Some((Ok::<_, Infallible>(Frame::data(bytes)), attachment))
     });
     StreamBody::new(stream).boxed_unsync()

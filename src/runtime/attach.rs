@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
@@ -23,6 +23,9 @@ use crate::protocol::{KEEP_ALIVE, Profile};
 
 /// Frames a reader takes between reports of its progress within one batch.
 const TELL_EVERY: usize = 64;
+
+/// At most this many bytes of frames go out as one chunk (see [`Attachment::with_ready`]).
+const BATCH_BYTES: usize = 16 * 1024;
 
 /// Whether a reattach replays exactly or had to resynchronise (`agui-resume` header).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,7 +220,86 @@ impl Attachment {
             })
     }
 
-    /// The next chunk of the response body, or `None` when the stream is over.
+    /// Takes one pending frame: moves the cursor past it and says what to do with it.
+    fn take(&mut self, frame: Frame) -> Taken {
+        self.cursor = frame.seq;
+        if self.mode == Mode::NextSegment {
+            if !frame.starts_segment {
+                return Taken::Skip;
+            }
+            self.mode = Mode::Segment;
+        }
+        // Within a long batch, progress is reported now and then, so the stall check sees
+        // a reader that is taking frames as one.
+        self.untold += 1;
+        if self.untold >= TELL_EVERY && self.tell_progress().is_err() {
+            return Taken::Cut;
+        }
+        if frame.ends_segment {
+            self.done = match self.mode {
+                Mode::Segment | Mode::NextSegment | Mode::Preamble => true,
+                Mode::Follow => {
+                    self.pending.is_empty() && self.thread.journal.last_seq() <= frame.seq
+                }
+            };
+        }
+        Taken::Send(frame.bytes(self.profile))
+    }
+
+    /// `first`, and the frames already pending after it (up to [`BATCH_BYTES`], and not
+    /// past a terminal frame), as one buffer: one chunk and one write for the lot, where a
+    /// frame each made a write each (the kernel's cost per write is most of a busy
+    /// stream's). The bytes are the same.
+    fn with_ready(&mut self, first: Bytes) -> Bytes {
+        if self.done {
+            return first;
+        }
+        let mut len = first.len();
+        let mut count = 0;
+        for frame in &self.pending {
+            let next = frame.len(self.profile);
+            if len + next > BATCH_BYTES {
+                break;
+            }
+            len += next;
+            count += 1;
+            if frame.ends_segment {
+                break;
+            }
+        }
+        if count == 0 {
+            return first;
+        }
+        let mut batch = BytesMut::with_capacity(len);
+        batch.extend_from_slice(&first);
+        for _ in 0..count {
+            let Some(frame) = self.pending.pop_front() else {
+                break;
+            };
+            match self.take(frame) {
+                Taken::Send(bytes) => batch.extend_from_slice(&bytes),
+                Taken::Skip => {}
+                Taken::Cut => {
+                    // Cut for stalling: what is batched goes out, then the stream ends.
+                    self.done = true;
+                    break;
+                }
+            }
+            if self.done {
+                break;
+            }
+        }
+        batch.freeze()
+    }
+
+    /// The next chunk of the response body: [`Attachment::next`], with the frames already
+    /// pending after it (see [`Attachment::with_ready`]).
+    pub async fn next_chunk(&mut self) -> Option<Bytes> {
+        let first = self.next().await?;
+        Some(self.with_ready(first))
+    }
+
+    /// The next frame (or keep-alive comment), or `None` when the stream is over.
     pub async fn next(&mut self) -> Option<Bytes> {
         loop {
             if let Some(bytes) = self.preamble.pop_front() {
@@ -227,28 +309,11 @@ impl Attachment {
                 return self.end();
             }
             if let Some(frame) = self.pending.pop_front() {
-                self.cursor = frame.seq;
-                if self.mode == Mode::NextSegment {
-                    if !frame.starts_segment {
-                        continue;
-                    }
-                    self.mode = Mode::Segment;
+                match self.take(frame) {
+                    Taken::Send(bytes) => return Some(bytes),
+                    Taken::Skip => continue,
+                    Taken::Cut => return self.end(),
                 }
-                // Within a long batch, progress is reported now and then, so the stall
-                // check sees a reader that is taking frames as one.
-                self.untold += 1;
-                if self.untold >= TELL_EVERY && self.tell_progress().is_err() {
-                    return self.end();
-                }
-                if frame.ends_segment {
-                    self.done = match self.mode {
-                        Mode::Segment | Mode::NextSegment | Mode::Preamble => true,
-                        Mode::Follow => {
-                            self.pending.is_empty() && self.thread.journal.last_seq() <= frame.seq
-                        }
-                    };
-                }
-                return Some(frame.bytes(self.profile));
             }
             // Everything up to the cursor has gone out: the journal may let go of it.
             if self.tell_progress().is_err() {
@@ -306,6 +371,16 @@ impl Attachment {
             }
         }
     }
+}
+
+/// What [`Attachment::take`] makes of a pending frame.
+enum Taken {
+    /// Goes out.
+    Send(Bytes),
+    /// Not for this stream (before the segment an answer's stream follows).
+    Skip,
+    /// The reader was cut for stalling: the stream ends.
+    Cut,
 }
 
 /// Counts a stream as attached to a run for as long as it lives.

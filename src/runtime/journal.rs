@@ -142,6 +142,14 @@ impl Frame {
         1 + usize::from(self.legacy.is_some())
     }
 
+    /// Bytes of the frame a client of `profile` receives.
+    pub fn len(&self, profile: Profile) -> usize {
+        match (profile, &self.legacy) {
+            (Profile::Legacy, Some(legacy)) => legacy.len(),
+            _ => self.v1.len(),
+        }
+    }
+
     /// The bytes for a client of `profile`.
     pub fn bytes(&self, profile: Profile) -> Bytes {
         match (profile, &self.legacy) {
