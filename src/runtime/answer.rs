@@ -74,10 +74,12 @@ impl Runtime {
         {
             return Err(StartError::RunIdInUse);
         }
+        // The waits stay locked until the pump has been told (below): a pump that ends
+        // meanwhile takes what is left of them first, then opens the segment it was told
+        // of, so an answer never waits on a pump that is gone.
         let Some(suspension) = slot.take() else {
             return Ok(Answered::Replay);
         };
-        drop(slot);
         if !resumes {
             // New user input instead of the answer: fail closed, let the old turn finish
             // in a continuation segment of its own. The new input is not taken here: the
@@ -90,6 +92,7 @@ impl Runtime {
                 why: why.to_owned(),
                 link: self.request_span(),
             })));
+            drop(slot);
             suspension.fail_closed(why);
             return Ok(Answered::Superseded);
         }
@@ -118,6 +121,7 @@ impl Runtime {
             why: "no answer was given".to_owned(),
             link: self.request_span(),
         })));
+        drop(slot);
         suspension.resolve(&new_messages, &input.resume);
         Ok(Answered::Resumed(attachment))
     }

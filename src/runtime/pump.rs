@@ -349,6 +349,18 @@ async fn drive(
             }
         }
     };
+    // Waits nobody took fail closed now, so no answer can take them from here on. An
+    // answer that took them as the loop ended told the pump while it held them: its
+    // segment opens, and the run's ending is written there, on the answer's stream.
+    let left = lock(&run.suspension).take();
+    if let Some(suspension) = left {
+        pump.writer.expired(&suspension);
+        suspension.fail_closed("the run ended");
+    }
+    while let Ok(command) = control.try_recv() {
+        pump.on_control(command);
+        pump.settle().await;
+    }
     let kind = ending_kind(&ending);
     pump.writer.finish(ending).await;
     tracing::info!(
