@@ -268,6 +268,10 @@ struct Inner {
     store: Store,
     epoch: u64,
     draining: AtomicBool,
+    /// Held (shared) by a run start from its look at `draining` until its pump is spawned,
+    /// and (exclusive) by `drain` to set it: once `drain` returns, every run either was
+    /// refused or is among `run_tasks`, which shutdown then waits for.
+    start_gate: std::sync::RwLock<()>,
     /// Pumps and their watchers.
     run_tasks: TaskTracker,
     /// Fires to end every open stream (last step of shutdown).
@@ -362,6 +366,7 @@ impl Runtime {
                 store,
                 epoch,
                 draining: AtomicBool::new(false),
+                start_gate: std::sync::RwLock::new(()),
                 run_tasks: TaskTracker::new(),
                 stop_streams: CancellationToken::new(),
                 started_at: Instant::now(),
@@ -730,6 +735,7 @@ impl Runtime {
                 Ok(Ok(self.lost_answers(&thread, input, profile, calls).await))
             }
             Decision::Start => {
+                let _gate = inner.start_gate.read().unwrap_or_else(|e| e.into_inner());
                 if self.is_draining() {
                     return refused(StartError::Draining);
                 }
@@ -893,7 +899,14 @@ impl Runtime {
     /// the daemon is gone, so it would only hold the shutdown for the whole grace. A run
     /// that parks later during the drain ends the same way (`Pump::suspend` checks).
     pub fn drain(&self) {
-        self.inner.draining.store(true, Ordering::SeqCst);
+        {
+            let _gate = self
+                .inner
+                .start_gate
+                .write()
+                .unwrap_or_else(|e| e.into_inner());
+            self.inner.draining.store(true, Ordering::SeqCst);
+        }
         let runs: Vec<_> = lock(&self.inner.runs).values().cloned().collect();
         for run in runs {
             if *run.phase.borrow() == Phase::Suspended {
