@@ -9,9 +9,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use agui_serve::agent::demo::DemoAgent;
-use agui_serve::agent::{Agent, AgentError, BoxFuture, EventSink, Turn, TurnEnd};
+use agui_serve::agent::{Agent, AgentError, BoxFuture, ClientToolCall, EventSink, Turn, TurnEnd};
 use agui_serve::config::Hitl;
-use agui_serve::runtime::{Attachment, EventId, JournalLimits, Resume, Runtime, RuntimeOptions};
+use agui_serve::runtime::{
+    Attachment, EventId, JournalLimits, Resume, Runtime, RuntimeOptions, StartError,
+};
 use agui_serve::store::Store;
 use bytes::Bytes;
 use proptest::prelude::*;
@@ -543,4 +545,123 @@ async fn an_answer_while_a_suspension_is_being_stored_streams_the_next_segment()
         kinds.contains(&"TEXT_MESSAGE_CONTENT".to_owned()),
         "{kinds:?}"
     );
+}
+
+/// Asks the client for two tool calls without waiting for either, then ends its turn (an
+/// agent that gives up on its tool calls, or dies).
+struct CallsThenGone {
+    gate: Arc<tokio::sync::Semaphore>,
+}
+
+impl Agent for CallsThenGone {
+    fn run(&self, _turn: Turn, sink: EventSink) -> BoxFuture<Result<TurnEnd, AgentError>> {
+        use futures_util::FutureExt;
+        let gate = self.gate.clone();
+        Box::pin(async move {
+            if let Ok(permit) = gate.acquire().await {
+                permit.forget();
+            }
+            for id in ["call-x", "call-y"] {
+                let call = ClientToolCall {
+                    tool_call_id: id.to_owned(),
+                    name: "pick".to_owned(),
+                    arguments: "{}".to_owned(),
+                };
+                let _ = sink.call_client_tool(call).now_or_never();
+            }
+            Ok(TurnEnd::Finished {
+                result: None,
+                usage: Vec::new(),
+            })
+        })
+    }
+}
+
+/// Every frame of `a`, or a failure when it sends nothing for 5 s (a stream that waits for
+/// what will never come).
+async fn drain_within(mut a: Attachment) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    loop {
+        match tokio::time::timeout(std::time::Duration::from_secs(5), next_frame(&mut a)).await {
+            Ok(Some(frame)) => out.push(frame),
+            Ok(None) => return out,
+            Err(_) => panic!(
+                "the stream hung after {:?}",
+                out.iter().map(type_of).collect::<Vec<_>>()
+            ),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_racing_the_end_of_a_run_that_parks_again_all_get_ended_streams() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let mut agents: BTreeMap<String, Arc<dyn Agent>> = BTreeMap::new();
+    agents.insert(
+        "demo".into(),
+        Arc::new(CallsThenGone { gate: gate.clone() }),
+    );
+    let dir = support::temp_dir("gone");
+    let runtime = Runtime::new(
+        agents,
+        RuntimeOptions::new(4),
+        Store::open(&dir).expect("store"),
+    );
+    let mut first = runtime
+        .start_run("demo", run_input("g", "r1", "hi"))
+        .await
+        .expect("start");
+    let started = next_frame(&mut first).await.expect("RUN_STARTED");
+    assert_eq!(type_of(&started), "RUN_STARTED");
+    // X's park waits for the store while X is answered; meanwhile the agent has ended its
+    // turn with Y sent and unanswered.
+    let lock = tokio::task::block_in_place(|| WriteLock::take(&dir));
+    gate.add_permits(1);
+    for _ in 0..500 {
+        if runtime.live_status("g") == Some("suspended") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(runtime.live_status("g"), Some("suspended"));
+    let first = tokio::spawn(drain_within(first));
+    let calls = serde_json::json!([
+        {"id": "call-x", "type": "function", "function": {"name": "pick", "arguments": "{}"}},
+        {"id": "call-y", "type": "function", "function": {"name": "pick", "arguments": "{}"}}
+    ]);
+    let mut messages = vec![
+        serde_json::json!({"id": "g-u", "role": "user", "content": "hi"}),
+        serde_json::json!({"id": "g-a", "role": "assistant", "toolCalls": calls}),
+        serde_json::json!({"id": "g-x", "role": "tool", "toolCallId": "call-x", "content": "x"}),
+    ];
+    let answer_x = input(serde_json::json!({"threadId": "g", "runId": "r2", "messages": messages}));
+    let answered_x = runtime.start_run("demo", answer_x).await.expect("answer x");
+    let answered_x = tokio::spawn(drain_within(answered_x));
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    drop(lock);
+    let mut rest = vec![started];
+    rest.extend(first.await.expect("first"));
+    assert_whole_segments(&rest);
+    let x = answered_x.await.expect("answer x stream");
+    assert_whole_segments(&x);
+    // Y is answered as soon as the client is asked for it, while the run ends (a later turn
+    // of the agent is let through at once).
+    gate.add_permits(100);
+    messages.push(
+        serde_json::json!({"id": "g-y", "role": "tool", "toolCallId": "call-y", "content": "y"}),
+    );
+    let answer_y = input(serde_json::json!({"threadId": "g", "runId": "r3", "messages": messages}));
+    // Either a stream that ends, or (the run still ending) a refusal: never a stream that
+    // waits on a pump that is gone.
+    match runtime.start_run("demo", answer_y).await {
+        Ok(answered_y) => assert_whole_segments(&drain_within(answered_y).await),
+        Err(error) => assert!(matches!(error, StartError::RunInProgress), "{error:?}"),
+    }
+    for _ in 0..500 {
+        if runtime.live_status("g").is_none() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the run never ended");
 }

@@ -351,15 +351,26 @@ async fn drive(
     };
     // Waits nobody took fail closed now, so no answer can take them from here on. An
     // answer that took them as the loop ended told the pump while it held them: its
-    // segment opens, and the run's ending is written there, on the answer's stream.
-    let left = lock(&run.suspension).take();
-    if let Some(suspension) = left {
-        pump.writer.expired(&suspension);
-        suspension.fail_closed("the run ended");
-    }
-    while let Ok(command) = control.try_recv() {
-        pump.on_control(command);
-        pump.settle().await;
+    // segment opens, and the run's ending is written there, on the answer's stream. That
+    // segment replays what the agent sent meanwhile, which may park the run again (a
+    // client tool call the agent did not wait for): so again, until no wait is left and
+    // nothing is queued.
+    loop {
+        let left = lock(&run.suspension).take();
+        let parked = left.is_some();
+        if let Some(suspension) = left {
+            pump.writer.expired(&suspension);
+            suspension.fail_closed("the run ended");
+        }
+        let mut told = false;
+        while let Ok(command) = control.try_recv() {
+            told = true;
+            pump.on_control(command);
+            pump.settle().await;
+        }
+        if !parked && !told {
+            break;
+        }
     }
     let kind = ending_kind(&ending);
     pump.writer.finish(ending).await;
