@@ -1069,6 +1069,11 @@ fn observations(streams: &[StreamRec], thread: usize) -> Vec<Obs> {
             if is_hydration(piece) || is_rejection(piece) {
                 continue;
             }
+            // An answer's stream read no further than its RUN_STARTED may be an in-band
+            // refusal (whose RUN_ERROR was not read): it says nothing of which run was live.
+            if piece.len() == 1 && matches!(rec.what, "answer" | "resume") {
+                continue;
+            }
             let point = |from: &SseFrame, to: &SseFrame, run_id: &str| -> Option<Obs> {
                 let ts = (
                     from.data["timestamp"].as_u64()?,
