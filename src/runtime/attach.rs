@@ -82,6 +82,12 @@ pub struct Attachment {
     last_sent: Instant,
     silence: Pin<Box<Sleep>>,
     _guard: Option<AttachGuard>,
+    /// Fires when the run this stream follows has ended with everything journaled (a
+    /// `Follow` stream only): a stream that attached after the run's terminal frame has no
+    /// terminal of its own to end on, and ends then instead of waiting for a next run.
+    run_over: Option<CancellationToken>,
+    /// A segment's `RUN_STARTED` went out on this stream and its terminal frame has not.
+    open: bool,
     /// Counts this stream as open in the metrics, and its cut if it is cut.
     counted: Option<StreamGuard>,
 }
@@ -135,6 +141,11 @@ impl Attachment {
             untold: 0,
             last_sent: Instant::now(),
             silence: Box::pin(tokio::time::sleep(keep_alive)),
+            run_over: run
+                .as_ref()
+                .filter(|_| mode == Mode::Follow)
+                .map(|run| run.finished.clone()),
+            open: false,
             _guard: run.map(AttachGuard::new),
             counted: None,
         }
@@ -235,6 +246,7 @@ impl Attachment {
         if self.untold >= TELL_EVERY && self.tell_progress().is_err() {
             return Taken::Cut;
         }
+        self.open = (self.open || frame.starts_segment) && !frame.ends_segment;
         if frame.ends_segment {
             self.done = match self.mode {
                 Mode::Segment | Mode::NextSegment | Mode::Preamble => true,
@@ -330,6 +342,11 @@ impl Attachment {
                     self.last_sent = Instant::now();
                     continue;
                 }
+                Ok(_) if !self.open && self.run_over.as_ref().is_some_and(|f| f.is_cancelled()) => {
+                    // The followed run is over, all it wrote has gone out, and no later
+                    // segment is open on this stream.
+                    return self.end();
+                }
                 Ok(_) if self.stop.is_cancelled() => {
                     // Stopping: everything journaled has been delivered.
                     self.cut(CutReason::Shutdown);
@@ -346,8 +363,15 @@ impl Attachment {
                     return self.end();
                 }
             }
+            let run_over = self.run_over.clone().filter(|_| !self.open);
             tokio::select! {
                 biased;
+                () = async {
+                    match &run_over {
+                        Some(over) => over.cancelled().await,
+                        None => std::future::pending().await,
+                    }
+                }, if run_over.is_some() => {}
                 changed = self.latest.changed() => {
                     if changed.is_err() {
                         return self.end();
