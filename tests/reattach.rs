@@ -345,6 +345,30 @@ async fn stopping_streams_never_drops_a_journaled_terminal_frame() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_stopped_before_its_run_ends_closes_its_segment_with_a_shutdown_error() {
+    let runtime = runtime(JournalLimits::default());
+    let mut attachment = runtime
+        .start_run("demo", run_input("t", "r", "/slow 1000 20"))
+        .await
+        .expect("start");
+    for _ in 0..4 {
+        next_frame(&mut attachment).await.expect("frame");
+    }
+    // The grace is over and the run has not ended (it was not even cancelled): streams stop.
+    runtime.drain();
+    runtime.stop_streams();
+    let rest = drain(attachment).await;
+    let last = rest.last().expect("a frame");
+    assert_eq!(type_of(last), "RUN_ERROR");
+    assert!(
+        std::str::from_utf8(last)
+            .expect("utf8")
+            .contains(r#""code":"SHUTDOWN""#)
+    );
+    assert_eq!(rest.iter().filter(|f| type_of(f) == "RUN_ERROR").count(), 1);
+}
+
 /// The demo agent, each turn held until the test lets one through.
 struct Gated {
     gate: Arc<tokio::sync::Semaphore>,

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::journal::{Cut, Frame, ReaderSlot};
 use super::{LiveRun, Thread};
 use crate::metrics::{CutReason, ReattachKind, StreamGuard};
-use crate::protocol::{KEEP_ALIVE, Profile};
+use crate::protocol::{Event, KEEP_ALIVE, Profile};
 
 /// Frames a reader takes between reports of its progress within one batch.
 const TELL_EVERY: usize = 64;
@@ -153,6 +153,9 @@ impl Attachment {
 
     /// Frames sent before anything from the journal (a resync or hydration preamble).
     pub(super) fn with_preamble(mut self, preamble: Vec<Bytes>, resume: Resume) -> Attachment {
+        // A resync preamble opens the live segment, which the journal then continues; a
+        // preamble-only stream is a whole run of its own.
+        self.open = self.mode != Mode::Preamble && !preamble.is_empty();
         self.preamble = preamble.into();
         self.resume = resume;
         self
@@ -229,6 +232,19 @@ impl Attachment {
                     "stream stopped draining; cut so it can reattach"
                 );
             })
+    }
+
+    /// `RUN_ERROR{code:"SHUTDOWN"}`, framed at this stream's position.
+    fn shutdown_terminal(&mut self) -> Bytes {
+        self.open = false;
+        let event = Event::RunError {
+            message: "the server is shutting down".to_owned(),
+            code: Some("SHUTDOWN".to_owned()),
+            usage: None,
+        };
+        self.thread
+            .journal
+            .frame_at(self.cursor, &event, super::now_ms(), self.profile)
     }
 
     /// Takes one pending frame: moves the cursor past it and says what to do with it.
@@ -348,9 +364,14 @@ impl Attachment {
                     return self.end();
                 }
                 Ok(_) if self.stop.is_cancelled() => {
-                    // Stopping: everything journaled has been delivered.
+                    // Stopping: everything journaled has been delivered. A segment still
+                    // open here (its run did not end within the shutdown grace) is closed
+                    // with the terminal event its run would have written, so the stream
+                    // never ends as if it were complete.
                     self.cut(CutReason::Shutdown);
-                    return self.end();
+                    let terminal = self.open.then(|| self.shutdown_terminal());
+                    self.end();
+                    return terminal;
                 }
                 Ok(_) => {}
                 Err(_gap) => {
