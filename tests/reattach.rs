@@ -369,18 +369,36 @@ async fn a_stream_stopped_before_its_run_ends_closes_its_segment_with_a_shutdown
     assert_eq!(rest.iter().filter(|f| type_of(f) == "RUN_ERROR").count(), 1);
 }
 
-/// The demo agent, each turn held until the test lets one through.
-struct Gated {
-    gate: Arc<tokio::sync::Semaphore>,
+/// Holds each agent turn until the test lets one through.
+#[derive(Clone)]
+struct Gate(Arc<tokio::sync::Semaphore>);
+
+impl Gate {
+    fn closed() -> Gate {
+        Gate(Arc::new(tokio::sync::Semaphore::new(0)))
+    }
+
+    /// Lets `turns` more turns through.
+    fn open(&self, turns: usize) {
+        self.0.add_permits(turns);
+    }
+
+    /// Waits until a turn may go on.
+    async fn pass(&self) {
+        if let Ok(permit) = self.0.acquire().await {
+            permit.forget();
+        }
+    }
 }
+
+/// The demo agent behind a gate.
+struct Gated(Gate);
 
 impl Agent for Gated {
     fn run(&self, turn: Turn, sink: EventSink) -> BoxFuture<Result<TurnEnd, AgentError>> {
-        let gate = self.gate.clone();
+        let gate = self.0.clone();
         Box::pin(async move {
-            if let Ok(permit) = gate.acquire().await {
-                permit.forget();
-            }
+            gate.pass().await;
             DemoAgent.run(turn, sink).await
         })
     }
@@ -410,15 +428,22 @@ impl Drop for WriteLock {
 /// stream (its terminal frame not out yet), and the lock that holds it back.
 struct Parking {
     runtime: Runtime,
+    gate: Gate,
     first: Vec<Bytes>,
     stream: Attachment,
     lock: WriteLock,
 }
 
-async fn parking(thread: &str, text: &str, hitl: Hitl) -> Parking {
-    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+/// [`Parking`] on thread `thread` after `text`, with the agent `agent` makes of a gate.
+async fn parking(
+    thread: &str,
+    text: &str,
+    hitl: Hitl,
+    agent: impl FnOnce(Gate) -> Arc<dyn Agent>,
+) -> Parking {
+    let gate = Gate::closed();
     let mut agents: BTreeMap<String, Arc<dyn Agent>> = BTreeMap::new();
-    agents.insert("demo".into(), Arc::new(Gated { gate: gate.clone() }));
+    agents.insert("demo".into(), agent(gate.clone()));
     let mut options = RuntimeOptions::new(4);
     options.hitl.insert("demo".into(), hitl);
     let dir = support::temp_dir("park");
@@ -431,7 +456,7 @@ async fn parking(thread: &str, text: &str, hitl: Hitl) -> Parking {
     assert_eq!(type_of(&started), "RUN_STARTED");
     // The run's start is committed; the next commit is the one the park waits for.
     let lock = tokio::task::block_in_place(|| WriteLock::take(&dir));
-    gate.add_permits(1);
+    gate.open(1);
     for _ in 0..500 {
         if runtime.live_status(thread) == Some("suspended") {
             break;
@@ -458,6 +483,7 @@ async fn parking(thread: &str, text: &str, hitl: Hitl) -> Parking {
     assert_ne!(id_of(first.last().expect("frame")), last_id);
     Parking {
         runtime,
+        gate,
         first,
         stream,
         lock,
@@ -494,7 +520,10 @@ fn assert_whole_segments(frames: &[Bytes]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_while_a_suspension_is_being_stored_carries_an_id_at_a_segment_boundary() {
-    let p = parking("pr", "/approve ship it", Hitl::Interrupt).await;
+    let p = parking("pr", "/approve ship it", Hitl::Interrupt, |g| {
+        Arc::new(Gated(g))
+    })
+    .await;
     let bad = input(serde_json::json!({
         "threadId": "pr", "runId": "bad", "messages": [user("pr", "/approve ship it")],
         "resume": [{"interruptId": "nope", "status": "resolved", "payload": {"optionId": "allow"}}]
@@ -523,7 +552,7 @@ async fn a_refusal_while_a_suspension_is_being_stored_carries_an_id_at_a_segment
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_while_a_suspension_is_being_stored_streams_the_next_segment() {
-    let p = parking("pa", "/approve deploy", Hitl::Tool).await;
+    let p = parking("pa", "/approve deploy", Hitl::Tool, |g| Arc::new(Gated(g))).await;
     let calls: Vec<(String, String)> = p
         .first
         .iter()
@@ -573,18 +602,14 @@ async fn an_answer_while_a_suspension_is_being_stored_streams_the_next_segment()
 
 /// Asks the client for two tool calls without waiting for either, then ends its turn (an
 /// agent that gives up on its tool calls, or dies).
-struct CallsThenGone {
-    gate: Arc<tokio::sync::Semaphore>,
-}
+struct CallsThenGone(Gate);
 
 impl Agent for CallsThenGone {
     fn run(&self, _turn: Turn, sink: EventSink) -> BoxFuture<Result<TurnEnd, AgentError>> {
         use futures_util::FutureExt;
-        let gate = self.gate.clone();
+        let gate = self.0.clone();
         Box::pin(async move {
-            if let Ok(permit) = gate.acquire().await {
-                permit.forget();
-            }
+            gate.pass().await;
             for id in ["call-x", "call-y"] {
                 let call = ClientToolCall {
                     tool_call_id: id.to_owned(),
@@ -619,36 +644,16 @@ async fn drain_within(mut a: Attachment) -> Vec<Bytes> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_racing_the_end_of_a_run_that_parks_again_all_get_ended_streams() {
-    let gate = Arc::new(tokio::sync::Semaphore::new(0));
-    let mut agents: BTreeMap<String, Arc<dyn Agent>> = BTreeMap::new();
-    agents.insert(
-        "demo".into(),
-        Arc::new(CallsThenGone { gate: gate.clone() }),
-    );
-    let dir = support::temp_dir("gone");
-    let runtime = Runtime::new(
-        agents,
-        RuntimeOptions::new(4),
-        Store::open(&dir).expect("store"),
-    );
-    let mut first = runtime
-        .start_run("demo", run_input("g", "r1", "hi"))
-        .await
-        .expect("start");
-    let started = next_frame(&mut first).await.expect("RUN_STARTED");
-    assert_eq!(type_of(&started), "RUN_STARTED");
     // X's park waits for the store while X is answered; meanwhile the agent has ended its
     // turn with Y sent and unanswered.
-    let lock = tokio::task::block_in_place(|| WriteLock::take(&dir));
-    gate.add_permits(1);
-    for _ in 0..500 {
-        if runtime.live_status("g") == Some("suspended") {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    assert_eq!(runtime.live_status("g"), Some("suspended"));
-    let first = tokio::spawn(drain_within(first));
+    let Parking {
+        runtime,
+        gate,
+        first: read,
+        stream,
+        lock,
+    } = parking("g", "hi", Hitl::Tool, |g| Arc::new(CallsThenGone(g))).await;
+    let first = tokio::spawn(drain_within(stream));
     let calls = serde_json::json!([
         {"id": "call-x", "type": "function", "function": {"name": "pick", "arguments": "{}"}},
         {"id": "call-y", "type": "function", "function": {"name": "pick", "arguments": "{}"}}
@@ -663,14 +668,14 @@ async fn answers_racing_the_end_of_a_run_that_parks_again_all_get_ended_streams(
     let answered_x = tokio::spawn(drain_within(answered_x));
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     drop(lock);
-    let mut rest = vec![started];
+    let mut rest = read;
     rest.extend(first.await.expect("first"));
     assert_whole_segments(&rest);
     let x = answered_x.await.expect("answer x stream");
     assert_whole_segments(&x);
     // Y is answered as soon as the client is asked for it, while the run ends (a later turn
     // of the agent is let through at once).
-    gate.add_permits(100);
+    gate.open(100);
     messages.push(
         serde_json::json!({"id": "g-y", "role": "tool", "toolCallId": "call-y", "content": "y"}),
     );
