@@ -3,12 +3,14 @@
 //!
 //! Counted: every journal's retained frames (exact: the encoded bytes), and each thread's
 //! transcript and state document (approximate: their JSON size, brought up to date when a
-//! run ends and when a thread is loaded). Over the budget, the runtime first drops the
-//! retained frames of finished runs (least recently used thread first; a later reattach
-//! into them gets a resync), then evicts idle threads (reloaded from the store when asked
-//! for). What a live run holds is bounded on its own: its journal window (frames and
-//! bytes), which readers keep from growing (backpressure, see `journal`). So the whole is
-//! bounded by the budget plus, per live run, the window and its thread's transcript.
+//! run ends and when a thread is loaded). The count is held to the budget less what is set
+//! aside for the process itself ([`process_reserve`], [`retained_limit`]). Over that, the
+//! runtime first drops the retained frames of finished runs (least recently used thread
+//! first; a later reattach into them gets a resync), then evicts idle threads (reloaded from
+//! the store when asked for). What a live run holds is bounded on its own: its journal
+//! window (frames and bytes), which readers keep from growing (backpressure, see
+//! `journal`). So the process is bounded by the budget plus, per live run, the window and
+//! its thread's transcript.
 
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};

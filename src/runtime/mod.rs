@@ -83,9 +83,9 @@ pub struct RuntimeOptions {
     /// dropped, least recently used first, and reloaded from the store when needed.
     pub max_threads_in_memory: usize,
     /// Bytes of finished runs' frames and threads' transcripts and state documents kept in
-    /// memory (see `memory`); over it, finished runs' frames go first, then idle threads.
-    /// An idle thread whose transcript and document alone exceed a sixteenth of it leaves
-    /// memory once its run's disconnect grace is over.
+    /// memory (see `memory`), less `memory_reserved`; over that, finished runs' frames go
+    /// first, then idle threads. An idle thread whose transcript and document alone exceed
+    /// a sixteenth of it leaves memory once its run's disconnect grace is over.
     pub memory_budget: usize,
     /// Bytes of `memory_budget` set aside for the process itself (code, runtime, caches,
     /// the allocator's slack): what is retained is held to the rest (see
