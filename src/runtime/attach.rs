@@ -234,7 +234,8 @@ impl Attachment {
             })
     }
 
-    /// `RUN_ERROR{code:"SHUTDOWN"}`, framed at this stream's position.
+    /// `RUN_ERROR{code:"SHUTDOWN"}`. Not journaled, so it carries the id of the journal's
+    /// last segment boundary, like every frame made outside the journal.
     fn shutdown_terminal(&mut self) -> Bytes {
         self.open = false;
         let event = Event::RunError {
@@ -242,9 +243,12 @@ impl Attachment {
             code: Some("SHUTDOWN".to_owned()),
             usage: None,
         };
-        self.thread
-            .journal
-            .frame_at(self.cursor, &event, super::now_ms(), self.profile)
+        self.thread.journal.frame_at(
+            self.thread.journal.boundary(),
+            &event,
+            super::now_ms(),
+            self.profile,
+        )
     }
 
     /// Takes one pending frame: moves the cursor past it and says what to do with it.
