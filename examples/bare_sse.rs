@@ -6,7 +6,8 @@
 //! costs above it is the price of its guarantees.
 //!
 //! It takes agui-serve's command line (and ignores it but `--port` and `--host`), prints the
-//! same "listening" line, and serves `POST /agui/<agent>` over plain HTTP/1.1 and HTTP/2:
+//! same "listening" line, and serves `POST /agui/<agent>` over plain HTTP/1.1 (hyper's own
+//! HTTP/1.1 connection, the leanest hyper server; the load client speaks HTTP/1.1):
 //!
 //!   cargo build --release --example bare_sse
 //!   scripts/bench.sh target/release/examples/bare_sse target/release/agui-serve 5
@@ -24,7 +25,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
 use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -49,7 +50,7 @@ async fn main() -> std::io::Result<()> {
         let _ = stream.set_nodelay(true);
         tokio::spawn(async move {
             let service = hyper::service::service_fn(handle);
-            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+            let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });

@@ -419,3 +419,71 @@ async fn head_requests_get_headers_and_no_body_over_http2_and_http1() {
     );
     assert!(rest.starts_with("HTTP/1.1 404"), "{text}");
 }
+
+#[tokio::test]
+async fn cleartext_http2_with_prior_knowledge_streams_a_run() {
+    let server = TestServer::start().await;
+    let http = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .expect("client");
+    let response = http
+        .post(server.url("/demo"))
+        .bearer_auth(TOKEN)
+        .json(&run_body("h2c", "r1", "over h2c"))
+        .sent()
+        .await;
+    assert_eq!(response.version(), reqwest::Version::HTTP_2);
+    assert_eq!(response.status(), 200);
+    let frames = SseReader::new(response).collect().await;
+    assert_valid_segment(&frames);
+}
+
+/// Writes `pieces` with a pause between them, then reads what the server sends first.
+async fn sent_in_pieces(server: &TestServer, pieces: &[&[u8]]) -> Vec<u8> {
+    let mut stream = tokio::net::TcpStream::connect(server.addr)
+        .await
+        .expect("connect");
+    for piece in pieces {
+        stream.write_all(piece).await.expect("write");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut got = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut got))
+        .await
+        .expect("the server answers")
+        .expect("read");
+    got.truncate(n);
+    got
+}
+
+#[tokio::test]
+async fn a_connection_is_told_apart_by_its_first_bytes_however_they_arrive() {
+    let server = TestServer::start().await;
+    // HTTP/2's preface split inside itself: the server answers with HTTP/2 frames (its
+    // SETTINGS frame: a 9-byte header whose type byte is 4), not an HTTP/1.1 error.
+    let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let got = sent_in_pieces(&server, &[&preface[..3], &preface[3..10], &preface[10..]]).await;
+    assert!(got.len() >= 9, "{got:?}");
+    assert_eq!(got[3], 4, "a SETTINGS frame first: {got:?}");
+    assert!(!got.starts_with(b"HTTP/1.1"), "{got:?}");
+
+    // An HTTP/1.1 request whose first byte comes alone (it starts like the preface).
+    let got = sent_in_pieces(
+        &server,
+        &[b"G", b"ET /agui/healthz HTTP/1.1\r\nhost: x\r\n\r\n"],
+    )
+    .await;
+    let got = String::from_utf8_lossy(&got);
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    let got = sent_in_pieces(
+        &server,
+        &[
+            b"P",
+            b"OST /agui/healthz HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n",
+        ],
+    )
+    .await;
+    let got = String::from_utf8_lossy(&got);
+    assert!(got.starts_with("HTTP/1.1 "), "{got}");
+}

@@ -467,9 +467,13 @@ pub(crate) enum SinkItem {
 }
 
 /// Where an agent reports its events. Cheap to clone.
+///
+/// The channel carries boxed items: a bounded channel allocates its first block of slots
+/// up front, and a block of pointers is a sixteenth of a block of items (a run that sits
+/// idle holds one).
 #[derive(Debug, Clone)]
 pub struct EventSink {
-    tx: mpsc::Sender<SinkItem>,
+    tx: mpsc::Sender<Box<SinkItem>>,
 }
 
 /// The run this sink fed has ended; nobody is listening any more.
@@ -479,17 +483,19 @@ pub struct SinkClosed;
 
 impl EventSink {
     /// A sink and the receiving end the runtime's pump reads.
-    pub(crate) fn channel(capacity: usize) -> (EventSink, mpsc::Receiver<SinkItem>) {
+    pub(crate) fn channel(capacity: usize) -> (EventSink, mpsc::Receiver<Box<SinkItem>>) {
         let (tx, rx) = mpsc::channel(capacity);
         (EventSink { tx }, rx)
     }
 
+    /// Hands `item` to the pump, waiting while it is behind.
+    async fn put(&self, item: SinkItem) -> Result<(), SinkClosed> {
+        self.tx.send(Box::new(item)).await.map_err(|_| SinkClosed)
+    }
+
     /// Reports one event, waiting while the pump is behind (backpressure).
     pub async fn send(&self, event: AgentEvent) -> Result<(), SinkClosed> {
-        self.tx
-            .send(SinkItem::Event(event))
-            .await
-            .map_err(|_| SinkClosed)
+        self.put(SinkItem::Event(event)).await
     }
 
     /// Shows `component` with `props` (generative UI): `Ok(Err(reason))` when the
@@ -501,46 +507,37 @@ impl EventSink {
         props: Value,
     ) -> Result<Result<(), String>, SinkClosed> {
         let (reply, answer) = oneshot::channel();
-        self.tx
-            .send(SinkItem::Ui {
-                component: component.to_owned(),
-                props,
-                reply,
-            })
-            .await
-            .map_err(|_| SinkClosed)?;
+        self.put(SinkItem::Ui {
+            component: component.to_owned(),
+            props,
+            reply,
+        })
+        .await?;
         answer.await.map_err(|_| SinkClosed)
     }
 
     /// Sets the value at `pointer` (RFC 6901) of the thread's shared state; the client gets
     /// it as a `STATE_DELTA`.
     pub async fn set_state(&self, pointer: &str, value: Value) -> Result<(), SinkClosed> {
-        self.tx
-            .send(SinkItem::State {
-                pointer: pointer.to_owned(),
-                value,
-            })
-            .await
-            .map_err(|_| SinkClosed)
+        self.put(SinkItem::State {
+            pointer: pointer.to_owned(),
+            value,
+        })
+        .await
     }
 
     /// Binds the thread to an agent session (persisted; shown in state as `session`).
     pub async fn set_session(&self, id: &str, how: &str) -> Result<(), SinkClosed> {
-        self.tx
-            .send(SinkItem::Session {
-                id: id.to_owned(),
-                how: how.to_owned(),
-            })
-            .await
-            .map_err(|_| SinkClosed)
+        self.put(SinkItem::Session {
+            id: id.to_owned(),
+            how: how.to_owned(),
+        })
+        .await
     }
 
     /// Names the thread (the agent's own session title).
     pub async fn set_title(&self, title: &str) -> Result<(), SinkClosed> {
-        self.tx
-            .send(SinkItem::Title(title.to_owned()))
-            .await
-            .map_err(|_| SinkClosed)
+        self.put(SinkItem::Title(title.to_owned())).await
     }
 
     /// Calls a frontend tool and waits for the browser's answer. The stream carries the
@@ -548,10 +545,7 @@ impl EventSink {
     /// it, or fails closed with [`ToolAnswer::Error`].
     pub async fn call_client_tool(&self, call: ClientToolCall) -> Result<ToolAnswer, SinkClosed> {
         let (reply, answer) = oneshot::channel();
-        self.tx
-            .send(SinkItem::Tool { call, reply })
-            .await
-            .map_err(|_| SinkClosed)?;
+        self.put(SinkItem::Tool { call, reply }).await?;
         answer.await.map_err(|_| SinkClosed)
     }
 
@@ -562,10 +556,7 @@ impl EventSink {
         request: PermissionRequest,
     ) -> Result<PermissionOutcome, SinkClosed> {
         let (reply, answer) = oneshot::channel();
-        self.tx
-            .send(SinkItem::Permission { request, reply })
-            .await
-            .map_err(|_| SinkClosed)?;
+        self.put(SinkItem::Permission { request, reply }).await?;
         answer.await.map_err(|_| SinkClosed)
     }
 
@@ -573,10 +564,7 @@ impl EventSink {
     /// fails closed with [`InputAnswer::Cancelled`].
     pub async fn request_input(&self, request: InputRequest) -> Result<InputAnswer, SinkClosed> {
         let (reply, answer) = oneshot::channel();
-        self.tx
-            .send(SinkItem::Input { request, reply })
-            .await
-            .map_err(|_| SinkClosed)?;
+        self.put(SinkItem::Input { request, reply }).await?;
         answer.await.map_err(|_| SinkClosed)
     }
 }

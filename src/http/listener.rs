@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
@@ -152,23 +152,60 @@ struct Connection<H> {
 }
 
 impl<H: Handler> Connection<H> {
-    async fn start(self, stream: TcpStream, tls: Option<TlsAcceptor>, watcher: Watcher) {
-        let Some(acceptor) = tls else {
-            return self.serve(stream, false, watcher).await;
-        };
-        let bound = match self.admission {
+    /// How long this connection has to produce its first complete request (a refused one:
+    /// its whole life).
+    fn first_request_bound(&self) -> Duration {
+        match self.admission {
             Admission::Serve => self.limits.header_read_timeout,
             Admission::Refuse => REFUSAL_WINDOW.min(self.limits.header_read_timeout),
-        };
-        match tokio::time::timeout(bound, acceptor.accept(stream)).await {
-            Ok(Ok(stream)) => self.serve(stream, true, watcher).await,
+        }
+    }
+
+    async fn start(self, stream: TcpStream, tls: Option<TlsAcceptor>, watcher: Watcher) {
+        let deadline = tokio::time::Instant::now() + self.first_request_bound();
+        match tls {
+            None => match tokio::time::timeout_at(deadline, cleartext_protocol(&stream)).await {
+                Ok(Ok(protocol)) => self.serve(stream, false, protocol, deadline, watcher).await,
+                Ok(Err(error)) => tracing::debug!(%error, "connection failed before a request"),
+                Err(_) => tracing::debug!("no request within the header timeout; closing"),
+            },
+            // Boxed: a cleartext connection's task does not carry a TLS session's room.
+            Some(acceptor) => Box::pin(self.start_tls(stream, acceptor, deadline, watcher)).await,
+        }
+    }
+
+    async fn start_tls(
+        self,
+        stream: TcpStream,
+        acceptor: TlsAcceptor,
+        deadline: tokio::time::Instant,
+        watcher: Watcher,
+    ) {
+        match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
+            Ok(Ok(stream)) => {
+                // The protocol the handshake agreed on (ALPN). Without ALPN it is HTTP/1.1:
+                // HTTP/2 over TLS is only ever negotiated (RFC 9113, section 3.2).
+                let protocol = match stream.get_ref().1.alpn_protocol() {
+                    Some(b"h2") => Protocol::Http2,
+                    _ => Protocol::Http1,
+                };
+                // The handshake took from the header timeout: the request gets a whole one.
+                let deadline = tokio::time::Instant::now() + self.first_request_bound();
+                self.serve(stream, true, protocol, deadline, watcher).await
+            }
             Ok(Err(error)) => tracing::debug!(%error, "TLS handshake failed"),
             Err(_) => tracing::debug!("TLS handshake timed out"),
         }
     }
 
-    async fn serve<IO>(self, io: IO, tls: bool, watcher: Watcher)
-    where
+    async fn serve<IO>(
+        self,
+        io: IO,
+        tls: bool,
+        protocol: Protocol,
+        deadline: tokio::time::Instant,
+        watcher: Watcher,
+    ) where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let info = ConnInfo {
@@ -182,7 +219,11 @@ impl<H: Handler> Connection<H> {
         let service = service_fn(move |req| {
             seen.store(true, Ordering::Relaxed);
             let handler = handler.clone();
-            async move {
+            // Boxed: hyper keeps room for a connection's request future as long as the
+            // connection is open; this way the room is a pointer, and the request's own
+            // future is freed as soon as its response is made (an idle stream keeps
+            // nothing of it).
+            Box::pin(async move {
                 let response = match admission {
                     Admission::Refuse => ApiError::too_many_connections().into_response(),
                     Admission::Serve if uri_len(&req) > MAX_URI_BYTES => {
@@ -191,34 +232,58 @@ impl<H: Handler> Connection<H> {
                     Admission::Serve => handler.handle(req, info).await,
                 };
                 Ok::<_, std::convert::Infallible>(response)
-            }
+            })
         });
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder
-            .http1()
-            .timer(TokioTimer::new())
-            .header_read_timeout(self.limits.header_read_timeout)
-            .max_buf_size(MAX_HEADER_BYTES)
-            .max_headers(MAX_HEADER_FIELDS)
-            .keep_alive(admission == Admission::Serve);
-        builder
-            .http2()
-            .timer(TokioTimer::new())
-            .max_header_list_size(MAX_HEADER_BYTES as u32)
-            .max_concurrent_streams(self.limits.max_h2_streams)
-            .keep_alive_interval(Some(Duration::from_secs(30)));
         let io = TokioIo::new(JsonErrors::new(io));
-        let conn = builder.serve_connection(io, service);
-        let conn = watcher.watch(conn.into_owned());
+        let keep_alive = admission == Admission::Serve;
+        let limits = self.limits;
+        // Each protocol's own connection, chosen before hyper reads a byte: a connection
+        // that detected its protocol itself would replay the bytes it read through a
+        // wrapper (which makes HTTP/1.1's read buffer grow a second time) and carry both
+        // protocols' state. HTTP/2 is boxed: one connection carries many streams, and an
+        // HTTP/1.1 connection's task does not carry HTTP/2's room.
+        match protocol {
+            Protocol::Http1 => {
+                let mut builder = http1::Builder::new();
+                builder
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(limits.header_read_timeout)
+                    .max_header_size(MAX_HEADER_BYTES)
+                    .max_buf_size(MAX_HEADER_BYTES)
+                    .max_headers(MAX_HEADER_FIELDS)
+                    .keep_alive(keep_alive);
+                let conn = watcher.watch(builder.serve_connection(io, service));
+                self.watch(conn, deadline, first_request).await
+            }
+            Protocol::Http2 => {
+                let mut builder = http2::Builder::new(TokioExecutor::new());
+                builder
+                    .timer(TokioTimer::new())
+                    .max_header_list_size(MAX_HEADER_BYTES as u32)
+                    .max_concurrent_streams(limits.max_h2_streams)
+                    .keep_alive_interval(Some(Duration::from_secs(30)));
+                let conn = watcher.watch(builder.serve_connection(io, service));
+                Box::pin(self.watch(conn, deadline, first_request)).await
+            }
+        }
+    }
+
+    /// Runs `conn` to its end under the watchdog: a connection that has not produced a
+    /// complete request by `deadline` is closed (hyper does not time the wait for the
+    /// first bytes); a refused one lives until `deadline` at most. The end of the shutdown
+    /// grace closes it too.
+    async fn watch<C, E>(
+        self,
+        conn: C,
+        deadline: tokio::time::Instant,
+        first_request: Arc<AtomicBool>,
+    ) where
+        C: Future<Output = Result<(), E>>,
+        E: std::fmt::Display,
+    {
         tokio::pin!(conn);
-        // The watchdog: a connection that has not produced a complete request by the
-        // header timeout is closed (hyper does not time the wait for the first bytes). A
-        // refused connection lives for the refusal window at most.
-        let (bound, whole_life) = match admission {
-            Admission::Serve => (self.limits.header_read_timeout, false),
-            Admission::Refuse => (REFUSAL_WINDOW.min(self.limits.header_read_timeout), true),
-        };
-        let deadline = tokio::time::sleep(bound);
+        let whole_life = self.admission == Admission::Refuse;
+        let deadline = tokio::time::sleep_until(deadline);
         tokio::pin!(deadline);
         let mut armed = true;
         loop {
@@ -243,6 +308,38 @@ impl<H: Handler> Connection<H> {
                 }
             }
         }
+    }
+}
+
+/// What a connection speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    Http1,
+    Http2,
+}
+
+/// HTTP/2's connection preface (RFC 9113, section 3.4): a client with prior knowledge
+/// opens a cleartext connection with it.
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// How long to wait before looking again at a connection that has sent part of the
+/// preface and nothing more (peeking does not consume, so it would return at once).
+const PREFACE_POLL: Duration = Duration::from_millis(2);
+
+/// Which protocol a cleartext connection speaks, from its first bytes, left unread: HTTP/2
+/// when they are the preface, HTTP/1.1 as soon as they differ from it (the first two bytes
+/// of any HTTP/1.1 method do) or the peer closes.
+async fn cleartext_protocol(stream: &TcpStream) -> std::io::Result<Protocol> {
+    let mut first = [0u8; H2_PREFACE.len()];
+    loop {
+        let n = stream.peek(&mut first).await?;
+        if n == 0 || first[..n] != H2_PREFACE[..n] {
+            return Ok(Protocol::Http1);
+        }
+        if n == H2_PREFACE.len() {
+            return Ok(Protocol::Http2);
+        }
+        tokio::time::sleep(PREFACE_POLL).await;
     }
 }
 

@@ -132,7 +132,7 @@ pub(super) fn start(
         Mode::Segment,
     );
 
-    let turn = Turn {
+    let turn = Box::new(Turn {
         thread_id: thread.key.clone(),
         run_id: run.id.clone(),
         messages: input.messages,
@@ -145,7 +145,7 @@ pub(super) fn start(
         document,
         tool_call_ids,
         cancel: run.cancel.child_token(),
-    };
+    });
     let span = tracing::info_span!("run", thread.id = %thread.id, run.id = %run.id);
     // Started in the request's context: the request's span is the run's parent.
     let trace = inner
@@ -154,7 +154,7 @@ pub(super) fn start(
         .as_ref()
         .map(|tracer| tracer.run(&thread.agent, &thread.id, &run.id));
     inner.run_metrics.agent(&thread.agent).started();
-    let pump = Pump {
+    let pump = Box::new(Pump {
         writer: SegmentWriter {
             rt: rt.clone(),
             thread: thread.clone(),
@@ -174,7 +174,7 @@ pub(super) fn start(
         known_tools: HashSet::new(),
         pending_park: None,
         pending_segment: None,
-    };
+    });
     inner.run_tasks.spawn(
         drive(pump, agent, turn, input.parent_run_id, history, control_rx).instrument(span.clone()),
     );
@@ -244,9 +244,9 @@ struct Pump {
 }
 
 async fn drive(
-    mut pump: Pump,
+    mut pump: Box<Pump>,
     agent: Arc<dyn Agent>,
-    turn: Turn,
+    turn: Box<Turn>,
     parent_run_id: Option<String>,
     history: Option<Value>,
     mut control: mpsc::UnboundedReceiver<Control>,
@@ -255,17 +255,17 @@ async fn drive(
     let started = std::time::Instant::now();
     // Accepted means stored: the thread row and the new input are committed before the
     // client sees RUN_STARTED.
-    let stored = pump.writer.commit().await;
+    let stored = Box::pin(pump.writer.commit()).await;
     pump.writer.start(parent_run_id, history);
     if !stored {
         drop(agent);
         let ending = pump.writer.failed_ending();
-        pump.writer.finish(ending).await;
+        Box::pin(pump.writer.finish(ending)).await;
         return;
     }
     let run = pump.writer.run.clone();
     let (sink, mut items) = EventSink::channel(SINK_CAPACITY);
-    let mut turn_future = AssertUnwindSafe(agent.run(turn, sink)).catch_unwind();
+    let mut turn_future = AssertUnwindSafe(agent.run(*turn, sink)).catch_unwind();
     let overdue = async {
         run.cancel.cancelled().await;
         tokio::time::sleep(CANCEL_BOUND).await;
@@ -301,7 +301,7 @@ async fn drive(
                 // of the readers, one write. The batch stops where a step needs the store
                 // (a suspension, a new segment) or the window is full.
                 pump.writer.quiet = true;
-                pump.on_item(item);
+                pump.on_item(*item);
                 for _ in 1..DRAIN_BATCH {
                     if pump.deadline.is_some()
                         || pump.pending_park.is_some()
@@ -313,7 +313,7 @@ async fn drive(
                     let Ok(item) = items.try_recv() else {
                         break;
                     };
-                    pump.on_item(item);
+                    pump.on_item(*item);
                 }
                 pump.writer.quiet = false;
                 pump.writer.thread.journal.publish();
@@ -325,7 +325,7 @@ async fn drive(
                 }
                 pump.settle().await;
                 while let Ok(item) = items.try_recv() {
-                    pump.on_item(item);
+                    pump.on_item(*item);
                     pump.settle().await;
                 }
                 break match outcome {
@@ -373,7 +373,7 @@ async fn drive(
         }
     }
     let kind = ending_kind(&ending);
-    pump.writer.finish(ending).await;
+    Box::pin(pump.writer.finish(ending)).await;
     tracing::info!(
         outcome = kind,
         elapsed_ms = started.elapsed().as_millis() as u64,
@@ -612,6 +612,15 @@ impl Pump {
     /// event or the next segment's `RUN_STARTED` (whose replayed output may park again).
     /// Called after every step of the loop; nothing else reaches the journal meanwhile.
     async fn settle(&mut self) {
+        if self.pending_park.is_none() && self.pending_segment.is_none() {
+            return;
+        }
+        // Boxed, as every await a run makes once or rarely: the run's task holds room for
+        // the largest future it awaits for as long as the run lives (idle ones too).
+        Box::pin(self.settle_pending()).await;
+    }
+
+    async fn settle_pending(&mut self) {
         loop {
             if let Some(ending) = self.pending_park.take() {
                 if !self.writer.commit().await {
