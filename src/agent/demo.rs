@@ -24,7 +24,7 @@ use super::{
     Agent, AgentError, AgentEvent, BoxFuture, ClientToolCall, EventSink, PermissionOption,
     PermissionRequest, SinkClosed, ToolAnswer, Turn, TurnEnd,
 };
-use crate::protocol::input::Message;
+use crate::protocol::input::{Message, Tool};
 
 /// Upper bound on `/slow N` so a typo cannot pin a run for hours.
 const MAX_SLOW_CHUNKS: u64 = 100_000;
@@ -139,41 +139,49 @@ impl Command {
 
 impl Agent for DemoAgent {
     fn run(&self, turn: Turn, sink: EventSink) -> BoxFuture<Result<TurnEnd, AgentError>> {
-        Box::pin(async move {
-            let text = last_user_text(&turn.messages).unwrap_or_default();
-            let command = Command::parse(&text);
-            let cancel = turn.cancel.clone();
-            let work = async {
-                match command {
-                    Command::Echo(text) => reply(&sink, &format!("You said: {text}")).await,
-                    Command::Slow { chunks, interval } => slow(&sink, chunks, interval).await,
-                    Command::Think(text) => think(&sink, &text).await,
-                    Command::Todo(items) => todo(&sink, &items).await,
-                    Command::Tool { name, arguments } => {
-                        tool(&sink, &turn, &name, &arguments).await
-                    }
-                    Command::Approve(action) => approve(&sink, &action).await,
-                    Command::Usage => usage(&sink, &turn.messages).await,
-                    Command::Ui { component, props } => ui(&sink, &component, &props).await,
-                    Command::Fail(message) => {
-                        return Ok(Err(AgentError::Failed {
-                            code: "AGENT_ERROR".to_owned(),
-                            message,
-                        }));
-                    }
-                }
-                .map(|()| {
-                    Ok(TurnEnd::Finished {
-                        result: None,
-                        usage: Vec::new(),
+        let text = last_user_text(&turn.messages).unwrap_or_default();
+        let cancel = turn.cancel.clone();
+        // Each command's own future, boxed, holding only what it uses: a run that waits
+        // (`/slow`) keeps neither the turn nor room for the largest command.
+        let work: BoxFuture<Result<(), SinkClosed>> = match Command::parse(&text) {
+            Command::Echo(text) => {
+                Box::pin(async move { reply(&sink, &format!("You said: {text}")).await })
+            }
+            Command::Slow { chunks, interval } => {
+                Box::pin(async move { slow(&sink, chunks, interval).await })
+            }
+            Command::Think(text) => Box::pin(async move { think(&sink, &text).await }),
+            Command::Todo(items) => Box::pin(async move { todo(&sink, &items).await }),
+            Command::Tool { name, arguments } => {
+                let tools = turn.tools;
+                Box::pin(async move { tool(&sink, &tools, &name, &arguments).await })
+            }
+            Command::Approve(action) => Box::pin(async move { approve(&sink, &action).await }),
+            Command::Usage => {
+                let messages = turn.messages;
+                Box::pin(async move { usage(&sink, &messages).await })
+            }
+            Command::Ui { component, props } => {
+                Box::pin(async move { ui(&sink, &component, &props).await })
+            }
+            Command::Fail(message) => {
+                return Box::pin(async move {
+                    Err(AgentError::Failed {
+                        code: "AGENT_ERROR".to_owned(),
+                        message,
                     })
-                })
-            };
+                });
+            }
+        };
+        Box::pin(async move {
             tokio::select! {
                 biased;
                 () = cancel.cancelled() => Ok(TurnEnd::Cancelled),
                 done = work => match done {
-                    Ok(end) => end,
+                    Ok(()) => Ok(TurnEnd::Finished {
+                        result: None,
+                        usage: Vec::new(),
+                    }),
                     // The pump stopped listening: the run is over either way.
                     Err(SinkClosed) => Ok(TurnEnd::Cancelled),
                 },
@@ -272,11 +280,11 @@ async fn todo(sink: &EventSink, items: &[String]) -> Result<(), SinkClosed> {
 
 async fn tool(
     sink: &EventSink,
-    turn: &Turn,
+    tools: &[Tool],
     name: &str,
     arguments: &str,
 ) -> Result<(), SinkClosed> {
-    if !turn.tools.iter().any(|t| t.name == name) {
+    if !tools.iter().any(|t| t.name == name) {
         return reply(
             sink,
             &format!("Tool {name} is not available in this client"),

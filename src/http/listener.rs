@@ -10,6 +10,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -199,7 +200,7 @@ impl<H: Handler> Connection<H> {
     }
 
     async fn serve<IO>(
-        self,
+        &self,
         io: IO,
         tls: bool,
         protocol: Protocol,
@@ -253,7 +254,8 @@ impl<H: Handler> Connection<H> {
                     .max_headers(MAX_HEADER_FIELDS)
                     .keep_alive(keep_alive);
                 let conn = watcher.watch(builder.serve_connection(io, service));
-                self.watch(conn, deadline, first_request).await
+                tokio::pin!(conn);
+                self.watch(conn, deadline, &first_request).await
             }
             Protocol::Http2 => {
                 let mut builder = http2::Builder::new(TokioExecutor::new());
@@ -262,8 +264,8 @@ impl<H: Handler> Connection<H> {
                     .max_header_list_size(MAX_HEADER_BYTES as u32)
                     .max_concurrent_streams(limits.max_h2_streams)
                     .keep_alive_interval(Some(Duration::from_secs(30)));
-                let conn = watcher.watch(builder.serve_connection(io, service));
-                Box::pin(self.watch(conn, deadline, first_request)).await
+                let mut conn = Box::pin(watcher.watch(builder.serve_connection(io, service)));
+                self.watch(conn.as_mut(), deadline, &first_request).await
             }
         }
     }
@@ -272,23 +274,24 @@ impl<H: Handler> Connection<H> {
     /// complete request by `deadline` is closed (hyper does not time the wait for the
     /// first bytes); a refused one lives until `deadline` at most. The end of the shutdown
     /// grace closes it too.
+    ///
+    /// Everything is borrowed: an async fn's task keeps room for its arguments twice.
     async fn watch<C, E>(
-        self,
-        conn: C,
+        &self,
+        mut conn: Pin<&mut C>,
         deadline: tokio::time::Instant,
-        first_request: Arc<AtomicBool>,
+        first_request: &AtomicBool,
     ) where
         C: Future<Output = Result<(), E>>,
         E: std::fmt::Display,
     {
-        tokio::pin!(conn);
         let whole_life = self.admission == Admission::Refuse;
         let deadline = tokio::time::sleep_until(deadline);
         tokio::pin!(deadline);
         let mut armed = true;
         loop {
             tokio::select! {
-                result = &mut conn => {
+                result = conn.as_mut() => {
                     if let Err(error) = result {
                         tracing::debug!(peer = %self.peer, %error, "connection ended with an error");
                     }

@@ -99,9 +99,15 @@ impl ThreadState {
             if self.is_client_copy(message) {
                 continue;
             }
-            self.transcript.push(message.clone());
             new.push(message.clone());
         }
+        // Sized to what came: a thread's first request is most often one message, and a
+        // vector's first growth makes room for four.
+        new.shrink_to_fit();
+        if self.transcript.capacity() == 0 {
+            self.transcript.reserve_exact(new.len());
+        }
+        self.transcript.extend(new.iter().cloned());
         new
     }
 
