@@ -85,7 +85,7 @@ impl Runtime {
             // in a continuation segment of its own. The new input is not taken here: the
             // run that starts after the old turn has ended takes it, as its own turn.
             let why = "the user sent a new message instead of answering";
-            let _ = run.control.send(Control::Resume(Box::new(NextSegment {
+            run.control.send(Control::Resume(Box::new(NextSegment {
                 run_id: suspension.segment_run_id.clone(),
                 parent_run_id: None,
                 abandoned: suspension.unanswered_calls(&[]),
@@ -114,7 +114,7 @@ impl Runtime {
         );
         // The pump opens the next segment before the agent can act on the answers: it
         // handles control before it polls the agent again.
-        let _ = run.control.send(Control::Resume(Box::new(NextSegment {
+        run.control.send(Control::Resume(Box::new(NextSegment {
             run_id: input.run_id.clone(),
             parent_run_id: input.parent_run_id.clone(),
             abandoned: suspension.unanswered_calls(&new_messages),

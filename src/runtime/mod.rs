@@ -33,13 +33,12 @@ mod thread;
 pub mod translator;
 pub mod ui;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -299,9 +298,39 @@ pub(crate) enum Phase {
 /// What the runtime tells a run's pump.
 #[derive(Debug)]
 pub(crate) enum Control {
-    /// The waits were answered (or failed closed): open the next segment. (Boxed: the
-    /// channel preallocates slots of this enum's size for every run.)
+    /// The waits were answered (or failed closed): open the next segment.
     Resume(Box<NextSegment>),
+}
+
+/// The commands to a run's pump, in order: a queue and a wake-up. (A channel would do,
+/// but allocates its first block of slots up front, which every run that sits idle would
+/// keep; commands are rare.)
+#[derive(Debug, Default)]
+pub(crate) struct Controls {
+    queue: Mutex<VecDeque<Control>>,
+    ready: tokio::sync::Notify,
+}
+
+impl Controls {
+    pub(crate) fn send(&self, command: Control) {
+        lock(&self.queue).push_back(command);
+        self.ready.notify_one();
+    }
+
+    pub(crate) fn try_recv(&self) -> Option<Control> {
+        lock(&self.queue).pop_front()
+    }
+
+    /// The next command. A command sent after the queue was seen empty leaves a permit
+    /// with the wake-up, so it is never missed.
+    pub(crate) async fn recv(&self) -> Control {
+        loop {
+            if let Some(command) = self.try_recv() {
+                return command;
+            }
+            self.ready.notified().await;
+        }
+    }
 }
 
 /// The segment a suspended run opens next.
@@ -332,7 +361,7 @@ pub(crate) struct LiveRun {
     /// The segment's lifecycle state; written by the pump only, read for resync.
     translator: Mutex<Translator>,
     /// Commands to the pump.
-    control: mpsc::UnboundedSender<Control>,
+    control: Controls,
     /// The open waits while suspended; taken by whoever resolves them.
     suspension: Mutex<Option<suspension::Suspension>>,
     phase: watch::Sender<Phase>,

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use serde_json::Value;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -32,7 +32,8 @@ use super::sanitize::sanitize;
 use super::suspension::{self, Channel, Suspension, Wait};
 use super::translator::{Ending, Produced, Translator};
 use super::{
-    CancelReason, Control, LiveRun, NextSegment, Phase, Runtime, Thread, lock, now_ms, state,
+    CancelReason, Control, Controls, LiveRun, NextSegment, Phase, Runtime, Thread, lock, now_ms,
+    state,
 };
 use crate::agent::{Agent, AgentError, AgentEvent, EventSink, SinkItem, Turn, TurnEnd};
 use crate::config::Hitl;
@@ -64,7 +65,6 @@ pub(super) fn start(
 ) -> Attachment {
     let inner = &rt.inner;
     let segment_start = thread.journal.next_seq();
-    let (control, control_rx) = mpsc::unbounded_channel();
     let hitl = inner
         .options
         .hitl
@@ -79,7 +79,7 @@ pub(super) fn start(
         segment_start: AtomicU64::new(segment_start),
         finished: CancellationToken::new(),
         translator: Mutex::new(Translator::new(&thread.id, &input.run_id)),
-        control,
+        control: Controls::default(),
         suspension: Mutex::new(None),
         phase: watch::Sender::new(Phase::Running),
         aliases: Mutex::new(vec![input.run_id.clone()]),
@@ -175,9 +175,9 @@ pub(super) fn start(
         pending_park: None,
         pending_segment: None,
     });
-    inner.run_tasks.spawn(
-        drive(pump, agent, turn, input.parent_run_id, history, control_rx).instrument(span.clone()),
-    );
+    inner
+        .run_tasks
+        .spawn(drive(pump, agent, turn, input.parent_run_id, history).instrument(span.clone()));
     inner
         .run_tasks
         .spawn(watch_disconnect(run, inner.options.disconnect_grace).instrument(span));
@@ -249,7 +249,6 @@ async fn drive(
     turn: Box<Turn>,
     parent_run_id: Option<String>,
     history: Option<Value>,
-    mut control: mpsc::UnboundedReceiver<Control>,
 ) {
     tracing::info!("run started");
     let started = std::time::Instant::now();
@@ -277,7 +276,7 @@ async fn drive(
         let deadline = pump.deadline.unwrap_or_else(Instant::now);
         tokio::select! {
             biased;
-            Some(command) = control.recv() => {
+            command = run.control.recv() => {
                 pump.on_control(command);
                 pump.settle().await;
             }
@@ -363,7 +362,7 @@ async fn drive(
             suspension.fail_closed("the run ended");
         }
         let mut told = false;
-        while let Ok(command) = control.try_recv() {
+        while let Some(command) = run.control.try_recv() {
             told = true;
             pump.on_control(command);
             pump.settle().await;
