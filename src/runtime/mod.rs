@@ -295,6 +295,25 @@ pub(crate) enum Phase {
     Suspended,
 }
 
+/// A live run's [`Phase`]: written by its pump, read anywhere without a lock (nobody
+/// waits on it changing).
+#[derive(Debug, Default)]
+pub(crate) struct PhaseCell(AtomicBool);
+
+impl PhaseCell {
+    pub(crate) fn get(&self) -> Phase {
+        if self.0.load(Ordering::SeqCst) {
+            Phase::Suspended
+        } else {
+            Phase::Running
+        }
+    }
+
+    pub(crate) fn set(&self, phase: Phase) {
+        self.0.store(phase == Phase::Suspended, Ordering::SeqCst);
+    }
+}
+
 /// What the runtime tells a run's pump.
 #[derive(Debug)]
 pub(crate) enum Control {
@@ -364,7 +383,7 @@ pub(crate) struct LiveRun {
     control: Controls,
     /// The open waits while suspended; taken by whoever resolves them.
     suspension: Mutex<Option<suspension::Suspension>>,
-    phase: watch::Sender<Phase>,
+    phase: PhaseCell,
     /// Every AG-UI run id of this run's segments (each works for cancel).
     aliases: Mutex<Vec<String>>,
     /// When it was admitted (ms since the epoch).
@@ -463,7 +482,7 @@ impl Runtime {
             let Some(run) = lock(&thread.state).live.clone() else {
                 continue;
             };
-            let suspended = *run.phase.borrow() == Phase::Suspended;
+            let suspended = run.phase.get() == Phase::Suspended;
             let mut entry = json!({
                 "threadId": thread.id,
                 "agent": thread.agent,
@@ -593,7 +612,7 @@ impl Runtime {
     pub fn live_status(&self, key: &str) -> Option<&'static str> {
         let thread = self.memory_thread(key)?;
         let state = lock(&thread.state);
-        state.live.as_ref().map(|run| match *run.phase.borrow() {
+        state.live.as_ref().map(|run| match run.phase.get() {
             Phase::Running => "running",
             Phase::Suspended => "suspended",
         })
@@ -938,7 +957,7 @@ impl Runtime {
         }
         let runs: Vec<_> = lock(&self.inner.runs).values().cloned().collect();
         for run in runs {
-            if *run.phase.borrow() == Phase::Suspended {
+            if run.phase.get() == Phase::Suspended {
                 run.cancel_with(CancelReason::Shutdown);
             }
         }

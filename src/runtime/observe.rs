@@ -24,7 +24,7 @@ impl Runtime {
         lock(&self.inner.runs)
             .iter()
             .filter(|(key, run)| {
-                crate::access::split_key(key).1 == run.id && *run.phase.borrow() == Phase::Suspended
+                crate::access::split_key(key).1 == run.id && run.phase.get() == Phase::Suspended
             })
             .count()
     }

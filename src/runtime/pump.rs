@@ -32,8 +32,8 @@ use super::sanitize::sanitize;
 use super::suspension::{self, Channel, Suspension, Wait};
 use super::translator::{Ending, Produced, Translator};
 use super::{
-    CancelReason, Control, Controls, LiveRun, NextSegment, Phase, Runtime, Thread, lock, now_ms,
-    state,
+    CancelReason, Control, Controls, LiveRun, NextSegment, Phase, PhaseCell, Runtime, Thread, lock,
+    now_ms, state,
 };
 use crate::agent::{Agent, AgentError, AgentEvent, EventSink, SinkItem, Turn, TurnEnd};
 use crate::config::Hitl;
@@ -81,7 +81,7 @@ pub(super) fn start(
         translator: Mutex::new(Translator::new(&thread.id, &input.run_id)),
         control: Controls::default(),
         suspension: Mutex::new(None),
-        phase: watch::Sender::new(Phase::Running),
+        phase: PhaseCell::default(),
         aliases: Mutex::new(vec![input.run_id.clone()]),
         started_at_ms: now_ms(),
         agent: thread.agent.clone(),
@@ -589,7 +589,7 @@ impl Pump {
         // Parked before the terminal frame is written: a client that answers at once finds
         // the run waiting for it.
         *lock(&run.suspension) = Some(suspension);
-        run.phase.send_replace(Phase::Suspended);
+        run.phase.set(Phase::Suspended);
         self.writer.rt.fleet_changed();
         self.deadline = Some(Instant::now() + self.suspend_timeout);
         self.remember_tools();
@@ -685,7 +685,7 @@ impl Pump {
             .run
             .segment_start
             .store(self.writer.thread.journal.next_seq(), Ordering::SeqCst);
-        self.writer.run.phase.send_replace(Phase::Running);
+        self.writer.run.phase.set(Phase::Running);
         self.writer.rt.fleet_changed();
         if let Some(trace) = &mut self.writer.trace {
             trace.client_answered(&next.abandoned);
@@ -749,7 +749,6 @@ fn pending_len(run: &LiveRun) -> usize {
 /// that, its suspension timeout applies instead.
 async fn watch_disconnect(run: Arc<LiveRun>, grace: Duration) {
     let mut attached = run.attached.subscribe();
-    let mut phase = run.phase.subscribe();
     let ended = run.cancel.clone();
     loop {
         tokio::select! {
@@ -764,13 +763,13 @@ async fn watch_disconnect(run: Arc<LiveRun>, grace: Duration) {
                 Ok(true) => continue,
                 Ok(false) => return,
                 Err(_elapsed) => {
-                    let suspended = *phase.borrow_and_update() == Phase::Suspended;
+                    let suspended = run.phase.get() == Phase::Suspended;
                     if suspended {
                         // Wait for the run to wake, then watch attachments again.
                         tokio::select! {
                             () = ended.cancelled() => return,
                             () = run.finished.cancelled() => return,
-                            woke = async { phase.wait_for(|p| *p == Phase::Running).await.is_ok() } => if !woke { return },
+                            () = running_again(&run) => {}
                         }
                         continue;
                     }
@@ -780,6 +779,18 @@ async fn watch_disconnect(run: Arc<LiveRun>, grace: Duration) {
                 }
             },
         }
+    }
+}
+
+/// How often a suspended run nobody is attached to is looked at for having woken.
+const PHASE_POLL: Duration = Duration::from_millis(250);
+
+/// Returns once `run` is running again. Its phase is a flag nobody waits on (a run keeps
+/// no channel for it), so this looks every [`PHASE_POLL`]: a run woken with nobody
+/// attached (its suspension timed out) is cancelled a grace after that, give or take.
+async fn running_again(run: &LiveRun) {
+    while run.phase.get() == Phase::Suspended {
+        tokio::time::sleep(PHASE_POLL).await;
     }
 }
 
@@ -1209,7 +1220,7 @@ impl Drop for SegmentWriter {
                 }
             }
         }
-        self.run.phase.send_replace(Phase::Running);
+        self.run.phase.set(Phase::Running);
         self.run.finished.cancel();
         self.rt.fleet_changed();
         self.release_later();
