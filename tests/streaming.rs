@@ -487,3 +487,43 @@ async fn a_connection_is_told_apart_by_its_first_bytes_however_they_arrive() {
     let got = String::from_utf8_lossy(&got);
     assert!(got.starts_with("HTTP/1.1 "), "{got}");
 }
+
+/// A connection that has not sent a byte (or not finished its TLS handshake) when the
+/// daemon shuts down is closed then, as hyper closes an idle one: it does not hold the
+/// shutdown for its header timeout.
+#[tokio::test]
+async fn a_connection_that_sent_nothing_does_not_hold_the_shutdown() {
+    let limits = Limits {
+        header_read_timeout: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    for tls in [false, true] {
+        let dir = temp_dir("silent-shutdown");
+        let server = TestServer::with_limits(
+            move |c| {
+                c.data_dir = dir;
+                if tls {
+                    c.tls = TlsMode::SelfSigned;
+                }
+            },
+            limits,
+        )
+        .await;
+        let mut silent = tokio::net::TcpStream::connect(server.addr)
+            .await
+            .expect("connect");
+        // Served: the connection is in the daemon's hands before it stops.
+        let response = server.get("/healthz").sent().await;
+        assert_eq!(response.status(), 200);
+        let stopped = tokio::time::timeout(Duration::from_secs(20), server.stop()).await;
+        assert!(
+            stopped.is_ok(),
+            "tls={tls}: the shutdown waited for a connection that sent nothing"
+        );
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), silent.read_to_end(&mut rest))
+            .await
+            .expect("the silent connection is closed");
+        assert!(read.is_ok() || tls, "tls={tls}: {read:?}");
+    }
+}

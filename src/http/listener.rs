@@ -126,6 +126,7 @@ pub async fn accept_loop<H: Handler>(
             peer,
             admission,
             abort: abort.clone(),
+            shutdown: shutdown.clone(),
             _permit: permit,
         };
         let watcher = graceful.watcher();
@@ -148,6 +149,10 @@ struct Connection<H> {
     peer: SocketAddr,
     admission: Admission,
     abort: CancellationToken,
+    /// The listener's: fires when it stops accepting. A connection that has not sent its
+    /// first bytes (or finished its TLS handshake) by then is closed, as hyper closes an
+    /// idle one, so it does not hold the shutdown for its header timeout.
+    shutdown: CancellationToken,
     /// Held for the connection's whole life.
     _permit: OwnedSemaphorePermit,
 }
@@ -165,11 +170,22 @@ impl<H: Handler> Connection<H> {
     async fn start(self, stream: TcpStream, tls: Option<TlsAcceptor>, watcher: Watcher) {
         let deadline = tokio::time::Instant::now() + self.first_request_bound();
         match tls {
-            None => match tokio::time::timeout_at(deadline, cleartext_protocol(&stream)).await {
-                Ok(Ok(protocol)) => self.serve(stream, false, protocol, deadline, watcher).await,
-                Ok(Err(error)) => tracing::debug!(%error, "connection failed before a request"),
-                Err(_) => tracing::debug!("no request within the header timeout; closing"),
-            },
+            None => {
+                let sniffed = tokio::select! {
+                    sniffed = tokio::time::timeout_at(deadline, cleartext_protocol(&stream)) => sniffed,
+                    () = self.shutdown.cancelled() => {
+                        tracing::debug!(peer = %self.peer, "closed before its first bytes: shutting down");
+                        return;
+                    }
+                };
+                match sniffed {
+                    Ok(Ok(protocol)) => {
+                        self.serve(stream, false, protocol, deadline, watcher).await
+                    }
+                    Ok(Err(error)) => tracing::debug!(%error, "connection failed before a request"),
+                    Err(_) => tracing::debug!("no request within the header timeout; closing"),
+                }
+            }
             // Boxed: a cleartext connection's task does not carry a TLS session's room.
             Some(acceptor) => Box::pin(self.start_tls(stream, acceptor, deadline, watcher)).await,
         }
@@ -182,7 +198,14 @@ impl<H: Handler> Connection<H> {
         deadline: tokio::time::Instant,
         watcher: Watcher,
     ) {
-        match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
+        let handshake = tokio::select! {
+            handshake = tokio::time::timeout_at(deadline, acceptor.accept(stream)) => handshake,
+            () = self.shutdown.cancelled() => {
+                tracing::debug!(peer = %self.peer, "closed during its TLS handshake: shutting down");
+                return;
+            }
+        };
+        match handshake {
             Ok(Ok(stream)) => {
                 // The protocol the handshake agreed on (ALPN). Without ALPN it is HTTP/1.1:
                 // HTTP/2 over TLS is only ever negotiated (RFC 9113, section 3.2).
