@@ -8,8 +8,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agui_serve::agent::Agent;
 use agui_serve::agent::demo::DemoAgent;
+use agui_serve::agent::{
+    Agent, AgentError, BoxFuture, EventSink, PermissionOption, PermissionRequest, Turn, TurnEnd,
+};
 use agui_serve::runtime::{Runtime, RuntimeOptions};
 use agui_serve::store::Store;
 use tokio::time::Instant;
@@ -191,4 +193,74 @@ async fn keep_alives_come_after_each_stretch_of_silence_and_never_between_frames
     let keep_alives: Vec<u64> = seen.iter().filter(|(_, k)| *k).map(|(at, _)| *at).collect();
     // Chunks at 0, 40 and 80 s; 15 s of silence after each before a keep-alive.
     assert_eq!(keep_alives, [15, 30, 55], "{seen:?}");
+}
+
+/// Asks for permission, then works for a long while whatever the answer.
+struct AsksThenWorks;
+
+impl Agent for AsksThenWorks {
+    fn run(&self, turn: Turn, sink: EventSink) -> BoxFuture<Result<TurnEnd, AgentError>> {
+        Box::pin(async move {
+            let asked = sink
+                .request_permission(PermissionRequest {
+                    title: "Go on?".to_owned(),
+                    tool_call_id: None,
+                    options: vec![PermissionOption {
+                        option_id: "yes".to_owned(),
+                        name: "Yes".to_owned(),
+                        kind: "allow_once".to_owned(),
+                    }],
+                })
+                .await;
+            if asked.is_err() {
+                return Ok(TurnEnd::Cancelled);
+            }
+            tokio::select! {
+                () = turn.cancel.cancelled() => Ok(TurnEnd::Cancelled),
+                () = tokio::time::sleep(Duration::from_secs(1000)) => Ok(TurnEnd::Finished {
+                    result: None,
+                    usage: Vec::new(),
+                }),
+            }
+        })
+    }
+}
+
+/// A suspended run is not cancelled for having nobody attached (its suspension timeout
+/// applies); once it wakes with nobody attached, the disconnect grace runs from the wake.
+#[tokio::test(start_paused = true)]
+async fn a_run_that_wakes_with_nobody_attached_is_cancelled_a_grace_later() {
+    let mut agents: BTreeMap<String, Arc<dyn Agent>> = BTreeMap::new();
+    agents.insert("asks".into(), Arc::new(AsksThenWorks));
+    let mut options = RuntimeOptions::new(2);
+    options.disconnect_grace = Duration::from_secs(30);
+    options.suspend_timeout = Duration::from_secs(120);
+    let store = Store::open(&support::temp_dir("wake")).expect("store");
+    let runtime = Runtime::new(agents, options, store);
+    let mut attachment = runtime
+        .start_run("asks", run_input("t", "r", "go"))
+        .await
+        .expect("start");
+    while attachment.next().await.is_some() {}
+    let suspended_at = Instant::now();
+    drop(attachment);
+    tokio::time::sleep(Duration::from_secs(100)).await;
+    assert_eq!(runtime.live_status("t"), Some("suspended"), "not cancelled");
+    wait_idle(&runtime, "t").await;
+    let lived = suspended_at.elapsed();
+    assert!(
+        lived >= Duration::from_secs(150) && lived < Duration::from_secs(152),
+        "{lived:?}"
+    );
+    runtime.store().flush().await.expect("flush");
+    let row = runtime
+        .store()
+        .thread("t")
+        .await
+        .expect("read")
+        .expect("row");
+    assert_eq!(
+        row.last_run.expect("run").outcome.as_deref(),
+        Some("cancelled")
+    );
 }

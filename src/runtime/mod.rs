@@ -295,14 +295,17 @@ pub(crate) enum Phase {
     Suspended,
 }
 
-/// A live run's [`Phase`]: written by its pump, read anywhere without a lock (nobody
-/// waits on it changing).
+/// A live run's [`Phase`]: written by its pump, read anywhere without a lock, and waited
+/// on for the run to wake (a flag and one wake-up: a `watch` would keep eight).
 #[derive(Debug, Default)]
-pub(crate) struct PhaseCell(AtomicBool);
+pub(crate) struct PhaseCell {
+    suspended: AtomicBool,
+    woke: tokio::sync::Notify,
+}
 
 impl PhaseCell {
     pub(crate) fn get(&self) -> Phase {
-        if self.0.load(Ordering::SeqCst) {
+        if self.suspended.load(Ordering::SeqCst) {
             Phase::Suspended
         } else {
             Phase::Running
@@ -310,7 +313,25 @@ impl PhaseCell {
     }
 
     pub(crate) fn set(&self, phase: Phase) {
-        self.0.store(phase == Phase::Suspended, Ordering::SeqCst);
+        self.suspended
+            .store(phase == Phase::Suspended, Ordering::SeqCst);
+        if phase == Phase::Running {
+            self.woke.notify_waiters();
+        }
+    }
+
+    /// Returns once the run is running. The wake-up is armed before the flag is read, so
+    /// a wake between the two is not missed.
+    pub(crate) async fn running(&self) {
+        loop {
+            let woke = self.woke.notified();
+            tokio::pin!(woke);
+            woke.as_mut().enable();
+            if self.get() == Phase::Running {
+                return;
+            }
+            woke.await;
+        }
     }
 }
 

@@ -243,6 +243,9 @@ struct Pump {
     pending_segment: Option<NextSegment>,
 }
 
+/// Drives a run to its end. The pump and the turn come boxed, and the awaits made once
+/// are boxed: an async fn keeps room for its arguments twice, and for the largest future
+/// it awaits, for as long as it lives (an idle run too).
 async fn drive(
     mut pump: Box<Pump>,
     agent: Arc<dyn Agent>,
@@ -769,7 +772,7 @@ async fn watch_disconnect(run: Arc<LiveRun>, grace: Duration) {
                         tokio::select! {
                             () = ended.cancelled() => return,
                             () = run.finished.cancelled() => return,
-                            () = running_again(&run) => {}
+                            () = run.phase.running() => {}
                         }
                         continue;
                     }
@@ -779,18 +782,6 @@ async fn watch_disconnect(run: Arc<LiveRun>, grace: Duration) {
                 }
             },
         }
-    }
-}
-
-/// How often a suspended run nobody is attached to is looked at for having woken.
-const PHASE_POLL: Duration = Duration::from_millis(250);
-
-/// Returns once `run` is running again. Its phase is a flag nobody waits on (a run keeps
-/// no channel for it), so this looks every [`PHASE_POLL`]: a run woken with nobody
-/// attached (its suspension timed out) is cancelled a grace after that, give or take.
-async fn running_again(run: &LiveRun) {
-    while run.phase.get() == Phase::Suspended {
-        tokio::time::sleep(PHASE_POLL).await;
     }
 }
 
