@@ -264,15 +264,7 @@ async fn http2_over_tls_with_a_self_signed_certificate_kept_across_restarts() {
         .danger_accept_invalid_certs(true)
         .build()
         .expect("client");
-    let response = http
-        .post(server.url("/demo"))
-        .bearer_auth(TOKEN)
-        .json(&run_body("t", "r", "over h2"))
-        .sent()
-        .await;
-    assert_eq!(response.version(), reqwest::Version::HTTP_2);
-    let frames = SseReader::new(response).collect().await;
-    assert_valid_segment(&frames);
+    a_run_streams_over_http2(&http, &server, "t").await;
     let cert = data_dir.join("tls/cert.pem");
     let first = std::fs::read(&cert).expect("certificate written");
     server.stop().await;
@@ -427,10 +419,15 @@ async fn cleartext_http2_with_prior_knowledge_streams_a_run() {
         .http2_prior_knowledge()
         .build()
         .expect("client");
+    a_run_streams_over_http2(&http, &server, "h2c").await;
+}
+
+/// A run on `thread`, sent with `http`, comes back over HTTP/2 as a valid segment.
+async fn a_run_streams_over_http2(http: &reqwest::Client, server: &TestServer, thread: &str) {
     let response = http
         .post(server.url("/demo"))
         .bearer_auth(TOKEN)
-        .json(&run_body("h2c", "r1", "over h2c"))
+        .json(&run_body(thread, "r", "over h2"))
         .sent()
         .await;
     assert_eq!(response.version(), reqwest::Version::HTTP_2);
