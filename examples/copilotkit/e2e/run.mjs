@@ -316,9 +316,14 @@ const cases = [
         ["metric", { label: "<img src=x onerror=alert(1)>", value: "<b>7</b>" }, ["<img src=x onerror=alert(1)>", "<b>7</b>"]],
       ];
       for (const [component, props, texts] of shows) {
+        // A component shown twice (metric) waits for its new card and its new reply, not the
+        // ones already on the page.
+        const cards = page.getByTestId(`ui-${component}`);
+        const replies = assistant.filter({ hasText: `Showed ${component}` });
+        const [cardsBefore, repliesBefore] = [await cards.count(), await replies.count()];
         await send(`/ui ${component} ${JSON.stringify(props)}`);
-        await reply(`Showed ${component}`);
-        const card = page.getByTestId(`ui-${component}`).last();
+        await replies.nth(repliesBefore).waitFor();
+        const card = cards.nth(cardsBefore);
         await card.waitFor();
         const shown = await card.textContent(); // (innerText would be the badges' upper case)
         for (const text of texts) check(shown.includes(text), `${component}: no "${text}" in ${JSON.stringify(shown)}`);
@@ -342,6 +347,7 @@ const cases = [
       await send(`/ui choice_prompt ${JSON.stringify(toppings)}`);
       await reply("Showed choice_prompt");
       const prompt = page.getByRole("group", { name: "Which toppings?" });
+      await prompt.waitFor(); // (the reply above may be the earlier prompt's)
       const sendChoice = prompt.getByRole("button", { name: "Send" });
       check(await sendChoice.isDisabled(), "Send is enabled with nothing ticked");
       await prompt.getByRole("button", { name: "Basil" }).click();
