@@ -316,6 +316,37 @@ async fn idle_threads_beyond_the_memory_bound_are_evicted_and_reload_from_the_st
     assert_eq!(attachment.resume(), Resume::Exact);
 }
 
+/// Crossing the bound evicts down to a sixteenth below it, least recently used first, so
+/// the scan that picks them is paid once per that many new threads, not once per thread.
+#[tokio::test]
+async fn crossing_the_thread_bound_evicts_down_to_a_sixteenth_below_it() {
+    let mut agents: BTreeMap<String, Arc<dyn Agent>> = BTreeMap::new();
+    agents.insert("demo".into(), Arc::new(DemoAgent));
+    let mut options = RuntimeOptions::new(16);
+    options.max_threads_in_memory = 32;
+    let store = Store::open(&support::temp_dir("evict-low-water")).expect("store");
+    let runtime = Runtime::new(agents, options, store);
+    let mut first_ids = Vec::new();
+    for i in 0..33 {
+        let frames = drain(
+            runtime
+                .start_run("demo", run_input(&format!("t{i}"), "r", &format!("hi {i}")))
+                .await
+                .expect("start"),
+        )
+        .await;
+        first_ids.push(id_of(&frames[0]));
+    }
+    // The 33rd thread took the map to 30: the three least recently used left.
+    for (i, expected) in [(3, Resume::Exact), (32, Resume::Exact), (2, Resume::Resync)] {
+        let attachment = runtime
+            .reattach(&format!("t{i}"), Some(&first_ids[i]))
+            .await
+            .expect("attach");
+        assert_eq!(attachment.resume(), expected, "t{i}");
+    }
+}
+
 /// Regression: a stream waiting for frames when the terminal frame and the stop signal
 /// arrived together could pick the stop and end without the terminal event.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

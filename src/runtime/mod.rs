@@ -1135,14 +1135,17 @@ impl Runtime {
         if meter.get() <= budget {
             return;
         }
-        tracing::debug!(held = meter.get(), budget, "over the memory budget");
+        // Down to the low-water mark, so the scan below is paid once per sixteenth of the
+        // budget rather than once per run that ends over it.
+        let target = low_water(budget);
+        tracing::debug!(held = meter.get(), budget, target, "over the memory budget");
         let mut by_use: Vec<(u64, Arc<Thread>)> = lock(&self.inner.threads)
             .values()
             .map(|t| (t.last_used.load(Ordering::Relaxed), t.clone()))
             .collect();
-        by_use.sort_by_key(|(used, _)| *used);
+        by_use.sort_unstable_by_key(|(used, _)| *used);
         for (_, thread) in &by_use {
-            if meter.get() <= budget {
+            if meter.get() <= target {
                 break;
             }
             // Under the state lock, so a run cannot start on the thread meanwhile.
@@ -1152,22 +1155,23 @@ impl Runtime {
             }
         }
         drop(by_use);
-        if meter.get() > budget {
+        if meter.get() > target {
             let mut threads = lock(&self.inner.threads);
-            let mut idle: Vec<(u64, String)> = threads
-                .iter()
-                .filter(|(_, t)| Arc::strong_count(t) == 1)
-                .map(|(id, t)| (t.last_used.load(Ordering::Relaxed), id.clone()))
-                .collect();
-            idle.sort();
+            let mut idle = idle_by_use(&threads);
+            idle.sort_unstable();
+            // (Each thread's bytes leave the meter when it is dropped, in `retire`.)
+            let mut held = meter.get();
+            let mut gone = Vec::new();
             for (_, id) in idle {
-                if meter.get() <= budget {
+                if held <= target {
                     break;
                 }
-                if let Some(evicted) = threads.remove(&id) {
-                    evicted.retired.store(true, Ordering::SeqCst);
+                if let Some(thread) = threads.get(id) {
+                    held = held.saturating_sub(thread.cached_bytes());
+                    gone.push(id.to_owned());
                 }
             }
+            retire(&mut threads, gone);
         }
     }
 
@@ -1216,21 +1220,16 @@ impl Runtime {
             .clone();
         let bound = self.inner.options.max_threads_in_memory;
         if threads.len() > bound {
-            // Only threads nobody else holds (no request, no stream, no run: the map's
-            // reference is the only one) can go; holding the map lock, nobody can take a
-            // new reference meanwhile, so a thread never exists twice in memory.
-            let mut idle: Vec<(u64, String)> = threads
-                .iter()
-                .filter(|(_, t)| Arc::strong_count(t) == 1)
-                .map(|(id, t)| (t.last_used.load(Ordering::Relaxed), id.clone()))
-                .collect();
-            idle.sort();
-            let excess = threads.len() - bound;
-            for (_, id) in idle.into_iter().take(excess) {
-                if let Some(evicted) = threads.remove(&id) {
-                    evicted.retired.store(true, Ordering::SeqCst);
-                }
+            // Down to the low-water mark, least recently used first: the scan is paid once
+            // per sixteenth of the bound in new threads, not once per new thread.
+            let excess = threads.len() - low_water(bound);
+            let mut idle = idle_by_use(&threads);
+            if idle.len() > excess {
+                idle.select_nth_unstable(excess);
+                idle.truncate(excess);
             }
+            let gone = idle.into_iter().map(|(_, id)| id.to_owned()).collect();
+            retire(&mut threads, gone);
         }
         (kept, inserted)
     }
@@ -1302,6 +1301,32 @@ impl LiveRun {
 
 /// Locks a std mutex, recovering from poisoning (state behind these locks is updated in
 /// single steps that leave it consistent). Never held across an `.await`.
+/// Where eviction stops once a bound is crossed: a sixteenth below it (the bound itself
+/// when it is that small).
+fn low_water(bound: usize) -> usize {
+    bound - bound / 16
+}
+
+/// The threads nobody but the map holds (no request, no stream, no run), with when each was
+/// last used. Holding the map lock, nobody can take a new reference meanwhile, so a thread
+/// removed from the map never exists twice in memory.
+fn idle_by_use(threads: &HashMap<String, Arc<Thread>>) -> Vec<(u64, &str)> {
+    threads
+        .iter()
+        .filter(|(_, t)| Arc::strong_count(t) == 1)
+        .map(|(id, t)| (t.last_used.load(Ordering::Relaxed), id.as_str()))
+        .collect()
+}
+
+/// Takes these threads out of memory (they reload from the store when next needed).
+fn retire(threads: &mut HashMap<String, Arc<Thread>>, ids: Vec<String>) {
+    for id in ids {
+        if let Some(evicted) = threads.remove(&id) {
+            evicted.retired.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
