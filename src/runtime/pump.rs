@@ -112,7 +112,8 @@ pub(super) fn start(
         Message::User(user) => Some(title_of(&user.content.text())),
         _ => None,
     });
-    inner.store.record_run_start(
+    // Committed by the pump as its first step.
+    inner.store.begin_run(
         &thread.key,
         &thread.agent,
         title,
