@@ -112,8 +112,7 @@ pub(super) fn start(
         Message::User(user) => Some(title_of(&user.content.text())),
         _ => None,
     });
-    // Committed by the pump as its first step.
-    inner.store.begin_run(
+    inner.store.record_run_start(
         &thread.key,
         &thread.agent,
         title,

@@ -242,28 +242,6 @@ impl Store {
         dispatch!(self.record_run_start(thread_id, agent, title, run_id, messages, now))
     }
 
-    /// [`Store::record_run_start`] for a caller whose next step is [`Store::commit`] (a
-    /// run's pump): the embedded store then runs the write on the committing worker instead
-    /// of handing it to a runner first.
-    pub fn begin_run(
-        &self,
-        thread_id: &str,
-        agent: &str,
-        title: Option<String>,
-        run_id: &str,
-        messages: Vec<Message>,
-        now: i64,
-    ) {
-        match &self.backend {
-            Backend::Sqlite(store) => {
-                store.begin_run(thread_id, agent, title, run_id, messages, now)
-            }
-            Backend::Postgres(store) => {
-                store.record_run_start(thread_id, agent, title, run_id, messages, now)
-            }
-        }
-    }
-
     /// Appends messages the agent completed.
     pub fn record_messages(&self, thread_id: &str, messages: Vec<Message>, now: i64) {
         dispatch!(self.record_messages(thread_id, messages, now))
@@ -337,20 +315,14 @@ impl Store {
 
 /// Waits until the runner behind `progress` has ended the batch holding the last job
 /// queued, as `last` reads it; an error when a batch failed to commit meanwhile. The
-/// failures are counted before `last` is read, so no failure of that batch is missed;
-/// `behind` is called with nothing committed yet past the target (to get a batch going)
-/// after that count.
+/// failures are counted before `last` is read, so no failure of that batch is missed.
 async fn wait_committed(
     progress: &tokio::sync::watch::Sender<Progress>,
     last: impl FnOnce() -> u64,
-    behind: impl FnOnce(),
 ) -> Result<(), StoreError> {
     let mut progress = progress.subscribe();
     let before = progress.borrow().failures;
     let target = last();
-    if progress.borrow().through < target {
-        behind();
-    }
     let reached = progress
         .wait_for(|p| p.through >= target)
         .await

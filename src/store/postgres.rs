@@ -271,7 +271,7 @@ impl PgStore {
     }
 
     pub(super) async fn commit(&self) -> Result<(), StoreError> {
-        super::wait_committed(&self.shared.status.progress, || self.lock().last, || {}).await
+        super::wait_committed(&self.shared.status.progress, || self.lock().last).await
     }
 
     pub(super) fn metrics(&self) -> &StoreMetrics {

@@ -2,13 +2,9 @@
 //! that touches rusqlite, on tokio's blocking pool, one batch at a time.
 //!
 //! Migrations are the numbered files in `migrations/`, embedded at build time and tracked
-//! with `PRAGMA user_version`. Every operation is a job in one FIFO, run in order, a batch
-//! at a time, by whoever holds the one connection: a runner on tokio's blocking pool, or a
-//! caller that waits for its answer and finds the connection free, which then runs one
-//! batch itself, on its worker, under `block_in_place` (the worker's other tasks move to
-//! another thread meanwhile, so no task waits on SQLite behind it). On the way to a run's
-//! first event, the caller then goes on from its own batch instead of waiting for a pool
-//! thread to wake and then to be woken itself. An answer means durable against a killed
+//! with `PRAGMA user_version`. Every operation is a job in one FIFO, run in order by a
+//! single runner on tokio's blocking pool (no tokio worker ever waits on SQLite); the
+//! runner holds the connection while it runs. An answer means durable against a killed
 //! process (WAL, `synchronous = NORMAL`). The WAL is checkpointed by a second thread on its
 //! own connection, so a commit never waits behind a checkpoint's fsync. One node, no
 //! leases: nothing is fenced.
@@ -62,11 +58,8 @@ struct Queue {
     jobs: VecDeque<Job>,
     /// The number of the last job queued (jobs are numbered from 1 in FIFO order).
     last: u64,
-    /// The connection while nobody runs jobs on it; `None` while someone does.
+    /// The connection while no runner holds it; `None` while one runs.
     idle: Option<Connection>,
-    /// A runner is on its way: it takes the connection when it starts (and leaves at once
-    /// if someone else holds it then; that holder hands the queue on when done).
-    scheduled: bool,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -107,7 +100,6 @@ impl SqliteStore {
                     jobs: VecDeque::new(),
                     last: 0,
                     idle: Some(conn),
-                    scheduled: false,
                 }),
                 runtime,
                 progress: watch::Sender::new(Progress::default()),
@@ -117,43 +109,20 @@ impl SqliteStore {
         })
     }
 
-    /// Queues `job`; schedules a runner when nobody holds the connection.
+    /// Queues `job`; starts a runner when none is running.
     fn submit(&self, job: Job) {
         let mut queue = self.shared.lock();
         queue.jobs.push_back(job);
         queue.last += 1;
-        self.shared.schedule(queue);
-    }
-
-    /// Queues `job` without scheduling a runner: for a write whose submitter waits for the
-    /// commit right after (see [`SqliteStore::commit`], which then runs or schedules it).
-    /// Any later submission carries it too.
-    fn submit_deferred(&self, job: Job) {
-        let mut queue = self.shared.lock();
-        queue.jobs.push_back(job);
-        queue.last += 1;
-    }
-
-    /// Runs the next batch on this worker when the connection is free and the runtime can
-    /// lend the worker (a multi-threaded one); otherwise makes sure a runner is scheduled.
-    fn run_here_or_schedule(&self) {
-        let queue = self.shared.lock();
-        let flavor = tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor());
-        if !matches!(flavor, Ok(tokio::runtime::RuntimeFlavor::MultiThread)) {
-            // A single-threaded runtime cannot lend its worker; blocking-pool work also
-            // keeps a paused test clock from jumping while a caller waits on the store.
-            self.shared.schedule(queue);
-            return;
+        if let Some(conn) = queue.idle.take() {
+            drop(queue);
+            let shared = self.shared.clone();
+            // Blocking-pool work also keeps a paused test clock from jumping while a
+            // caller waits on the store.
+            self.shared
+                .runtime
+                .spawn_blocking(move || shared.drain(conn));
         }
-        let mut queue = queue;
-        let Some(mut conn) = queue.idle.take() else {
-            return;
-        };
-        drop(queue);
-        tokio::task::block_in_place(|| {
-            self.shared.run_next_batch(&mut conn);
-        });
-        self.shared.release(conn);
     }
 
     /// Runs `f` in the store and waits for its result.
@@ -162,7 +131,7 @@ impl SqliteStore {
         f: impl FnOnce(&mut Connection) -> Result<R, rusqlite::Error> + Send + 'static,
     ) -> Result<R, StoreError> {
         let (tx, rx) = oneshot::channel();
-        self.submit_deferred(Box::new(move |conn| {
+        self.submit(Box::new(move |conn| {
             let result = f(conn);
             Some(Box::new(move |committed: bool| {
                 let _ = tx.send(match result {
@@ -172,7 +141,6 @@ impl SqliteStore {
                 });
             }) as Reply)
         }));
-        self.run_here_or_schedule();
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
@@ -182,18 +150,18 @@ impl SqliteStore {
         what: &'static str,
         f: impl FnOnce(&mut Connection) -> Result<(), rusqlite::Error> + Send + 'static,
     ) {
-        self.submit(write_job(what, f));
+        self.submit(Box::new(move |conn| {
+            if let Err(error) = f(conn) {
+                tracing::error!(%error, op = what, "store write failed");
+            }
+            None
+        }));
     }
 
     /// Waits until every write enqueued before this call is durable. It adds no job: it
     /// waits for the batch that holds the last queued job to commit.
     pub(super) async fn commit(&self) -> Result<(), StoreError> {
-        super::wait_committed(
-            &self.shared.progress,
-            || self.shared.lock().last,
-            || self.run_here_or_schedule(),
-        )
-        .await
+        super::wait_committed(&self.shared.progress, || self.shared.lock().last).await
     }
 
     /// The commit latency and failure counters.
@@ -245,25 +213,32 @@ impl SqliteStore {
         messages: Vec<Message>,
         now: i64,
     ) {
-        self.submit(run_start_job(
-            thread_id, agent, title, run_id, messages, now,
-        ));
-    }
-
-    /// [`SqliteStore::record_run_start`] for a caller that commits next: queued without
-    /// scheduling a runner, so that commit runs it (see [`SqliteStore::submit_deferred`]).
-    pub(super) fn begin_run(
-        &self,
-        thread_id: &str,
-        agent: &str,
-        title: Option<String>,
-        run_id: &str,
-        messages: Vec<Message>,
-        now: i64,
-    ) {
-        self.submit_deferred(run_start_job(
-            thread_id, agent, title, run_id, messages, now,
-        ));
+        let (thread_id, agent, run_id) =
+            (thread_id.to_owned(), agent.to_owned(), run_id.to_owned());
+        self.enqueue("run_start", move |conn| {
+            let tx = conn.savepoint()?;
+            tx.prepare_cached(
+                "INSERT INTO threads (id, owner, agent, title, created_at, updated_at, status)
+                 VALUES (?1, ?5, ?2, ?3, ?4, ?4, 'running')
+                 ON CONFLICT (id) DO UPDATE SET status = 'running', updated_at = ?4,
+                     title = COALESCE(threads.title, excluded.title)",
+            )?
+            .execute(params![
+                thread_id,
+                agent,
+                title,
+                now,
+                crate::access::split_key(&thread_id).0
+            ])?;
+            append_messages(&tx, &thread_id, &messages)?;
+            tx.prepare_cached(
+                "INSERT INTO runs (thread_id, id, started_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (thread_id, id) DO UPDATE SET segments = runs.segments + 1,
+                     ended_at = NULL, outcome = NULL",
+            )?
+            .execute(params![thread_id, run_id, now])?;
+            tx.commit()
+        });
     }
 
     /// Appends messages the agent completed.
@@ -522,138 +497,31 @@ impl Shared {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Schedules a runner when jobs wait, nobody holds the connection and none is on its
-    /// way. Takes the queue's lock guard.
-    fn schedule(self: &Arc<Self>, mut queue: std::sync::MutexGuard<'_, Queue>) {
-        if queue.jobs.is_empty() || queue.idle.is_none() || queue.scheduled {
-            return;
-        }
-        queue.scheduled = true;
-        drop(queue);
-        let pending = Scheduled(Some(self.clone()));
-        self.runtime.spawn_blocking(move || {
-            let mut pending = pending;
-            let Some(shared) = pending.0.take() else {
-                return;
-            };
-            let conn = {
-                let mut queue = shared.lock();
-                queue.scheduled = false;
-                queue.idle.take()
-            };
-            if let Some(conn) = conn {
-                shared.drain(conn);
-            }
-        });
-    }
-
-    /// Gives the connection back after an inline batch, scheduling a runner for what is
-    /// still queued.
-    fn release(self: &Arc<Self>, conn: Connection) {
-        let mut queue = self.lock();
-        queue.idle = Some(conn);
-        self.schedule(queue);
-    }
-
     /// The runner: runs queued jobs in batches until the queue is empty, then hands the
     /// connection back.
     fn drain(&self, mut conn: Connection) {
         loop {
-            if self.run_next_batch(&mut conn) {
-                continue;
-            }
-            // Under the lock: a job queued from here on finds the connection idle.
-            let mut queue = self.lock();
-            if queue.jobs.is_empty() {
-                queue.idle = Some(conn);
-                return;
-            }
+            let (batch, through): (Vec<Job>, u64) = {
+                let mut queue = self.lock();
+                if queue.jobs.is_empty() {
+                    queue.idle = Some(conn);
+                    return;
+                }
+                let n = queue.jobs.len().min(BATCH);
+                let through = queue.last - (queue.jobs.len() - n) as u64;
+                (queue.jobs.drain(..n).collect(), through)
+            };
+            let began = std::time::Instant::now();
+            let committed = run_batch(&mut conn, batch);
+            self.metrics.batch(began.elapsed(), committed);
+            self.progress.send_modify(|p| {
+                p.through = through;
+                if !committed {
+                    p.failures += 1;
+                }
+            });
         }
     }
-
-    /// Runs the next batch of queued jobs in one transaction; `false` when none was queued.
-    fn run_next_batch(&self, conn: &mut Connection) -> bool {
-        let (batch, through): (Vec<Job>, u64) = {
-            let mut queue = self.lock();
-            if queue.jobs.is_empty() {
-                return false;
-            }
-            let n = queue.jobs.len().min(BATCH);
-            let through = queue.last - (queue.jobs.len() - n) as u64;
-            (queue.jobs.drain(..n).collect(), through)
-        };
-        let began = std::time::Instant::now();
-        let committed = run_batch(conn, batch);
-        self.metrics.batch(began.elapsed(), committed);
-        self.progress.send_modify(|p| {
-            p.through = through;
-            if !committed {
-                p.failures += 1;
-            }
-        });
-        true
-    }
-}
-
-/// A scheduled runner; if it is dropped without running (the runtime shutting down), the
-/// queue no longer counts on it.
-struct Scheduled(Option<Arc<Shared>>);
-
-impl Drop for Scheduled {
-    fn drop(&mut self) {
-        if let Some(shared) = self.0.take() {
-            shared.lock().scheduled = false;
-        }
-    }
-}
-
-/// A thread's new run, and its new input, as a job.
-fn run_start_job(
-    thread_id: &str,
-    agent: &str,
-    title: Option<String>,
-    run_id: &str,
-    messages: Vec<Message>,
-    now: i64,
-) -> Job {
-    let (thread_id, agent, run_id) = (thread_id.to_owned(), agent.to_owned(), run_id.to_owned());
-    write_job("run_start", move |conn| {
-        let tx = conn.savepoint()?;
-        tx.prepare_cached(
-            "INSERT INTO threads (id, owner, agent, title, created_at, updated_at, status)
-             VALUES (?1, ?5, ?2, ?3, ?4, ?4, 'running')
-             ON CONFLICT (id) DO UPDATE SET status = 'running', updated_at = ?4,
-                 title = COALESCE(threads.title, excluded.title)",
-        )?
-        .execute(params![
-            thread_id,
-            agent,
-            title,
-            now,
-            crate::access::split_key(&thread_id).0
-        ])?;
-        append_messages(&tx, &thread_id, &messages)?;
-        tx.prepare_cached(
-            "INSERT INTO runs (thread_id, id, started_at) VALUES (?1, ?2, ?3)
-             ON CONFLICT (thread_id, id) DO UPDATE SET segments = runs.segments + 1,
-                 ended_at = NULL, outcome = NULL",
-        )?
-        .execute(params![thread_id, run_id, now])?;
-        tx.commit()
-    })
-}
-
-/// A write nobody waits on for an answer (its failure is logged; a commit reports it).
-fn write_job(
-    what: &'static str,
-    f: impl FnOnce(&mut Connection) -> Result<(), rusqlite::Error> + Send + 'static,
-) -> Job {
-    Box::new(move |conn| {
-        if let Err(error) = f(conn) {
-            tracing::error!(%error, op = what, "store write failed");
-        }
-        None
-    })
 }
 
 /// Runs `batch` in one transaction, each job in its own savepoint, then answers the jobs'
@@ -876,34 +744,6 @@ mod tests {
         assert_eq!(loaded.transcript.len(), 2);
         assert!(store.delete_thread("t1").await.expect("delete"));
         assert!(store.thread("t1").await.expect("read").is_none());
-    }
-
-    /// A batch whose commit fails is reported to whoever waits for it, whether the waiter
-    /// ran the batch itself (a multi-threaded runtime, the connection free) or a runner did.
-    #[test]
-    fn a_failed_commit_is_reported_however_the_batch_ran() {
-        for multi in [true, false] {
-            let runtime = if multi {
-                tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
-                    .build()
-            } else {
-                tokio::runtime::Builder::new_current_thread().build()
-            }
-            .expect("runtime");
-            runtime.block_on(async {
-                let store = SqliteStore::open(&temp()).expect("open");
-                // Ends the batch's transaction from inside, so its COMMIT fails.
-                store.submit_deferred(write_job("break", |conn| conn.execute_batch("ROLLBACK")));
-                assert!(
-                    matches!(store.commit().await, Err(StoreError::Commit)),
-                    "multi-threaded: {multi}"
-                );
-                store.record_run_start("t", "demo", None, "r", vec![], 1);
-                store.commit().await.expect("the next batch commits");
-                assert!(store.thread("t").await.expect("read").is_some());
-            });
-        }
     }
 
     #[tokio::test]
