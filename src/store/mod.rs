@@ -53,6 +53,8 @@ pub enum StoreError {
     Thread(std::io::Error),
     #[error("database schema version {0} is newer than this build understands")]
     TooNew(i64),
+    #[error("database migration {0} would leave references dangling; not applied")]
+    Migration(usize),
     #[error("the write could not be committed")]
     Commit,
     #[error("the store must be opened inside a tokio runtime")]

@@ -25,6 +25,7 @@ use crate::protocol::Message;
 const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0001_init.sql"),
     include_str!("../../migrations/0002_owners.sql"),
+    include_str!("../../migrations/0003_lean_threads.sql"),
 ];
 
 /// What a job hands back: its caller's answer, sent once the batch is committed (the flag
@@ -359,15 +360,7 @@ impl SqliteStore {
             let agents = scope
                 .agents
                 .map(|agents| serde_json::Value::from(agents).to_string());
-            let mut stmt = conn.prepare_cached(
-                "SELECT id FROM threads
-                 WHERE (?1 IS NULL OR agent = ?1)
-                   AND (?6 IS NULL OR owner = ?6)
-                   AND (?7 IS NULL OR agent IN (SELECT value FROM json_each(?7)))
-                   AND (?4 OR updated_at < ?2 OR (updated_at = ?2 AND id < ?3))
-                 ORDER BY updated_at DESC, id DESC
-                 LIMIT ?5",
-            )?;
+            let mut stmt = conn.prepare_cached(list_sql(scope.owner.is_some()))?;
             let ids = stmt
                 .query_map(
                     params![
@@ -474,19 +467,32 @@ fn prepare(conn: &mut Connection) -> Result<(), StoreError> {
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     // Savepoints and sorts keep their scratch in memory, not in temporary files.
     conn.pragma_update(None, "temp_store", "MEMORY")?;
-    conn.pragma_update(None, "foreign_keys", "ON")?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if version > MIGRATIONS.len() as i64 {
         return Err(StoreError::TooNew(version));
     }
+    // Migrations run with foreign keys off, so that one may rebuild a table others refer to
+    // (dropping it would otherwise cascade to them); one that leaves a reference dangling
+    // is rolled back.
+    conn.pragma_update(None, "foreign_keys", "OFF")?;
+    let dangling = |conn: &Connection| {
+        conn.query_row("SELECT COUNT(*) FROM pragma_foreign_key_check", [], |r| {
+            r.get::<_, i64>(0)
+        })
+    };
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
         let tx = conn.transaction()?;
+        let before = dangling(&tx)?;
         tx.execute_batch(sql)?;
+        if dangling(&tx)? > before {
+            return Err(StoreError::Migration(i + 1));
+        }
         tx.pragma_update(None, "user_version", (i + 1) as i64)?;
         tx.commit()?;
         tracing::info!(version = i + 1, "database migrated");
     }
+    conn.pragma_update(None, "foreign_keys", "ON")?;
     Ok(())
 }
 
@@ -521,6 +527,29 @@ impl Shared {
                 }
             });
         }
+    }
+}
+
+/// The thread listing's query: one owner's threads through its index, or everyone's (the
+/// operator's listing) in order of activity. Parameters: agent, cursor time, cursor id,
+/// unbounded, limit, owner, agents (JSON).
+fn list_sql(one_owner: bool) -> &'static str {
+    if one_owner {
+        "SELECT id FROM threads
+         WHERE owner = ?6
+           AND (?1 IS NULL OR agent = ?1)
+           AND (?7 IS NULL OR agent IN (SELECT value FROM json_each(?7)))
+           AND (?4 OR updated_at < ?2 OR (updated_at = ?2 AND id < ?3))
+         ORDER BY updated_at DESC, id DESC
+         LIMIT ?5"
+    } else {
+        "SELECT id FROM threads
+         WHERE ?6 IS NULL
+           AND (?1 IS NULL OR agent = ?1)
+           AND (?7 IS NULL OR agent IN (SELECT value FROM json_each(?7)))
+           AND (?4 OR updated_at < ?2 OR (updated_at = ?2 AND id < ?3))
+         ORDER BY updated_at DESC, id DESC
+         LIMIT ?5"
     }
 }
 
@@ -744,6 +773,77 @@ mod tests {
         assert_eq!(loaded.transcript.len(), 2);
         assert!(store.delete_thread("t1").await.expect("delete"));
         assert!(store.thread("t1").await.expect("read").is_none());
+    }
+
+    /// A database written by a build before the lean threads table (schema 2) keeps every
+    /// thread, message and run through the migration: rebuilding `threads` cascades to
+    /// nothing.
+    #[tokio::test]
+    async fn the_lean_threads_migration_keeps_every_row() {
+        let dir = temp();
+        {
+            let conn = Connection::open(dir.join("agui-serve.db")).expect("open");
+            conn.pragma_update(None, "foreign_keys", "ON").expect("fk");
+            for sql in &MIGRATIONS[..2] {
+                conn.execute_batch(sql).expect("migrate");
+            }
+            conn.pragma_update(None, "user_version", 2)
+                .expect("version");
+            conn.execute_batch(
+                "INSERT INTO threads (id, owner, agent, title, created_at, updated_at, status)
+                     VALUES ('alice/t', 'alice', 'demo', 'hi', 1, 5, 'idle');
+                 INSERT INTO messages (thread_id, seq, id, role, body)
+                     VALUES ('alice/t', 1, 'u', 'user', '{\"id\":\"u\",\"role\":\"user\",\"content\":\"hi\"}');
+                 INSERT INTO runs (thread_id, id, started_at, ended_at, outcome)
+                     VALUES ('alice/t', 'r', 2, 5, 'finished');",
+            )
+            .expect("rows");
+        }
+        let store = Store::open(&dir).expect("migrated");
+        let row = store.thread("alice/t").await.expect("read").expect("kept");
+        assert_eq!((row.message_count, row.title.as_deref()), (1, Some("hi")));
+        assert_eq!(
+            row.last_run.expect("run").outcome.as_deref(),
+            Some("finished")
+        );
+        let scope = ListScope {
+            owner: Some("alice".into()),
+            agents: None,
+        };
+        let page = store
+            .list_threads(10, None, None, scope)
+            .await
+            .expect("list");
+        assert_eq!(page.threads.len(), 1);
+        // Foreign keys hold again after the migration: deleting cascades.
+        assert!(store.delete_thread("alice/t").await.expect("delete"));
+        let conn = Connection::open(dir.join("agui-serve.db")).expect("open");
+        let left: i64 = conn
+            .query_row("SELECT COUNT(*) FROM messages", [], |r| r.get(0))
+            .expect("count");
+        assert_eq!(left, 0);
+    }
+
+    /// One principal's listing reads its own threads through the owner index, not every
+    /// thread in order of activity.
+    #[test]
+    fn an_owners_listing_uses_the_owner_index() {
+        let mut conn = Connection::open_in_memory().expect("open");
+        prepare(&mut conn).expect("schema");
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {}", list_sql(true)))
+            .expect("plan")
+            .query_map(
+                params![None::<String>, 0, "", true, 10, "alice", None::<String>],
+                |r| r.get::<_, String>(3),
+            )
+            .expect("rows")
+            .collect::<Result<_, _>>()
+            .expect("plan");
+        assert!(
+            plan.iter().any(|step| step.contains("threads_by_owner")),
+            "{plan:?}"
+        );
     }
 
     #[tokio::test]
