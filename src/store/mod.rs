@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 mod fence;
+mod known;
 mod postgres;
 mod sqlite;
 pub use fence::{Fence, Held};

@@ -17,6 +17,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 use tokio::sync::{oneshot, watch};
 
+use super::known::KnownThreads;
 use super::{ListScope, Progress, RunRow, StoreError, StoredThread, ThreadPage, ThreadRow, now_ms};
 use crate::metrics::StoreMetrics;
 use crate::protocol::Message;
@@ -52,6 +53,8 @@ struct Shared {
     progress: watch::Sender<Progress>,
     /// Stops the checkpoint thread when the last handle goes.
     _checkpointer: mpsc::Sender<()>,
+    /// The threads the database may hold (see `known.rs`).
+    known: KnownThreads,
     metrics: StoreMetrics,
 }
 
@@ -84,6 +87,7 @@ impl SqliteStore {
         })?;
         prepare(&mut conn)?;
         let interrupted = recover(&mut conn)?;
+        let known = known_threads(&conn)?;
         if interrupted > 0 {
             tracing::info!(
                 runs = interrupted,
@@ -105,6 +109,7 @@ impl SqliteStore {
                 runtime,
                 progress: watch::Sender::new(Progress::default()),
                 _checkpointer: checkpointer,
+                known,
                 metrics: StoreMetrics::default(),
             }),
         })
@@ -178,6 +183,10 @@ impl SqliteStore {
 
     /// A thread and its transcript, if it exists.
     pub(super) async fn load_thread(&self, id: &str) -> Result<Option<StoredThread>, StoreError> {
+        if !self.shared.known.may_hold(id) {
+            // A thread nobody has used: no read needed to say so.
+            return Ok(None);
+        }
         let id = id.to_owned();
         self.call(move |conn| {
             let Some(row) = thread_row(conn, &id)? else {
@@ -214,6 +223,7 @@ impl SqliteStore {
         messages: Vec<Message>,
         now: i64,
     ) {
+        self.shared.known.add(thread_id);
         let (thread_id, agent, run_id) =
             (thread_id.to_owned(), agent.to_owned(), run_id.to_owned());
         self.enqueue("run_start", move |conn| {
@@ -618,6 +628,18 @@ fn spawn_checkpointer(path: &Path) -> Result<mpsc::Sender<()>, StoreError> {
 }
 
 /// Marks runs and threads a previous process left live; returns how many runs.
+/// The filter of the threads `conn`'s database holds, with room for twice as many.
+fn known_threads(conn: &Connection) -> Result<KnownThreads, StoreError> {
+    let count: i64 = conn.query_row("SELECT COUNT(*) FROM threads", [], |r| r.get(0))?;
+    let known = KnownThreads::with_capacity(usize::try_from(count).unwrap_or(0) * 2);
+    let mut stmt = conn.prepare("SELECT id FROM threads")?;
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        known.add(&row.get::<_, String>(0)?);
+    }
+    Ok(known)
+}
+
 fn recover(conn: &mut Connection) -> Result<usize, StoreError> {
     let now = now_ms();
     let tx = conn.transaction()?;
@@ -844,6 +866,26 @@ mod tests {
             plan.iter().any(|step| step.contains("threads_by_owner")),
             "{plan:?}"
         );
+    }
+
+    /// A thread the database holds loads, after a restart too; loading one it has never
+    /// held queues no read.
+    #[tokio::test]
+    async fn only_threads_the_database_may_hold_are_read() {
+        let dir = temp();
+        {
+            let store = SqliteStore::open(&dir).expect("open");
+            store.record_run_start("t", "demo", None, "r", vec![user("u", "x")], 1);
+            store.commit().await.expect("commit");
+            assert!(store.load_thread("t").await.expect("load").is_some());
+        }
+        let store = SqliteStore::open(&dir).expect("reopen");
+        let queued = store.shared.lock().last;
+        assert!(store.load_thread("never").await.expect("load").is_none());
+        assert_eq!(store.shared.lock().last, queued, "a read was queued");
+        let loaded = store.load_thread("t").await.expect("load").expect("held");
+        assert_eq!(loaded.transcript.len(), 1);
+        assert_eq!(store.shared.lock().last, queued + 1);
     }
 
     #[tokio::test]
