@@ -31,7 +31,7 @@ use crate::http::tls::{self, TlsError};
 use crate::http::{self as web, App, Limits};
 use crate::metrics::Metrics;
 use crate::runtime::{CancelReason, Runtime, RuntimeOptions};
-use crate::store::{Fence, Store, StoreError};
+use crate::store::{DataDirLock, Fence, Store, StoreError};
 use crate::traces::{Exporter, TraceError};
 
 /// Why the server could not start.
@@ -75,6 +75,8 @@ pub struct Server {
     metrics: Option<(TcpListener, Arc<MetricsEndpoint>)>,
     /// The span exporter (`--otlp-endpoint`), flushed at the end of the shutdown.
     traces: Option<Exporter>,
+    /// The data directory's lock (embedded store only).
+    _data_lock: Option<DataDirLock>,
 }
 
 impl Server {
@@ -125,6 +127,11 @@ impl Server {
             Auth::Misconfigured => Vec::new(),
         };
         ensure_dir(&config.data_dir)?;
+        // The embedded store's data directory, held while this server lives.
+        let data_lock = match &config.cluster {
+            None => Some(Store::lock_data_dir(&config.data_dir)?),
+            Some(_) => None,
+        };
         let (store, cluster) = match &config.cluster {
             None => (Store::open(&config.data_dir)?, None),
             Some(settings) => {
@@ -235,6 +242,7 @@ impl Server {
             path: config.path,
             metrics: metrics_listener,
             traces,
+            _data_lock: data_lock,
         })
     }
 

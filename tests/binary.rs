@@ -480,6 +480,34 @@ async fn sigterm_ends_open_streams_with_a_terminal_event_and_exits_within_grace(
     );
 }
 
+/// A second daemon on a data directory another one serves refuses to start, saying why,
+/// and the first serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_daemon_on_the_same_data_directory_refuses_to_start() {
+    let data = temp_dir("one-daemon");
+    let data_arg = data.to_str().expect("utf8").to_owned();
+    let args = quiet_port_args(&["--no-tls", "--token", TOKEN, "--data-dir", &data_arg]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut first = Daemon::start(&args, &[]);
+    let second = Command::new(BIN)
+        .args(&args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    assert!(!second.status.success(), "the second daemon started");
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(stderr.contains("held by another agui-serve"), "{stderr}");
+    let r = first
+        .post("/demo")
+        .json(&run_body("t", "r", "hi"))
+        .sent()
+        .await;
+    assert_eq!(r.status(), 200);
+    SseReader::new(r).collect().await;
+    first.signal("TERM");
+    first.wait(Duration::from_secs(15)).expect("exits");
+}
+
 #[test]
 fn bad_configuration_exits_2_with_one_line() {
     for args in [

@@ -4,8 +4,8 @@
 //! read of the store before its run starts; "maybe there" costs the read it always cost.
 //! Ids are never taken out (a deleted thread reads as "maybe"), and the filter is sized at
 //! open: past its capacity it answers "maybe" more often, never wrongly "not there".
-//! Sound because this process is the database's only writer (one daemon per data
-//! directory).
+//! Sound because this process is the database's only writer: a daemon holds its data
+//! directory's lock (`Store::lock_data_dir`) while it runs.
 
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::sync::atomic::{AtomicU64, Ordering};

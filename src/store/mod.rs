@@ -41,6 +41,15 @@ pub enum StoreError {
         path: PathBuf,
         source: rusqlite::Error,
     },
+    #[error(
+        "{0} is held by another agui-serve: a data directory serves one daemon (several share PostgreSQL, with --store)"
+    )]
+    InUse(PathBuf),
+    #[error("cannot lock {path}: {source}")]
+    Lock {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot make database {path} private: {source}")]
     Private {
         path: PathBuf,
@@ -149,6 +158,10 @@ struct Progress {
     failures: u64,
 }
 
+/// The data directory's lock, held by a daemon on the embedded store while it runs.
+#[derive(Debug)]
+pub struct DataDirLock(#[allow(dead_code)] nix::fcntl::Flock<std::fs::File>);
+
 /// Handle to the store, on either backend. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -224,6 +237,32 @@ impl Store {
     /// Jobs queued and not yet committed (the one running included).
     pub fn queue_depth(&self) -> u64 {
         dispatch!(self.queue_depth())
+    }
+
+    /// Takes `data_dir`'s lock file for as long as the returned value lives: the embedded
+    /// store's database has one writer (see `known.rs`), so a second daemon on the same
+    /// data directory is refused.
+    pub fn lock_data_dir(data_dir: &Path) -> Result<DataDirLock, StoreError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = data_dir.join("agui-serve.lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|source| StoreError::Lock {
+                path: path.clone(),
+                source,
+            })?;
+        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => Ok(DataDirLock(lock)),
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err(StoreError::InUse(path)),
+            Err((_, errno)) => Err(StoreError::Lock {
+                path,
+                source: errno.into(),
+            }),
+        }
     }
 
     /// A thread and its transcript, if it exists.
