@@ -102,6 +102,17 @@ impl Daemon {
         response.json().await.expect("json")
     }
 
+    /// Runs `text` on the demo agent's thread `t` to its end; the stream's frames.
+    async fn run_to_end(&self, text: &str) -> Vec<SseFrame> {
+        let r = self
+            .post("/demo")
+            .json(&run_body("t", "r", text))
+            .sent()
+            .await;
+        assert_eq!(r.status(), 200);
+        SseReader::new(r).collect().await
+    }
+
     fn signal(&self, signal: &str) {
         let status = Command::new("kill")
             .args([&format!("-{signal}"), &self.child.id().to_string()])
@@ -380,13 +391,7 @@ async fn client_text_never_forges_log_lines() {
             .await;
         assert_eq!(r.status(), 400);
     }
-    let r = daemon
-        .post("/demo")
-        .json(&run_body("t", "r", "hi\nFORGED"))
-        .sent()
-        .await;
-    assert_eq!(r.status(), 200);
-    SseReader::new(r).collect().await;
+    daemon.run_to_end("hi\nFORGED").await;
     daemon.signal("TERM");
     daemon.wait(Duration::from_secs(15)).expect("exits");
     let logs = daemon.logs();
@@ -413,13 +418,7 @@ async fn data_directory_and_database_are_private_under_umask_022() {
     let daemon_args = quiet_port_args(&["--token", TOKEN, "--data-dir", &data_arg]);
     args.extend(daemon_args.iter().map(String::as_str));
     let mut daemon = Daemon::start_program("sh", &args, &[]);
-    let r = daemon
-        .post("/demo")
-        .json(&run_body("t", "r", "hi"))
-        .sent()
-        .await;
-    assert_eq!(r.status(), 200);
-    SseReader::new(r).collect().await;
+    daemon.run_to_end("hi").await;
     let mode = |path: &std::path::Path| {
         std::fs::metadata(path)
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -497,13 +496,7 @@ async fn a_second_daemon_on_the_same_data_directory_refuses_to_start() {
     assert!(!second.status.success(), "the second daemon started");
     let stderr = String::from_utf8_lossy(&second.stderr);
     assert!(stderr.contains("held by another agui-serve"), "{stderr}");
-    let r = first
-        .post("/demo")
-        .json(&run_body("t", "r", "hi"))
-        .sent()
-        .await;
-    assert_eq!(r.status(), 200);
-    SseReader::new(r).collect().await;
+    first.run_to_end("hi").await;
     first.signal("TERM");
     first.wait(Duration::from_secs(15)).expect("exits");
 }

@@ -35,6 +35,28 @@ async fn wait_idle(runtime: &Runtime, thread: &str) {
     panic!("run never ended");
 }
 
+/// Waits for thread `t`'s run to end, then checks it ended `after` `since` (within the
+/// clock's 2 s of slack) and was recorded as cancelled.
+async fn assert_cancelled_after(runtime: &Runtime, since: Instant, after: Duration) {
+    wait_idle(runtime, "t").await;
+    let lived = since.elapsed();
+    assert!(
+        lived >= after && lived < after + Duration::from_secs(2),
+        "{lived:?}"
+    );
+    runtime.store().flush().await.expect("flush");
+    let row = runtime
+        .store()
+        .thread("t")
+        .await
+        .expect("read")
+        .expect("row");
+    assert_eq!(
+        row.last_run.expect("run").outcome.as_deref(),
+        Some("cancelled")
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_disconnected_run_finishes_and_its_transcript_is_stored() {
     let runtime = runtime(Duration::from_secs(30));
@@ -84,23 +106,7 @@ async fn a_run_with_nobody_attached_for_the_grace_is_cancelled() {
         .expect("start");
     let started = Instant::now();
     drop(attachment);
-    wait_idle(&runtime, "t").await;
-    let lived = started.elapsed();
-    assert!(
-        lived >= Duration::from_secs(30) && lived < Duration::from_secs(32),
-        "{lived:?}"
-    );
-    runtime.store().flush().await.expect("flush");
-    let row = runtime
-        .store()
-        .thread("t")
-        .await
-        .expect("read")
-        .expect("row");
-    assert_eq!(
-        row.last_run.expect("run").outcome.as_deref(),
-        Some("cancelled")
-    );
+    assert_cancelled_after(&runtime, started, Duration::from_secs(30)).await;
     assert_eq!(runtime.gauge().active, 0, "slot released");
 }
 
@@ -246,21 +252,5 @@ async fn a_run_that_wakes_with_nobody_attached_is_cancelled_a_grace_later() {
     drop(attachment);
     tokio::time::sleep(Duration::from_secs(100)).await;
     assert_eq!(runtime.live_status("t"), Some("suspended"), "not cancelled");
-    wait_idle(&runtime, "t").await;
-    let lived = suspended_at.elapsed();
-    assert!(
-        lived >= Duration::from_secs(150) && lived < Duration::from_secs(152),
-        "{lived:?}"
-    );
-    runtime.store().flush().await.expect("flush");
-    let row = runtime
-        .store()
-        .thread("t")
-        .await
-        .expect("read")
-        .expect("row");
-    assert_eq!(
-        row.last_run.expect("run").outcome.as_deref(),
-        Some("cancelled")
-    );
+    assert_cancelled_after(&runtime, suspended_at, Duration::from_secs(150)).await;
 }

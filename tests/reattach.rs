@@ -279,16 +279,17 @@ async fn no_live_run_gives_a_hydration_run_and_unknown_threads_are_refused() {
     assert!(runtime.reattach("nope", None).await.is_err());
 }
 
-#[tokio::test]
-async fn idle_threads_beyond_the_memory_bound_are_evicted_and_reload_from_the_store() {
+/// A runtime that keeps at most `bound` threads in memory, after one finished run on each of
+/// threads `t0` .. `t{threads - 1}`, in order; with each run's first event id.
+async fn runs_past_a_thread_bound(bound: usize, threads: usize) -> (Runtime, Vec<String>) {
     let mut agents: BTreeMap<String, Arc<dyn Agent>> = BTreeMap::new();
     agents.insert("demo".into(), Arc::new(DemoAgent));
     let mut options = RuntimeOptions::new(16);
-    options.max_threads_in_memory = 2;
+    options.max_threads_in_memory = bound;
     let store = Store::open(&support::temp_dir("evict")).expect("store");
     let runtime = Runtime::new(agents, options, store);
     let mut first_ids = Vec::new();
-    for i in 0..4 {
+    for i in 0..threads {
         let frames = drain(
             runtime
                 .start_run("demo", run_input(&format!("t{i}"), "r", &format!("hi {i}")))
@@ -298,6 +299,12 @@ async fn idle_threads_beyond_the_memory_bound_are_evicted_and_reload_from_the_st
         .await;
         first_ids.push(id_of(&frames[0]));
     }
+    (runtime, first_ids)
+}
+
+#[tokio::test]
+async fn idle_threads_beyond_the_memory_bound_are_evicted_and_reload_from_the_store() {
+    let (runtime, first_ids) = runs_past_a_thread_bound(2, 4).await;
     // t0 was evicted: its journal is gone, so its old id resyncs, and its history comes
     // back from the store.
     let attachment = runtime
@@ -320,23 +327,7 @@ async fn idle_threads_beyond_the_memory_bound_are_evicted_and_reload_from_the_st
 /// the scan that picks them is paid once per that many new threads, not once per thread.
 #[tokio::test]
 async fn crossing_the_thread_bound_evicts_down_to_a_sixteenth_below_it() {
-    let mut agents: BTreeMap<String, Arc<dyn Agent>> = BTreeMap::new();
-    agents.insert("demo".into(), Arc::new(DemoAgent));
-    let mut options = RuntimeOptions::new(16);
-    options.max_threads_in_memory = 32;
-    let store = Store::open(&support::temp_dir("evict-low-water")).expect("store");
-    let runtime = Runtime::new(agents, options, store);
-    let mut first_ids = Vec::new();
-    for i in 0..33 {
-        let frames = drain(
-            runtime
-                .start_run("demo", run_input(&format!("t{i}"), "r", &format!("hi {i}")))
-                .await
-                .expect("start"),
-        )
-        .await;
-        first_ids.push(id_of(&frames[0]));
-    }
+    let (runtime, first_ids) = runs_past_a_thread_bound(32, 33).await;
     // The 33rd thread took the map to 30: the three least recently used left.
     for (i, expected) in [(3, Resume::Exact), (32, Resume::Exact), (2, Resume::Resync)] {
         let attachment = runtime
