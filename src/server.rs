@@ -128,10 +128,9 @@ impl Server {
         };
         ensure_dir(&config.data_dir)?;
         // The embedded store's data directory, held while this server lives.
-        let data_lock = match &config.cluster {
-            None => Some(Store::lock_data_dir(&config.data_dir)?),
-            Some(_) => None,
-        };
+        let data_lock = (config.cluster.is_none())
+            .then(|| Store::lock_data_dir(&config.data_dir))
+            .transpose()?;
         let (store, cluster) = match &config.cluster {
             None => (Store::open(&config.data_dir)?, None),
             Some(settings) => {

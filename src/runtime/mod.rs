@@ -1299,8 +1299,6 @@ impl LiveRun {
     }
 }
 
-/// Locks a std mutex, recovering from poisoning (state behind these locks is updated in
-/// single steps that leave it consistent). Never held across an `.await`.
 /// Where eviction stops once a bound is crossed: a sixteenth below it (the bound itself
 /// when it is that small).
 fn low_water(bound: usize) -> usize {
@@ -1327,6 +1325,8 @@ fn retire(threads: &mut HashMap<String, Arc<Thread>>, ids: Vec<String>) {
     }
 }
 
+/// Locks a std mutex, recovering from poisoning (state behind these locks is updated in
+/// single steps that leave it consistent). Never held across an `.await`.
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }

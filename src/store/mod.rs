@@ -160,7 +160,9 @@ struct Progress {
 
 /// The data directory's lock, held by a daemon on the embedded store while it runs.
 #[derive(Debug)]
-pub struct DataDirLock(#[allow(dead_code)] nix::fcntl::Flock<std::fs::File>);
+pub struct DataDirLock {
+    _held: nix::fcntl::Flock<std::fs::File>,
+}
 
 /// Handle to the store, on either backend. Cheap to clone.
 #[derive(Clone)]
@@ -256,7 +258,7 @@ impl Store {
                 source,
             })?;
         match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => Ok(DataDirLock(lock)),
+            Ok(held) => Ok(DataDirLock { _held: held }),
             Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err(StoreError::InUse(path)),
             Err((_, errno)) => Err(StoreError::Lock {
                 path,

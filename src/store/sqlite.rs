@@ -544,22 +544,23 @@ impl Shared {
 /// operator's listing) in order of activity. Parameters: agent, cursor time, cursor id,
 /// unbounded, limit, owner, agents (JSON).
 fn list_sql(one_owner: bool) -> &'static str {
+    macro_rules! listing {
+        ($owner:literal) => {
+            concat!(
+                "SELECT id FROM threads WHERE ",
+                $owner,
+                " AND (?1 IS NULL OR agent = ?1)
+                  AND (?7 IS NULL OR agent IN (SELECT value FROM json_each(?7)))
+                  AND (?4 OR updated_at < ?2 OR (updated_at = ?2 AND id < ?3))
+                ORDER BY updated_at DESC, id DESC
+                LIMIT ?5"
+            )
+        };
+    }
     if one_owner {
-        "SELECT id FROM threads
-         WHERE owner = ?6
-           AND (?1 IS NULL OR agent = ?1)
-           AND (?7 IS NULL OR agent IN (SELECT value FROM json_each(?7)))
-           AND (?4 OR updated_at < ?2 OR (updated_at = ?2 AND id < ?3))
-         ORDER BY updated_at DESC, id DESC
-         LIMIT ?5"
+        listing!("owner = ?6")
     } else {
-        "SELECT id FROM threads
-         WHERE ?6 IS NULL
-           AND (?1 IS NULL OR agent = ?1)
-           AND (?7 IS NULL OR agent IN (SELECT value FROM json_each(?7)))
-           AND (?4 OR updated_at < ?2 OR (updated_at = ?2 AND id < ?3))
-         ORDER BY updated_at DESC, id DESC
-         LIMIT ?5"
+        listing!("?6 IS NULL")
     }
 }
 
@@ -627,8 +628,8 @@ fn spawn_checkpointer(path: &Path) -> Result<mpsc::Sender<()>, StoreError> {
     Ok(stop)
 }
 
-/// Marks runs and threads a previous process left live; returns how many runs.
-/// The filter of the threads `conn`'s database holds, with room for twice as many.
+/// The filter of the threads `conn`'s database holds, with room for twice as many (one
+/// read of every id, at open).
 fn known_threads(conn: &Connection) -> Result<KnownThreads, StoreError> {
     let count: i64 = conn.query_row("SELECT COUNT(*) FROM threads", [], |r| r.get(0))?;
     let known = KnownThreads::with_capacity(usize::try_from(count).unwrap_or(0) * 2);
@@ -640,6 +641,7 @@ fn known_threads(conn: &Connection) -> Result<KnownThreads, StoreError> {
     Ok(known)
 }
 
+/// Marks runs and threads a previous process left live; returns how many runs.
 fn recover(conn: &mut Connection) -> Result<usize, StoreError> {
     let now = now_ms();
     let tx = conn.transaction()?;
