@@ -111,6 +111,32 @@ async fn a_run_with_nobody_attached_for_the_grace_is_cancelled() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_grace_counts_from_the_last_stream_to_detach() {
+    let runtime = runtime(Duration::from_secs(30));
+    let attachment = runtime
+        .start_run("demo", run_input("t", "r", "/slow 1000 1000"))
+        .await
+        .expect("start");
+    drop(attachment);
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    // Back briefly, then gone again: the first detach's grace no longer applies.
+    let again = runtime.reattach("t", None).await.expect("reattach");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let second = runtime.reattach("t", None).await.expect("reattach");
+    drop(again);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let left = Instant::now();
+    drop(second);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        runtime.live_status("t"),
+        Some("running"),
+        "30 s after the first detach"
+    );
+    assert_cancelled_after(&runtime, left, Duration::from_secs(30)).await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn reattaching_within_the_grace_keeps_the_run_alive() {
     let runtime = runtime(Duration::from_secs(30));
     let attachment = runtime

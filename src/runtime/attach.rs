@@ -439,13 +439,13 @@ struct AttachGuard {
 
 impl AttachGuard {
     fn new(run: Arc<LiveRun>) -> AttachGuard {
-        run.attached.send_modify(|n| *n += 1);
+        run.attach();
         AttachGuard { run }
     }
 }
 
 impl Drop for AttachGuard {
     fn drop(&mut self) {
-        self.run.attached.send_modify(|n| *n = n.saturating_sub(1));
+        self.run.detach();
     }
 }

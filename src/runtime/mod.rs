@@ -34,14 +34,15 @@ pub mod translator;
 pub mod ui;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 pub use attach::{Attachment, Resume};
 pub use fleet::{FleetFrom, FleetItem, FleetStream};
@@ -393,7 +394,12 @@ pub(crate) struct LiveRun {
     cancel: CancellationToken,
     reason: Mutex<Option<CancelReason>>,
     /// Number of attached streams.
-    pub(crate) attached: watch::Sender<usize>,
+    attached: AtomicUsize,
+    /// How many times the attached count fell to zero: a disconnect watcher acts only if
+    /// no later fall (with a watcher of its own) happened while it waited.
+    detaches: AtomicU64,
+    /// What the disconnect watcher needs, spawned only when the last stream detaches.
+    disconnect: DisconnectWatch,
     /// Journal sequence of the current segment's `RUN_STARTED`.
     segment_start: AtomicU64,
     /// Fires when the pump has finished (terminal event written, slot released).
@@ -1283,7 +1289,41 @@ fn transcript_json(transcript: &[Message]) -> Value {
     serde_json::to_value(transcript).unwrap_or_else(|_| json!([]))
 }
 
+/// The disconnect grace, where to track the watcher's task, and the run's span for its
+/// log line.
+pub(crate) struct DisconnectWatch {
+    pub(crate) grace: Duration,
+    pub(crate) tasks: TaskTracker,
+    pub(crate) span: tracing::Span,
+}
+
 impl LiveRun {
+    /// Counts one more attached stream.
+    pub(crate) fn attach(&self) {
+        self.attached.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Counts one stream fewer; when it was the last, a watcher cancels the run unless a
+    /// stream attaches within the disconnect grace.
+    pub(crate) fn detach(self: &Arc<LiveRun>) {
+        if self.attached.fetch_sub(1, Ordering::SeqCst) != 1 || self.finished.is_cancelled() {
+            return;
+        }
+        let generation = self.detaches.fetch_add(1, Ordering::SeqCst) + 1;
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let watch = pump::watch_disconnect(self.clone(), generation)
+            .instrument(self.disconnect.span.clone());
+        self.disconnect.tasks.spawn_on(watch, &handle);
+    }
+
+    /// Nobody is attached and nobody detached since the fall numbered `generation`.
+    fn still_detached(&self, generation: u64) -> bool {
+        self.attached.load(Ordering::SeqCst) == 0
+            && self.detaches.load(Ordering::SeqCst) == generation
+    }
+
     fn cancel_with(&self, reason: CancelReason) {
         {
             let mut current = lock(&self.reason);

@@ -16,13 +16,12 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::FutureExt;
 use serde_json::Value;
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -32,8 +31,8 @@ use super::sanitize::sanitize;
 use super::suspension::{self, Channel, Suspension, Wait};
 use super::translator::{Ending, Produced, Translator};
 use super::{
-    CancelReason, Control, Controls, LiveRun, NextSegment, Phase, PhaseCell, Runtime, Thread, lock,
-    now_ms, state,
+    CancelReason, Control, Controls, DisconnectWatch, LiveRun, NextSegment, Phase, PhaseCell,
+    Runtime, Thread, lock, now_ms, state,
 };
 use crate::agent::{Agent, AgentError, AgentEvent, EventSink, SinkItem, Turn, TurnEnd};
 use crate::config::Hitl;
@@ -71,11 +70,18 @@ pub(super) fn start(
         .get(&thread.agent)
         .copied()
         .unwrap_or(Hitl::Tool);
+    let span = tracing::info_span!("run", thread.id = %thread.id, run.id = %input.run_id);
     let run = Arc::new(LiveRun {
         id: input.run_id.clone(),
         cancel: CancellationToken::new(),
         reason: Mutex::new(None),
-        attached: watch::Sender::new(0),
+        attached: AtomicUsize::new(0),
+        detaches: AtomicU64::new(0),
+        disconnect: DisconnectWatch {
+            grace: inner.options.disconnect_grace,
+            tasks: inner.run_tasks.clone(),
+            span: span.clone(),
+        },
         segment_start: AtomicU64::new(segment_start),
         finished: CancellationToken::new(),
         translator: Mutex::new(Translator::new(&thread.id, &input.run_id)),
@@ -91,7 +97,7 @@ pub(super) fn start(
         let new = state.take_new(&input.messages);
         state.live = Some(run.clone());
         if let Some(client) = &input.state {
-            state::set_client(&mut state.document, client);
+            state::set_client(state.document.make_mut(&thread.agent), client);
         }
         let history = std::mem::take(&mut state.history_pending).then(|| {
             capped_history(
@@ -104,7 +110,7 @@ pub(super) fn start(
             new,
             history,
             state.session_id.clone(),
-            state.document.clone(),
+            state.document.value(&thread.agent),
             tool_call_ids(&state.transcript),
         )
     };
@@ -146,7 +152,6 @@ pub(super) fn start(
         tool_call_ids,
         cancel: run.cancel.child_token(),
     });
-    let span = tracing::info_span!("run", thread.id = %thread.id, run.id = %run.id);
     // Started in the request's context: the request's span is the run's parent.
     let trace = inner
         .options
@@ -177,10 +182,7 @@ pub(super) fn start(
     });
     inner
         .run_tasks
-        .spawn(drive(pump, agent, turn, input.parent_run_id, history).instrument(span.clone()));
-    inner
-        .run_tasks
-        .spawn(watch_disconnect(run, inner.options.disconnect_grace).instrument(span));
+        .spawn(drive(pump, agent, turn, input.parent_run_id, history).instrument(span));
     attachment
 }
 
@@ -747,41 +749,39 @@ fn pending_len(run: &LiveRun) -> usize {
     lock(&run.suspension).as_ref().map_or(0, |s| s.waits.len())
 }
 
-/// Cancels the run once nobody has been attached for `grace`. A suspended run is waiting
-/// on the client by design (its stream ended with the segment): it is not cancelled for
-/// that, its suspension timeout applies instead.
-async fn watch_disconnect(run: Arc<LiveRun>, grace: Duration) {
-    let mut attached = run.attached.subscribe();
-    let ended = run.cancel.clone();
+/// Cancels the run once nobody has been attached for the disconnect grace, counted from
+/// the detach numbered `generation` (spawned by [`LiveRun::detach`]; it gives up to a later
+/// detach's watcher, or when a stream attaches). A suspended run is waiting on the client
+/// by design (its stream ended with the segment): it is not cancelled for that, its
+/// suspension timeout applies instead, and the grace counts again once it wakes.
+pub(super) async fn watch_disconnect(run: Arc<LiveRun>, generation: u64) {
+    let grace = run.disconnect.grace;
     loop {
         tokio::select! {
-            () = ended.cancelled() => return,
+            () = run.cancel.cancelled() => return,
             () = run.finished.cancelled() => return,
-            nobody = attached.wait_for(|n| *n == 0) => if nobody.is_err() { return },
+            () = tokio::time::sleep(grace) => {}
         }
-        tokio::select! {
-            () = ended.cancelled() => return,
-            () = run.finished.cancelled() => return,
-            back = async { tokio::time::timeout(grace, attached.wait_for(|n| *n > 0)).await.map(|r| r.is_ok()) } => match back {
-                Ok(true) => continue,
-                Ok(false) => return,
-                Err(_elapsed) => {
-                    let suspended = run.phase.get() == Phase::Suspended;
-                    if suspended {
-                        // Wait for the run to wake, then watch attachments again.
-                        tokio::select! {
-                            () = ended.cancelled() => return,
-                            () = run.finished.cancelled() => return,
-                            () = run.phase.running() => {}
-                        }
-                        continue;
-                    }
-                    tracing::info!(grace_ms = grace.as_millis() as u64, "no stream attached for the disconnect grace; cancelling");
-                    run.cancel_with(CancelReason::Abandoned);
-                    return;
-                }
-            },
+        if !run.still_detached(generation) {
+            return;
         }
+        if run.phase.get() == Phase::Suspended {
+            tokio::select! {
+                () = run.cancel.cancelled() => return,
+                () = run.finished.cancelled() => return,
+                () = run.phase.running() => {}
+            }
+            if !run.still_detached(generation) {
+                return;
+            }
+            continue;
+        }
+        tracing::info!(
+            grace_ms = grace.as_millis() as u64,
+            "no stream attached for the disconnect grace; cancelling"
+        );
+        run.cancel_with(CancelReason::Abandoned);
+        return;
     }
 }
 
@@ -814,7 +814,7 @@ impl SegmentWriter {
             out.push(Event::MessagesSnapshot { messages });
         }
         out.push(Event::StateSnapshot {
-            snapshot: lock(&self.thread.state).document.clone(),
+            snapshot: lock(&self.thread.state).document.value(&self.thread.agent),
         });
         self.emit(&mut translator, &out);
         let run_id = translator.run_id().to_owned();
@@ -856,7 +856,7 @@ impl SegmentWriter {
         let mut translator = lock(&self.run.translator);
         let delta = {
             let mut state = lock(&self.thread.state);
-            state::set(&mut state.document, pointer, value)
+            state::set(state.document.make_mut(&self.thread.agent), pointer, value)
         };
         match delta {
             Ok(delta) if delta.as_array().is_some_and(|ops| !ops.is_empty()) => {
@@ -879,7 +879,7 @@ impl SegmentWriter {
                 let state = lock(&self.thread.state);
                 (
                     super::transcript_json(&state.transcript),
-                    state.document.clone(),
+                    state.document.value(&self.thread.agent),
                 )
             };
             self.emit(&mut translator, &out);

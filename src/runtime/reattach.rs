@@ -131,7 +131,10 @@ impl Runtime {
         let cursor = thread.journal.last_seq();
         let (messages, document) = {
             let state = lock(&thread.state);
-            (transcript_json(&state.transcript), state.document.clone())
+            (
+                transcript_json(&state.transcript),
+                state.document.value(&thread.agent),
+            )
         };
         let mut events = vec![
             Event::run_started(&thread.id, translator.run_id(), None),
@@ -172,7 +175,10 @@ impl Runtime {
     ) -> Attachment {
         let (messages, document) = {
             let state = lock(&thread.state);
-            (transcript_json(&state.transcript), state.document.clone())
+            (
+                transcript_json(&state.transcript),
+                state.document.value(&thread.agent),
+            )
         };
         let events = [
             Event::run_started(&thread.id, run_id, None),

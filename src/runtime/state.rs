@@ -18,6 +18,31 @@ pub fn initial(agent: &str) -> Value {
     json!({"agent": agent, "todos": [], "usage": {}, "files": []})
 }
 
+/// A thread's document, held only once it differs from a fresh thread's ([`initial`]):
+/// most threads' never does, and a fresh one would be a map of its own in every thread.
+#[derive(Debug, Default)]
+pub struct Document(Option<Value>);
+
+impl Document {
+    /// The document as it is (a fresh one for `agent` until it was changed).
+    pub fn value(&self, agent: &str) -> Value {
+        self.0.clone().unwrap_or_else(|| initial(agent))
+    }
+
+    /// The document, to change.
+    pub fn make_mut(&mut self, agent: &str) -> &mut Value {
+        self.0.get_or_insert_with(|| initial(agent))
+    }
+
+    /// Its encoded length.
+    pub fn size(&self, agent: &str) -> usize {
+        match &self.0 {
+            Some(value) => super::memory::json_size(value),
+            None => super::memory::json_size(&initial(agent)),
+        }
+    }
+}
+
 /// Sets `client` from `RunAgentInput.state`. A client that sends back the document it was
 /// given (CopilotKit does) would nest it deeper every turn, so the server's own members are
 /// stripped first; what is left is the client's own state.
@@ -111,6 +136,24 @@ fn set_pointer(document: &mut Value, pointer: &str, value: Value) -> Result<(), 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_document_is_a_fresh_ones_until_changed() {
+        let mut doc = Document::default();
+        assert_eq!(doc.value("demo"), initial("demo"));
+        assert_eq!(
+            doc.size("demo"),
+            serde_json::to_vec(&initial("demo")).expect("json").len()
+        );
+        set(doc.make_mut("demo"), "/model", json!("m1")).expect("set");
+        let mut expected = initial("demo");
+        expected["model"] = json!("m1");
+        assert_eq!(doc.value("demo"), expected);
+        assert_eq!(
+            doc.size("demo"),
+            serde_json::to_vec(&expected).expect("json").len()
+        );
+    }
 
     fn apply(doc: &Value, delta: &Value) -> Value {
         let patch: json_patch::Patch = serde_json::from_value(delta.clone()).expect("patch");

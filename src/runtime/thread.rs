@@ -12,8 +12,6 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use serde_json::Value;
-
 use super::answer::SUSPENSION_LOST;
 use super::memory::{Meter, json_size};
 use super::suspension::PERMISSION_TOOL;
@@ -70,7 +68,7 @@ pub(super) struct ThreadState {
     /// The transcript, in order.
     pub(super) transcript: Vec<Message>,
     /// The shared state document.
-    pub(super) document: Value,
+    pub(super) document: state::Document,
     /// The first run this process serves on a stored thread starts with its history.
     pub(super) history_pending: bool,
     /// The client profile of the last request on this thread (for reattach).
@@ -148,7 +146,7 @@ pub(super) fn new_thread(
             seen: transcript.iter().map(|m| m.id().to_owned()).collect(),
             history_pending,
             transcript,
-            document: state::initial(agent),
+            document: state::Document::default(),
             profile: Profile::V1,
             expired_interrupts: HashSet::new(),
             session_id,
@@ -182,7 +180,7 @@ impl Thread {
                 .map(json_size)
                 .sum::<usize>();
             state.sized = (state.transcript.len(), bytes);
-            bytes + json_size(&state.document)
+            bytes + state.document.size(&self.agent)
         };
         let old = self.cached_bytes.swap(bytes, Ordering::Relaxed);
         self.meter.replace(old, bytes);
