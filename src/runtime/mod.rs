@@ -1132,8 +1132,11 @@ impl Runtime {
         memory::retained_limit(options.memory_budget, options.memory_reserved)
     }
 
-    /// Lets go of what the memory budget does not cover: while over it, the retained frames
-    /// of finished runs (least recently used thread first), then idle threads (likewise).
+    /// Lets go of what the memory budget does not cover: while over it, threads in order of
+    /// least recent use each give up the retained frames of their finished runs, and an
+    /// idle one (nobody but the map holds it) leaves memory as well (it reloads from the
+    /// store). The thread whose run just ended is the most recently used: its frames, the
+    /// ones a client cut near the end reattaches to, go last.
     /// Cheap when under the budget.
     fn enforce_budget(&self) {
         let budget = self.retained_limit();
@@ -1145,40 +1148,37 @@ impl Runtime {
         // budget rather than once per run that ends over it.
         let target = low_water(budget);
         tracing::debug!(held = meter.get(), budget, target, "over the memory budget");
-        let mut by_use: Vec<(u64, Arc<Thread>)> = lock(&self.inner.threads)
-            .values()
-            .map(|t| (t.last_used.load(Ordering::Relaxed), t.clone()))
+        // Lock order: the map, then a thread's state (nothing takes the map under a state
+        // lock). Holding the map, nobody takes a new reference to a thread meanwhile.
+        let mut threads = lock(&self.inner.threads);
+        let mut by_use: Vec<(u64, &str)> = threads
+            .iter()
+            .map(|(id, t)| (t.last_used.load(Ordering::Relaxed), id.as_str()))
             .collect();
-        by_use.sort_unstable_by_key(|(used, _)| *used);
-        for (_, thread) in &by_use {
-            if meter.get() <= target {
+        by_use.sort_unstable();
+        // (A retired thread's bytes leave the meter when it is dropped, in `retire`.)
+        let mut held = meter.get();
+        let mut gone = Vec::new();
+        for (_, id) in by_use {
+            if held <= target {
                 break;
             }
-            // Under the state lock, so a run cannot start on the thread meanwhile.
-            let state = lock(&thread.state);
-            if state.live.is_none() {
-                thread.journal.release();
-            }
-        }
-        drop(by_use);
-        if meter.get() > target {
-            let mut threads = lock(&self.inner.threads);
-            let mut idle = idle_by_use(&threads);
-            idle.sort_unstable();
-            // (Each thread's bytes leave the meter when it is dropped, in `retire`.)
-            let mut held = meter.get();
-            let mut gone = Vec::new();
-            for (_, id) in idle {
-                if held <= target {
-                    break;
-                }
-                if let Some(thread) = threads.get(id) {
-                    held = held.saturating_sub(thread.cached_bytes());
-                    gone.push(id.to_owned());
+            let Some(thread) = threads.get(id) else {
+                continue;
+            };
+            {
+                // Under the state lock, so a run cannot start on the thread meanwhile.
+                let state = lock(&thread.state);
+                if state.live.is_none() {
+                    held = held.saturating_sub(thread.journal.release());
                 }
             }
-            retire(&mut threads, gone);
+            if Arc::strong_count(thread) == 1 {
+                held = held.saturating_sub(thread.cached_bytes());
+                gone.push(id.to_owned());
+            }
         }
+        retire(&mut threads, gone);
     }
 
     /// A thread's run ended: its share of the budget is brought up to date and the budget
