@@ -1184,6 +1184,8 @@ impl Runtime {
     /// A thread's run ended: its share of the budget is brought up to date and the budget
     /// enforced.
     pub(super) fn run_ended(&self, thread: &Thread) {
+        // Its frames are the freshest: they are what a client cut near the end reattaches to.
+        thread.last_used.store(now_ms(), Ordering::Relaxed);
         thread.account();
         self.enforce_budget();
     }
