@@ -167,27 +167,41 @@ impl<H: Handler> Connection<H> {
         }
     }
 
-    async fn start(self, stream: TcpStream, tls: Option<TlsAcceptor>, watcher: Watcher) {
-        let deadline = tokio::time::Instant::now() + self.first_request_bound();
-        match tls {
-            None => {
-                let sniffed = tokio::select! {
-                    sniffed = tokio::time::timeout_at(deadline, cleartext_protocol(&stream)) => sniffed,
-                    () = self.shutdown.cancelled() => {
-                        tracing::debug!(peer = %self.peer, "closed before its first bytes: shutting down");
-                        return;
+    /// An async block, not an async fn: an async fn's task keeps room for its arguments
+    /// twice, and this is the connection's task for its whole life.
+    #[allow(clippy::manual_async_fn)]
+    fn start(
+        self,
+        stream: TcpStream,
+        tls: Option<TlsAcceptor>,
+        watcher: Watcher,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        async move {
+            let deadline = tokio::time::Instant::now() + self.first_request_bound();
+            match tls {
+                None => {
+                    let sniffed = tokio::select! {
+                        sniffed = tokio::time::timeout_at(deadline, cleartext_protocol(&stream)) => sniffed,
+                        () = self.shutdown.cancelled() => {
+                            tracing::debug!(peer = %self.peer, "closed before its first bytes: shutting down");
+                            return;
+                        }
+                    };
+                    match sniffed {
+                        Ok(Ok(protocol)) => {
+                            self.serve(stream, false, protocol, deadline, watcher).await
+                        }
+                        Ok(Err(error)) => {
+                            tracing::debug!(%error, "connection failed before a request")
+                        }
+                        Err(_) => tracing::debug!("no request within the header timeout; closing"),
                     }
-                };
-                match sniffed {
-                    Ok(Ok(protocol)) => {
-                        self.serve(stream, false, protocol, deadline, watcher).await
-                    }
-                    Ok(Err(error)) => tracing::debug!(%error, "connection failed before a request"),
-                    Err(_) => tracing::debug!("no request within the header timeout; closing"),
+                }
+                // Boxed: a cleartext connection's task does not carry a TLS session's room.
+                Some(acceptor) => {
+                    Box::pin(self.start_tls(stream, acceptor, deadline, watcher)).await
                 }
             }
-            // Boxed: a cleartext connection's task does not carry a TLS session's room.
-            Some(acceptor) => Box::pin(self.start_tls(stream, acceptor, deadline, watcher)).await,
         }
     }
 
@@ -268,15 +282,18 @@ impl<H: Handler> Connection<H> {
         // HTTP/1.1 connection's task does not carry HTTP/2's room.
         match protocol {
             Protocol::Http1 => {
-                let mut builder = http1::Builder::new();
-                builder
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(limits.header_read_timeout)
-                    .max_header_size(MAX_HEADER_BYTES)
-                    .max_buf_size(MAX_HEADER_BYTES)
-                    .max_headers(MAX_HEADER_FIELDS)
-                    .keep_alive(keep_alive);
-                let conn = watcher.watch(builder.serve_connection(io, service));
+                // The builder goes before the await: the task would keep it otherwise.
+                let conn = {
+                    let mut builder = http1::Builder::new();
+                    builder
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(limits.header_read_timeout)
+                        .max_header_size(MAX_HEADER_BYTES)
+                        .max_buf_size(MAX_HEADER_BYTES)
+                        .max_headers(MAX_HEADER_FIELDS)
+                        .keep_alive(keep_alive);
+                    watcher.watch(builder.serve_connection(io, service))
+                };
                 tokio::pin!(conn);
                 self.watch(conn, deadline, &first_request).await
             }

@@ -409,7 +409,7 @@ pub(crate) struct LiveRun {
     /// Commands to the pump.
     control: Controls,
     /// The open waits while suspended; taken by whoever resolves them.
-    suspension: Mutex<Option<suspension::Suspension>>,
+    suspension: Mutex<Option<Box<suspension::Suspension>>>,
     phase: PhaseCell,
     /// Every AG-UI run id of this run's segments (each works for cancel).
     aliases: Mutex<Vec<String>>,

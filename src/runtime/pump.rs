@@ -593,7 +593,7 @@ impl Pump {
         let pending = suspension.ids();
         // Parked before the terminal frame is written: a client that answers at once finds
         // the run waiting for it.
-        *lock(&run.suspension) = Some(suspension);
+        *lock(&run.suspension) = Some(Box::new(suspension));
         run.phase.set(Phase::Suspended);
         self.writer.rt.fleet_changed();
         self.deadline = Some(Instant::now() + self.suspend_timeout);
