@@ -123,6 +123,9 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+# A bearer token of a real one's length: agui-serve scrubs the token from every log line,
+# and a one-letter token would have it rewrite every line's every occurrence of that letter.
+token="$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 results="${OUT:-$work/results.jsonl}"
 : >"$results"
 failures="$work/failures"
@@ -134,7 +137,7 @@ bench_one() {
   dir="$(mktemp -d "$work/$label-$round.XXXXXX")"
   mkdir -p "$dir/data"
   # shellcheck disable=SC2086
-  "$bin" --no-tls --port 0 --token t --data-dir "$dir/data" --max-concurrent-runs 20000 --max-connections 20000 \
+  "$bin" --no-tls --port 0 --token "$token" --data-dir "$dir/data" --max-concurrent-runs 20000 --max-connections 20000 \
     ${DAEMON_ARGS:-} >"$dir/stdout" 2>"$dir/stderr" &
   server_pid=$!
   for _ in $(seq 1 300); do
@@ -150,7 +153,7 @@ bench_one() {
   fi
   echo "round $round $label ($group): $bin at $url (pid $server_pid)" >&2
   # shellcheck disable=SC2086
-  if ! "$loadgen" --url "$url" --token t --agent demo $group --pid "$server_pid" \
+  if ! "$loadgen" --url "$url" --token "$token" --agent demo $group --pid "$server_pid" \
     --clk-tck "$(getconf CLK_TCK)" --label "$label" --round "$round" ${LOADGEN_ARGS:-} \
     | tee -a "$results" >&2; then
     echo "round $round $label ($group): the load client failed" | tee -a "$failures" >&2
