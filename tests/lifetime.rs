@@ -44,6 +44,11 @@ async fn assert_cancelled_after(runtime: &Runtime, since: Instant, after: Durati
         lived >= after && lived < after + Duration::from_secs(2),
         "{lived:?}"
     );
+    assert_eq!(last_outcome(runtime).await.as_deref(), Some("cancelled"));
+}
+
+/// The outcome of thread `t`'s last run, as stored.
+async fn last_outcome(runtime: &Runtime) -> Option<String> {
     runtime.store().flush().await.expect("flush");
     let row = runtime
         .store()
@@ -51,10 +56,7 @@ async fn assert_cancelled_after(runtime: &Runtime, since: Instant, after: Durati
         .await
         .expect("read")
         .expect("row");
-    assert_eq!(
-        row.last_run.expect("run").outcome.as_deref(),
-        Some("cancelled")
-    );
+    row.last_run.expect("run").outcome
 }
 
 #[tokio::test(start_paused = true)]
@@ -72,17 +74,7 @@ async fn a_disconnected_run_finishes_and_its_transcript_is_stored() {
         "ran to the end"
     );
     assert!(started.elapsed() < Duration::from_secs(30));
-    runtime.store().flush().await.expect("flush");
-    let row = runtime
-        .store()
-        .thread("t")
-        .await
-        .expect("read")
-        .expect("row");
-    assert_eq!(
-        row.last_run.expect("run").outcome.as_deref(),
-        Some("finished")
-    );
+    assert_eq!(last_outcome(&runtime).await.as_deref(), Some("finished"));
     let (messages, _) = runtime
         .store()
         .messages("t", 10)
