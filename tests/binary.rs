@@ -144,6 +144,12 @@ impl Drop for Daemon {
     }
 }
 
+/// Cleartext on any port, with the test token, on the data directory `data`.
+fn cleartext_args_on(data: &std::path::Path) -> Vec<String> {
+    let data = data.to_str().expect("utf8");
+    quiet_port_args(&["--no-tls", "--token", TOKEN, "--data-dir", data])
+}
+
 fn quiet_port_args(extra: &[&str]) -> Vec<String> {
     let mut args = vec!["--port".to_owned(), "0".to_owned()];
     args.extend(extra.iter().map(|s| (*s).to_owned()));
@@ -484,8 +490,7 @@ async fn sigterm_ends_open_streams_with_a_terminal_event_and_exits_within_grace(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_daemon_on_the_same_data_directory_refuses_to_start() {
     let data = temp_dir("one-daemon");
-    let data_arg = data.to_str().expect("utf8").to_owned();
-    let args = quiet_port_args(&["--no-tls", "--token", TOKEN, "--data-dir", &data_arg]);
+    let args = cleartext_args_on(&data);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut first = Daemon::start(&args, &[]);
     let second = Command::new(BIN)
@@ -607,8 +612,7 @@ fn check_config_prints_the_resolved_configuration_redacted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_mid_run_then_restart_keeps_the_thread_and_reports_the_cut_run() {
     let data = temp_dir("kill9");
-    let data_arg = data.to_str().expect("utf8").to_owned();
-    let args = quiet_port_args(&["--no-tls", "--token", TOKEN, "--data-dir", &data_arg]);
+    let args = cleartext_args_on(&data);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut daemon = Daemon::start(&args, &[]);
     // A completed exchange, then a long run that gets cut.
