@@ -1151,21 +1151,18 @@ impl Runtime {
         // Lock order: the map, then a thread's state (nothing takes the map under a state
         // lock). Holding the map, nobody takes a new reference to a thread meanwhile.
         let mut threads = lock(&self.inner.threads);
-        let mut by_use: Vec<(u64, &str)> = threads
+        let mut by_use: Vec<(u64, &String, &Arc<Thread>)> = threads
             .iter()
-            .map(|(id, t)| (t.last_used.load(Ordering::Relaxed), id.as_str()))
+            .map(|(id, t)| (t.last_used.load(Ordering::Relaxed), id, t))
             .collect();
-        by_use.sort_unstable();
+        by_use.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
         // (A retired thread's bytes leave the meter when it is dropped, in `retire`.)
         let mut held = meter.get();
         let mut gone = Vec::new();
-        for (_, id) in by_use {
+        for (_, id, thread) in by_use {
             if held <= target {
                 break;
             }
-            let Some(thread) = threads.get(id) else {
-                continue;
-            };
             {
                 // Under the state lock, so a run cannot start on the thread meanwhile.
                 let state = lock(&thread.state);
@@ -1175,7 +1172,7 @@ impl Runtime {
             }
             if Arc::strong_count(thread) == 1 {
                 held = held.saturating_sub(thread.cached_bytes());
-                gone.push(id.to_owned());
+                gone.push(id.clone());
             }
         }
         retire(&mut threads, gone);
@@ -1293,21 +1290,21 @@ fn transcript_json(transcript: &[Message]) -> Value {
 
 /// The disconnect grace, where to track the watcher's task, and the run's span for its
 /// log line.
-pub(crate) struct DisconnectWatch {
-    pub(crate) grace: Duration,
-    pub(crate) tasks: TaskTracker,
-    pub(crate) span: tracing::Span,
+struct DisconnectWatch {
+    grace: Duration,
+    tasks: TaskTracker,
+    span: tracing::Span,
 }
 
 impl LiveRun {
     /// Counts one more attached stream.
-    pub(crate) fn attach(&self) {
+    fn attach(&self) {
         self.attached.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Counts one stream fewer; when it was the last, a watcher cancels the run unless a
     /// stream attaches within the disconnect grace.
-    pub(crate) fn detach(self: &Arc<LiveRun>) {
+    fn detach(self: &Arc<LiveRun>) {
         if self.attached.fetch_sub(1, Ordering::SeqCst) != 1 || self.finished.is_cancelled() {
             return;
         }
