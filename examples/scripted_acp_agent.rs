@@ -23,6 +23,11 @@
 //! | `auth` | answers the prompt with error -32000 |
 //! | `recall` | `Heard: <every prompt line this session received, joined by " | ">` |
 //! | `mcp TOOL JSON` | reports a tool call, then calls TOOL on the `frontend` MCP server it was given (streamable HTTP), and reports the result |
+//! | `pwd` | `Cwd: <the session's working directory>` |
+//! | `write NAME TEXT` | writes TEXT (and a newline) to NAME in the session's directory: `Wrote NAME` or `Write failed: ...` |
+//! | `fill NAME BYTES` | writes BYTES zero bytes to NAME there |
+//! | `symlink NAME TARGET` | makes NAME there a symlink to TARGET |
+//! | `probe JSON` | tries what a prompt-injected agent tries and reports each outcome (`ok`, `denied`, `error: ...`) as `Probe: {...}`: `{"read":[paths],"list":[dirs],"write":[paths],"connect":["host:port"],"signal":[pids]}` (relative paths are in the session's directory) |
 //!
 //! Modes `code` (current at first) and `plan`, and config options `model` (`fast` or
 //! `smart`) and `fast_apply` (a boolean), are offered with every new session and can be
@@ -81,9 +86,19 @@ struct Shared {
     settings: Mutex<std::collections::HashMap<String, (String, String, bool)>>,
     /// session id -> how many `session/set_config_option` requests it got.
     config_sets: Mutex<std::collections::HashMap<String, usize>>,
+    /// session id -> its working directory.
+    cwds: Mutex<std::collections::HashMap<String, std::path::PathBuf>>,
 }
 
 impl Shared {
+    fn cwd(&self, session: &str) -> std::path::PathBuf {
+        self.cwds
+            .lock()
+            .ok()
+            .and_then(|c| c.get(session).cloned())
+            .unwrap_or_else(|| ".".into())
+    }
+
     fn settings(&self, session: &str) -> (String, String, bool) {
         self.settings
             .lock()
@@ -625,6 +640,10 @@ async fn play(
         "auth" => {
             return Err(auth_required());
         }
+        "pwd" | "write" | "fill" | "symlink" | "probe" => {
+            let reply = files(&shared.cwd(&session), head, rest);
+            chunk(&cx, &session, "agent_message_chunk", &mid, &reply)?;
+        }
         "recall" => {
             let heard = shared
                 .heard
@@ -705,6 +724,8 @@ async fn main() -> Result<(), Error> {
     let on_cancel = shared.clone();
     let on_prompt = shared.clone();
     let on_new = shared.clone();
+    let on_load = shared.clone();
+    let on_resume = shared.clone();
     let on_mode = shared.clone();
     let on_config = shared.clone();
     let transport = ByteStreams::new(
@@ -769,6 +790,9 @@ async fn main() -> Result<(), Error> {
                 if let Ok(mut mcp) = on_new.mcp.lock() {
                     mcp.insert(id.clone(), servers);
                 }
+                if let Ok(mut cwds) = on_new.cwds.lock() {
+                    cwds.insert(id.clone(), request.cwd.clone());
+                }
                 // A session exists from now on, with an empty history.
                 if let Some(path) = history_path(&id) {
                     let _ = std::fs::write(path, b"");
@@ -783,6 +807,9 @@ async fn main() -> Result<(), Error> {
         .on_receive_request(
             async move |request: LoadSessionRequest, responder, cx: Connection| {
                 let session = request.session_id.to_string();
+                if let Ok(mut cwds) = on_load.cwds.lock() {
+                    cwds.insert(session.clone(), request.cwd.clone());
+                }
                 if let Some(path) = history_path(&session)
                     && !path.exists()
                 {
@@ -816,7 +843,9 @@ async fn main() -> Result<(), Error> {
         )
         .on_receive_request(
             async move |request: ResumeSessionRequest, responder, _cx| {
-                let _ = request.session_id;
+                if let Ok(mut cwds) = on_resume.cwds.lock() {
+                    cwds.insert(request.session_id.to_string(), request.cwd.clone());
+                }
                 let response = ResumeSessionResponse::new();
                 responder.respond(response)
             },
@@ -962,4 +991,84 @@ async fn main() -> Result<(), Error> {
         )
         .connect_to(transport)
         .await
+}
+
+/// The file commands (`pwd`, `write`, `fill`, `symlink`, `probe`) in the session's `cwd`.
+fn files(cwd: &std::path::Path, command: &str, rest: &str) -> String {
+    let (name, arg) = rest.split_once(' ').unwrap_or((rest, ""));
+    let outcome = |result: std::io::Result<()>, done: String| match result {
+        Ok(()) => done,
+        Err(error) => format!("Write failed: {error}"),
+    };
+    match command {
+        "pwd" => format!("Cwd: {}", cwd.display()),
+        "write" => outcome(
+            std::fs::write(cwd.join(name), format!("{arg}\n")),
+            format!("Wrote {name}"),
+        ),
+        "fill" => {
+            let bytes: usize = arg.trim().parse().unwrap_or(0);
+            outcome(
+                std::fs::write(cwd.join(name), vec![0u8; bytes]),
+                format!("Wrote {name}"),
+            )
+        }
+        "symlink" => outcome(
+            std::os::unix::fs::symlink(arg, cwd.join(name)),
+            format!("Linked {name}"),
+        ),
+        _ => format!("Probe: {}", probe(cwd, rest)),
+    }
+}
+
+/// Tries each access `plan` names; `{"read:PATH": "ok" | "denied" | "error: ...", ...}`.
+fn probe(cwd: &std::path::Path, plan: &str) -> Value {
+    let plan: Value = serde_json::from_str(plan).unwrap_or(Value::Null);
+    let items = |key: &str| -> Vec<String> {
+        plan[key]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let verdict = |result: std::io::Result<()>| match result {
+        Ok(()) => "ok".to_owned(),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => "denied".to_owned(),
+        Err(e) => format!("error: {e}"),
+    };
+    let mut out = serde_json::Map::new();
+    for path in items("read") {
+        let result = std::fs::read(cwd.join(&path)).map(drop);
+        out.insert(format!("read:{path}"), json!(verdict(result)));
+    }
+    for path in items("list") {
+        let result = std::fs::read_dir(cwd.join(&path)).map(drop);
+        out.insert(format!("list:{path}"), json!(verdict(result)));
+    }
+    for path in items("write") {
+        let result = std::fs::write(cwd.join(&path), b"probe");
+        out.insert(format!("write:{path}"), json!(verdict(result)));
+    }
+    for address in items("connect") {
+        let result = address
+            .parse::<std::net::SocketAddr>()
+            .map_err(std::io::Error::other)
+            .and_then(|a| std::net::TcpStream::connect_timeout(&a, Duration::from_secs(2)))
+            .map(drop);
+        out.insert(format!("connect:{address}"), json!(verdict(result)));
+    }
+    for pid in items("signal") {
+        let result = pid
+            .parse::<i32>()
+            .map_err(std::io::Error::other)
+            .and_then(|pid| {
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+                    .map_err(|e| std::io::Error::from_raw_os_error(e as i32))
+            });
+        out.insert(format!("signal:{pid}"), json!(verdict(result)));
+    }
+    Value::Object(out)
 }

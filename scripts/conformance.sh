@@ -54,12 +54,16 @@ name = "python"
 kind = "acp"
 command = ["$venv/bin/python", "$root/tests/agents/python_acp_agent.py"]
 permissions = "ask"
+# Confined (the default): the virtualenv and the script are read, nothing else of the tree.
+sandbox = { read = ["$venv", "$root/tests/agents"] }
 
 [[agents]]
 name = "python-interrupt"
 kind = "acp"
 command = ["$venv/bin/python", "$root/tests/agents/python_acp_agent.py"]
 permissions = "ask"
+# Confined (the default): the virtualenv and the script are read, nothing else of the tree.
+sandbox = { read = ["$venv", "$root/tests/agents"] }
 hitl = "interrupt"
 TOML
 extra=()

@@ -257,6 +257,20 @@ struct FileAgent {
     permissions: Option<Permissions>,
     hitl: Option<Hitl>,
     mcp_frontend_tools: Option<FrontendMcp>,
+    workspace: Option<FileWorkspace>,
+    confinement: Option<crate::confine::Confinement>,
+    sandbox: Option<crate::confine::Sandbox>,
+    session_ttl: Option<String>,
+}
+
+/// `[agents.workspace]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileWorkspace {
+    source: Option<String>,
+    root: Option<PathBuf>,
+    quota: Option<String>,
+    unit: Option<crate::workspace::Unit>,
 }
 
 /// The result of resolving a command line: the configuration and where the token came from.
@@ -286,6 +300,19 @@ impl Resolved {
                     agent.name,
                     acp.command.first().map_or("", String::as_str)
                 ));
+            }
+            if let AgentKind::Acp(acp) = &agent.kind {
+                match crate::confine::in_force(acp.confinement) {
+                    Ok(crate::confine::Confinement::None) => warnings.push(format!(
+                        "agent {:?}: confinement = \"none\": the agent can read the daemon's data directory and keys",
+                        agent.name
+                    )),
+                    Ok(_) => {}
+                    Err(why) => warnings.push(format!(
+                        "agent {:?}: will not start: {why}",
+                        agent.name
+                    )),
+                }
             }
         }
         value["warnings"] = serde_json::json!(warnings);
@@ -436,10 +463,10 @@ impl ServeArgs {
 
         let mut agents = Vec::new();
         for agent in file.agents {
-            agents.push(agent_from_file(agent)?);
+            agents.push(agent_from_file(agent, &data_dir)?);
         }
         for spec in &self.acp {
-            agents.push(agent_from_flag(spec)?);
+            agents.push(agent_from_flag(spec, &data_dir)?);
         }
         if agents.is_empty() {
             agents.push(AgentConfig::demo());
@@ -456,6 +483,7 @@ impl ServeArgs {
         let cluster = self.resolve_cluster(server, host, port, &tls)?;
         let access = self.resolve_access(&file.auth, max_concurrent_runs)?;
         let ui = resolve_ui(&file.ui)?;
+        let private_files = self.private_files(server, &access);
 
         Ok(Resolved {
             config: Config {
@@ -486,9 +514,28 @@ impl ServeArgs {
                 access,
                 ui,
                 cluster,
+                private_files,
+                launcher: None,
             },
             token_source,
         })
+    }
+
+    /// The files holding secrets: the config file, the token file, key files.
+    fn private_files(&self, server: &FileServer, access: &AccessConfig) -> Vec<PathBuf> {
+        use crate::access::jwt::KeySource;
+        let mut files: Vec<PathBuf> = self.config.iter().cloned().collect();
+        files.extend(
+            self.token_file
+                .clone()
+                .or_else(|| server.token_file.clone()),
+        );
+        for key in &access.keys {
+            files.push(match &key.source {
+                KeySource::Secret(p) | KeySource::PublicKey(p) | KeySource::Jwks(p) => p.clone(),
+            });
+        }
+        files
     }
 
     /// The cluster settings when the store is PostgreSQL (`None`: the embedded SQLite).
@@ -810,7 +857,7 @@ fn read_token_file(path: &Path) -> Result<BearerToken, ConfigError> {
         .map_err(|e| ConfigError::new(format!("token file {}: {e}", path.display())))
 }
 
-fn agent_from_file(agent: FileAgent) -> Result<AgentConfig, ConfigError> {
+fn agent_from_file(agent: FileAgent, data_dir: &Path) -> Result<AgentConfig, ConfigError> {
     if !valid_agent_name(&agent.name) {
         return Err(ConfigError::new(format!(
             "invalid agent name {:?}: use letters, digits, '-', '_' or '.', and none of the route words {}",
@@ -849,6 +896,26 @@ fn agent_from_file(agent: FileAgent) -> Result<AgentConfig, ConfigError> {
                     agent.name
                 )));
             }
+            let session_ttl = match &agent.session_ttl {
+                Some(text) => parse_duration(text).map_err(|e| {
+                    ConfigError::new(format!("agent {:?}: session_ttl: {e}", agent.name))
+                })?,
+                None => std::time::Duration::from_secs(600),
+            };
+            let workspace = match (&agent.cwd, agent.workspace) {
+                (Some(_), Some(_)) => {
+                    return Err(ConfigError::new(format!(
+                        "agent {:?}: give `cwd` (one directory every thread shares) or `[agents.workspace]`, not both",
+                        agent.name
+                    )));
+                }
+                (Some(_), None) => None,
+                (None, workspace) => Some(workspace_config(
+                    &agent.name,
+                    workspace.unwrap_or_default(),
+                    data_dir,
+                )?),
+            };
             AgentKind::Acp(AcpConfig {
                 command: agent.command,
                 cwd: agent.cwd,
@@ -857,6 +924,10 @@ fn agent_from_file(agent: FileAgent) -> Result<AgentConfig, ConfigError> {
                 idle_ttl,
                 permissions: agent.permissions.unwrap_or(Permissions::Ask),
                 frontend_mcp: agent.mcp_frontend_tools.unwrap_or(FrontendMcp::Auto),
+                workspace,
+                confinement: agent.confinement,
+                sandbox: agent.sandbox.unwrap_or_default(),
+                session_ttl,
             })
         }
         other => {
@@ -877,26 +948,66 @@ fn agent_from_file(agent: FileAgent) -> Result<AgentConfig, ConfigError> {
     })
 }
 
-fn agent_from_flag(spec: &str) -> Result<AgentConfig, ConfigError> {
+/// An agent's workspaces: by default an empty directory per thread under
+/// `<data dir>/workspaces`.
+fn workspace_config(
+    agent: &str,
+    file: FileWorkspace,
+    data_dir: &Path,
+) -> Result<crate::workspace::WorkspaceConfig, ConfigError> {
+    use crate::workspace::{Source, Unit, WorkspaceConfig};
+    let at =
+        |key: &str, e: String| ConfigError::new(format!("agent {agent:?}: workspace.{key}: {e}"));
+    let source = match &file.source {
+        Some(text) => Source::parse(text).map_err(|e| at("source", e))?,
+        None => Source::Empty,
+    };
+    let quota = match &file.quota {
+        Some(text) => Some(parse_size(text).map_err(|e| at("quota", e.to_string()))? as u64),
+        None => None,
+    };
+    let root = match file.root {
+        Some(root) if root.is_relative() => {
+            return Err(at("root", "must be an absolute path".to_owned()));
+        }
+        Some(root) => root,
+        None => data_dir.join("workspaces"),
+    };
+    Ok(WorkspaceConfig {
+        source,
+        root,
+        quota,
+        unit: file.unit.unwrap_or(Unit::Thread),
+    })
+}
+
+fn agent_from_flag(spec: &str, data_dir: &Path) -> Result<AgentConfig, ConfigError> {
     let (name, command) = spec
         .split_once('=')
         .ok_or_else(|| ConfigError::new(format!("--acp {spec:?}: expected NAME=COMMAND")))?;
     let words = shlex::split(command)
         .filter(|w| !w.is_empty())
         .ok_or_else(|| ConfigError::new(format!("--acp {name}: cannot split the command")))?;
-    agent_from_file(FileAgent {
-        name: name.to_owned(),
-        kind: "acp".to_owned(),
-        command: words,
-        cwd: None,
-        env: BTreeMap::new(),
-        description: None,
-        pool_size: None,
-        idle_ttl: None,
-        permissions: None,
-        hitl: None,
-        mcp_frontend_tools: None,
-    })
+    agent_from_file(
+        FileAgent {
+            name: name.to_owned(),
+            kind: "acp".to_owned(),
+            command: words,
+            cwd: None,
+            env: BTreeMap::new(),
+            description: None,
+            pool_size: None,
+            idle_ttl: None,
+            permissions: None,
+            hitl: None,
+            mcp_frontend_tools: None,
+            workspace: None,
+            confinement: None,
+            sandbox: None,
+            session_ttl: None,
+        },
+        data_dir,
+    )
 }
 
 #[cfg(test)]

@@ -48,6 +48,12 @@ pub struct Config {
     pub ui: UiConfig,
     /// A PostgreSQL store shared with other nodes (`None`: the embedded SQLite store).
     pub cluster: Option<crate::cluster::ClusterConfig>,
+    /// Files the configuration was read from that hold or lead to secrets (the config
+    /// file, the token file, key files): no agent may read them.
+    pub private_files: Vec<PathBuf>,
+    /// The executable that confines and starts agents (`None`: this one). Set when the
+    /// library runs in another program.
+    pub launcher: Option<PathBuf>,
 }
 
 /// The generative-UI catalog: component names with their props' JSON Schemas.
@@ -189,6 +195,8 @@ pub struct AgentConfig {
     pub kind: AgentKind,
 }
 
+// A configuration value, made once per agent at start: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum AgentKind {
     /// The built-in deterministic agent.
@@ -207,6 +215,37 @@ pub struct AcpConfig {
     pub permissions: Permissions,
     /// When to serve the browser's tools to the agent as an MCP server.
     pub frontend_mcp: FrontendMcp,
+    /// Each thread's own working directory (`None`: every session works in `cwd`, or the
+    /// daemon's working directory).
+    pub workspace: Option<crate::workspace::WorkspaceConfig>,
+    /// How the agent's processes are confined (`None`: Landlock, where the kernel has it;
+    /// without it the agent is not started).
+    pub confinement: Option<crate::confine::Confinement>,
+    /// What a confined agent may reach besides its workspace and home.
+    pub sandbox: crate::confine::Sandbox,
+    /// How long a thread's session stays open with no turn (then `session/close`, and the
+    /// next turn loads it again).
+    pub session_ttl: Duration,
+}
+
+impl AcpConfig {
+    /// An agent started by `command` with every other setting at its default: no
+    /// workspaces (sessions in the daemon's working directory), default confinement.
+    pub fn new(command: Vec<String>) -> AcpConfig {
+        AcpConfig {
+            command,
+            cwd: None,
+            env: BTreeMap::new(),
+            pool_size: 1,
+            idle_ttl: Duration::from_secs(600),
+            permissions: Permissions::Ask,
+            frontend_mcp: FrontendMcp::Auto,
+            workspace: None,
+            confinement: None,
+            sandbox: crate::confine::Sandbox::default(),
+            session_ttl: Duration::from_secs(600),
+        }
+    }
 }
 
 /// When an ACP agent gets the frontend-tools MCP server (`mcp_frontend_tools`).
@@ -231,6 +270,10 @@ impl fmt::Debug for AcpConfig {
             .field("idle_ttl", &self.idle_ttl)
             .field("permissions", &self.permissions)
             .field("frontend_mcp", &self.frontend_mcp)
+            .field("workspace", &self.workspace)
+            .field("confinement", &self.confinement)
+            .field("sandbox", &self.sandbox)
+            .field("session_ttl", &self.session_ttl)
             .finish()
     }
 }
@@ -428,11 +471,23 @@ impl Config {
             access: AccessConfig::default(),
             ui: UiConfig::default(),
             cluster: None,
+            private_files: Vec::new(),
+            launcher: None,
         }
     }
 
     pub fn socket_addr(&self) -> SocketAddr {
         SocketAddr::new(self.host, self.port)
+    }
+
+    /// Every secret file or directory the daemon holds (no agent may read them).
+    pub fn secret_paths(&self) -> Vec<PathBuf> {
+        let mut paths = vec![self.data_dir.clone()];
+        paths.extend(self.private_files.iter().cloned());
+        if let TlsMode::Files { cert, key } = &self.tls {
+            paths.extend([cert.clone(), key.clone()]);
+        }
+        paths
     }
 
     /// The resolved configuration as JSON with secrets redacted (`check-config`).
@@ -464,6 +519,22 @@ impl Config {
                             json!(format!("{:?}", acp.permissions).to_lowercase());
                         value["mcp_frontend_tools"] =
                             json!(format!("{:?}", acp.frontend_mcp).to_lowercase());
+                        value["session_ttl"] = json!(format_duration(acp.session_ttl));
+                        value["workspace"] = acp.workspace.as_ref().map_or(json!(null), |w| {
+                            json!({
+                                "source": w.source.to_string(),
+                                "root": w.root,
+                                "quota": w.quota.map(|q| format_size(q as usize)),
+                                "unit": format!("{:?}", w.unit).to_lowercase(),
+                            })
+                        });
+                        value["confinement"] = json!(confinement_in_force(acp.confinement));
+                        value["sandbox"] = json!({
+                            "read": acp.sandbox.read,
+                            "write": acp.sandbox.write,
+                            "connect": acp.sandbox.connect,
+                            "bind": acp.sandbox.bind,
+                        });
                     }
                 }
                 value
@@ -566,6 +637,14 @@ pub const RESERVED_AGENT_NAMES: &[&str] = &[
     "info", "healthz", "readyz", "threads", "runs", "agent", "agents", "metrics", "tokens",
     "fleet", "console", ".", "..",
 ];
+
+/// What `check-config` shows of an agent's confinement.
+fn confinement_in_force(choice: Option<crate::confine::Confinement>) -> String {
+    match crate::confine::in_force(choice) {
+        Ok(confinement) => confinement.as_str().to_owned(),
+        Err(why) => format!("unavailable: {why}"),
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -6,6 +6,10 @@
 //! - [`protocol`]: AG-UI wire types, request decoding, SSE framing, negotiation. No I/O.
 //! - [`config`] / [`cli`]: typed configuration; clap and TOML stop at `cli`.
 //! - [`access`]: principals, capabilities, scoped tokens (JWT), thread namespaces.
+//! - [`confine`]: what an agent process may read, write and connect to (Landlock, `bwrap`),
+//!   and the launcher that confines it.
+//! - [`workspace`]: each thread's working directory on disk (an empty, template or git
+//!   source), its files as the workspace routes serve them, what a turn changed.
 //! - [`agent`]: the backend seam ([`agent::Agent`]) and the built-in demo agent.
 //! - [`runtime`]: runs, threads, the replay journal, admission and shutdown.
 //! - [`store`]: durable threads, transcripts and runs: embedded SQLite on its own thread,
@@ -26,6 +30,7 @@ pub mod agent;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod confine;
 mod hex;
 pub mod http;
 pub mod logging;
@@ -35,5 +40,6 @@ pub mod runtime;
 mod server;
 pub mod store;
 pub mod traces;
+pub mod workspace;
 
 pub use server::{Server, serve};

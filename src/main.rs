@@ -18,6 +18,17 @@ use sd_notify::NotifyState;
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
+    // The launcher of a confined agent (see `confine`): before anything else, so the agent
+    // starts from a process that has done nothing.
+    let mut args = std::env::args_os().skip(1);
+    if args
+        .next()
+        .is_some_and(|a| a == agui_serve::confine::LAUNCH)
+    {
+        let why = agui_serve::confine::launch(args.collect());
+        eprintln!("agui-serve: {why}");
+        return ExitCode::from(126);
+    }
     let cli = Cli::parse();
     let env = |name: &str| std::env::var(name).ok();
     let resolved = match cli.args.resolve(&env) {

@@ -21,7 +21,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
-use crate::agent::acp::AcpBackend;
+use crate::agent::acp::{AcpBackend, AgentHost};
 use crate::agent::demo::DemoAgent;
 use crate::cluster::{Cluster, ClusterError};
 use crate::config::{AgentKind, Auth, Config, TlsMode};
@@ -109,6 +109,13 @@ impl Server {
             TlsMode::Files { cert, key } => Some(tls::acceptor_from_files(cert, key)?),
         };
         let mut agents: BTreeMap<String, Arc<dyn Agent>> = BTreeMap::new();
+        let mut host = AgentHost::new(&config.data_dir);
+        host.secrets = config.secret_paths();
+        host.secrets
+            .extend(std::env::var_os("HOME").map(std::path::PathBuf::from));
+        if let Some(launcher) = &config.launcher {
+            host.launcher = launcher.clone();
+        }
         for agent in &config.agents {
             match &agent.kind {
                 AgentKind::Demo => {
@@ -117,7 +124,7 @@ impl Server {
                 AgentKind::Acp(acp) => {
                     agents.insert(
                         agent.name.clone(),
-                        Arc::new(AcpBackend::new(&agent.name, acp.clone())),
+                        Arc::new(AcpBackend::new(&agent.name, acp.clone(), host.clone())),
                     );
                 }
             }

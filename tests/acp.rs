@@ -35,6 +35,11 @@ fn acp_agent(
             idle_ttl: Duration::from_secs(600),
             permissions,
             frontend_mcp: FrontendMcp::Auto,
+            sandbox: agui_serve::confine::Sandbox {
+                write: vec![state.to_owned()],
+                ..Default::default()
+            },
+            ..AcpConfig::new(Vec::new())
         }),
     }
 }
@@ -403,7 +408,11 @@ async fn an_idle_process_is_stopped_after_its_ttl() {
         panic!("acp config expected");
     };
     config.idle_ttl = Duration::from_secs(600);
-    let backend = std::sync::Arc::new(AcpBackend::new("idle", config));
+    // Only the process's TTL is measured here (idle sessions: tests/confine.rs).
+    config.session_ttl = Duration::from_secs(3600);
+    let mut host = agui_serve::agent::acp::AgentHost::new(&state);
+    host.launcher = launcher();
+    let backend = std::sync::Arc::new(AcpBackend::new("idle", config, host));
     let mut agents: std::collections::BTreeMap<String, std::sync::Arc<dyn Agent>> =
         Default::default();
     agents.insert("idle".into(), backend.clone());
@@ -456,6 +465,7 @@ async fn readyz_reports_whether_agents_can_start() {
                 idle_ttl: Duration::from_secs(60),
                 permissions: Permissions::Ask,
                 frontend_mcp: FrontendMcp::Auto,
+                ..AcpConfig::new(Vec::new())
             }),
         }];
     })
@@ -1008,6 +1018,7 @@ async fn an_agent_whose_command_is_missing_is_unavailable_on_the_agents_route() 
                 idle_ttl: Duration::from_secs(60),
                 permissions: Permissions::Ask,
                 frontend_mcp: FrontendMcp::Auto,
+                ..AcpConfig::new(Vec::new())
             }),
         }];
     })

@@ -31,6 +31,11 @@ fn agent(name: &str, hitl: Hitl, state: &std::path::Path) -> AgentConfig {
             idle_ttl: Duration::from_secs(600),
             permissions: Permissions::Ask,
             frontend_mcp: FrontendMcp::Auto,
+            sandbox: agui_serve::confine::Sandbox {
+                write: vec![state.to_owned()],
+                ..Default::default()
+            },
+            ..AcpConfig::new(Vec::new())
         }),
     }
 }

@@ -328,23 +328,28 @@ async fn audit_lines_name_the_principal_and_never_the_token() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_secrets_never_appear_in_logs_even_at_trace() {
     let state = temp_dir("mcp-logs");
-    let agent = format!("scripted={}", scripted_agent().display());
     let data = temp_dir("mcp-logs-data");
+    // The agent records the MCP servers it was given in `state` (its env and sandbox).
+    let config = temp_dir("mcp-logs-config").join("agui.toml");
+    let toml = format!(
+        "[[agents]]\nname = \"scripted\"\nkind = \"acp\"\ncommand = [{}]\n\
+         env = {{ SCRIPTED_AGENT_STATE = {} }}\nsandbox = {{ write = [{}] }}\n",
+        serde_json::json!(scripted_agent()),
+        serde_json::json!(state),
+        serde_json::json!(state),
+    );
+    std::fs::write(&config, toml).expect("config");
     let args = quiet_port_args(&[
         "--no-tls",
         "--token",
         TOKEN,
         "--data-dir",
         data.to_str().expect("utf8"),
-        "--acp",
-        &agent,
+        "--config",
+        config.to_str().expect("utf8"),
     ]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let state_env = state.to_str().expect("utf8");
-    let mut daemon = Daemon::start(
-        &args,
-        &[("RUST_LOG", "trace"), ("SCRIPTED_AGENT_STATE", state_env)],
-    );
+    let mut daemon = Daemon::start(&args, &[("RUST_LOG", "trace")]);
     let tools = serde_json::json!([{"name": "chart", "description": "draws", "parameters": {"type": "object"}}]);
     let body = serde_json::json!({"threadId": "t", "runId": "r", "protocolVersion": "1.0",
         "tools": tools,

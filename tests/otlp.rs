@@ -147,8 +147,10 @@ impl Daemon {
         let toml = format!(
             "[[agents]]\nname = \"demo\"\nkind = \"demo\"\n\n\
              [[agents]]\nname = \"scripted\"\nkind = \"acp\"\ncommand = [{}]\n\
-             env = {{ SCRIPTED_AGENT_STATE = {} }}\n",
+             env = {{ SCRIPTED_AGENT_STATE = {} }}\n\
+             sandbox = {{ write = [{}] }}\n",
             json!(scripted_agent()),
+            json!(home.join("scripted")),
             json!(home.join("scripted")),
         );
         std::fs::write(&config, toml).expect("config");

@@ -62,6 +62,16 @@ pub trait Agent: Send + Sync + 'static {
         Box::pin(async {})
     }
 
+    /// The workspace of thread `thread_key` (its directory, whether made yet or not) and
+    /// the agent's workspace settings; `None` for an agent without workspaces.
+    fn workspace(
+        &self,
+        thread_key: &str,
+    ) -> Option<(std::path::PathBuf, crate::workspace::Workspaces)> {
+        let _ = thread_key;
+        None
+    }
+
     /// Stops whatever the backend runs (end of shutdown, after every run has ended).
     fn shutdown(&self) -> BoxFuture<()> {
         Box::pin(async {})

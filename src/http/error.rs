@@ -30,6 +30,27 @@ pub struct ApiError {
     pub forward: Option<Box<Owner>>,
 }
 
+impl From<crate::workspace::WorkspaceError> for ApiError {
+    fn from(error: crate::workspace::WorkspaceError) -> ApiError {
+        use crate::workspace::WorkspaceError;
+        match error {
+            WorkspaceError::BadPath(why) => {
+                ApiError::invalid_input(format!("path {why}"), Some("path".to_owned()))
+            }
+            WorkspaceError::NotFound => ApiError::not_found("file in the workspace"),
+            WorkspaceError::TooLarge { size, cap } => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "FILE_TOO_LARGE",
+                format!("the file holds {size} bytes, over the {cap} bytes served"),
+            ),
+            other => {
+                tracing::error!(error = %other, "workspace read failed");
+                ApiError::internal()
+            }
+        }
+    }
+}
+
 impl ApiError {
     fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
         ApiError {

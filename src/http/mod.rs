@@ -21,6 +21,7 @@ mod parse_errors;
 pub mod policy;
 pub mod routes;
 pub mod tls;
+mod workspace;
 
 use std::time::Duration;
 

@@ -22,6 +22,7 @@ use serde_json::json;
 use super::body::{Body, empty, event_stream, full, read_body};
 use super::error::ApiError;
 use super::policy::{self, OriginCheck};
+use super::workspace::WorkspaceRoute;
 use super::{App, ConnInfo, copilotkit};
 use crate::access::{Capability, Principal, check_principal_name};
 use crate::protocol::input::check_id;
@@ -57,6 +58,8 @@ enum Route {
     ImportSession(String, String),
     /// Fork a thread into a new one.
     ForkThread(String),
+    /// A thread's workspace: a listing, a file, or what changed.
+    Workspace(String, WorkspaceRoute),
     /// The ambient plane: the fleet document and its changes.
     FleetStream,
     /// The operator console's page (`None`) or one of its files.
@@ -112,6 +115,15 @@ impl Route {
             }
             ["threads", id, "stream"] if !id.is_empty() => Route::ThreadStream((*id).to_owned()),
             ["threads", id, "fork"] if !id.is_empty() => Route::ForkThread((*id).to_owned()),
+            ["threads", id, "workspace"] if !id.is_empty() => {
+                Route::Workspace((*id).to_owned(), WorkspaceRoute::List)
+            }
+            ["threads", id, "workspace", "file"] if !id.is_empty() => {
+                Route::Workspace((*id).to_owned(), WorkspaceRoute::File)
+            }
+            ["threads", id, "workspace", "changes"] if !id.is_empty() => {
+                Route::Workspace((*id).to_owned(), WorkspaceRoute::Changes)
+            }
             ["agents", agent, "sessions"] if !agent.is_empty() => {
                 Route::AgentSessions((*agent).to_owned())
             }
@@ -149,6 +161,7 @@ impl Route {
                 | Route::ThreadStream(_)
                 | Route::Cancel(_)
                 | Route::ForkThread(_)
+                | Route::Workspace(..)
         )
     }
 
@@ -182,7 +195,8 @@ impl Route {
             Route::Thread(id)
             | Route::ThreadMessages(id)
             | Route::ThreadStream(id)
-            | Route::ForkThread(id) => check_id(id, "threadId"),
+            | Route::ForkThread(id)
+            | Route::Workspace(id, _) => check_id(id, "threadId"),
             Route::ImportSession(_, session) => check_id(session, "sessionId"),
             Route::Cancel(id) => check_id(id, "runId"),
             Route::AgentStop(_, thread) => check_id(thread, "threadId"),
@@ -217,6 +231,9 @@ impl Route {
             Route::AgentSessions(_) => "/agents/{agent}/sessions",
             Route::ImportSession(..) => "/agents/{agent}/sessions/{sessionId}/import",
             Route::ForkThread(_) => "/threads/{id}/fork",
+            Route::Workspace(_, WorkspaceRoute::List) => "/threads/{id}/workspace",
+            Route::Workspace(_, WorkspaceRoute::File) => "/threads/{id}/workspace/file",
+            Route::Workspace(_, WorkspaceRoute::Changes) => "/threads/{id}/workspace/changes",
             Route::FleetStream => "/fleet/stream",
             Route::Console(None) => "/console",
             Route::Console(Some(_)) => "/console/{file}",
@@ -238,6 +255,7 @@ impl Route {
             | Route::Thread(_)
             | Route::ThreadMessages(_)
             | Route::ThreadStream(_)
+            | Route::Workspace(..)
             | Route::AgentConnect(_)
             | Route::FleetStream => Need::Capability(Capability::Read),
             Route::Run(_)
@@ -258,7 +276,8 @@ impl Route {
             | Route::ThreadMessages(id)
             | Route::ThreadStream(id)
             | Route::AgentStop(_, id)
-            | Route::ForkThread(id) => audit.thread = Some(id.clone()),
+            | Route::ForkThread(id)
+            | Route::Workspace(id, _) => audit.thread = Some(id.clone()),
             Route::Cancel(id) => audit.run = Some(id.clone()),
             _ => {}
         }
@@ -287,6 +306,9 @@ impl Route {
             Route::AgentSessions(_) => "agent_sessions",
             Route::ImportSession(..) => "import_session",
             Route::ForkThread(_) => "fork_thread",
+            Route::Workspace(_, WorkspaceRoute::List) => "workspace",
+            Route::Workspace(_, WorkspaceRoute::File) => "workspace_file",
+            Route::Workspace(_, WorkspaceRoute::Changes) => "workspace_changes",
         }
     }
 }
@@ -630,6 +652,9 @@ async fn serve(
                 json!({"threadId": new.thread_id, "agent": agent, "sessionId": new.session_id,
                     "messageCount": new.message_count}),
             ))
+        }
+        Route::Workspace(id, route) => {
+            super::workspace::serve(app, &principal, &id, route, req.uri().query()).await
         }
         Route::ForkThread(source) => {
             let thread_id = requested_thread_id(req, &conn).await?;
@@ -991,7 +1016,7 @@ fn rfc3339(ms: i64) -> String {
     humantime::format_rfc3339_millis(time).to_string()
 }
 
-fn query_param(query: Option<&str>, key: &str) -> Option<String> {
+pub(super) fn query_param(query: Option<&str>, key: &str) -> Option<String> {
     form_urlencoded::parse(query?.as_bytes())
         .find(|(k, _)| k == key)
         .map(|(_, v)| v.into_owned())

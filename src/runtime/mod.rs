@@ -1015,6 +1015,16 @@ impl Runtime {
         self.inner.agents.values().all(|agent| agent.ready())
     }
 
+    /// The workspace of the thread `key` of agent `agent`: its directory and the agent's
+    /// workspace settings (`None`: no such agent, or one without workspaces).
+    pub fn workspace(
+        &self,
+        agent: &str,
+        key: &str,
+    ) -> Option<(std::path::PathBuf, crate::workspace::Workspaces)> {
+        self.inner.agents.get(agent)?.workspace(key)
+    }
+
     /// Each agent's last known state (`GET {path}/agents`), by name.
     pub fn agent_statuses(&self) -> Vec<(String, crate::agent::AgentStatus)> {
         self.inner

@@ -33,6 +33,12 @@ pub struct TestServer {
     pub data_dir: PathBuf,
 }
 
+/// The daemon's executable, which confines and starts agent processes (an in-process
+/// server's own executable is the test binary).
+pub fn launcher() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_agui-serve"))
+}
+
 pub fn temp_dir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "agui-test-{tag}-{}-{}",
@@ -55,6 +61,7 @@ impl TestServer {
     pub async fn with_limits(adjust: impl FnOnce(&mut Config), limits: Limits) -> TestServer {
         let data_dir = temp_dir("srv");
         let mut config = Config::for_tests(TOKEN, data_dir.clone());
+        config.launcher = Some(launcher());
         adjust(&mut config);
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");

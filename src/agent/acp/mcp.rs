@@ -72,6 +72,11 @@ impl McpBridge {
         })
     }
 
+    /// The loopback port the endpoints are served on.
+    pub(super) fn port(&self) -> u16 {
+        self.server.local_addr().port()
+    }
+
     /// Gives `session` an MCP endpoint whose calls go to the session's turn through
     /// `router`; returns the `mcpServers` entry for `session/new` / `session/load`.
     pub(super) fn bind(&self, router: &Arc<Router>) -> (AcpMcpServer, McpHandle) {

@@ -29,14 +29,18 @@
 
 mod elicit;
 mod health;
+mod launch;
 mod mcp;
+mod pool;
 mod process;
 mod sessions;
 mod settings;
 mod translate;
 mod usage;
+mod workdir;
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -44,10 +48,10 @@ use std::time::Duration;
 use agent_client_protocol::ErrorCode;
 use agent_client_protocol::v1::schema::{
     CancelNotification, CloseSessionRequest, ContentBlock, CreateElicitationResponse,
-    DeleteSessionRequest, ElicitationAction, ImageContent, LoadSessionRequest, McpServer,
-    NewSessionRequest, PermissionOptionKind, PromptRequest, RequestPermissionOutcome,
-    RequestPermissionRequest, RequestPermissionResponse, ResumeSessionRequest,
-    SelectedPermissionOutcome, StopReason, TextContent,
+    ElicitationAction, ImageContent, LoadSessionRequest, McpServer, NewSessionRequest,
+    PermissionOptionKind, PromptRequest, RequestPermissionOutcome, RequestPermissionRequest,
+    RequestPermissionResponse, ResumeSessionRequest, SelectedPermissionOutcome, StopReason,
+    TextContent,
 };
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -59,11 +63,16 @@ use super::{
     SessionPage, SinkClosed, ToolAnswer, Turn, TurnEnd,
 };
 use crate::config::{AcpConfig, FrontendMcp, Permissions};
+use crate::confine::Confinement;
 use crate::protocol::InputError;
 use crate::protocol::input::{
     BinaryPart, ContentPart, DataSource, MediaSource, Message, RunAgentInput,
 };
+use crate::workspace::Workspaces;
 use elicit::elicitation;
+pub use launch::AgentHost;
+use launch::PoolKey;
+use pool::Bound;
 use process::{AcpProcess, Busy, PermissionResponder, SessionEvent};
 use settings::{Settings, show_session_settings};
 use translate::UpdateTranslator;
@@ -113,9 +122,14 @@ pub struct AcpBackend {
 struct Inner {
     name: String,
     config: AcpConfig,
+    host: AgentHost,
+    /// Each thread's working directory, when the agent has workspaces.
+    workspaces: Option<Workspaces>,
+    /// The confinement in force, or why the agent cannot be started.
+    confinement: Result<Confinement, String>,
     processes: Mutex<Vec<Arc<AcpProcess>>>,
-    /// thread id -> (process, session id).
-    sessions: Mutex<HashMap<String, (Arc<AcpProcess>, String)>>,
+    /// thread key -> its live session.
+    sessions: Mutex<HashMap<String, Bound>>,
     /// thread id -> messages the agent has not received (their turn failed before it
     /// accepted the prompt).
     undelivered: Mutex<HashMap<String, Vec<Message>>>,
@@ -131,10 +145,26 @@ struct Inner {
 }
 
 impl AcpBackend {
-    pub fn new(name: &str, config: AcpConfig) -> AcpBackend {
+    pub fn new(name: &str, config: AcpConfig, host: AgentHost) -> AcpBackend {
+        let confinement = crate::confine::in_force(config.confinement);
+        match &confinement {
+            Ok(Confinement::None) => tracing::warn!(
+                agent = name,
+                "confinement = \"none\": the agent can read the daemon's data directory and keys"
+            ),
+            Ok(confinement) => tracing::info!(
+                agent = name,
+                confinement = confinement.as_str(),
+                "agent confined"
+            ),
+            Err(why) => tracing::error!(agent = name, %why, "the agent will not be started"),
+        }
         AcpBackend {
             inner: Arc::new(Inner {
                 name: name.to_owned(),
+                workspaces: config.workspace.clone().map(|w| Workspaces::new(name, w)),
+                confinement,
+                host,
                 config,
                 processes: Mutex::new(Vec::new()),
                 sessions: Mutex::new(HashMap::new()),
@@ -187,7 +217,7 @@ impl Agent for AcpBackend {
     }
 
     fn ready(&self) -> bool {
-        let found = process::startable(&self.inner.config.command);
+        let found = self.inner.startable();
         if self.inner.health.probe_due(found)
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
@@ -197,7 +227,7 @@ impl Agent for AcpBackend {
     }
 
     fn status(&self) -> AgentStatus {
-        let found = process::startable(&self.inner.config.command);
+        let found = self.inner.startable();
         self.inner.health.status(found)
     }
 
@@ -207,35 +237,18 @@ impl Agent for AcpBackend {
         Box::pin(async move {
             lock(&inner.undelivered).remove(&thread_id);
             lock(&inner.bound_outside).remove(&thread_id);
-            let Some((process, session)) = lock(&inner.sessions).remove(&thread_id) else {
-                return;
-            };
-            if let Some(bridge) = inner.mcp.get().cloned().flatten() {
-                bridge.unbind(&session);
+            let bound = lock(&inner.sessions).remove(&thread_id);
+            if let Some(bound) = bound {
+                inner.close_session(bound, true).await;
             }
-            if !process.is_alive() {
-                return;
-            }
-            let sessions = &process.capabilities().session_capabilities;
-            if sessions.close.is_some()
-                && let Err(error) = process
-                    .connection
-                    .send_request(CloseSessionRequest::new(session.clone()))
-                    .block_task()
-                    .await
-            {
-                tracing::debug!(error = %error.message, "session/close failed");
-            }
-            if sessions.delete.is_some()
-                && let Err(error) = process
-                    .connection
-                    .send_request(DeleteSessionRequest::new(session.clone()))
-                    .block_task()
-                    .await
-            {
-                tracing::debug!(error = %error.message, "session/delete failed");
-            }
+            inner.remove_workspace(&thread_id).await;
         })
+    }
+
+    fn workspace(&self, thread_key: &str) -> Option<(PathBuf, Workspaces)> {
+        let workspaces = self.inner.workspaces.as_ref()?;
+        let (principal, thread) = crate::access::split_key(thread_key);
+        Some((workspaces.dir_for(principal, thread), workspaces.clone()))
     }
 
     fn list_sessions(
@@ -307,6 +320,12 @@ impl From<AgentError> for Stop {
 }
 
 impl Inner {
+    /// Whether a process can be started: its program exists, and its confinement can be
+    /// had on this machine.
+    fn startable(&self) -> bool {
+        self.confinement.is_ok() && process::startable(&self.config.command)
+    }
+
     async fn turn(self: &Arc<Self>, turn: Turn, sink: &EventSink) -> Result<TurnEnd, Stop> {
         let input = self.input_for(&turn);
         let (process, session) = match self.session_for(&turn, sink).await {
@@ -322,6 +341,10 @@ impl Inner {
         if let Some(bridge) = self.mcp.get().cloned().flatten() {
             bridge.set_tools(&session, &turn.tools);
         }
+        let workspace = self.turn_workspace(&turn.thread_id).await;
+        let over_quota = workspace
+            .as_ref()
+            .map_or_else(CancellationToken::new, |w| w.over_quota.clone());
         let mut events = process.router.register(&session);
         if let Err(stop) = self.apply_settings(&turn, &process, &session, sink).await {
             process.router.unregister(&session);
@@ -423,6 +446,16 @@ impl Inner {
                     translator.close(sink).await?;
                     return Ok(TurnEnd::Cancelled);
                 }
+                () = over_quota.cancelled() => {
+                    let cancel = CancelNotification::new(session.clone());
+                    if let Err(error) = process.connection.send_notification(cancel) {
+                        tracing::debug!(%error, "session/cancel not sent");
+                    }
+                    process.router.unregister(&session);
+                    translator.close(sink).await?;
+                    let quota = self.workspaces.as_ref().and_then(|w| w.config().quota).unwrap_or(0);
+                    return Err(Stop::Failed(workdir::quota_error(quota)));
+                }
                 () = process.exited.cancelled() => {
                     process.router.unregister(&session);
                     self.health.exited();
@@ -436,7 +469,11 @@ impl Inner {
             }
         };
         process.router.unregister(&session);
+        self.touch_session(&turn.thread_id);
         translator.close(sink).await?;
+        if let Some(workspace) = workspace {
+            workspace.finish(sink).await??;
+        }
         match result {
             Ok(Ok(response)) => {
                 self.health.turn_ok();
@@ -618,23 +655,21 @@ impl Inner {
         sink: &EventSink,
     ) -> Result<(Arc<AcpProcess>, String), Stop> {
         let live = lock(&self.sessions).get(&turn.thread_id).cloned();
-        if let Some((process, session)) = live
+        if let Some(Bound {
+            process, session, ..
+        }) = live
             && process.is_alive()
         {
+            self.touch_session(&turn.thread_id);
             let outside = lock(&self.bound_outside).remove(&turn.thread_id);
             if let Some(how) = outside {
                 sink.set_session(&session, how).await?;
             }
             return Ok((process, session));
         }
-        let process = self.acquire().await?;
+        let cwd = self.workdir(&turn.thread_id).await?;
+        let process = self.acquire(&self.key_for(&turn.thread_id)).await?;
         let (mcp_servers, mcp_handle) = self.mcp_servers(&process).await;
-        let cwd = self
-            .config
-            .cwd
-            .clone()
-            .or_else(|| std::env::current_dir().ok())
-            .unwrap_or_else(|| "/".into());
         let capabilities = process.capabilities();
         if let Some(stored) = &turn.session_id {
             if capabilities.load_session {
@@ -730,8 +765,22 @@ impl Inner {
         if !wanted {
             return (Vec::new(), None);
         }
-        let bridge = self
-            .mcp
+        match self.bridge().await {
+            Some(bridge) => {
+                let (entry, handle) = bridge.bind(&process.router);
+                (vec![entry], Some(handle))
+            }
+            None => (Vec::new(), None),
+        }
+    }
+
+    /// The frontend-tools MCP endpoint's listener, started on first need (`None`: it
+    /// cannot be started, or the agent never gets it).
+    async fn bridge(&self) -> Option<Arc<mcp::McpBridge>> {
+        if self.config.frontend_mcp == FrontendMcp::Never {
+            return None;
+        }
+        self.mcp
             .get_or_init(|| async {
                 let limits = crate::http::mcp::default_limits();
                 match mcp::McpBridge::start(limits, self.stopped.child_token()).await {
@@ -743,14 +792,7 @@ impl Inner {
                 }
             })
             .await
-            .clone();
-        match bridge {
-            Some(bridge) => {
-                let (entry, handle) = bridge.bind(&process.router);
-                (vec![entry], Some(handle))
-            }
-            None => (Vec::new(), None),
-        }
+            .clone()
     }
 
     /// Notes `AUTH_REQUIRED` from `process` and says what to do about it.
@@ -770,17 +812,15 @@ impl Inner {
     /// Finds out whether the agent works now: a process, a session, closed again. Started
     /// by `/readyz` while the agent is not ready; what it learns updates `health`.
     async fn probe(self: Arc<Self>) {
-        let Ok(process) = self.acquire().await else {
+        let operator = PoolKey {
+            principal: String::new(),
+            thread: None,
+        };
+        let Ok(process) = self.acquire(&operator).await else {
             return;
         };
         let _busy = Busy::new(process.clone());
-        let cwd = self
-            .config
-            .cwd
-            .clone()
-            .or_else(|| std::env::current_dir().ok())
-            .unwrap_or_else(|| "/".into());
-        let new = NewSessionRequest::new(cwd);
+        let new = NewSessionRequest::new(self.shared_dir());
         match process.connection.send_request(new).block_task().await {
             Ok(created) => {
                 self.health.session_ok();
@@ -798,55 +838,6 @@ impl Inner {
             }
         }
     }
-
-    /// The working directory of this agent's sessions.
-    fn cwd(&self) -> std::path::PathBuf {
-        self.config
-            .cwd
-            .clone()
-            .or_else(|| std::env::current_dir().ok())
-            .unwrap_or_else(|| "/".into())
-    }
-
-    fn remember(&self, thread: &str, process: &Arc<AcpProcess>, session: &str) {
-        lock(&self.sessions).insert(thread.to_owned(), (process.clone(), session.to_owned()));
-    }
-
-    fn forget_process(&self, process: &Arc<AcpProcess>) {
-        lock(&self.sessions).retain(|_, (p, _)| !Arc::ptr_eq(p, process));
-        lock(&self.processes).retain(|p| !Arc::ptr_eq(p, process));
-    }
-
-    /// A process for a new session: an idle one, a new one while the pool has room, else
-    /// the least busy.
-    async fn acquire(self: &Arc<Self>) -> Result<Arc<AcpProcess>, AgentError> {
-        let _spawning = self.spawning.lock().await;
-        {
-            let mut processes = lock(&self.processes);
-            processes.retain(|p| p.is_alive());
-            if let Some(idle) = processes
-                .iter()
-                .find(|p| p.active.load(Ordering::SeqCst) == 0)
-            {
-                return Ok(idle.clone());
-            }
-            if processes.len() >= self.config.pool_size
-                && let Some(least) = processes
-                    .iter()
-                    .min_by_key(|p| p.active.load(Ordering::SeqCst))
-            {
-                return Ok(least.clone());
-            }
-        }
-        let process = AcpProcess::spawn(&self.name, &self.config)
-            .await
-            .inspect_err(|_| self.health.spawn_failed())?;
-        lock(&self.processes).push(process.clone());
-        if !self.reaper.swap(true, Ordering::SeqCst) {
-            tokio::spawn(reap(Arc::downgrade(self)));
-        }
-        Ok(process)
-    }
 }
 
 /// Whether a failed prompt was the process dying: the connection fails the request as soon
@@ -863,42 +854,6 @@ async fn exited_meanwhile(process: &AcpProcess) -> bool {
     tokio::time::timeout(wait, process.exited.cancelled())
         .await
         .is_ok()
-}
-
-/// Stops processes idle for `idle_ttl`.
-async fn reap(inner: std::sync::Weak<Inner>) {
-    loop {
-        let (period, stopped) = match inner.upgrade() {
-            Some(inner) => (
-                (inner.config.idle_ttl / 4)
-                    .clamp(Duration::from_millis(100), Duration::from_secs(30)),
-                inner.stopped.clone(),
-            ),
-            None => return,
-        };
-        tokio::select! {
-            () = stopped.cancelled() => return,
-            () = tokio::time::sleep(period) => {}
-        }
-        let Some(inner) = inner.upgrade() else {
-            return;
-        };
-        let idle: Vec<Arc<AcpProcess>> = {
-            let processes = lock(&inner.processes);
-            processes
-                .iter()
-                .filter(|p| {
-                    p.active.load(Ordering::SeqCst) == 0 && p.idle_for() >= inner.config.idle_ttl
-                })
-                .cloned()
-                .collect()
-        };
-        for process in idle {
-            tracing::info!(agent = %inner.name, "stopping an idle agent process");
-            inner.forget_process(&process);
-            process.stop().await;
-        }
-    }
 }
 
 /// The prompt for a turn: context first, then the user messages of `input` (text; images

@@ -36,8 +36,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 use tokio_util::sync::CancellationToken;
 
+use super::launch::{Launch, PoolKey};
 use crate::agent::AgentError;
-use crate::config::AcpConfig;
 
 /// The connection to an agent, as the SDK hands it out.
 pub(super) type Connection = agent_client_protocol::v1::ConnectionTo<Agent>;
@@ -98,6 +98,11 @@ impl Router {
     pub(super) fn deliver(&self, session: &str, event: SessionEvent) -> bool {
         let target = lock(&self.sessions).get(session).cloned();
         target.is_some_and(|tx| tx.send(event).is_ok())
+    }
+
+    /// Whether a turn is listening to `session` now.
+    pub(super) fn is_listening(&self, session: &str) -> bool {
+        lock(&self.sessions).contains_key(session)
     }
 
     pub(super) fn unregister(&self, session: &str) {
@@ -187,31 +192,32 @@ pub(super) struct AcpProcess {
     stderr_tail: Arc<Mutex<VecDeque<u8>>>,
     /// Turns in progress on this process.
     pub(super) active: AtomicUsize,
+    /// The pool it belongs to.
+    pub(super) key: PoolKey,
     last_used: Mutex<Instant>,
     pgid: Option<i32>,
     closing: CancellationToken,
 }
 
 impl AcpProcess {
-    /// Spawns `config.command` and initializes an ACP v1 connection with it.
+    /// Spawns `launch` and initializes an ACP v1 connection with it.
     pub(super) async fn spawn(
         name: &str,
-        config: &AcpConfig,
+        launch: &Launch,
+        key: PoolKey,
     ) -> Result<Arc<AcpProcess>, AgentError> {
-        let (program, args) = config
-            .command
-            .split_first()
-            .ok_or_else(|| AgentError::Backend("empty command".to_owned()))?;
-        let mut command = tokio::process::Command::new(program);
+        let mut command = tokio::process::Command::new(&launch.program);
         command
-            .args(args)
-            .envs(&config.env)
+            .args(&launch.args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        if let Some(cwd) = &config.cwd {
+        if let Some(env) = &launch.env {
+            command.env_clear().envs(env);
+        }
+        if let Some(cwd) = &launch.cwd {
             command.current_dir(cwd);
         }
         let mut child = command.spawn().map_err(|e| AgentError::Failed {
@@ -336,6 +342,7 @@ impl AcpProcess {
             exit_status: exit_status.clone(),
             stderr_tail: stderr_tail.clone(),
             active: AtomicUsize::new(0),
+            key: key.clone(),
             last_used: Mutex::new(Instant::now()),
             pgid,
             closing: closing.clone(),
@@ -452,9 +459,14 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Whether `command` names something that can be started (for `/readyz`).
 pub(super) fn startable(command: &[String]) -> bool {
-    let Some(program) = command.first() else {
-        return false;
-    };
+    command
+        .first()
+        .is_some_and(|program| resolve(program).is_some())
+}
+
+/// Where `program` is: itself when it holds a `/`, else the first executable of that name
+/// on `PATH`.
+pub(super) fn resolve(program: &str) -> Option<std::path::PathBuf> {
     let executable = |path: &std::path::Path| {
         use std::os::unix::fs::PermissionsExt;
         path.metadata()
@@ -462,11 +474,13 @@ pub(super) fn startable(command: &[String]) -> bool {
             .unwrap_or(false)
     };
     if program.contains('/') {
-        return executable(std::path::Path::new(program));
+        let path = std::path::PathBuf::from(program);
+        return executable(&path).then_some(path);
     }
-    std::env::var_os("PATH").is_some_and(|paths| {
-        std::env::split_paths(&paths).any(|dir| executable(&dir.join(program)))
-    })
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths)
+        .map(|dir| dir.join(program))
+        .find(|path| executable(path))
 }
 
 /// Counts a turn on a process for as long as it lives.

@@ -21,12 +21,15 @@ impl Inner {
         self: &Arc<Self>,
         cursor: Option<String>,
     ) -> Result<SessionPage, SessionError> {
-        let process = self.acquire().await.map_err(could_not_start)?;
+        let operator = self.key_for("");
+        let process = self.acquire(&operator).await.map_err(could_not_start)?;
         let _busy = Busy::new(process.clone());
         if process.capabilities().session_capabilities.list.is_none() {
             return Err(SessionError::unsupported("does not list its sessions"));
         }
-        let request = ListSessionsRequest::new().cwd(self.cwd()).cursor(cursor);
+        let request = ListSessionsRequest::new()
+            .cwd(self.shared_dir())
+            .cursor(cursor);
         let listed = process
             .connection
             .send_request(request)
@@ -57,14 +60,18 @@ impl Inner {
     ) -> Result<Vec<Message>, SessionError> {
         let holder = lock(&self.sessions)
             .iter()
-            .find(|(_, (p, s))| s == session_id && p.is_alive())
+            .find(|(_, b)| b.session == session_id && b.process.is_alive())
             .map(|(thread, _)| thread.clone());
         if let Some(thread) = holder {
             return Err(SessionError::InUse(format!(
                 "session {session_id:?} is live on thread {thread:?}"
             )));
         }
-        let process = self.acquire().await.map_err(could_not_start)?;
+        let cwd = self.workdir(thread_id).await.map_err(could_not_start)?;
+        let process = self
+            .acquire(&self.key_for(thread_id))
+            .await
+            .map_err(could_not_start)?;
         let _busy = Busy::new(process.clone());
         if !process.capabilities().load_session {
             return Err(SessionError::unsupported(
@@ -76,8 +83,7 @@ impl Inner {
             handle.set_session(session_id);
         }
         let mut replay = process.router.register(session_id);
-        let load =
-            LoadSessionRequest::new(session_id.to_owned(), self.cwd()).mcp_servers(mcp_servers);
+        let load = LoadSessionRequest::new(session_id.to_owned(), cwd).mcp_servers(mcp_servers);
         let loaded = process.connection.send_request(load).block_task().await;
         process.router.unregister(session_id);
         loaded.map_err(|e| refused("session/load", &e))?;
@@ -122,9 +128,9 @@ impl Inner {
         let live = lock(&self.sessions)
             .get(thread_id)
             .cloned()
-            .filter(|(p, _)| p.is_alive());
+            .filter(|b| b.process.is_alive());
         let (process, source) = match live {
-            Some(bound) => bound,
+            Some(bound) => (bound.process, bound.session),
             None => {
                 let Some(stored) = stored else {
                     return Err(SessionError::NotFound(
@@ -132,7 +138,9 @@ impl Inner {
                     ));
                 };
                 (
-                    self.acquire().await.map_err(could_not_start)?,
+                    self.acquire(&self.key_for(thread_id))
+                        .await
+                        .map_err(could_not_start)?,
                     stored.to_owned(),
                 )
             }
@@ -141,8 +149,12 @@ impl Inner {
         if process.capabilities().session_capabilities.fork.is_none() {
             return Err(SessionError::unsupported("cannot fork sessions"));
         }
+        self.fork_workspace(thread_id, new_thread_id)
+            .await
+            .map_err(SessionError::Failed)?;
+        let cwd = self.workdir(new_thread_id).await.map_err(could_not_start)?;
         let (mcp_servers, mcp_handle) = self.mcp_servers(&process).await;
-        let fork = ForkSessionRequest::new(source, self.cwd()).mcp_servers(mcp_servers);
+        let fork = ForkSessionRequest::new(source, cwd).mcp_servers(mcp_servers);
         let forked = process
             .connection
             .send_request(fork)
@@ -153,7 +165,15 @@ impl Inner {
         if let Some(handle) = &mcp_handle {
             handle.set_session(&session);
         }
-        self.remember(new_thread_id, &process, &session);
+        if process.key == self.key_for(new_thread_id) {
+            self.remember(new_thread_id, &process, &session);
+        } else {
+            // The fork was made on the source thread's process, which may not write the
+            // new thread's workspace: the new thread's first turn loads it on its own.
+            if let Some(bridge) = self.mcp.get().cloned().flatten() {
+                bridge.unbind(&session);
+            }
+        }
         lock(&self.bound_outside).insert(new_thread_id.to_owned(), "forked");
         tracing::info!(session = %session, "ACP session forked");
         Ok(session)

@@ -1,0 +1,165 @@
+//! How one agent process is started: which pool it belongs to (a principal, and a thread
+//! where each thread's workspace is confined on its own), its command line, environment,
+//! working directory and, when confined, its [`Policy`].
+//!
+//! A confined process may write only its workspace (the thread's, or every workspace of
+//! its principal) and its principal's agent home (`<data dir>/homes/<agent>/<principal>`,
+//! where `HOME` and `TMPDIR` point), read and execute the system's paths and the ones the
+//! agent's `sandbox` adds, all without the daemon's secrets ([`crate::confine::carve`]),
+//! and connect to the agent's `sandbox.connect` ports and the frontend-tools MCP port.
+//! Its environment is a minimal base plus the agent's `env`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::config::AcpConfig;
+use crate::confine::{self, Confinement, Policy};
+use crate::workspace::{Unit, Workspaces};
+
+/// What the daemon lends its agents: where their homes and workspaces live, how to start
+/// a confined process, and what they must never read.
+#[derive(Debug, Clone)]
+pub struct AgentHost {
+    pub data_dir: PathBuf,
+    /// The executable that confines and starts an agent (the daemon's own).
+    pub launcher: PathBuf,
+    /// Files and directories no agent may read (the data directory, key and token files).
+    pub secrets: Vec<PathBuf>,
+}
+
+impl AgentHost {
+    /// A host on `data_dir` whose launcher is this executable.
+    pub fn new(data_dir: &Path) -> AgentHost {
+        AgentHost {
+            data_dir: data_dir.to_owned(),
+            launcher: std::env::current_exe().unwrap_or_else(|_| "agui-serve".into()),
+            secrets: vec![data_dir.to_owned()],
+        }
+    }
+}
+
+/// The pool a process belongs to: no process serves two principals, nor, where each
+/// thread's workspace is confined on its own, two threads.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct PoolKey {
+    pub(super) principal: String,
+    pub(super) thread: Option<String>,
+}
+
+/// The variables a confined agent gets from the daemon's environment (besides `HOME`,
+/// `TMPDIR` and the agent's `env`).
+const PASSED_ENV: [&str; 6] = ["PATH", "LANG", "LC_ALL", "TZ", "TERM", "USER"];
+
+/// One process to start.
+pub(super) struct Launch {
+    pub(super) program: PathBuf,
+    pub(super) args: Vec<String>,
+    /// `None`: the daemon's environment plus the agent's `env`.
+    pub(super) env: Option<BTreeMap<String, String>>,
+    pub(super) cwd: Option<PathBuf>,
+}
+
+impl Launch {
+    /// The command for a process of `key`, confined as `confinement` says (`mcp_port`: the
+    /// frontend-tools endpoint's, which a confined agent may connect to).
+    pub(super) fn new(
+        config: &AcpConfig,
+        host: &AgentHost,
+        workspaces: Option<&Workspaces>,
+        home: &Path,
+        key: &PoolKey,
+        confinement: Confinement,
+        mcp_port: Option<u16>,
+    ) -> Result<Launch, String> {
+        let (program, args) = config
+            .command
+            .split_first()
+            .ok_or_else(|| "empty command".to_owned())?;
+        if confinement == Confinement::None {
+            return Ok(Launch {
+                program: program.into(),
+                args: args.to_vec(),
+                env: None,
+                cwd: config.cwd.clone(),
+            });
+        }
+        std::fs::create_dir_all(home.join("tmp"))
+            .map_err(|e| format!("cannot make the agent home {}: {e}", home.display()))?;
+        let writable = match workspaces {
+            Some(workspaces) => match (&key.thread, workspaces.config().unit) {
+                (Some(thread), Unit::Thread) => {
+                    workspaces.dir_for(&key.principal, crate::access::split_key(thread).1)
+                }
+                _ => workspaces.principal_dir(&key.principal),
+            },
+            None => config
+                .cwd
+                .clone()
+                .or_else(|| std::env::current_dir().ok())
+                .ok_or_else(|| "no working directory".to_owned())?,
+        };
+        std::fs::create_dir_all(&writable)
+            .map_err(|e| format!("cannot make {}: {e}", writable.display()))?;
+        let policy = policy(config, host, &writable, home, program, mcp_port);
+        let mut env = BTreeMap::new();
+        for name in PASSED_ENV {
+            if let Ok(value) = std::env::var(name) {
+                env.insert(name.to_owned(), value);
+            }
+        }
+        env.entry("PATH".to_owned())
+            .or_insert_with(|| "/usr/local/bin:/usr/bin:/bin".to_owned());
+        env.insert("HOME".to_owned(), home.display().to_string());
+        env.insert("TMPDIR".to_owned(), home.join("tmp").display().to_string());
+        env.extend(config.env.clone());
+        let mut words = args.to_vec();
+        let mut launcher = host.launcher.clone();
+        if confinement == Confinement::Bwrap {
+            let inner = confine::launch_command(&host.launcher, &policy, program, args)?;
+            let mut bwrap = confine::bwrap_args(&policy, &host.secrets);
+            bwrap.push("--".to_owned());
+            bwrap.push(inner.0.display().to_string());
+            bwrap.extend(inner.1);
+            launcher = confine::bwrap_program().ok_or("bwrap is not installed")?;
+            words = bwrap;
+        } else {
+            (launcher, words) = confine::launch_command(&launcher, &policy, program, &words)?;
+        }
+        Ok(Launch {
+            program: launcher,
+            args: words,
+            env: Some(env),
+            cwd: Some(writable),
+        })
+    }
+}
+
+/// The rules of a confined process that may write `writable` and `home`.
+fn policy(
+    config: &AcpConfig,
+    host: &AgentHost,
+    writable: &Path,
+    home: &Path,
+    program: &str,
+    mcp_port: Option<u16>,
+) -> Policy {
+    let mut read = confine::system_read_paths();
+    read.extend(config.sandbox.read.iter().cloned());
+    // The agent's own program, wherever it lives (a path, or found on PATH).
+    if let Some(found) = super::process::resolve(program)
+        && let Ok(real) = std::fs::canonicalize(found)
+    {
+        read.push(real);
+    }
+    let mut write = vec![writable.to_owned(), home.to_owned()];
+    write.extend(confine::carve(&config.sandbox.write, &host.secrets));
+    let mut connect = config.sandbox.connect.clone();
+    connect.extend(mcp_port);
+    Policy {
+        read: confine::carve(&read, &host.secrets),
+        write,
+        devices: confine::system_devices(),
+        connect,
+        bind: config.sandbox.bind.clone(),
+    }
+}

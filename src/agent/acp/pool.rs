@@ -1,0 +1,247 @@
+//! An ACP agent's processes and open sessions: which process a thread's session goes to,
+//! starting one when its pool has room, and the reaper that stops idle processes and
+//! closes idle sessions.
+//!
+//! Processes are pooled per [`PoolKey`]: never two principals on one process, and, where
+//! each thread has a workspace of its own and the agent is confined, never two threads
+//! (the process's Landlock rules name the one workspace it may write). A session no turn
+//! has used for `session_ttl` is closed (`session/close` when the agent offers it, and on
+//! a per-thread process the process stopped); the thread's next turn loads it again, so
+//! memory follows the threads in use, not the threads ever used.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use agent_client_protocol::v1::schema::CloseSessionRequest;
+use tokio::time::Instant;
+
+use super::launch::{Launch, PoolKey};
+use super::process::AcpProcess;
+use super::{Inner, lock};
+use crate::agent::AgentError;
+use crate::confine::Confinement;
+use crate::workspace::Unit;
+
+/// How long a `session/close` or `session/delete` may take before the daemon goes on.
+pub(super) const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
+/// A thread's live session.
+#[derive(Clone)]
+pub(super) struct Bound {
+    pub(super) process: Arc<AcpProcess>,
+    pub(super) session: String,
+    /// When a turn last began or ended on it.
+    pub(super) used: Instant,
+}
+
+impl Inner {
+    /// The pool of the thread `thread_key` (a scoped key: see [`crate::access::scoped_key`]).
+    pub(super) fn key_for(&self, thread_key: &str) -> PoolKey {
+        let (principal, _) = crate::access::split_key(thread_key);
+        let per_thread = self
+            .workspaces
+            .as_ref()
+            .is_some_and(|w| w.config().unit == Unit::Thread)
+            && self
+                .confinement
+                .as_ref()
+                .is_ok_and(|c| *c != Confinement::None);
+        PoolKey {
+            principal: principal.to_owned(),
+            thread: per_thread.then(|| thread_key.to_owned()),
+        }
+    }
+
+    /// The agent home of `principal`: settings and session files of its processes.
+    pub(super) fn home(&self, principal: &str) -> std::path::PathBuf {
+        self.host
+            .data_dir
+            .join("homes")
+            .join(crate::workspace::name_segment(&self.name))
+            .join(crate::workspace::name_segment(principal))
+    }
+
+    pub(super) fn remember(&self, thread: &str, process: &Arc<AcpProcess>, session: &str) {
+        let bound = Bound {
+            process: process.clone(),
+            session: session.to_owned(),
+            used: Instant::now(),
+        };
+        lock(&self.sessions).insert(thread.to_owned(), bound);
+    }
+
+    /// Marks the thread's session used now (a turn began or ended on it).
+    pub(super) fn touch_session(&self, thread: &str) {
+        if let Some(bound) = lock(&self.sessions).get_mut(thread) {
+            bound.used = Instant::now();
+        }
+    }
+
+    pub(super) fn forget_process(&self, process: &Arc<AcpProcess>) {
+        lock(&self.sessions).retain(|_, b| !Arc::ptr_eq(&b.process, process));
+        lock(&self.processes).retain(|p| !Arc::ptr_eq(p, process));
+    }
+
+    /// A process of pool `key` for a new session: an idle one, a new one while the pool
+    /// has room, else the least busy.
+    pub(super) async fn acquire(
+        self: &Arc<Self>,
+        key: &PoolKey,
+    ) -> Result<Arc<AcpProcess>, AgentError> {
+        let _spawning = self.spawning.lock().await;
+        {
+            let mut processes = lock(&self.processes);
+            processes.retain(|p| p.is_alive());
+            let pool = processes.iter().filter(|p| p.key == *key);
+            if let Some(idle) = pool.clone().find(|p| p.active.load(Ordering::SeqCst) == 0) {
+                return Ok(idle.clone());
+            }
+            if pool.clone().count() >= self.config.pool_size
+                && let Some(least) = pool.min_by_key(|p| p.active.load(Ordering::SeqCst))
+            {
+                return Ok(least.clone());
+            }
+        }
+        let launch = self.launch(key).await?;
+        let process = AcpProcess::spawn(&self.name, &launch, key.clone())
+            .await
+            .inspect_err(|_| self.health.spawn_failed())?;
+        lock(&self.processes).push(process.clone());
+        if !self.reaper.swap(true, Ordering::SeqCst) {
+            tokio::spawn(reap(Arc::downgrade(self)));
+        }
+        Ok(process)
+    }
+
+    /// How to start a process of pool `key`.
+    async fn launch(self: &Arc<Self>, key: &PoolKey) -> Result<Launch, AgentError> {
+        let unavailable = |message: String| AgentError::Failed {
+            code: "AGENT_UNAVAILABLE".to_owned(),
+            message: format!("cannot start agent {}: {message}", self.name),
+        };
+        let confinement = self.confinement.clone().map_err(unavailable)?;
+        // A confined agent may connect only to the ports its rules name: the frontend-tools
+        // endpoint must exist before it starts.
+        let mcp_port = match confinement {
+            Confinement::None => None,
+            _ => self.bridge().await.map(|b| b.port()),
+        };
+        let home = self.home(&key.principal);
+        let (config, host, key) = (self.config.clone(), self.host.clone(), key.clone());
+        let workspaces = self.workspaces.clone();
+        tokio::task::spawn_blocking(move || {
+            Launch::new(
+                &config,
+                &host,
+                workspaces.as_ref(),
+                &home,
+                &key,
+                confinement,
+                mcp_port,
+            )
+        })
+        .await
+        .map_err(|e| AgentError::Backend(format!("agent launch: {e}")))?
+        .map_err(unavailable)
+    }
+
+    /// Closes the session of `thread` (already taken out of the map): `session/close` and,
+    /// when `delete`, `session/delete`, each as the agent offers them and each bounded by
+    /// [`CLOSE_WAIT`]; a process of that thread alone is stopped.
+    pub(super) async fn close_session(&self, bound: Bound, delete: bool) {
+        let Bound {
+            process, session, ..
+        } = bound;
+        if let Some(bridge) = self.mcp.get().cloned().flatten() {
+            bridge.unbind(&session);
+        }
+        if !process.is_alive() {
+            return;
+        }
+        if process.key.thread.is_some() {
+            self.forget_process(&process);
+            process.stop().await;
+            return;
+        }
+        let sessions = &process.capabilities().session_capabilities;
+        let close = sessions.close.is_some().then(|| {
+            process
+                .connection
+                .send_request(CloseSessionRequest::new(session.clone()))
+                .block_task()
+        });
+        if let Some(close) = close {
+            match tokio::time::timeout(CLOSE_WAIT, close).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => tracing::debug!(error = %error.message, "session/close failed"),
+                Err(_) => {
+                    tracing::warn!(agent = %self.name, "session/close did not answer in time")
+                }
+            }
+        }
+        if delete && sessions.delete.is_some() {
+            let request = agent_client_protocol::v1::schema::DeleteSessionRequest::new(session);
+            let deleted = process.connection.send_request(request).block_task();
+            match tokio::time::timeout(CLOSE_WAIT, deleted).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => tracing::debug!(error = %error.message, "session/delete failed"),
+                Err(_) => {
+                    tracing::warn!(agent = %self.name, "session/delete did not answer in time")
+                }
+            }
+        }
+    }
+
+    /// Sessions no turn has used for `session_ttl`, taken out of the map.
+    fn take_idle_sessions(&self) -> Vec<Bound> {
+        let ttl = self.config.session_ttl;
+        let mut sessions = lock(&self.sessions);
+        let idle: Vec<String> = sessions
+            .iter()
+            .filter(|(_, b)| b.used.elapsed() >= ttl && !b.process.router.is_listening(&b.session))
+            .map(|(thread, _)| thread.clone())
+            .collect();
+        idle.iter().filter_map(|t| sessions.remove(t)).collect()
+    }
+}
+
+/// Stops processes idle for `idle_ttl` and closes sessions idle for `session_ttl`.
+async fn reap(inner: Weak<Inner>) {
+    loop {
+        let (period, stopped) = match inner.upgrade() {
+            Some(inner) => (
+                (inner.config.idle_ttl.min(inner.config.session_ttl) / 4)
+                    .clamp(Duration::from_millis(100), Duration::from_secs(30)),
+                inner.stopped.clone(),
+            ),
+            None => return,
+        };
+        tokio::select! {
+            () = stopped.cancelled() => return,
+            () = tokio::time::sleep(period) => {}
+        }
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        for bound in inner.take_idle_sessions() {
+            tracing::info!(agent = %inner.name, "closing an idle agent session");
+            inner.close_session(bound, false).await;
+        }
+        let idle: Vec<Arc<AcpProcess>> = {
+            let processes = lock(&inner.processes);
+            processes
+                .iter()
+                .filter(|p| {
+                    p.active.load(Ordering::SeqCst) == 0 && p.idle_for() >= inner.config.idle_ttl
+                })
+                .cloned()
+                .collect()
+        };
+        for process in idle {
+            tracing::info!(agent = %inner.name, "stopping an idle agent process");
+            inner.forget_process(&process);
+            process.stop().await;
+        }
+    }
+}

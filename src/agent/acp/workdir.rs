@@ -1,0 +1,210 @@
+//! Where an ACP agent's sessions work: a thread's own workspace (made from the agent's
+//! source before its first session, the same path after a restart, copied by a fork,
+//! removed with the thread), or, for an agent without workspaces, the one directory every
+//! session shares. Around each turn: which files the turn changed (a `CUSTOM`
+//! `agui.workspace.changed` event) and the workspace's quota.
+//!
+//! The file work is blocking and runs on tokio's blocking pool.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::Inner;
+use crate::agent::{AgentError, AgentEvent, EventSink, SinkClosed};
+use crate::workspace::{Snapshot, Unit};
+
+/// The `CUSTOM` event naming the files a turn changed.
+pub(super) const CHANGED_EVENT: &str = "agui.workspace.changed";
+/// How often a running turn's workspace is measured against its quota.
+const QUOTA_CHECK: Duration = Duration::from_secs(2);
+
+/// A turn's view of its workspace.
+pub(super) struct TurnWorkspace {
+    dir: PathBuf,
+    before: Option<Snapshot>,
+    quota: Option<u64>,
+    /// Cancelled when the workspace grows past its quota during the turn.
+    pub(super) over_quota: CancellationToken,
+    watch: CancellationToken,
+}
+
+impl Drop for TurnWorkspace {
+    fn drop(&mut self) {
+        self.watch.cancel();
+    }
+}
+
+impl Inner {
+    /// The working directory of thread `thread_key`'s sessions, made if it is new.
+    pub(super) async fn workdir(&self, thread_key: &str) -> Result<PathBuf, AgentError> {
+        let Some(workspaces) = &self.workspaces else {
+            return Ok(self.shared_dir());
+        };
+        let (principal, thread) = crate::access::split_key(thread_key);
+        let dir = workspaces.dir_for(principal, thread);
+        let (workspaces, made) = (workspaces.clone(), dir.clone());
+        tokio::task::spawn_blocking(move || workspaces.prepare(&made))
+            .await
+            .map_err(|e| AgentError::Backend(format!("workspace: {e}")))?
+            .map_err(|e| AgentError::Failed {
+                code: "WORKSPACE_UNAVAILABLE".to_owned(),
+                message: format!("cannot make the thread's workspace: {e}"),
+            })?;
+        Ok(dir)
+    }
+
+    /// The directory of sessions that belong to no thread (the readiness probe's, a
+    /// listing's): the operator's workspaces, or the agent's `cwd`.
+    pub(super) fn shared_dir(&self) -> PathBuf {
+        match &self.workspaces {
+            Some(workspaces) => {
+                let dir = workspaces.principal_dir("");
+                if let Err(error) = std::fs::create_dir_all(&dir) {
+                    tracing::warn!(%error, "cannot make the operator's workspace directory");
+                }
+                dir
+            }
+            None => self
+                .config
+                .cwd
+                .clone()
+                .or_else(|| std::env::current_dir().ok())
+                .unwrap_or_else(|| "/".into()),
+        }
+    }
+
+    /// Removes a deleted thread's workspace (a principal's shared one stays).
+    pub(super) async fn remove_workspace(&self, thread_key: &str) {
+        let Some(workspaces) = self.workspaces.clone() else {
+            return;
+        };
+        if workspaces.config().unit != Unit::Thread {
+            return;
+        }
+        let (principal, thread) = crate::access::split_key(thread_key);
+        let dir = workspaces.dir_for(principal, thread);
+        let removed = tokio::task::spawn_blocking(move || workspaces.remove(&dir)).await;
+        let error = match removed {
+            Ok(Ok(())) => return,
+            Ok(Err(error)) => error.to_string(),
+            Err(error) => error.to_string(),
+        };
+        tracing::warn!(agent = %self.name, %error, "cannot remove a deleted thread's workspace");
+    }
+
+    /// Copies thread `from`'s workspace for its fork `to`.
+    pub(super) async fn fork_workspace(&self, from: &str, to: &str) -> Result<(), String> {
+        let Some(workspaces) = self.workspaces.clone() else {
+            return Ok(());
+        };
+        if workspaces.config().unit != Unit::Thread {
+            return Ok(());
+        }
+        let dir = |key: &str| {
+            let (principal, thread) = crate::access::split_key(key);
+            workspaces.dir_for(principal, thread)
+        };
+        let (from, to) = (dir(from), dir(to));
+        tokio::task::spawn_blocking(move || {
+            if !from.exists() {
+                workspaces.prepare(&from)?;
+            }
+            workspaces.fork(&from, &to)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("cannot copy the workspace: {e}"))
+    }
+
+    /// What a turn of thread `thread_key` watches: its workspace's files before it, and
+    /// the quota while it runs.
+    pub(super) async fn turn_workspace(&self, thread_key: &str) -> Option<TurnWorkspace> {
+        let workspaces = self.workspaces.as_ref()?;
+        let (principal, thread) = crate::access::split_key(thread_key);
+        let dir = workspaces.dir_for(principal, thread);
+        let at = dir.clone();
+        let before = tokio::task::spawn_blocking(move || Snapshot::take(&at))
+            .await
+            .ok()?;
+        let quota = workspaces.config().quota;
+        let (over_quota, watch) = (CancellationToken::new(), CancellationToken::new());
+        if let Some(quota) = quota {
+            tokio::spawn(watch_quota(
+                dir.clone(),
+                quota,
+                over_quota.clone(),
+                watch.clone(),
+            ));
+        }
+        Some(TurnWorkspace {
+            dir,
+            before: Some(before),
+            quota,
+            over_quota,
+            watch,
+        })
+    }
+}
+
+impl TurnWorkspace {
+    /// After the turn: the files it changed, as a `CUSTOM` event when there are any; then
+    /// the quota, a breach of which fails the turn.
+    pub(super) async fn finish(
+        mut self,
+        sink: &EventSink,
+    ) -> Result<Result<(), AgentError>, SinkClosed> {
+        let (dir, before) = (self.dir.clone(), self.before.take());
+        let changed = match before {
+            Some(before) => tokio::task::spawn_blocking(move || before.changed(&dir))
+                .await
+                .unwrap_or_default(),
+            None => Vec::new(),
+        };
+        if !changed.is_empty() {
+            sink.send(AgentEvent::Custom {
+                name: CHANGED_EVENT.to_owned(),
+                value: json!({ "files": changed }),
+            })
+            .await?;
+        }
+        Ok(match self.quota {
+            Some(quota) => match measure(self.dir.clone()).await {
+                Some(used) if used > quota => Err(quota_error(quota)),
+                _ => Ok(()),
+            },
+            None => Ok(()),
+        })
+    }
+}
+
+/// The error a quota breach ends the run with.
+pub(super) fn quota_error(quota: u64) -> AgentError {
+    AgentError::Failed {
+        code: "WORKSPACE_QUOTA".to_owned(),
+        message: format!("the thread's workspace grew past its quota of {quota} bytes"),
+    }
+}
+
+async fn measure(dir: PathBuf) -> Option<u64> {
+    tokio::task::spawn_blocking(move || crate::workspace::usage(&dir))
+        .await
+        .ok()?
+        .ok()
+}
+
+/// Cancels `over` once `dir` holds more than `quota` bytes; ends with `stop`.
+async fn watch_quota(dir: PathBuf, quota: u64, over: CancellationToken, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(QUOTA_CHECK) => {}
+        }
+        if measure(dir.clone()).await.is_some_and(|used| used > quota) {
+            over.cancel();
+            return;
+        }
+    }
+}

@@ -1,0 +1,468 @@
+//! Workspaces and confinement, with the scripted ACP agent as the probe: a confined agent
+//! of one principal tries what a prompt-injected agent tries (the daemon's data directory,
+//! database, keys and token file, its `$HOME` and `/proc/<pid>/environ`, another
+//! principal's workspace and home, writes outside its workspace, a planted symlink, the
+//! daemon's port, a signal to the daemon) and each attempt is refused; the same probe with
+//! `confinement = "none"` succeeds, so the refusals are the confinement's.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agui_serve::config::{AcpConfig, AgentConfig, AgentKind, Config, Hitl, Permissions};
+use agui_serve::confine::Confinement;
+use agui_serve::workspace::{Source, Unit, WorkspaceConfig};
+use serde_json::{Value, json};
+use support::*;
+
+/// The scripted agent with a workspace per thread under the data directory.
+fn probe_agent(
+    name: &str,
+    confinement: Confinement,
+    data: &Path,
+    quota: Option<u64>,
+) -> AgentConfig {
+    let mut config = AcpConfig::new(vec![scripted_agent().display().to_string()]);
+    config.permissions = Permissions::Allow;
+    config.confinement = Some(confinement);
+    config.workspace = Some(WorkspaceConfig {
+        source: Source::Empty,
+        root: data.join("workspaces"),
+        quota,
+        unit: Unit::Thread,
+    });
+    AgentConfig {
+        name: name.to_owned(),
+        description: "probe".to_owned(),
+        hitl: Hitl::Tool,
+        kind: AgentKind::Acp(config),
+    }
+}
+
+struct Setup {
+    server: TestServer,
+    /// The daemon's data directory.
+    data: PathBuf,
+    token_file: PathBuf,
+}
+
+async fn setup(tag: &str, adjust: impl FnOnce(&mut Config, &Path) + Send + 'static) -> Setup {
+    let secrets = temp_dir(&format!("{tag}-secrets"));
+    let token_file = secrets.join("token");
+    std::fs::write(&token_file, TOKEN).expect("token file");
+    let data = temp_dir(&format!("{tag}-data"));
+    let (d, t) = (data.clone(), token_file.clone());
+    let server = TestServer::with(move |c| {
+        c.data_dir = d.clone();
+        c.private_files = vec![t];
+        adjust(c, &d);
+    })
+    .await;
+    Setup {
+        server,
+        data,
+        token_file,
+    }
+}
+
+/// Mints a scoped token for `sub`.
+async fn token_for(server: &TestServer, sub: &str) -> String {
+    let response = server
+        .post("/tokens")
+        .json(&json!({"sub": sub}))
+        .sent()
+        .await;
+    assert_eq!(response.status(), 200);
+    let answer: Value = response.json().await.expect("json");
+    answer["token"].as_str().expect("token").to_owned()
+}
+
+/// One run of `text` on `thread` as `token`: its frames.
+async fn turn(
+    server: &TestServer,
+    token: &str,
+    agent: &str,
+    thread: &str,
+    text: &str,
+) -> Vec<SseFrame> {
+    let run = format!("r-{}", uuid::Uuid::new_v4());
+    let response = client()
+        .post(server.url(&format!("/{agent}")))
+        .bearer_auth(token)
+        .json(&run_body(thread, &run, text))
+        .sent()
+        .await;
+    assert_eq!(response.status(), 200, "{text}");
+    SseReader::new(response).collect().await
+}
+
+/// The agent's reply to `text`.
+async fn say(server: &TestServer, token: &str, agent: &str, thread: &str, text: &str) -> String {
+    let frames = turn(server, token, agent, thread, text).await;
+    assert_eq!(
+        frames.last().map(SseFrame::kind),
+        Some("RUN_FINISHED"),
+        "{text}: {:?}",
+        kinds(&frames)
+    );
+    text_of(&frames)
+}
+
+/// The probe's outcomes for `plan`.
+async fn probe(server: &TestServer, token: &str, agent: &str, thread: &str, plan: Value) -> Value {
+    let reply = say(server, token, agent, thread, &format!("probe {plan}")).await;
+    let json = reply.strip_prefix("Probe: ").expect("a probe report");
+    serde_json::from_str(json).expect("probe json")
+}
+
+fn cwd_of(reply: &str) -> PathBuf {
+    PathBuf::from(reply.strip_prefix("Cwd: ").expect("a cwd"))
+}
+
+/// What an adversarial agent of `bob` tries, given what `alice` has.
+fn escapes(s: &Setup, alice_cwd: &Path) -> Value {
+    let data = &s.data;
+    let home = std::env::var("HOME").expect("HOME");
+    json!({
+        "read": [
+            data.join("agui-serve.db").display().to_string(),
+            data.join("token-signing.key").display().to_string(),
+            s.token_file.display().to_string(),
+            format!("/proc/{}/environ", std::process::id()),
+            alice_cwd.join("mine.txt").display().to_string(),
+            "leak",
+        ],
+        "list": [
+            data.display().to_string(),
+            data.join("homes").display().to_string(),
+            home,
+            alice_cwd.display().to_string(),
+        ],
+        "write": [
+            data.join("planted").display().to_string(),
+            "/tmp/agui-probe-outside",
+            alice_cwd.join("theirs.txt").display().to_string(),
+        ],
+        "connect": [s.server.addr.to_string()],
+        "signal": [std::process::id().to_string()],
+    })
+}
+
+#[tokio::test]
+async fn a_confined_agent_reaches_nothing_of_the_daemon_or_another_principal() {
+    let s = setup("confined", |c, d| {
+        c.agents = vec![probe_agent("probe", Confinement::Landlock, d, None)];
+    })
+    .await;
+    let (alice, bob) = (
+        token_for(&s.server, "alice").await,
+        token_for(&s.server, "bob").await,
+    );
+    let mine = say(&s.server, &alice, "probe", "t", "write mine.txt alice's").await;
+    assert_eq!(mine, "Wrote mine.txt");
+    let alice_cwd = cwd_of(&say(&s.server, &alice, "probe", "t", "pwd").await);
+    assert!(alice_cwd.join("mine.txt").exists());
+    // A symlink planted in bob's own workspace, leading to the database.
+    let db = s.data.join("agui-serve.db");
+    assert!(db.exists(), "the database the probe aims at exists");
+    let linked = say(
+        &s.server,
+        &bob,
+        "probe",
+        "t",
+        &format!("symlink leak {}", db.display()),
+    )
+    .await;
+    assert_eq!(linked, "Linked leak");
+    let outcomes = probe(&s.server, &bob, "probe", "t", escapes(&s, &alice_cwd)).await;
+    let outcomes = outcomes.as_object().expect("outcomes");
+    assert_eq!(outcomes.len(), 15, "every attempt reported: {outcomes:?}");
+    for (attempt, outcome) in outcomes {
+        assert_eq!(outcome, "denied", "{attempt}");
+    }
+    assert!(!s.data.join("planted").exists());
+    assert!(!alice_cwd.join("theirs.txt").exists());
+    // What it may do: its own workspace, the system's files.
+    let own = probe(
+        &s.server,
+        &bob,
+        "probe",
+        "t",
+        json!({"write": ["own.txt"], "read": ["/etc/hostname"], "list": ["/usr/bin", "."]}),
+    )
+    .await;
+    assert_eq!(own.as_object().map(|o| o.len()), Some(4));
+    for (attempt, outcome) in own.as_object().expect("outcomes") {
+        assert_eq!(outcome, "ok", "{attempt}");
+    }
+    let read_back = probe(&s.server, &bob, "probe", "t", json!({"read": ["own.txt"]})).await;
+    assert_eq!(read_back, json!({"read:own.txt": "ok"}));
+}
+
+#[tokio::test]
+async fn the_same_probe_unconfined_reaches_everything() {
+    let s = setup("unconfined", |c, d| {
+        c.agents = vec![probe_agent("probe", Confinement::None, d, None)];
+    })
+    .await;
+    let (alice, bob) = (
+        token_for(&s.server, "alice").await,
+        token_for(&s.server, "bob").await,
+    );
+    say(&s.server, &alice, "probe", "t", "write mine.txt alice's").await;
+    let alice_cwd = cwd_of(&say(&s.server, &alice, "probe", "t", "pwd").await);
+    let db = s.data.join("agui-serve.db");
+    say(
+        &s.server,
+        &bob,
+        "probe",
+        "t",
+        &format!("symlink leak {}", db.display()),
+    )
+    .await;
+    let outcomes = probe(&s.server, &bob, "probe", "t", escapes(&s, &alice_cwd)).await;
+    // Everything but the files that do not exist is reached: the confined probe's
+    // refusals above are the confinement's doing.
+    for (attempt, outcome) in outcomes.as_object().expect("outcomes") {
+        // An unconfined agent gets no home of its own: there are none to list.
+        if attempt.ends_with("/homes") {
+            continue;
+        }
+        assert_eq!(outcome, "ok", "{attempt}");
+    }
+    let _ = std::fs::remove_file("/tmp/agui-probe-outside");
+}
+
+#[tokio::test]
+async fn each_thread_works_in_its_own_workspace_and_keeps_it_across_a_restart() {
+    let data = temp_dir("ws-restart");
+    let start = |data: PathBuf| {
+        TestServer::with(move |c| {
+            c.data_dir = data.clone();
+            c.agents = vec![probe_agent("probe", Confinement::Landlock, &data, None)];
+        })
+    };
+    let server = start(data.clone()).await;
+    say(&server, TOKEN, "probe", "a", "write hello.txt from a").await;
+    say(&server, TOKEN, "probe", "b", "write hello.txt from b").await;
+    let a = cwd_of(&say(&server, TOKEN, "probe", "a", "pwd").await);
+    let b = cwd_of(&say(&server, TOKEN, "probe", "b", "pwd").await);
+    assert_ne!(a, b);
+    assert_eq!(
+        std::fs::read_to_string(a.join("hello.txt")).expect("a"),
+        "from a\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(b.join("hello.txt")).expect("b"),
+        "from b\n"
+    );
+    server.stop().await;
+    let server = start(data.clone()).await;
+    let frames = turn(&server, TOKEN, "probe", "a", "pwd").await;
+    assert_eq!(
+        cwd_of(&text_of(&frames)),
+        a,
+        "the same workspace after a restart"
+    );
+    let state = apply_state(&frames, None).expect("state");
+    assert_eq!(state["session"].as_str().map(str::is_empty), Some(false));
+    let (_, thread) = get_json(&server, "/threads/a").await;
+    assert_eq!(thread["metadata"]["session"]["how"], "loaded", "{thread}");
+    assert_eq!(
+        std::fs::read_to_string(a.join("hello.txt")).expect("a"),
+        "from a\n"
+    );
+}
+
+#[tokio::test]
+async fn a_turn_tells_which_files_it_changed_and_the_workspace_routes_serve_them() {
+    let s = setup("ws-api", |c, d| {
+        c.agents = vec![probe_agent("probe", Confinement::Landlock, d, None)];
+    })
+    .await;
+    let alice = token_for(&s.server, "alice").await;
+    let frames = turn(&s.server, &alice, "probe", "w", "write notes.md one line").await;
+    let changed: Vec<&SseFrame> = frames
+        .iter()
+        .filter(|f| f.kind() == "CUSTOM" && f.data["name"] == "agui.workspace.changed")
+        .collect();
+    assert_eq!(changed.len(), 1, "{:?}", kinds(&frames));
+    assert_eq!(
+        changed[0].data["value"],
+        json!({"files": [{"path": "notes.md", "added": 1, "removed": 0}]})
+    );
+    let get = |path: &str, token: &str| {
+        client()
+            .get(s.server.url(path))
+            .bearer_auth(token.to_owned())
+            .send()
+    };
+    let listing: Value = get("/threads/w/workspace", &alice)
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    let names: Vec<&str> = listing["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert_eq!(names, ["notes.md"]);
+    let file = get("/threads/w/workspace/file?path=notes.md", &alice)
+        .await
+        .expect("get");
+    assert_eq!(file.status(), 200);
+    assert_eq!(file.text().await.expect("text"), "one line\n");
+    let changes: Value = get("/threads/w/workspace/changes", &alice)
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        changes["changes"]["files"][0]["path"], "notes.md",
+        "{changes}"
+    );
+    // No way out, and nobody else's.
+    say(&s.server, &alice, "probe", "w", "symlink out /etc").await;
+    for path in ["..", "../..", "/etc/passwd", "out/passwd", "notes.md/.."] {
+        let url = format!("/threads/w/workspace/file?path={}", urlencode(path));
+        let response = get(&url, &alice).await.expect("get");
+        assert_eq!(response.status(), 400, "{path}");
+    }
+    let response = get("/threads/w/workspace?path=out", &alice)
+        .await
+        .expect("get");
+    assert_eq!(response.status(), 400);
+    let bob = token_for(&s.server, "bob").await;
+    for path in [
+        "/threads/w/workspace",
+        "/threads/w/workspace/file?path=notes.md",
+        "/threads/w/workspace/changes",
+    ] {
+        assert_eq!(get(path, &bob).await.expect("get").status(), 404, "{path}");
+    }
+}
+
+fn urlencode(text: &str) -> String {
+    percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+#[tokio::test]
+async fn a_fork_copies_the_workspace_and_a_delete_removes_it() {
+    // The scripted agent forks a session by copying its history, kept in `state`.
+    let state = temp_dir("ws-fork-state");
+    let s = setup("ws-fork", move |c, d| {
+        let mut agent = probe_agent("probe", Confinement::Landlock, d, None);
+        if let AgentKind::Acp(acp) = &mut agent.kind {
+            acp.env
+                .insert("SCRIPTED_AGENT_STATE".into(), state.display().to_string());
+            acp.sandbox.write = vec![state.clone()];
+        }
+        c.agents = vec![agent];
+    })
+    .await;
+    say(&s.server, TOKEN, "probe", "src", "write kept.txt original").await;
+    let source = cwd_of(&say(&s.server, TOKEN, "probe", "src", "pwd").await);
+    let forked = s
+        .server
+        .post("/threads/src/fork")
+        .json(&json!({"threadId": "copy"}))
+        .sent()
+        .await;
+    assert_eq!(forked.status(), 201, "{:?}", forked.text().await);
+    let copy = cwd_of(&say(&s.server, TOKEN, "probe", "copy", "pwd").await);
+    assert_ne!(copy, source);
+    assert_eq!(
+        std::fs::read_to_string(copy.join("kept.txt")).expect("copied"),
+        "original\n"
+    );
+    let deleted = s.server.delete("/threads/copy").sent().await;
+    assert_eq!(deleted.status(), 204);
+    eventually("the deleted thread's workspace is removed", || {
+        !copy.exists()
+    })
+    .await;
+    assert!(source.join("kept.txt").exists());
+}
+
+#[tokio::test]
+async fn a_quota_breach_ends_the_run_with_an_error_naming_it() {
+    let s = setup("ws-quota", |c, d| {
+        c.agents = vec![probe_agent(
+            "probe",
+            Confinement::Landlock,
+            d,
+            Some(64 * 1024),
+        )];
+    })
+    .await;
+    say(&s.server, TOKEN, "probe", "q", "write small.txt fits").await;
+    let frames = turn(&s.server, TOKEN, "probe", "q", "fill big.bin 200000").await;
+    let last = frames.last().expect("frames");
+    assert_eq!(last.kind(), "RUN_ERROR", "{:?}", kinds(&frames));
+    assert_eq!(last.data["code"], "WORKSPACE_QUOTA");
+    assert!(
+        last.data["message"]
+            .as_str()
+            .expect("message")
+            .contains("quota")
+    );
+    // Nothing stored is lost: the thread's transcript still holds the first turn.
+    let (_, messages) = get_json(&s.server, "/threads/q/messages").await;
+    let text = messages.to_string();
+    assert!(text.contains("Wrote small.txt"), "{text}");
+}
+
+#[tokio::test]
+async fn an_idle_session_is_closed_and_the_next_run_loads_it() {
+    let state = temp_dir("ws-idle-state");
+    let s = setup("ws-idle", move |c, d| {
+        let mut agent = probe_agent("probe", Confinement::Landlock, d, None);
+        if let AgentKind::Acp(acp) = &mut agent.kind {
+            acp.session_ttl = Duration::from_millis(500);
+            acp.env
+                .insert("SCRIPTED_AGENT_STATE".into(), state.display().to_string());
+            acp.sandbox.write = vec![state.clone()];
+        }
+        c.agents = vec![agent];
+    })
+    .await;
+    say(&s.server, TOKEN, "probe", "idle", "write a.txt first").await;
+    let first = cwd_of(&say(&s.server, TOKEN, "probe", "idle", "pwd").await);
+    let (_, thread) = get_json(&s.server, "/threads/idle").await;
+    assert_eq!(thread["metadata"]["session"]["how"], "new");
+    // The session's process (one per thread) goes once the session is closed.
+    let mut gone = false;
+    for _ in 0..200 {
+        if agent_processes(&s.server, "probe").await == 0 {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(gone, "the idle session's process was not stopped");
+    let again = cwd_of(&say(&s.server, TOKEN, "probe", "idle", "pwd").await);
+    assert_eq!(again, first);
+    let (_, thread) = get_json(&s.server, "/threads/idle").await;
+    assert_eq!(thread["metadata"]["session"]["how"], "loaded", "{thread}");
+}
+
+/// The agent's processes, busy or idle, as `/metrics` counts them.
+async fn agent_processes(server: &TestServer, agent: &str) -> u64 {
+    let text = server
+        .get("/metrics")
+        .sent()
+        .await
+        .text()
+        .await
+        .expect("metrics");
+    let label = format!("agent=\"{agent}\"");
+    text.lines()
+        .filter(|l| l.contains("agent_processes{") && l.contains(&label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
