@@ -16,8 +16,14 @@ bin="${1:-$root/target/debug/agui-serve}"
 scripted="$root/target/debug/examples/scripted_acp_agent"
 [ -x "$scripted" ] || (cd "$root" && cargo build --example scripted_acp_agent)
 venv="$root/conformance/.venv"
-if ! "$venv/bin/python" -c "import acp" 2>/dev/null; then
-  python3 -m venv "$venv"
+# The agents run confined: their interpreter must lie in the system's paths, not under
+# the daemon's $HOME (a pyenv or user install there is refused, as it should be).
+python=/usr/bin/python3
+[ -x "$python" ] || python="$(command -v python3)"
+if ! "$venv/bin/python" -c "import acp" 2>/dev/null \
+  || [ "$(readlink -f "$venv/bin/python")" != "$(readlink -f "$python")" ]; then
+  rm -rf "$venv"
+  "$python" -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check "agent-client-protocol==0.12.1"
 fi
 
