@@ -24,7 +24,8 @@ for need in \
   "caddy|caddy|streaming through Caddy" \
   "go|golang-go|streaming through the Go reverse proxy" \
   "systemd-analyze|systemd|tests/deploy.rs (the systemd unit verifies)" \
-  "promtool|prometheus|tests/metrics.rs (promtool check metrics)"; do
+  "promtool|prometheus|tests/metrics.rs (promtool check metrics)" \
+  "bwrap|bubblewrap|tests/confine.rs (agents confined in bwrap)"; do
   IFS='|' read -r cmd package why <<<"$need"
   command -v "$cmd" >/dev/null 2>&1 || missing+=("$cmd (Debian: $package) for $why")
 done

@@ -480,6 +480,8 @@ impl ServeArgs {
             }
         }
 
+        let metrics_listen = self.metrics_listen.or(server.metrics_listen);
+        check_agent_ports(&agents, port, metrics_listen.map(|a| a.port()))?;
         let cluster = self.resolve_cluster(server, host, port, &tls)?;
         let access = self.resolve_access(&file.auth, max_concurrent_runs)?;
         let ui = resolve_ui(&file.ui)?;
@@ -507,7 +509,7 @@ impl ServeArgs {
                 },
                 memory_budget,
                 max_connections,
-                metrics_listen: self.metrics_listen.or(server.metrics_listen),
+                metrics_listen,
                 otlp_endpoint,
                 log_format,
                 agents,
@@ -948,6 +950,34 @@ fn agent_from_file(agent: FileAgent, data_dir: &Path) -> Result<AgentConfig, Con
     })
 }
 
+/// A confined agent may not be allowed the daemon's own ports.
+fn check_agent_ports(
+    agents: &[AgentConfig],
+    port: u16,
+    metrics: Option<u16>,
+) -> Result<(), ConfigError> {
+    let own: Vec<u16> = std::iter::once(port)
+        .chain(metrics)
+        .filter(|p| *p != 0)
+        .collect();
+    for agent in agents {
+        if let AgentKind::Acp(acp) = &agent.kind
+            && let Some(p) = acp
+                .sandbox
+                .connect
+                .iter()
+                .chain(&acp.sandbox.bind)
+                .find(|p| own.contains(p))
+        {
+            return Err(ConfigError::new(format!(
+                "agent {:?}: sandbox port {p} is one of the daemon's own: a confined agent may not reach it",
+                agent.name
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// An agent's workspaces: by default an empty directory per thread under
 /// `<data dir>/workspaces`.
 fn workspace_config(
@@ -1182,6 +1212,40 @@ mod tests {
             assert!(err.to_string().contains(says), "{text}: {err}");
             assert!(!err.to_string().contains('\n'), "one line: {err}");
         }
+    }
+
+    #[test]
+    fn agents_take_workspaces_by_default_and_never_the_daemons_ports() {
+        let dir = std::env::temp_dir().join(format!("agui-cli-ws-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let resolve = |text: &str| {
+            let file = dir.join("c.toml");
+            std::fs::write(&file, text).expect("write");
+            parse(&[
+                "--config",
+                file.to_str().expect("utf8"),
+                "--data-dir",
+                "/var/lib/a",
+            ])
+            .args
+            .resolve(&no_env)
+        };
+        let agent = "[[agents]]\nname = \"a\"\nkind = \"acp\"\ncommand = [\"x\"]\n";
+        let config = resolve(agent).expect("valid").config;
+        let AgentKind::Acp(acp) = &config.agents[0].kind else {
+            panic!("an ACP agent");
+        };
+        let workspace = acp.workspace.as_ref().expect("a workspace by default");
+        assert_eq!(workspace.root, Path::new("/var/lib/a/workspaces"));
+        assert_eq!(acp.sandbox.connect, [443]);
+        let own = format!("[server]\nport = 8443\n\n{agent}sandbox = {{ connect = [8443] }}\n");
+        let err = resolve(&own).expect_err("the daemon's port");
+        assert!(err.to_string().contains("port 8443"), "{err}");
+        let both = format!("{agent}cwd = \"/srv\"\n[agents.workspace]\nsource = \"empty\"\n");
+        let err = resolve(&both).expect_err("cwd and a workspace");
+        assert!(err.to_string().contains("not both"), "{err}");
+        let relative = format!("{agent}[agents.workspace]\nroot = \"rel\"\n");
+        assert!(resolve(&relative).is_err());
     }
 
     #[test]

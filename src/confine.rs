@@ -83,6 +83,12 @@ impl Default for Sandbox {
     }
 }
 
+/// Whether an agent started with `confinement` calls `setsid` itself (the launcher does,
+/// so it must not be started as a process group's leader).
+pub fn starts_own_session(confinement: Confinement) -> bool {
+    confinement != Confinement::None
+}
+
 /// What a confined agent may reach.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Policy {
@@ -128,9 +134,16 @@ pub fn in_force(choice: Option<Confinement>) -> Result<Confinement, String> {
     if wanted == Confinement::None {
         return Ok(wanted);
     }
-    if !support().filesystem {
+    let support = support();
+    if !support.filesystem {
         return Err(
             "the kernel does not enforce Landlock; set confinement = \"none\" to run the agent unconfined"
+                .to_owned(),
+        );
+    }
+    if !support.network || !support.scope {
+        return Err(
+            "the kernel's Landlock lacks TCP port rules (ABI 4) or signal scoping (ABI 6), so an agent could reach the daemon's ports or signal it; set confinement = \"none\" to run it unconfined"
                 .to_owned(),
         );
     }
@@ -172,9 +185,6 @@ pub fn system_devices() -> Vec<PathBuf> {
         "/dev/full",
         "/dev/random",
         "/dev/urandom",
-        "/dev/tty",
-        "/dev/ptmx",
-        "/dev/pts",
     ]
     .iter()
     .map(PathBuf::from)
@@ -257,6 +267,7 @@ pub fn bwrap_program() -> Option<PathBuf> {
 pub fn bwrap_args(policy: &Policy, secrets: &[PathBuf]) -> Vec<String> {
     let mut args: Vec<String> = [
         "--die-with-parent",
+        "--new-session",
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
@@ -306,6 +317,11 @@ pub fn launch(args: Vec<OsString>) -> String {
         return "the program is missing".to_owned();
     };
     close_inherited();
+    // A session of its own: no controlling terminal of the daemon's to type into (the
+    // daemon started it as no group's leader for this; the session is its process group).
+    if let Err(error) = nix::unistd::setsid() {
+        return format!("cannot start a session: {error}");
+    }
     if let Err(error) = drop_capabilities() {
         return error;
     }

@@ -113,6 +113,15 @@ impl Server {
         host.secrets = config.secret_paths();
         host.secrets
             .extend(std::env::var_os("HOME").map(std::path::PathBuf::from));
+        // Every workspace root: a process is granted its own directory in it, never a
+        // read path that holds the others.
+        for agent in &config.agents {
+            if let AgentKind::Acp(acp) = &agent.kind
+                && let Some(workspace) = &acp.workspace
+            {
+                host.secrets.push(workspace.root.clone());
+            }
+        }
         if let Some(launcher) = &config.launcher {
             host.launcher = launcher.clone();
         }

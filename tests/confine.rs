@@ -201,6 +201,48 @@ async fn a_confined_agent_reaches_nothing_of_the_daemon_or_another_principal() {
 }
 
 #[tokio::test]
+async fn under_bwrap_the_probe_reaches_nothing_either() {
+    let s = setup("bwrap", |c, d| {
+        c.agents = vec![probe_agent("probe", Confinement::Bwrap, d, None)];
+    })
+    .await;
+    let (alice, bob) = (
+        token_for(&s.server, "alice").await,
+        token_for(&s.server, "bob").await,
+    );
+    say(&s.server, &alice, "probe", "t", "write mine.txt alice's").await;
+    let alice_cwd = cwd_of(&say(&s.server, &alice, "probe", "t", "pwd").await);
+    let db = s.data.join("agui-serve.db");
+    say(
+        &s.server,
+        &bob,
+        "probe",
+        "t",
+        &format!("symlink leak {}", db.display()),
+    )
+    .await;
+    let outcomes = probe(&s.server, &bob, "probe", "t", escapes(&s, &alice_cwd)).await;
+    let outcomes = outcomes.as_object().expect("outcomes");
+    assert_eq!(outcomes.len(), 15, "every attempt reported: {outcomes:?}");
+    // Hidden (an empty directory over the data directory, another PID namespace) or
+    // refused: never reached.
+    for (attempt, outcome) in outcomes {
+        assert_ne!(outcome, "ok", "{attempt}");
+    }
+    // The daemon is not even there: another PID namespace (plain Landlock says "denied").
+    let signal = &outcomes[&format!("signal:{}", std::process::id())];
+    assert!(
+        signal
+            .as_str()
+            .is_some_and(|o| o.contains("No such process")),
+        "{signal}"
+    );
+    assert!(!s.data.join("planted").exists());
+    let own = probe(&s.server, &bob, "probe", "t", json!({"write": ["own.txt"]})).await;
+    assert_eq!(own, json!({"write:own.txt": "ok"}));
+}
+
+#[tokio::test]
 async fn the_same_probe_unconfined_reaches_everything() {
     let s = setup("unconfined", |c, d| {
         c.agents = vec![probe_agent("probe", Confinement::None, d, None)];

@@ -57,6 +57,9 @@ pub(super) struct Launch {
     /// `None`: the daemon's environment plus the agent's `env`.
     pub(super) env: Option<BTreeMap<String, String>>,
     pub(super) cwd: Option<PathBuf>,
+    /// The launcher makes its own session (and so its process group); else the daemon
+    /// starts the agent in a process group of its own.
+    pub(super) own_session: bool,
 }
 
 impl Launch {
@@ -81,6 +84,7 @@ impl Launch {
                 args: args.to_vec(),
                 env: None,
                 cwd: config.cwd.clone(),
+                own_session: false,
             });
         }
         std::fs::create_dir_all(home.join("tmp"))
@@ -92,11 +96,20 @@ impl Launch {
                 }
                 _ => workspaces.principal_dir(&key.principal),
             },
-            None => config
-                .cwd
-                .clone()
-                .or_else(|| std::env::current_dir().ok())
-                .ok_or_else(|| "no working directory".to_owned())?,
+            None => {
+                let dir = config
+                    .cwd
+                    .clone()
+                    .or_else(|| std::env::current_dir().ok())
+                    .ok_or_else(|| "no working directory".to_owned())?;
+                if confine::carve(std::slice::from_ref(&dir), &host.secrets) != [dir.clone()] {
+                    return Err(format!(
+                        "its working directory {} holds or lies in the daemon's data directory, keys or home; give it [agents.workspace] instead",
+                        dir.display()
+                    ));
+                }
+                dir
+            }
         };
         std::fs::create_dir_all(&writable)
             .map_err(|e| format!("cannot make {}: {e}", writable.display()))?;
@@ -130,6 +143,7 @@ impl Launch {
             args: words,
             env: Some(env),
             cwd: Some(writable),
+            own_session: confine::starts_own_session(confinement),
         })
     }
 }
@@ -145,6 +159,12 @@ fn policy(
 ) -> Policy {
     let mut read = confine::system_read_paths();
     read.extend(config.sandbox.read.iter().cloned());
+    // A git workspace's objects live in its repository.
+    if let Some(crate::workspace::Source::Git { repo, .. }) =
+        config.workspace.as_ref().map(|w| &w.source)
+    {
+        read.push(repo.clone());
+    }
     // The agent's own program, wherever it lives (a path, or found on PATH).
     if let Some(found) = super::process::resolve(program)
         && let Ok(real) = std::fs::canonicalize(found)

@@ -654,13 +654,16 @@ impl Inner {
         turn: &Turn,
         sink: &EventSink,
     ) -> Result<(Arc<AcpProcess>, String), Stop> {
-        let live = lock(&self.sessions).get(&turn.thread_id).cloned();
+        // Looked up and marked used at once, so the reaper cannot take it in between.
+        let live = lock(&self.sessions).get_mut(&turn.thread_id).map(|bound| {
+            bound.used = tokio::time::Instant::now();
+            bound.clone()
+        });
         if let Some(Bound {
             process, session, ..
         }) = live
             && process.is_alive()
         {
-            self.touch_session(&turn.thread_id);
             let outside = lock(&self.bound_outside).remove(&turn.thread_id);
             if let Some(how) = outside {
                 sink.set_session(&session, how).await?;

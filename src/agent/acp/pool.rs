@@ -94,12 +94,16 @@ impl Inner {
             let mut processes = lock(&self.processes);
             processes.retain(|p| p.is_alive());
             let pool = processes.iter().filter(|p| p.key == *key);
+            // Marked used as it is handed out: the reaper does not stop it under the
+            // session about to be made on it.
             if let Some(idle) = pool.clone().find(|p| p.active.load(Ordering::SeqCst) == 0) {
+                idle.touch();
                 return Ok(idle.clone());
             }
             if pool.clone().count() >= self.config.pool_size
                 && let Some(least) = pool.min_by_key(|p| p.active.load(Ordering::SeqCst))
             {
+                least.touch();
                 return Ok(least.clone());
             }
         }

@@ -212,8 +212,10 @@ impl AcpProcess {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
             .kill_on_drop(true);
+        if !launch.own_session {
+            command.process_group(0);
+        }
         if let Some(env) = &launch.env {
             command.env_clear().envs(env);
         }

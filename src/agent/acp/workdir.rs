@@ -171,11 +171,8 @@ impl TurnWorkspace {
             .await?;
         }
         Ok(match self.quota {
-            Some(quota) => match measure(self.dir.clone()).await {
-                Some(used) if used > quota => Err(quota_error(quota)),
-                _ => Ok(()),
-            },
-            None => Ok(()),
+            Some(quota) if over_quota(self.dir.clone(), quota).await => Err(quota_error(quota)),
+            _ => Ok(()),
         })
     }
 }
@@ -188,11 +185,16 @@ pub(super) fn quota_error(quota: u64) -> AgentError {
     }
 }
 
-async fn measure(dir: PathBuf) -> Option<u64> {
-    tokio::task::spawn_blocking(move || crate::workspace::usage(&dir))
-        .await
-        .ok()?
-        .ok()
+/// Whether `dir` holds more than `quota` bytes. A workspace that cannot be measured (a
+/// directory the agent made unreadable, too many entries) counts as over: the quota
+/// fails closed. One not made yet is not over.
+async fn over_quota(dir: PathBuf, quota: u64) -> bool {
+    let used = tokio::task::spawn_blocking(move || crate::workspace::usage(&dir)).await;
+    match used {
+        Ok(Ok(used)) => used > quota,
+        Ok(Err(crate::workspace::WorkspaceError::NotFound)) => false,
+        Ok(Err(_)) | Err(_) => true,
+    }
 }
 
 /// Cancels `over` once `dir` holds more than `quota` bytes; ends with `stop`.
@@ -202,7 +204,7 @@ async fn watch_quota(dir: PathBuf, quota: u64, over: CancellationToken, stop: Ca
             () = stop.cancelled() => return,
             () = tokio::time::sleep(QUOTA_CHECK) => {}
         }
-        if measure(dir.clone()).await.is_some_and(|used| used > quota) {
+        if over_quota(dir.clone(), quota).await {
             over.cancel();
             return;
         }
