@@ -80,6 +80,27 @@ use usage::note_usage;
 
 /// How long a cancelled prompt may take to answer before the turn gives up on it.
 const CANCEL_WAIT: Duration = Duration::from_millis(1000);
+/// How long `session/new`, `session/load` or `session/resume` may take (a real agent's
+/// start of a session takes seconds; one that hangs must not hold the run).
+const SESSION_WAIT: Duration = Duration::from_secs(120);
+
+/// The answer to a session request of a turn, unless the turn is cancelled first (the run
+/// ends as cancelled) or the agent takes longer than [`SESSION_WAIT`].
+async fn session_answer<T>(
+    cancel: &CancellationToken,
+    method: &str,
+    request: impl std::future::Future<Output = Result<T, agent_client_protocol::Error>>,
+) -> Result<Result<T, agent_client_protocol::Error>, Stop> {
+    tokio::select! {
+        answer = tokio::time::timeout(SESSION_WAIT, request) => answer.map_err(|_| {
+            Stop::Failed(AgentError::Failed {
+                code: "AGENT_TIMEOUT".to_owned(),
+                message: format!("{method} did not answer in {} s", SESSION_WAIT.as_secs()),
+            })
+        }),
+        () = cancel.cancelled() => Err(Stop::Closed),
+    }
+}
 
 /// Whether an agent command names a program that can be started (an executable path, or a
 /// program on `PATH`).
@@ -683,7 +704,15 @@ impl Inner {
                 }
                 let load =
                     LoadSessionRequest::new(stored.clone(), &cwd).mcp_servers(mcp_servers.clone());
-                let loaded = process.connection.send_request(load).block_task().await;
+                let request = process.connection.send_request(load).block_task();
+                let loaded = session_answer(&turn.cancel, "session/load", request).await;
+                let loaded = match loaded {
+                    Ok(loaded) => loaded,
+                    Err(stop) => {
+                        process.router.unregister(stored);
+                        return Err(stop);
+                    }
+                };
                 process.router.unregister(stored);
                 drop(replay);
                 match loaded {
@@ -704,7 +733,8 @@ impl Inner {
                 }
                 let resume = ResumeSessionRequest::new(stored.clone(), &cwd)
                     .mcp_servers(mcp_servers.clone());
-                match process.connection.send_request(resume).block_task().await {
+                let request = process.connection.send_request(resume).block_task();
+                match session_answer(&turn.cancel, "session/resume", request).await? {
                     Ok(_) => {
                         self.health.session_ok();
                         tracing::info!(session = %stored, "ACP session resumed");
@@ -723,11 +753,9 @@ impl Inner {
             }
         }
         let new = NewSessionRequest::new(&cwd).mcp_servers(mcp_servers);
-        let created = process
-            .connection
-            .send_request(new)
-            .block_task()
-            .await
+        let request = process.connection.send_request(new).block_task();
+        let created = session_answer(&turn.cancel, "session/new", request)
+            .await?
             .map_err(|error| {
                 if error.code == ErrorCode::AUTH_REQUIRED {
                     self.auth_required(&process, &error.message)
