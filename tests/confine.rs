@@ -149,10 +149,15 @@ fn escapes(s: &Setup, alice_cwd: &Path) -> Value {
     })
 }
 
-#[tokio::test]
-async fn a_confined_agent_reaches_nothing_of_the_daemon_or_another_principal() {
-    let s = setup("confined", |c, d| {
-        c.agents = vec![probe_agent("probe", Confinement::Landlock, d, None)];
+/// Alice writes a file in her thread's workspace; Bob, on a thread of the same id, plants a
+/// symlink to the database in his and runs every escape. The outcomes, with the daemon
+/// and Bob's token, and Alice's workspace.
+async fn escape_attempts(
+    tag: &str,
+    confinement: Confinement,
+) -> (Setup, String, PathBuf, serde_json::Map<String, Value>) {
+    let s = setup(tag, move |c, d| {
+        c.agents = vec![probe_agent("probe", confinement, d, None)];
     })
     .await;
     let (alice, bob) = (
@@ -163,22 +168,25 @@ async fn a_confined_agent_reaches_nothing_of_the_daemon_or_another_principal() {
     assert_eq!(mine, "Wrote mine.txt");
     let alice_cwd = cwd_of(&say(&s.server, &alice, "probe", "t", "pwd").await);
     assert!(alice_cwd.join("mine.txt").exists());
-    // A symlink planted in bob's own workspace, leading to the database.
     let db = s.data.join("agui-serve.db");
     assert!(db.exists(), "the database the probe aims at exists");
-    let linked = say(
-        &s.server,
-        &bob,
-        "probe",
-        "t",
-        &format!("symlink leak {}", db.display()),
-    )
-    .await;
-    assert_eq!(linked, "Linked leak");
+    let plant = format!("symlink leak {}", db.display());
+    assert_eq!(
+        say(&s.server, &bob, "probe", "t", &plant).await,
+        "Linked leak"
+    );
     let outcomes = probe(&s.server, &bob, "probe", "t", escapes(&s, &alice_cwd)).await;
-    let outcomes = outcomes.as_object().expect("outcomes");
+    let Value::Object(outcomes) = outcomes else {
+        panic!("outcomes: {outcomes}");
+    };
     assert_eq!(outcomes.len(), 15, "every attempt reported: {outcomes:?}");
-    for (attempt, outcome) in outcomes {
+    (s, bob, alice_cwd, outcomes)
+}
+
+#[tokio::test]
+async fn a_confined_agent_reaches_nothing_of_the_daemon_or_another_principal() {
+    let (s, bob, alice_cwd, outcomes) = escape_attempts("confined", Confinement::Landlock).await;
+    for (attempt, outcome) in &outcomes {
         assert_eq!(outcome, "denied", "{attempt}");
     }
     assert!(!s.data.join("planted").exists());
@@ -202,31 +210,10 @@ async fn a_confined_agent_reaches_nothing_of_the_daemon_or_another_principal() {
 
 #[tokio::test]
 async fn under_bwrap_the_probe_reaches_nothing_either() {
-    let s = setup("bwrap", |c, d| {
-        c.agents = vec![probe_agent("probe", Confinement::Bwrap, d, None)];
-    })
-    .await;
-    let (alice, bob) = (
-        token_for(&s.server, "alice").await,
-        token_for(&s.server, "bob").await,
-    );
-    say(&s.server, &alice, "probe", "t", "write mine.txt alice's").await;
-    let alice_cwd = cwd_of(&say(&s.server, &alice, "probe", "t", "pwd").await);
-    let db = s.data.join("agui-serve.db");
-    say(
-        &s.server,
-        &bob,
-        "probe",
-        "t",
-        &format!("symlink leak {}", db.display()),
-    )
-    .await;
-    let outcomes = probe(&s.server, &bob, "probe", "t", escapes(&s, &alice_cwd)).await;
-    let outcomes = outcomes.as_object().expect("outcomes");
-    assert_eq!(outcomes.len(), 15, "every attempt reported: {outcomes:?}");
+    let (s, bob, _, outcomes) = escape_attempts("bwrap", Confinement::Bwrap).await;
     // Hidden (an empty directory over the data directory, another PID namespace) or
     // refused: never reached.
-    for (attempt, outcome) in outcomes {
+    for (attempt, outcome) in &outcomes {
         assert_ne!(outcome, "ok", "{attempt}");
     }
     // The daemon is not even there: another PID namespace (plain Landlock says "denied").
@@ -244,29 +231,10 @@ async fn under_bwrap_the_probe_reaches_nothing_either() {
 
 #[tokio::test]
 async fn the_same_probe_unconfined_reaches_everything() {
-    let s = setup("unconfined", |c, d| {
-        c.agents = vec![probe_agent("probe", Confinement::None, d, None)];
-    })
-    .await;
-    let (alice, bob) = (
-        token_for(&s.server, "alice").await,
-        token_for(&s.server, "bob").await,
-    );
-    say(&s.server, &alice, "probe", "t", "write mine.txt alice's").await;
-    let alice_cwd = cwd_of(&say(&s.server, &alice, "probe", "t", "pwd").await);
-    let db = s.data.join("agui-serve.db");
-    say(
-        &s.server,
-        &bob,
-        "probe",
-        "t",
-        &format!("symlink leak {}", db.display()),
-    )
-    .await;
-    let outcomes = probe(&s.server, &bob, "probe", "t", escapes(&s, &alice_cwd)).await;
+    let (_s, _, _, outcomes) = escape_attempts("unconfined", Confinement::None).await;
     // Everything but the files that do not exist is reached: the confined probe's
     // refusals above are the confinement's doing.
-    for (attempt, outcome) in outcomes.as_object().expect("outcomes") {
+    for (attempt, outcome) in &outcomes {
         // An unconfined agent gets no home of its own: there are none to list.
         if attempt.ends_with("/homes") {
             continue;

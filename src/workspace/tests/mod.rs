@@ -40,6 +40,26 @@ fn write(path: &Path, text: &str) {
     fs::write(path, text).expect("write file");
 }
 
+/// A changed file as `(path, status, size, added, removed)`.
+type Row<'a> = (&'a str, &'a str, u64, Option<u64>, Option<u64>);
+
+/// Each changed file as a [`Row`].
+fn rows(changes: &Changes) -> Vec<Row<'_>> {
+    changes
+        .files
+        .iter()
+        .map(|f| {
+            (
+                f.path.as_str(),
+                f.status.as_str(),
+                f.size,
+                f.added,
+                f.removed,
+            )
+        })
+        .collect()
+}
+
 fn workspaces(root: &Path, source: Source, unit: Unit) -> Workspaces {
     let config = WorkspaceConfig {
         source,
@@ -310,19 +330,7 @@ fn template_changes_list_added_modified_and_deleted_files() {
     write(&dir.join(".git/config"), "ignored");
     let changes = ws.changes(&dir, 1 << 20).expect("changes");
     assert_eq!(changes.base, "template");
-    let files: Vec<_> = changes
-        .files
-        .iter()
-        .map(|f| {
-            (
-                f.path.as_str(),
-                f.status.as_str(),
-                f.size,
-                f.added,
-                f.removed,
-            )
-        })
-        .collect();
+    let files = rows(&changes);
     assert_eq!(
         files,
         [

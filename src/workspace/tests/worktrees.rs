@@ -146,19 +146,7 @@ fn git_changes_count_lines_list_untracked_files_and_cap_the_diff() {
     write(&dir.join("d.txt"), "untracked\n");
     let changes = ws.changes(&dir, 1 << 20).expect("changes");
     assert_eq!(changes.base, "git");
-    let files: Vec<_> = changes
-        .files
-        .iter()
-        .map(|f| {
-            (
-                f.path.as_str(),
-                f.status.as_str(),
-                f.size,
-                f.added,
-                f.removed,
-            )
-        })
-        .collect();
+    let files = rows(&changes);
     assert_eq!(
         files,
         [
