@@ -605,6 +605,33 @@ fn check_config_prints_the_resolved_configuration_redacted() {
         "{value}"
     );
 
+    // The confinement in force is shown per agent; "none" is warned about.
+    assert_eq!(value["agents"][0]["confinement"], "landlock", "{value}");
+    std::fs::write(
+        &config,
+        "[[agents]]\nname = \"open\"\nkind = \"acp\"\ncommand = [\"/bin/cat\"]\nconfinement = \"none\"\n",
+    )
+    .expect("write");
+    let output = Command::new(BIN)
+        .args([
+            "check-config",
+            "--token",
+            "t",
+            "--config",
+            config.to_str().expect("utf8"),
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    assert!(output.status.success());
+    let value: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(value["agents"][0]["confinement"], "none");
+    let warnings = value["warnings"].to_string();
+    assert!(
+        warnings.contains("confinement = \\\"none\\\""),
+        "{warnings}"
+    );
+
     std::fs::write(&config, "[server]\nbogus = 1\n").expect("write");
     let output = Command::new(BIN)
         .args(["check-config", "--config", config.to_str().expect("utf8")])
