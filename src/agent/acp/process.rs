@@ -410,26 +410,24 @@ impl AcpProcess {
         }
     }
 
-    /// Stops the process: stdin EOF, then SIGTERM to its group, then SIGKILL.
+    /// Stops the process: stdin EOF, then SIGTERM to its group, then SIGKILL; whatever of
+    /// its group outlives it (a child it left behind, which could still write in its
+    /// workspace) is killed last.
     pub(super) async fn stop(&self) {
         self.closing.cancel();
-        if tokio::time::timeout(Duration::from_secs(1), self.exited.cancelled())
-            .await
-            .is_ok()
-        {
+        let Some(pgid) = self.pgid else {
             return;
-        }
-        if let Some(pgid) = self.pgid {
+        };
+        let exited =
+            |wait| tokio::time::timeout(Duration::from_secs(wait), self.exited.cancelled());
+        if exited(1).await.is_err() {
             signal_group(pgid, nix::sys::signal::Signal::SIGTERM);
-            if tokio::time::timeout(Duration::from_secs(2), self.exited.cancelled())
-                .await
-                .is_ok()
-            {
-                return;
+            if exited(2).await.is_err() {
+                signal_group(pgid, nix::sys::signal::Signal::SIGKILL);
+                let _ = exited(1).await;
             }
-            signal_group(pgid, nix::sys::signal::Signal::SIGKILL);
-            let _ = tokio::time::timeout(Duration::from_secs(1), self.exited.cancelled()).await;
         }
+        signal_group(pgid, nix::sys::signal::Signal::SIGKILL);
     }
 }
 
