@@ -78,6 +78,9 @@ pub struct Claims {
     pub exp: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iat: Option<u64>,
+    /// Numeric only (RFC 7519 NumericDate): a string is refused, never skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nbf: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iss: Option<String>,
     /// A string or an array of strings (RFC 7519); checked by the verifier.
@@ -123,6 +126,8 @@ pub enum TokenError {
     MissingClaim(String),
     #[error("the token's `sub` {0}")]
     BadSubject(&'static str),
+    #[error("the token names critical header parameters (`crit`) this daemon does not understand")]
+    CriticalHeader,
 }
 
 /// Where one configured key comes from.
@@ -350,6 +355,7 @@ impl Verifier {
     /// Verifies `token` and returns its claims.
     pub fn verify(&self, token: &str) -> Result<Claims, TokenError> {
         let header = jsonwebtoken::decode_header(token).map_err(|_| TokenError::Malformed)?;
+        refuse_critical(token)?;
         let candidates = self.keys.iter().filter(|k| {
             k.alg == header.alg
                 && match (&k.kid, &header.kid) {
@@ -403,8 +409,25 @@ impl Verifier {
         }
         if let Some(issuer) = &self.issuer {
             validation.set_issuer(&[issuer]);
+            validation.required_spec_claims.insert("iss".to_owned());
         }
         validation
+    }
+}
+
+/// Refuses a token whose header has `crit`: this daemon understands no JWS extension, and
+/// RFC 7515 (4.1.11) says a recipient that does not understand one must refuse the token.
+fn refuse_critical(token: &str) -> Result<(), TokenError> {
+    use base64::Engine as _;
+    let segment = token.split('.').next().unwrap_or_default();
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(segment)
+        .map_err(|_| TokenError::Malformed)?;
+    let header: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|_| TokenError::Malformed)?;
+    match header.get("crit") {
+        Some(_) => Err(TokenError::CriticalHeader),
+        None => Ok(()),
     }
 }
 
@@ -469,6 +492,7 @@ impl Signer {
             sub: sub.to_owned(),
             exp,
             iat: Some(now),
+            nbf: None,
             iss: self.issuer.clone(),
             aud: self.audience.clone().map(serde_json::Value::String),
             agents,
@@ -543,6 +567,34 @@ mod tests {
     }
 
     #[test]
+    fn a_configured_issuer_is_required() {
+        let v = Verifier::load(
+            &[],
+            None,
+            Some("https://login".into()),
+            Duration::from_secs(5),
+        )
+        .expect("verifier")
+        .with_local_key(SECRET);
+        let t = now();
+        let none = serde_json::json!({"sub": "a", "exp": t + 60});
+        assert_eq!(
+            v.verify(&sign(Algorithm::HS256, None, SECRET, &none)),
+            Err(TokenError::MissingClaim("iss".into()))
+        );
+        let other = serde_json::json!({"sub": "a", "exp": t + 60, "iss": "https://evil"});
+        assert_eq!(
+            v.verify(&sign(Algorithm::HS256, None, SECRET, &other)),
+            Err(TokenError::WrongIssuer)
+        );
+        let right = serde_json::json!({"sub": "a", "exp": t + 60, "iss": "https://login"});
+        assert!(
+            v.verify(&sign(Algorithm::HS256, None, SECRET, &right))
+                .is_ok()
+        );
+    }
+
+    #[test]
     fn refusals_are_told_apart() {
         let v = verifier(None);
         let t = now();
@@ -591,6 +643,27 @@ mod tests {
         );
         assert_eq!(v.verify(&none), Err(TokenError::Malformed));
         assert_eq!(v.verify("not-a-jwt"), Err(TokenError::Malformed));
+        // A string nbf is not a date to skip; it is refused.
+        let string_nbf = serde_json::json!({"sub": "a", "exp": t + 600, "nbf": "later"});
+        assert_eq!(
+            v.verify(&sign(Algorithm::HS256, None, SECRET, &string_nbf)),
+            Err(TokenError::Malformed)
+        );
+        // An unknown critical header parameter is refused (RFC 7515).
+        let key = EncodingKey::from_secret(SECRET);
+        let body = b64.encode(ok.to_string());
+        let header = b64.encode(br#"{"alg":"HS256","typ":"JWT","crit":["exp-ext"],"exp-ext":1}"#);
+        let signed = format!("{header}.{body}");
+        let signature =
+            jsonwebtoken::crypto::sign(signed.as_bytes(), &key, Algorithm::HS256).expect("sign");
+        let crit = format!("{signed}.{signature}");
+        assert_eq!(v.verify(&crit), Err(TokenError::CriticalHeader));
+        // The same token without `crit` verifies: the refusal is the header's.
+        let header = b64.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
+        let signed = format!("{header}.{body}");
+        let signature =
+            jsonwebtoken::crypto::sign(signed.as_bytes(), &key, Algorithm::HS256).expect("sign");
+        assert!(v.verify(&format!("{signed}.{signature}")).is_ok());
     }
 
     #[test]
