@@ -257,7 +257,13 @@ impl ThreadState {
                     .filter(|m| !self.seen.contains(m.id()))
                     .cloned()
                     .collect();
-                let new_user_message = new.iter().any(|m| matches!(m, Message::User(_)));
+                // An answer may add the answering tool messages and `resume[]` (and the
+                // client's copy of the agent's tool-call message), nothing else: any other
+                // message it brings (a user's, or a system, developer or assistant message
+                // written into the history) is new input.
+                let new_user_message = new
+                    .iter()
+                    .any(|m| !matches!(m, Message::Tool(_)) && !self.is_client_copy(m));
                 let answers = !input.resume.is_empty()
                     || lock(&run.suspension)
                         .as_ref()
