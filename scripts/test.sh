@@ -11,6 +11,29 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 
+# On a Debian machine, as root (CI, a fresh machine), the system packages the phases need
+# are installed first when missing; elsewhere the check below names what to install.
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  packages=()
+  command -v node >/dev/null 2>&1 || packages+=(nodejs npm)
+  command -v python3 >/dev/null 2>&1 || packages+=(python3)
+  /usr/bin/python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || packages+=(python3-venv)
+  command -v curl >/dev/null 2>&1 || packages+=(curl)
+  command -v systemd-analyze >/dev/null 2>&1 || packages+=(systemd)
+  command -v nginx >/dev/null 2>&1 || packages+=(nginx)
+  command -v caddy >/dev/null 2>&1 || packages+=(caddy)
+  command -v go >/dev/null 2>&1 || packages+=(golang-go)
+  command -v promtool >/dev/null 2>&1 || packages+=(prometheus)
+  command -v bwrap >/dev/null 2>&1 || packages+=(bubblewrap)
+  [ -x "${CHROMIUM:-/usr/bin/chromium}" ] || packages+=(chromium)
+  compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || packages+=(postgresql)
+  if [ ${#packages[@]} -gt 0 ]; then
+    echo "== installing ${packages[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" </dev/null
+  fi
+fi
+
 # Every tool a later phase needs, checked before the first long one. Each entry:
 # "COMMAND|Debian package|what needs it".
 missing=()
