@@ -305,16 +305,17 @@ impl Workspaces {
         }
     }
 
-    /// Whether the workspace uses more than the quota (never without one). A tree too large
-    /// to walk ([`WorkspaceError::TooManyEntries`] from [`usage`]) counts as over.
-    pub fn over_quota(&self, dir: &Path) -> Result<bool, WorkspaceError> {
+    /// Whether the workspace uses more than the quota (never without one). The quota fails
+    /// closed: a tree that cannot be measured (too large to walk, a directory the agent
+    /// made unreadable) counts as over; one not made yet does not.
+    pub fn over_quota(&self, dir: &Path) -> bool {
         let Some(quota) = self.config.quota else {
-            return Ok(false);
+            return false;
         };
         match usage(dir) {
-            Ok(used) => Ok(used > quota),
-            Err(WorkspaceError::TooManyEntries { .. }) => Ok(true),
-            Err(err) => Err(err),
+            Ok(used) => used > quota,
+            Err(WorkspaceError::NotFound) => false,
+            Err(_) => true,
         }
     }
 }

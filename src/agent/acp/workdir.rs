@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Inner;
 use crate::agent::{AgentError, AgentEvent, EventSink, SinkClosed};
-use crate::workspace::{Snapshot, Unit};
+use crate::workspace::{Snapshot, Unit, Workspaces};
 
 /// The `CUSTOM` event naming the files a turn changed.
 pub(super) const CHANGED_EVENT: &str = "agui.workspace.changed";
@@ -25,7 +25,7 @@ const QUOTA_CHECK: Duration = Duration::from_secs(2);
 pub(super) struct TurnWorkspace {
     dir: PathBuf,
     before: Option<Snapshot>,
-    quota: Option<u64>,
+    workspaces: Workspaces,
     /// Cancelled when the workspace grows past its quota during the turn.
     pub(super) over_quota: CancellationToken,
     watch: CancellationToken,
@@ -129,12 +129,11 @@ impl Inner {
         let before = tokio::task::spawn_blocking(move || Snapshot::take(&at))
             .await
             .ok()?;
-        let quota = workspaces.config().quota;
         let (over_quota, watch) = (CancellationToken::new(), CancellationToken::new());
-        if let Some(quota) = quota {
+        if workspaces.config().quota.is_some() {
             tokio::spawn(watch_quota(
+                workspaces.clone(),
                 dir.clone(),
-                quota,
                 over_quota.clone(),
                 watch.clone(),
             ));
@@ -142,7 +141,7 @@ impl Inner {
         Some(TurnWorkspace {
             dir,
             before: Some(before),
-            quota,
+            workspaces: workspaces.clone(),
             over_quota,
             watch,
         })
@@ -170,9 +169,9 @@ impl TurnWorkspace {
             })
             .await?;
         }
-        Ok(match self.quota {
-            Some(quota) if over_quota(self.dir.clone(), quota).await => Err(quota_error(quota)),
-            _ => Ok(()),
+        Ok(match over_quota(&self.workspaces, &self.dir).await {
+            true => Err(quota_error(self.workspaces.config().quota.unwrap_or(0))),
+            false => Ok(()),
         })
     }
 }
@@ -185,26 +184,27 @@ pub(super) fn quota_error(quota: u64) -> AgentError {
     }
 }
 
-/// Whether `dir` holds more than `quota` bytes. A workspace that cannot be measured (a
-/// directory the agent made unreadable, too many entries) counts as over: the quota
-/// fails closed. One not made yet is not over.
-async fn over_quota(dir: PathBuf, quota: u64) -> bool {
-    let used = tokio::task::spawn_blocking(move || crate::workspace::usage(&dir)).await;
-    match used {
-        Ok(Ok(used)) => used > quota,
-        Ok(Err(crate::workspace::WorkspaceError::NotFound)) => false,
-        Ok(Err(_)) | Err(_) => true,
-    }
+/// [`Workspaces::over_quota`] on the blocking pool (a failure to run it counts as over).
+async fn over_quota(workspaces: &Workspaces, dir: &std::path::Path) -> bool {
+    let (workspaces, dir) = (workspaces.clone(), dir.to_owned());
+    tokio::task::spawn_blocking(move || workspaces.over_quota(&dir))
+        .await
+        .unwrap_or(true)
 }
 
-/// Cancels `over` once `dir` holds more than `quota` bytes; ends with `stop`.
-async fn watch_quota(dir: PathBuf, quota: u64, over: CancellationToken, stop: CancellationToken) {
+/// Cancels `over` once the workspace `dir` is over its quota; ends with `stop`.
+async fn watch_quota(
+    workspaces: Workspaces,
+    dir: PathBuf,
+    over: CancellationToken,
+    stop: CancellationToken,
+) {
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(QUOTA_CHECK) => {}
         }
-        if over_quota(dir.clone(), quota).await {
+        if over_quota(&workspaces, &dir).await {
             over.cancel();
             return;
         }

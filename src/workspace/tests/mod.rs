@@ -509,11 +509,13 @@ fn usage_counts_regular_file_bytes_and_walks_are_capped() {
         Err(WorkspaceError::TooManyEntries { cap: 3 })
     ));
     let mut ws = workspaces(&scratch.0, Source::Empty, Unit::Thread);
-    assert!(!ws.over_quota(&dir).expect("no quota"));
+    assert!(!ws.over_quota(&dir));
     ws.config.quota = Some(29);
-    assert!(ws.over_quota(&dir).expect("over"));
+    assert!(ws.over_quota(&dir));
     ws.config.quota = Some(30);
-    assert!(!ws.over_quota(&dir).expect("at"));
+    assert!(!ws.over_quota(&dir));
+    // A workspace not made yet is not over.
+    assert!(!ws.over_quota(&scratch.path("none")));
 }
 
 #[test]
