@@ -311,11 +311,12 @@ impl Drop for StreamGuard {
     }
 }
 
-/// The store's commit latency and failures.
+/// The store's commit latency and failures, and the size of SQLite's WAL.
 #[derive(Debug, Clone)]
 pub struct StoreMetrics {
     commit: Histogram,
     failures: Counter,
+    wal: Gauge,
 }
 
 impl Default for StoreMetrics {
@@ -323,6 +324,7 @@ impl Default for StoreMetrics {
         StoreMetrics {
             commit: latency_histogram(),
             failures: Counter::default(),
+            wal: Gauge::default(),
         }
     }
 }
@@ -334,6 +336,16 @@ impl StoreMetrics {
         if !committed {
             self.failures.inc();
         }
+    }
+
+    /// The embedded store's WAL is `bytes` long.
+    pub fn wal(&self, bytes: u64) {
+        self.wal.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// The WAL's length as last seen.
+    pub fn wal_bytes(&self) -> u64 {
+        u64::try_from(self.wal.get()).unwrap_or(0)
     }
 }
 
@@ -486,6 +498,11 @@ impl Metrics {
             "store_commit_failures",
             "Store batches whose transaction failed to commit",
             store.failures.clone(),
+        );
+        r.register(
+            "store_wal_bytes",
+            "Length of the embedded store's write-ahead log (0 with PostgreSQL)",
+            store.wal.clone(),
         );
         r.register(
             "agent_processes",
