@@ -1120,11 +1120,11 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("agui-cli-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
         let file = dir.join("t");
-        std::fs::write(&file, "from-file\n").expect("write");
-        let env = |k: &str| (k == "AGUI_TOKEN").then(|| "from-env".to_owned());
+        std::fs::write(&file, "from-file-0123456789\n").expect("write");
+        let env = |k: &str| (k == "AGUI_TOKEN").then(|| "from-env-0123456789".to_owned());
         let file_arg = file.to_str().expect("utf8");
 
-        let r = parse(&["--token", "from-flag", "--token-file", file_arg])
+        let r = parse(&["--token", "from-flag-0123456789", "--token-file", file_arg])
             .args
             .resolve(&env)
             .expect("valid");
@@ -1135,7 +1135,7 @@ mod tests {
             .expect("valid");
         assert_eq!(r.token_source, TokenSource::File);
         match r.config.auth {
-            Auth::Token(t) => assert_eq!(t.expose(), "from-file"),
+            Auth::Token(t) => assert_eq!(t.expose(), "from-file-0123456789"),
             Auth::Misconfigured => panic!("token expected"),
         }
         let r = parse(&[]).args.resolve(&env).expect("valid");

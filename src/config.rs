@@ -130,11 +130,24 @@ pub enum TokenSource {
 pub struct BearerToken(String);
 
 impl BearerToken {
-    /// Wraps a token value; rejects empty and whitespace-bearing values.
+    /// The shortest token accepted, in bytes.
+    pub const MIN_LEN: usize = 16;
+
+    /// Wraps a token value; rejects empty, short and whitespace-bearing values. A short
+    /// token is guessed sooner, and the log scrubber, which replaces the token wherever
+    /// it occurs, would mangle ordinary words that contain it.
     pub fn new(value: impl Into<String>) -> Result<BearerToken, ConfigError> {
         let value = value.into();
         if value.is_empty() {
             return Err(ConfigError::new("token is empty"));
+        }
+        if value.len() < Self::MIN_LEN {
+            return Err(ConfigError::new(format!(
+                "token is {} bytes; at least {} are required (e.g. `openssl rand -hex 32`, \
+                 or give no token and one is generated)",
+                value.len(),
+                Self::MIN_LEN
+            )));
         }
         if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(ConfigError::new("token contains whitespace"));
@@ -720,10 +733,10 @@ mod tests {
 
     #[test]
     fn token_debug_is_redacted() {
-        let token = BearerToken::new("s3cret-value").expect("valid");
+        let token = BearerToken::new("s3cret-value-0123").expect("valid");
         assert!(!format!("{token:?}").contains("s3cret"));
         assert!(!format!("{token}").contains("s3cret"));
-        let mut config = Config::for_tests("s3cret-value", PathBuf::from("/tmp"));
+        let mut config = Config::for_tests("s3cret-value-0123", PathBuf::from("/tmp"));
         config.agents.push(AgentConfig::demo());
         assert!(!format!("{config:?}").contains("s3cret"));
         assert!(!config.redacted_json().to_string().contains("s3cret"));

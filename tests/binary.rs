@@ -544,6 +544,39 @@ fn bad_configuration_exits_2_with_one_line() {
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
 }
 
+/// A token shorter than 16 bytes is refused at start, from every source, with the reason;
+/// 16 bytes start.
+#[test]
+fn a_short_token_is_refused_at_start() {
+    let dir = temp_dir("short-token");
+    let file = dir.join("t");
+    std::fs::write(&file, "T\n").expect("write");
+    let file = file.to_str().expect("utf8");
+    for (args, env) in [
+        (vec!["--token", "T"], None),
+        (vec!["--token", "fifteen-bytes-x"], None),
+        (vec!["--token-file", file], None),
+        (vec![], Some("short")),
+    ] {
+        let mut command = Command::new(BIN);
+        command.args(["check-config"]).args(&args);
+        match env {
+            Some(value) => command.env("AGUI_TOKEN", value),
+            None => command.env_remove("AGUI_TOKEN"),
+        };
+        let output = command.stdin(Stdio::null()).output().expect("run");
+        assert_eq!(output.status.code(), Some(2), "{args:?} {env:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("at least 16"), "{args:?}: {stderr}");
+    }
+    let output = Command::new(BIN)
+        .args(["check-config", "--token", "sixteen-bytes-xy"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    assert!(output.status.success(), "{output:?}");
+}
+
 #[test]
 fn check_config_prints_the_resolved_configuration_redacted() {
     let dir = temp_dir("check");

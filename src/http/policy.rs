@@ -252,19 +252,47 @@ mod tests {
 
     #[test]
     fn token_from_header_or_query() {
-        let auth = Auth::Token(BearerToken::new("abc").expect("token"));
-        assert!(authenticate(&auth, &headers(&[("authorization", "Bearer abc")]), None).is_ok());
-        assert!(authenticate(&auth, &headers(&[("authorization", "bearer abc")]), None).is_ok());
-        assert!(authenticate(&auth, &headers(&[]), Some("a=1&token=abc")).is_ok());
-        assert!(authenticate(&auth, &headers(&[("authorization", "Bearer abd")]), None).is_err());
-        assert!(authenticate(&auth, &headers(&[("authorization", "Basic abc")]), None).is_err());
+        let auth = Auth::Token(BearerToken::new("abcdefghijklmnop").expect("token"));
+        assert!(
+            authenticate(
+                &auth,
+                &headers(&[("authorization", "Bearer abcdefghijklmnop")]),
+                None
+            )
+            .is_ok()
+        );
+        assert!(
+            authenticate(
+                &auth,
+                &headers(&[("authorization", "bearer abcdefghijklmnop")]),
+                None
+            )
+            .is_ok()
+        );
+        assert!(authenticate(&auth, &headers(&[]), Some("a=1&token=abcdefghijklmnop")).is_ok());
+        assert!(
+            authenticate(
+                &auth,
+                &headers(&[("authorization", "Bearer abcdefghijklmnoq")]),
+                None
+            )
+            .is_err()
+        );
+        assert!(
+            authenticate(
+                &auth,
+                &headers(&[("authorization", "Basic abcdefghijklmnop")]),
+                None
+            )
+            .is_err()
+        );
         assert!(authenticate(&auth, &headers(&[]), None).is_err());
         assert!(authenticate(&auth, &headers(&[]), Some("token=ab")).is_err());
     }
 
     #[test]
     fn the_trusted_header_counts_only_with_the_master_token() {
-        let auth = Auth::Token(BearerToken::new("abc").expect("token"));
+        let auth = Auth::Token(BearerToken::new("abcdefghijklmnop").expect("token"));
         let access = Access {
             trusted_header: Some(http::HeaderName::from_static("x-user")),
             ..Access::default()
@@ -272,7 +300,10 @@ mod tests {
         let as_alice = super::authenticate(
             &auth,
             &access,
-            &headers(&[("authorization", "Bearer abc"), ("x-user", "alice")]),
+            &headers(&[
+                ("authorization", "Bearer abcdefghijklmnop"),
+                ("x-user", "alice"),
+            ]),
             None,
         )
         .expect("allowed");
@@ -281,7 +312,7 @@ mod tests {
         let operator = super::authenticate(
             &auth,
             &access,
-            &headers(&[("authorization", "Bearer abc")]),
+            &headers(&[("authorization", "Bearer abcdefghijklmnop")]),
             None,
         )
         .expect("allowed");
@@ -289,7 +320,10 @@ mod tests {
         let wrong = super::authenticate(
             &auth,
             &access,
-            &headers(&[("authorization", "Bearer abd"), ("x-user", "alice")]),
+            &headers(&[
+                ("authorization", "Bearer abcdefghijklmnoq"),
+                ("x-user", "alice"),
+            ]),
             None,
         );
         assert_eq!(
@@ -299,7 +333,10 @@ mod tests {
         let empty = super::authenticate(
             &auth,
             &access,
-            &headers(&[("authorization", "Bearer abc"), ("x-user", " ")]),
+            &headers(&[
+                ("authorization", "Bearer abcdefghijklmnop"),
+                ("x-user", " "),
+            ]),
             None,
         );
         assert_eq!(
