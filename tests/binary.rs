@@ -299,9 +299,39 @@ async fn audit_lines_name_the_principal_and_never_the_token() {
         .sent()
         .await;
     assert_eq!(r.status(), 401);
+    // No principal may take a name the audit line gives the operator.
+    for sub in ["operator", "OPERATOR", "(unauthenticated)", "-"] {
+        let r = daemon
+            .post("/tokens")
+            .json(&serde_json::json!({"sub": sub, "ttlSeconds": 60}))
+            .sent()
+            .await;
+        assert_eq!(r.status(), 400, "{sub}");
+    }
+    // An origin refused is logged with the origin and the rule.
+    let r = client()
+        .get(daemon.url("/threads"))
+        .bearer_auth(TOKEN)
+        .header("origin", "https://page.example")
+        .sent()
+        .await;
+    assert_eq!(r.status(), 403);
     daemon.signal("TERM");
     daemon.wait(Duration::from_secs(15)).expect("exits");
     let logs = daemon.logs();
+    let refused = logs
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|line| line["fields"]["message"] == "origin refused")
+        .expect("the refusal's log line");
+    assert_eq!(refused["level"], "INFO");
+    assert_eq!(refused["fields"]["origin"], "https://page.example");
+    assert!(
+        refused["fields"]["rule"]
+            .as_str()
+            .is_some_and(|r| r.contains("--allowed-origin")),
+        "{refused}"
+    );
     let audit: Vec<serde_json::Value> = logs
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
@@ -314,6 +344,10 @@ async fn audit_lines_name_the_principal_and_never_the_token() {
     };
     let run = find("run", "allowed").expect("the run's audit line");
     assert_eq!(run["fields"]["principal"], "alice");
+    assert_eq!(run["fields"]["auth"], "scoped-token");
+    let minted = find("tokens", "allowed").expect("the mint's audit line");
+    assert_eq!(minted["fields"]["principal"], "operator");
+    assert_eq!(minted["fields"]["auth"], "master-token");
     assert_eq!(run["fields"]["thread"], "audited");
     assert_eq!(run["fields"]["run"], "audited-r");
     let missing = find("thread", "not_found").expect("the 404's audit line");

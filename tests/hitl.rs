@@ -564,11 +564,10 @@ async fn an_answer_after_a_restart_is_refused_in_band_for_both_profiles() {
         let answer = run(&server, &body(thread, "r2", &messages, legacy)).await;
         assert_eq!(kinds(&answer), ["RUN_STARTED", "RUN_ERROR"], "{answer:?}");
         assert_eq!(answer[1].data["code"], "SUSPENSION_LOST");
+        let message = answer[1].data["message"].as_str().expect("message");
         assert!(
-            answer[1].data["message"]
-                .as_str()
-                .expect("message")
-                .contains("send your request again")
+            message.contains("sending it again cannot help: send a new message"),
+            "{message}"
         );
         let transcript = get_json(&server, &format!("/threads/{thread}/messages"))
             .await
@@ -588,6 +587,38 @@ async fn an_answer_after_a_restart_is_refused_in_band_for_both_profiles() {
         assert_eq!(text_of(&next), "You said: hello");
         server.stop().await;
     }
+}
+
+/// A second client's answer to a call the first one already answered is refused with
+/// advice that fits: nothing was lost, the answer given is in the thread.
+#[tokio::test]
+async fn an_answer_already_given_by_another_client_says_so() {
+    let server = TestServer::start().await;
+    let user = json!({"id": "twice-u", "role": "user", "content": "/approve deploy"});
+    let first = run(&server, &body("twice", "r1", &json!([user]), false)).await;
+    let starts: Vec<&SseFrame> = first
+        .iter()
+        .filter(|f| f.kind() == "TOOL_CALL_START")
+        .collect();
+    let action_id = starts[0].data["toolCallId"].as_str().expect("id");
+    let perm_id = starts[1].data["toolCallId"].as_str().expect("id");
+    let assistant = json!({"id": "twice-a", "role": "assistant", "toolCalls": [
+        {"id": action_id, "type": "function", "function": {"name": "demo_action", "arguments": "{}"}},
+        {"id": perm_id, "type": "function", "function": {"name": "agui_permission_request", "arguments": "{}"}}
+    ]});
+    let answer = |id: &str| {
+        json!([user, assistant, {"id": id, "role": "tool", "toolCallId": perm_id,
+            "content": r#"{"optionId":"allow"}"#}])
+    };
+    let given = run(&server, &body("twice", "r2", &answer("twice-t1"), false)).await;
+    assert!(text_of(&given).contains("Approved: deploy"), "{given:?}");
+    let late = run(&server, &body("twice", "r3", &answer("twice-t2"), false)).await;
+    assert_eq!(kinds(&late), ["RUN_STARTED", "RUN_ERROR"], "{late:?}");
+    assert_eq!(late[1].data["code"], "SUSPENSION_LOST");
+    let message = late[1].data["message"].as_str().expect("message");
+    assert!(message.contains("already answered"), "{message}");
+    assert!(!message.contains("restarted"), "{message}");
+    server.stop().await;
 }
 
 /// A shutdown does not wait the whole grace for a run parked on the client: nobody can

@@ -126,6 +126,12 @@ async fn foreign_origin_is_403_and_allowed_origin_gets_cors() {
     let (status, _, body) = error_body(response).await;
     assert_eq!(status, 403);
     assert_eq!(body["code"], "FORBIDDEN_ORIGIN");
+    // It says what would allow it.
+    let message = body["message"].as_str().expect("message");
+    assert!(
+        message.contains("--allowed-origin https://evil.example"),
+        "{message}"
+    );
 
     let response = server
         .get("/info")

@@ -45,10 +45,17 @@ pub fn split_key(key: &str) -> (&str, &str) {
     key.split_once(KEY_SEPARATOR).unwrap_or(("", key))
 }
 
-/// Checks a principal name: 1 to [`MAX_PRINCIPAL_BYTES`] bytes, no control characters.
+/// Checks a principal name: 1 to [`MAX_PRINCIPAL_BYTES`] bytes, no control characters,
+/// not one of the labels the audit line gives requests that name no principal
+/// (`operator`, `-`, or a name in parentheses), so no principal reads as the operator.
 pub fn check_principal_name(name: &str) -> Result<(), &'static str> {
     if name.is_empty() {
         Err("is empty")
+    } else if name.eq_ignore_ascii_case("operator")
+        || name == "-"
+        || (name.starts_with('(') && name.ends_with(')'))
+    {
+        Err("is a label reserved for the operator and unauthenticated requests")
     } else if name.len() > MAX_PRINCIPAL_BYTES {
         Err("is longer than 256 bytes")
     } else if name.chars().any(char::is_control) {
@@ -142,9 +149,35 @@ impl fmt::Debug for Caps {
     }
 }
 
+/// How a request authenticated, for its audit line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// The master token.
+    Master,
+    /// A scoped token (a JWT).
+    ScopedToken,
+    /// The master token with the trusted principal header.
+    TrustedHeader,
+    /// Not at all (the health routes).
+    Nothing,
+}
+
+impl Via {
+    pub fn name(self) -> &'static str {
+        match self {
+            Via::Master => "master-token",
+            Via::ScopedToken => "scoped-token",
+            Via::TrustedHeader => "trusted-header",
+            Via::Nothing => "none",
+        }
+    }
+}
+
 /// Who a request acts for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
+    /// How the request proved it.
+    via: Via,
     /// The namespace the request's thread and run ids are resolved in.
     owner: String,
     /// Holds the master token.
@@ -160,6 +193,7 @@ impl Principal {
     /// The master token: the operator's own namespace, every other one reachable.
     pub fn operator() -> Principal {
         Principal {
+            via: Via::Master,
             owner: String::new(),
             operator: true,
             everyone: true,
@@ -171,6 +205,7 @@ impl Principal {
     /// The operator acting inside `owner`'s namespace (`?owner=`).
     pub fn operator_as(owner: &str) -> Principal {
         Principal {
+            via: Via::Master,
             owner: owner.to_owned(),
             operator: true,
             everyone: false,
@@ -182,12 +217,23 @@ impl Principal {
     /// A principal named by a scoped token or the trusted principal header.
     pub fn scoped(name: &str, agents: Option<Vec<String>>, caps: Caps) -> Principal {
         Principal {
+            via: Via::ScopedToken,
             owner: name.to_owned(),
             operator: false,
             everyone: false,
             agents: agents.map(Arc::from),
             caps,
         }
+    }
+
+    /// The same principal, authenticated `via` another way.
+    pub fn via(self, via: Via) -> Principal {
+        Principal { via, ..self }
+    }
+
+    /// How the request authenticated.
+    pub fn authenticated(&self) -> Via {
+        self.via
     }
 
     /// The namespace's name (`""` for the operator's own).

@@ -135,11 +135,16 @@ impl ApiError {
         e
     }
 
-    pub fn forbidden_origin() -> ApiError {
+    /// `origin` (the request's, as sent) is not allowed: the message names the flag
+    /// that would allow it.
+    pub fn forbidden_origin(origin: &str) -> ApiError {
         ApiError::new(
             StatusCode::FORBIDDEN,
             "FORBIDDEN_ORIGIN",
-            "origin not allowed",
+            format!(
+                "origin not allowed: {origin} is not the daemon's own origin nor in its allowed \
+                 origins; start it with --allowed-origin {origin} (or allowed_origins in [server])"
+            ),
         )
     }
 

@@ -16,7 +16,7 @@ use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
 use crate::access::jwt::{Signer, Verifier};
-use crate::access::{Caps, Principal, check_principal_name};
+use crate::access::{Caps, Principal, Via, check_principal_name};
 use crate::config::{Auth, BearerToken};
 
 /// How principals other than the operator are recognized.
@@ -97,6 +97,26 @@ impl OriginPolicy {
     }
 }
 
+/// The refusal of a request whose origin [`OriginPolicy::check`] found `Forbidden`,
+/// logged at info with the origin and the rule, since the browser shows its page only a
+/// failed fetch.
+pub fn refuse_origin(headers: &HeaderMap, method: &http::Method, path: &str) -> ApiError {
+    // A client's value, shown only when it looks like an origin (and never too long).
+    let origin = headers
+        .get(ORIGIN)
+        .and_then(|o| o.to_str().ok())
+        .filter(|o| o.len() <= 200 && o.bytes().all(|b| b.is_ascii_graphic()))
+        .unwrap_or("(unreadable)");
+    tracing::info!(
+        origin,
+        %method,
+        path,
+        rule = "neither the daemon's own origin nor an --allowed-origin",
+        "origin refused"
+    );
+    ApiError::forbidden_origin(origin)
+}
+
 /// Adds the CORS headers for an allowed origin to a response.
 pub fn cors_headers(headers: &mut HeaderMap, origin: &OriginCheck) {
     if let OriginCheck::Allowed(origin) = origin {
@@ -163,12 +183,12 @@ pub fn authenticate(
                         ApiError::invalid_input(
                             format!(
                                 "the {name} header must name a principal: 1 to 256 \
-                                 characters, no control characters"
+                                 characters, no control characters, not `operator`"
                             ),
                             Some(name.as_str().to_owned()),
                         )
                     })?;
-                Ok(Principal::scoped(principal, None, Caps::ALL))
+                Ok(Principal::scoped(principal, None, Caps::ALL).via(Via::TrustedHeader))
             }
         };
     }
@@ -309,6 +329,20 @@ mod tests {
         .expect("allowed");
         assert_eq!(as_alice.owner(), "alice");
         assert!(!as_alice.is_operator());
+        assert_eq!(as_alice.authenticated(), Via::TrustedHeader);
+        let imitation = super::authenticate(
+            &auth,
+            &access,
+            &headers(&[
+                ("authorization", "Bearer abcdefghijklmnop"),
+                ("x-user", "operator"),
+            ]),
+            None,
+        );
+        assert_eq!(
+            imitation.expect_err("refused").status,
+            http::StatusCode::BAD_REQUEST
+        );
         let operator = super::authenticate(
             &auth,
             &access,
@@ -317,6 +351,7 @@ mod tests {
         )
         .expect("allowed");
         assert!(operator.is_operator());
+        assert_eq!(operator.authenticated(), Via::Master);
         let wrong = super::authenticate(
             &auth,
             &access,

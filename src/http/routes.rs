@@ -80,6 +80,8 @@ enum Need {
 pub(super) struct Audit {
     /// `operator` for the master token, else the principal's name.
     pub(super) principal: Option<String>,
+    /// How the request authenticated (`none` until it has).
+    pub(super) auth: Option<&'static str>,
     /// The namespace acted in (`""`: the operator's own).
     pub(super) owner: String,
     pub(super) thread: Option<String>,
@@ -375,6 +377,7 @@ pub(super) async fn handle(app: &App, req: Request<Incoming>, conn: ConnInfo) ->
         tracing::info!(
             target: "audit",
             principal = %principal,
+            auth = audit.auth.unwrap_or("none"),
             owner = %audit.owner,
             action = route_name,
             thread = audit.thread.as_deref().unwrap_or(""),
@@ -450,14 +453,18 @@ async fn dispatch(
     audit: &mut Audit,
 ) -> Result<Response<Body>, ApiError> {
     if req.method() == Method::OPTIONS {
-        return preflight(origin);
+        return preflight(origin, &req);
     }
     if !route.allows(req.method()) {
         return Err(ApiError::method_not_allowed(route.allow()));
     }
     let principal = if route.authenticated() {
         if *origin == OriginCheck::Forbidden {
-            return Err(ApiError::forbidden_origin());
+            return Err(policy::refuse_origin(
+                req.headers(),
+                req.method(),
+                req.uri().path(),
+            ));
         }
         route.audit(audit);
         audit.principal = Some("(unauthenticated)".to_owned());
@@ -465,6 +472,7 @@ async fn dispatch(
             policy::authenticate(&app.auth, &app.access, req.headers(), req.uri().query())?;
         let principal = acting_as(principal, req.uri().query())?;
         audit.principal = Some(principal.label().to_owned());
+        audit.auth = Some(principal.authenticated().name());
         audit.owner = principal.owner().to_owned();
         match route.needs(req.method()) {
             Need::Nothing => {}
@@ -478,6 +486,7 @@ async fn dispatch(
     } else {
         // Only the health routes: they act for nobody.
         Principal::scoped("-", Some(Vec::new()), crate::access::Caps::NONE)
+            .via(crate::access::Via::Nothing)
     };
     route.check_ids()?;
     match &app.forwarder {
@@ -879,6 +888,7 @@ fn mint(app: &App, body: &serde_json::Value) -> Result<Response<Body>, ApiError>
     tracing::info!(
         target: "audit",
         principal = "operator",
+        auth = "master-token",
         minted_for = %sub,
         ttl_seconds = ttl,
         "token minted"
@@ -1041,9 +1051,13 @@ fn query_usize(
     }
 }
 
-fn preflight(origin: &OriginCheck) -> Result<Response<Body>, ApiError> {
+fn preflight<B>(origin: &OriginCheck, req: &Request<B>) -> Result<Response<Body>, ApiError> {
     match origin {
-        OriginCheck::Forbidden => Err(ApiError::forbidden_origin()),
+        OriginCheck::Forbidden => Err(policy::refuse_origin(
+            req.headers(),
+            req.method(),
+            req.uri().path(),
+        )),
         OriginCheck::Absent | OriginCheck::Allowed(_) => {
             let mut response = Response::new(empty());
             *response.status_mut() = StatusCode::NO_CONTENT;

@@ -159,15 +159,21 @@ impl Runtime {
         profile: Profile,
         calls: Vec<String>,
     ) -> Attachment {
-        let recorded: Vec<Message> = {
+        // Calls another client (or an earlier request) already answered, and calls whose
+        // wait ended unanswered: told apart, since the advice differs.
+        let (recorded, answered) = {
             let mut state = lock(&thread.state);
             let mut recorded = Vec::new();
+            let mut answered = Vec::new();
             for call in &calls {
-                if state.is_answered(call) {
+                if let Some(by) = state.answer_of(call) {
+                    if !by_the_daemon(call, by) {
+                        answered.push(call.as_str());
+                    }
                     continue;
                 }
                 let message = Message::Tool(ToolMessage {
-                    id: format!("{call}-lost"),
+                    id: lost_id(call),
                     content: Content::Text(
                         "not delivered: nothing was waiting for this answer any more".to_owned(),
                     ),
@@ -178,7 +184,7 @@ impl Runtime {
                 state.transcript.push(message.clone());
                 recorded.push(message);
             }
-            recorded
+            (recorded, answered)
         };
         if !recorded.is_empty() {
             self.inner
@@ -189,11 +195,48 @@ impl Runtime {
             }
         }
         tracing::info!(thread.id = %thread.id, calls = ?calls, "answer to a wait that no longer exists refused");
-        let message = format!(
-            "nothing is waiting for the answer to {} any more (the server restarted, the wait \
-             timed out, or the run was cancelled); send your request again",
-            calls.join(", ")
-        );
+        let lost: Vec<&str> = calls
+            .iter()
+            .map(String::as_str)
+            .filter(|c| !answered.contains(c))
+            .collect();
+        let message = lost_message(&lost, &answered);
         self.rejection(thread, input, profile, SUSPENSION_LOST, message)
     }
+}
+
+/// The id of the answer recorded for client call `call` that nothing waited for.
+fn lost_id(call: &str) -> String {
+    format!("{call}-lost")
+}
+
+/// Whether answer `id` of client call `call` is one the daemon recorded itself: the call's
+/// wait ended unanswered (`-cancelled`, by the pump) or an answer came too late (`-lost`).
+fn by_the_daemon(call: &str, id: &str) -> bool {
+    id.strip_prefix(call)
+        .is_some_and(|rest| rest == "-cancelled" || rest == "-lost")
+}
+
+/// What `SUSPENSION_LOST` tells the client: which calls were answered elsewhere (nothing to
+/// do but read the thread), which ones nothing waits for any more (recorded as not
+/// delivered; sending the same answer again cannot help, a new message goes on).
+fn lost_message(lost: &[&str], answered: &[&str]) -> String {
+    let mut parts = Vec::new();
+    if !answered.is_empty() {
+        parts.push(format!(
+            "{} already answered on this thread (by another client or an earlier request), \
+             so this answer was not used; read the thread's messages to see the answer given",
+            answered.join(", ")
+        ));
+    }
+    if !lost.is_empty() {
+        parts.push(format!(
+            "nothing is waiting for the answer to {} any more (the run that asked ended: the \
+             server restarted, the wait timed out, or the run was cancelled) and it is \
+             recorded as not delivered; sending it again cannot help: send a new message to \
+             go on",
+            lost.join(", ")
+        ));
+    }
+    parts.join("; ")
 }

@@ -228,8 +228,10 @@ impl ThreadState {
                 None => Decision::RejectResume {
                     code: SUSPENSION_LOST,
                     message: format!(
-                        "nothing on this thread is waiting for interrupt {:?} (the server \
-                         restarted, or the wait ended); send your request again",
+                        "nothing on this thread is waiting for interrupt {:?} (it was \
+                         answered already, or its run ended: the server restarted, the wait \
+                         timed out, or the run was cancelled); sending it again cannot help: \
+                         read the thread, or send a new message to go on",
                         first.interrupt_id
                     ),
                 },
@@ -329,9 +331,11 @@ impl ThreadState {
     }
 
     /// Whether the transcript holds a result for `tool_call_id`.
-    pub(super) fn is_answered(&self, tool_call_id: &str) -> bool {
-        self.transcript
-            .iter()
-            .any(|m| matches!(m, Message::Tool(t) if t.tool_call_id == tool_call_id))
+    /// The id of the message that answered `tool_call_id`, if one did.
+    pub(super) fn answer_of(&self, tool_call_id: &str) -> Option<&str> {
+        self.transcript.iter().find_map(|m| match m {
+            Message::Tool(t) if t.tool_call_id == tool_call_id => Some(t.id.as_str()),
+            _ => None,
+        })
     }
 }
