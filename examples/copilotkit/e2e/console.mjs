@@ -67,6 +67,16 @@ await step("the page loads under its content security policy and asks for the to
   await page.getByLabel("Operator token").fill(token);
   await page.getByRole("button", { name: "Connect" }).click();
   await page.getByText("Live", { exact: true }).waitFor();
+  if (await page.locator("#login").isVisible()) throw new Error("the login form is still shown");
+  if (!(await page.locator("#fleet").isVisible())) throw new Error("the fleet is not shown");
+});
+
+await step("a run on a thread named __proto__ appears like any other", async () => {
+  const run = startRun("__proto__", "/slow 30 100");
+  const row = page.locator('tr[data-thread="__proto__"]');
+  await row.waitFor();
+  await run;
+  await row.waitFor({ state: "detached" });
 });
 
 const slowThread = `console-slow-${randomUUID().slice(0, 8)}`;

@@ -26,8 +26,19 @@ function el(tag, text, attrs = {}) {
 }
 
 // RFC 6902, the operations the daemon's diffs use (add, remove, replace), plus test.
+// Keys are a client's thread ids: every one (`__proto__` too) is read and written as an
+// own property, never through the prototype.
 function unescape(segment) {
   return segment.replace(/~1/g, "/").replace(/~0/g, "~");
+}
+
+function child(parent, key) {
+  if (Array.isArray(parent)) return parent[Number(key)];
+  return Object.hasOwn(parent, key) ? parent[key] : undefined;
+}
+
+function put(object, key, value) {
+  Object.defineProperty(object, key, { value, writable: true, enumerable: true, configurable: true });
 }
 
 function applyPatch(doc, ops) {
@@ -38,7 +49,7 @@ function applyPatch(doc, ops) {
       continue;
     }
     let parent = doc;
-    for (const key of path.slice(0, -1)) parent = parent[Array.isArray(parent) ? Number(key) : key];
+    for (const key of path.slice(0, -1)) parent = child(parent, key);
     const last = path[path.length - 1];
     if (Array.isArray(parent)) {
       const index = last === "-" ? parent.length : Number(last);
@@ -46,8 +57,8 @@ function applyPatch(doc, ops) {
       else if (op.op === "remove") parent.splice(index, 1);
       else if (op.op === "replace") parent[index] = structuredClone(op.value);
     } else if (op.op === "add" || op.op === "replace") {
-      parent[last] = structuredClone(op.value);
-    } else if (op.op === "remove") {
+      put(parent, last, structuredClone(op.value));
+    } else if (op.op === "remove" && Object.hasOwn(parent, last)) {
       delete parent[last];
     }
   }
