@@ -126,6 +126,13 @@ pub struct ServeArgs {
     /// Concurrent runs one principal may hold; the operator is not capped [default: 8]
     #[arg(long, global = true, value_name = "N")]
     pub max_runs_per_principal: Option<usize>,
+    /// Fleet streams open at once, in all [default: 1024]
+    #[arg(long, global = true, value_name = "N")]
+    pub max_fleet_streams: Option<usize>,
+    /// Fleet streams one principal may hold open (the operator's namespace counts as one)
+    /// [default: 64]
+    #[arg(long, global = true, value_name = "N")]
+    pub max_fleet_streams_per_principal: Option<usize>,
     /// Where threads, transcripts and runs live: `sqlite` (in the data directory), or a
     /// PostgreSQL connection string (`postgres://...` or `host=... dbname=...`) shared by
     /// the nodes of a cluster [default: sqlite]
@@ -197,6 +204,8 @@ struct FileAuth {
     leeway: Option<String>,
     trusted_principal_header: Option<String>,
     max_runs_per_principal: Option<usize>,
+    max_fleet_streams: Option<usize>,
+    max_fleet_streams_per_principal: Option<usize>,
 }
 
 /// `[[auth.keys]]`: one verification key; exactly one source.
@@ -728,6 +737,22 @@ impl ServeArgs {
                 "max_runs_per_principal must be at least 1",
             ));
         }
+        let defaults = crate::runtime::FleetLimits::default();
+        let fleet_streams = crate::runtime::FleetLimits {
+            total: self
+                .max_fleet_streams
+                .or(file.max_fleet_streams)
+                .unwrap_or(defaults.total),
+            per_principal: self
+                .max_fleet_streams_per_principal
+                .or(file.max_fleet_streams_per_principal)
+                .unwrap_or(defaults.per_principal),
+        };
+        if fleet_streams.total == 0 || fleet_streams.per_principal == 0 {
+            return Err(ConfigError::new(
+                "max_fleet_streams and max_fleet_streams_per_principal must be at least 1",
+            ));
+        }
         Ok(AccessConfig {
             keys,
             audience,
@@ -735,6 +760,7 @@ impl ServeArgs {
             leeway,
             trusted_principal_header,
             max_runs_per_principal,
+            fleet_streams,
         })
     }
 

@@ -88,6 +88,8 @@ pub struct AccessConfig {
     pub trusted_principal_header: Option<http::HeaderName>,
     /// Concurrent runs one principal may hold (the operator is not capped).
     pub max_runs_per_principal: usize,
+    /// Fleet streams open at once, in all and per principal.
+    pub fleet_streams: crate::runtime::FleetLimits,
 }
 
 /// The default of `--max-runs-per-principal`.
@@ -102,6 +104,7 @@ impl Default for AccessConfig {
             leeway: Duration::from_secs(30),
             trusted_principal_header: None,
             max_runs_per_principal: DEFAULT_MAX_RUNS_PER_PRINCIPAL,
+            fleet_streams: crate::runtime::FleetLimits::default(),
         }
     }
 }
@@ -618,6 +621,8 @@ impl AccessConfig {
             "leeway": format_duration(self.leeway),
             "trusted_principal_header": self.trusted_principal_header.as_ref().map(|h| h.as_str()),
             "max_runs_per_principal": self.max_runs_per_principal,
+            "max_fleet_streams": self.fleet_streams.total,
+            "max_fleet_streams_per_principal": self.fleet_streams.per_principal,
         })
     }
 }

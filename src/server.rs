@@ -193,6 +193,7 @@ impl Server {
             crate::runtime::memory::process_reserve(config.memory_budget, resident);
         options.secrets = secrets;
         options.max_runs_per_principal = config.access.max_runs_per_principal;
+        options.fleet_limits = config.access.fleet_streams;
         options.hitl = config
             .agents
             .iter()

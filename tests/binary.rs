@@ -832,3 +832,105 @@ async fn connections_are_capped_to_fit_the_open_file_limit() {
     daemon.signal("TERM");
     daemon.wait(Duration::from_secs(15)).expect("exits");
 }
+
+/// The resident size of process `pid`, in bytes.
+fn resident(pid: u32) -> usize {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|kb| kb.trim().parse::<usize>().ok())
+        .expect("VmRSS")
+        * 1024
+}
+
+/// 400 fleet streams from read-only principals that see none of 250 live runs hold no
+/// copy of the fleet document each: the daemon stays within its memory budget.
+/// (`AGUI_SERVE_UNDER_TEST` runs the same measure against another build.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_hundred_fleet_streams_stay_within_the_memory_budget() {
+    const MIB: usize = 1024 * 1024;
+    let data = temp_dir("fleet-rss");
+    let program = std::env::var("AGUI_SERVE_UNDER_TEST").unwrap_or_else(|_| BIN.to_owned());
+    let args = quiet_port_args(&[
+        "--no-tls",
+        "--token",
+        TOKEN,
+        "--memory-budget",
+        "64MiB",
+        "--max-concurrent-runs",
+        "400",
+        "--disconnect-grace",
+        "10m",
+        "--data-dir",
+    ]);
+    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    args.push(data.to_str().expect("utf8"));
+    let mut daemon = Daemon::start_program(&program, &args, &[]);
+    let pid = daemon.child.id();
+    let long = |prefix: &str, i: usize| format!("{prefix}-{i}-{}", "x".repeat(230));
+    let start = |i: usize| {
+        let request = daemon.post("/demo").json(&run_body(
+            &long("fleet-thread", i),
+            &long("fleet-run", i),
+            "/slow 600 100",
+        ));
+        async move {
+            let r = request.sent().await;
+            assert_eq!(r.status(), 200);
+            // The run goes on detached once its stream is let go.
+        }
+    };
+    for i in 0..250 {
+        start(i).await;
+    }
+    let mut tokens = Vec::new();
+    for p in 0..8 {
+        let minted = daemon
+            .post("/tokens")
+            .json(
+                &serde_json::json!({"sub": format!("reader-{p}"), "ttlSeconds": 600,
+                "capabilities": ["read"]}),
+            )
+            .sent()
+            .await
+            .json::<serde_json::Value>()
+            .await
+            .expect("json");
+        tokens.push(minted["token"].as_str().expect("token").to_owned());
+    }
+    let before = resident(pid);
+    let mut streams = Vec::new();
+    for i in 0..400 {
+        let mut r = client()
+            .get(daemon.url("/fleet/stream"))
+            .bearer_auth(&tokens[i % tokens.len()])
+            .header("accept", "text/event-stream")
+            .sent()
+            .await;
+        assert_eq!(r.status(), 200, "stream {i}");
+        let first = r.chunk().await.expect("read").expect("the snapshot");
+        assert!(!String::from_utf8_lossy(&first).contains("fleet-thread"));
+        streams.push(r);
+    }
+    // Changes the readers do not see: more runs start, and the document with them.
+    for i in 250..270 {
+        start(i).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = resident(pid);
+    eprintln!(
+        "resident: {} MiB before the streams, {} MiB with them",
+        before / MIB,
+        after / MIB
+    );
+    assert!(
+        after <= 64 * MIB,
+        "{} MiB with 400 fleet streams",
+        after / MIB
+    );
+    drop(streams);
+    daemon.signal("KILL");
+    daemon.wait(Duration::from_secs(15)).expect("exits");
+}

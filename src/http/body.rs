@@ -97,9 +97,7 @@ pub fn fleet_stream(stream: crate::runtime::FleetStream) -> Body {
     use crate::runtime::FleetItem;
     let stream = futures_util::stream::unfold(stream, |mut stream| async move {
         let bytes = match stream.next().await? {
-            FleetItem::Event { id, at_ms, event } => {
-                crate::protocol::event_frame(&id, &event, Some(at_ms))
-            }
+            FleetItem::Frame(frame) => frame,
             FleetItem::KeepAlive => Bytes::from_static(crate::protocol::KEEP_ALIVE),
         };
         Some((Ok::<_, Infallible>(Frame::data(bytes)), stream))

@@ -148,6 +148,21 @@ impl ApiError {
         )
     }
 
+    /// A fleet stream over a cap.
+    pub fn fleet_full(full: crate::runtime::FleetFull) -> ApiError {
+        let message = match full {
+            crate::runtime::FleetFull::Total(n) => {
+                format!("the daemon serves at most {n} fleet streams at once")
+            }
+            crate::runtime::FleetFull::Principal(n) => {
+                format!("a principal may hold at most {n} fleet streams at once")
+            }
+        };
+        let mut e = ApiError::new(StatusCode::TOO_MANY_REQUESTS, "TOO_MANY_STREAMS", message);
+        e.retry_after = Some(Duration::from_secs(5));
+        e
+    }
+
     pub fn not_acceptable() -> ApiError {
         ApiError::new(
             StatusCode::NOT_ACCEPTABLE,

@@ -761,7 +761,10 @@ fn fleet(
         }
         (None, None) => crate::runtime::FleetFrom::Now,
     };
-    let stream = app.runtime.fleet_stream(principal, from);
+    let stream = app
+        .runtime
+        .fleet_stream(principal, from)
+        .map_err(ApiError::fleet_full)?;
     let resume = if stream.is_exact() { "exact" } else { "resync" };
     let mut response = Response::new(super::body::fleet_stream(stream));
     sse_headers(response.headers_mut());

@@ -7,25 +7,34 @@
 //! cursor (replay), then the snapshot, then each new patch as it comes. Patches are kept up
 //! to a bound. A subscriber more than a quarter of it behind is ended while what it needs is
 //! still kept, so it reconnects from its last id and replays exactly; one whose cursor fell
-//! out of it altogether gets a fresh snapshot on reconnect. Never a silent gap. The document holds metadata only: ids, names,
-//! phases, times; never message text or tool arguments.
+//! out of it altogether gets a fresh snapshot on reconnect. Never a silent gap. The
+//! document holds metadata only: ids, names, phases, times; never message text or tool
+//! arguments.
 //!
 //! A principal that does not see everyone gets a view: only its own runs and its agents,
 //! with totals of those. Its patches are computed from the views before and after each
 //! change, so they carry the same ids as everyone's.
+//!
+//! Subscribers share: every view that has subscribers is kept once, in the history, with
+//! its changes encoded once as SSE frames (reference-counted bytes) that each of its
+//! subscribers takes in turn; a subscriber holds only its cursor. What the history and its
+//! views hold is counted on the memory meter. Subscriptions are capped in total and per
+//! principal ([`FleetLimits`]).
 
-use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use json_patch::Patch;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::lock;
+use super::memory::{Meter, json_size};
 use crate::access::Principal;
-use crate::protocol::Event;
+use crate::protocol::{Event, event_frame};
 
 /// Patches kept for replay by default.
 pub const DEFAULT_FLEET_HISTORY: usize = 4096;
@@ -34,12 +43,58 @@ pub const DEFAULT_FLEET_HISTORY: usize = 4096;
 /// reconnect replays exactly); after that, until the next subscriber, it is not rebuilt.
 pub const WATCHED_FOR: Duration = Duration::from_secs(600);
 
+/// How many fleet streams may be open.
+#[derive(Debug, Clone, Copy)]
+pub struct FleetLimits {
+    /// In all.
+    pub total: usize,
+    /// For one principal (the operator's namespace counts as one).
+    pub per_principal: usize,
+}
+
+impl Default for FleetLimits {
+    fn default() -> Self {
+        FleetLimits {
+            total: 1024,
+            per_principal: 64,
+        }
+    }
+}
+
+/// A fleet stream refused: the cap it met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FleetFull {
+    Total(usize),
+    Principal(usize),
+}
+
 /// One change of the document.
 #[derive(Debug, Clone)]
 struct Delta {
     seq: u64,
     at_ms: u64,
     patch: Patch,
+}
+
+/// A view subscribers hold, kept current at every change.
+struct Shared {
+    subscribers: usize,
+    /// What the view shows now (`None` for the whole document: that is `current`).
+    shown: Option<Value>,
+    /// Its recent visible changes, encoded once for all its subscribers.
+    frames: VecDeque<(u64, Bytes)>,
+    /// Its snapshot as of a sequence number, encoded once.
+    snapshot: Option<(u64, Bytes)>,
+    /// What is counted on the meter for it.
+    metered: usize,
+}
+
+impl Shared {
+    fn measure(&self) -> usize {
+        self.shown.as_ref().map_or(0, json_size)
+            + self.frames.iter().map(|(_, f)| f.len()).sum::<usize>()
+            + self.snapshot.as_ref().map_or(0, |(_, f)| f.len())
+    }
 }
 
 struct History {
@@ -50,11 +105,30 @@ struct History {
     deltas: VecDeque<Delta>,
     /// The document now.
     current: Value,
+    /// The views subscribers hold.
+    views: HashMap<View, Shared>,
+    /// Open subscriptions by principal namespace, and in all.
+    open: HashMap<String, usize>,
+    total: usize,
+    /// When the last subscription ended.
+    last_left: Option<std::time::Instant>,
+    /// What is counted on the meter for the document and its patches.
+    metered: usize,
 }
 
 impl History {
     fn last_seq(&self) -> u64 {
         self.deltas.back().map_or(self.base_seq, |d| d.seq)
+    }
+
+    fn measure(&self) -> usize {
+        json_size(&self.base)
+            + json_size(&self.current)
+            + self
+                .deltas
+                .iter()
+                .map(|d| json_size(&d.patch))
+                .sum::<usize>()
     }
 }
 
@@ -65,8 +139,8 @@ pub struct Fleet {
     changed: watch::Sender<u64>,
     epoch: u64,
     max_deltas: usize,
-    /// Open subscriptions, and when the last one ended.
-    watchers: Mutex<(usize, Option<std::time::Instant>)>,
+    limits: FleetLimits,
+    meter: Arc<Meter>,
 }
 
 /// Where a subscriber starts.
@@ -81,7 +155,7 @@ pub enum FleetFrom {
 }
 
 /// What a subscriber sees of the document.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct View {
     /// Only runs of this owner (`None`: every owner's).
     owner: Option<String>,
@@ -144,27 +218,60 @@ pub(super) fn totals(runs: &serde_json::Map<String, Value>) -> Value {
     json!({"live": runs.len(), "suspended": suspended})
 }
 
+/// The frame of a patch, or `None` when there is nothing to say.
+fn delta_frame(id: &str, at_ms: u64, patch: &Patch) -> Option<Bytes> {
+    if patch.0.is_empty() {
+        return None;
+    }
+    let delta = serde_json::to_value(patch).ok()?;
+    Some(event_frame(id, &Event::StateDelta { delta }, Some(at_ms)))
+}
+
 impl Fleet {
-    pub fn new(epoch: u64, max_deltas: usize, initial: Value, now_ms: u64) -> Fleet {
+    pub fn new(
+        epoch: u64,
+        max_deltas: usize,
+        initial: Value,
+        now_ms: u64,
+        limits: FleetLimits,
+        meter: Arc<Meter>,
+    ) -> Fleet {
+        let mut history = History {
+            base: initial.clone(),
+            base_seq: 0,
+            base_at_ms: now_ms,
+            deltas: VecDeque::new(),
+            current: initial,
+            views: HashMap::new(),
+            open: HashMap::new(),
+            total: 0,
+            last_left: None,
+            metered: 0,
+        };
+        history.metered = history.measure();
+        meter.add(history.metered);
         Fleet {
-            history: Mutex::new(History {
-                base: initial.clone(),
-                base_seq: 0,
-                base_at_ms: now_ms,
-                deltas: VecDeque::new(),
-                current: initial,
-            }),
+            history: Mutex::new(history),
             changed: watch::Sender::new(0),
             epoch,
             max_deltas: max_deltas.max(1),
-            watchers: Mutex::new((0, None)),
+            limits,
+            meter,
         }
     }
 
     /// Whether anyone watches the document, or did within [`WATCHED_FOR`].
     pub fn is_watched(&self) -> bool {
-        let (open, last) = *lock(&self.watchers);
-        open > 0 || last.is_some_and(|at| at.elapsed() < WATCHED_FOR)
+        let history = lock(&self.history);
+        history.total > 0
+            || history
+                .last_left
+                .is_some_and(|at| at.elapsed() < WATCHED_FOR)
+    }
+
+    /// How far behind a subscriber may fall before it is ended (in patches).
+    fn window(&self) -> u64 {
+        (self.max_deltas as u64 / 4).max(1)
     }
 
     /// Makes `doc` the document; `true` when it differed (a new patch was kept).
@@ -175,6 +282,32 @@ impl Fleet {
             return false;
         }
         let seq = history.last_seq() + 1;
+        let id = self.id(seq);
+        let window = self.window();
+        for (view, shared) in &mut history.views {
+            let frame = match &mut shared.shown {
+                None => delta_frame(&id, now_ms, &patch),
+                Some(shown) => {
+                    let next = view.apply(&doc);
+                    let frame = delta_frame(&id, now_ms, &json_patch::diff(shown, &next));
+                    *shown = next;
+                    frame
+                }
+            };
+            shared.frames.extend(frame.map(|f| (seq, f)));
+            // A subscriber further behind than the window is ended: nothing older is needed.
+            while shared
+                .frames
+                .front()
+                .is_some_and(|(s, _)| s + window <= seq)
+            {
+                shared.frames.pop_front();
+            }
+            shared.snapshot = None;
+            let measured = shared.measure();
+            self.meter.replace(shared.metered, measured);
+            shared.metered = measured;
+        }
         history.deltas.push_back(Delta {
             seq,
             at_ms: now_ms,
@@ -189,6 +322,9 @@ impl Fleet {
                 history.base_at_ms = oldest.at_ms;
             }
         }
+        let measured = history.measure();
+        self.meter.replace(history.metered, measured);
+        history.metered = measured;
         drop(history);
         self.changed.send_replace(seq);
         true
@@ -212,17 +348,24 @@ impl Fleet {
     }
 
     /// A subscription for `principal` starting at `from`: the replay (when `from` can be
-    /// honoured), then the snapshot, then live patches. `exact` says whether the replay
-    /// covers everything after `from` (else the snapshot stands in for it).
+    /// honoured), then the snapshot, then live patches; refused past the caps.
     pub fn subscribe(
-        self: &std::sync::Arc<Fleet>,
+        self: &Arc<Fleet>,
         principal: &Principal,
         from: FleetFrom,
         keep_alive: Duration,
         stop: CancellationToken,
-    ) -> FleetStream {
+    ) -> Result<FleetStream, FleetFull> {
         let view = View::of(principal);
-        let history = lock(&self.history);
+        let namespace = principal.owner().to_owned();
+        let mut history = lock(&self.history);
+        if history.total >= self.limits.total {
+            return Err(FleetFull::Total(self.limits.total));
+        }
+        let held = history.open.get(&namespace).copied().unwrap_or(0);
+        if held >= self.limits.per_principal {
+            return Err(FleetFull::Principal(self.limits.per_principal));
+        }
         let last = history.last_seq();
         // The sequence number the replay starts after, when it can be honoured.
         let start = match &from {
@@ -241,78 +384,96 @@ impl Fleet {
             FleetFrom::Since(_) => None,
         };
         let exact = start.is_some() || from == FleetFrom::Now;
-        let mut doc = history.base.clone();
-        let mut queue = VecDeque::new();
-        let start_seq = start.unwrap_or(last);
-        for delta in history.deltas.iter().filter(|d| d.seq <= start_seq) {
-            let _ = json_patch::patch(&mut doc, &delta.patch);
-        }
-        let mut shown = view.apply(&doc);
-        let replay: Vec<Delta> = history
-            .deltas
-            .iter()
-            .filter(|d| d.seq > start_seq)
-            .cloned()
-            .collect();
-        drop(history);
-        lock(&self.watchers).0 += 1;
-        for delta in replay {
-            if let Some(patch) = view_patch(&view, &mut doc, &mut shown, &delta) {
-                queue.push_back((delta.seq, delta.at_ms, Event::StateDelta { delta: patch }));
+        let queue = match start {
+            Some(start) if start < last => self.replay(&history, &view, start),
+            _ => VecDeque::new(),
+        };
+        let mut queue = queue;
+        let now = super::now_ms();
+        let History {
+            views,
+            current,
+            open,
+            total,
+            ..
+        } = &mut *history;
+        let shared = views.entry(view.clone()).or_insert_with(|| Shared {
+            subscribers: 0,
+            shown: (!view.is_everything()).then(|| view.apply(current)),
+            frames: VecDeque::new(),
+            snapshot: None,
+            metered: 0,
+        });
+        shared.subscribers += 1;
+        let snapshot = match &shared.snapshot {
+            Some((seq, frame)) if *seq == last => frame.clone(),
+            _ => {
+                let snapshot = shared.shown.clone().unwrap_or_else(|| current.clone());
+                let frame = event_frame(
+                    &self.id(last),
+                    &Event::StateSnapshot { snapshot },
+                    Some(now),
+                );
+                shared.snapshot = Some((last, frame.clone()));
+                frame
             }
-        }
-        queue.push_back((
-            last,
-            super::now_ms(),
-            Event::StateSnapshot {
-                snapshot: shown.clone(),
-            },
-        ));
-        FleetStream {
+        };
+        let measured = shared.measure();
+        self.meter.replace(shared.metered, measured);
+        shared.metered = measured;
+        queue.push_back(snapshot);
+        *open.entry(namespace.clone()).or_insert(0) += 1;
+        *total += 1;
+        drop(history);
+        Ok(FleetStream {
             fleet: self.clone(),
             view,
+            namespace,
             cursor: last,
-            doc,
-            shown,
             queue,
             changed: self.changed.subscribe(),
             stop,
             keep_alive,
             exact,
             ended: false,
+        })
+    }
+
+    /// The frames of what `view` shows change after `start`, computed from the kept patches
+    /// (once per subscription; the document copy it needs is dropped at once).
+    fn replay(&self, history: &History, view: &View, start: u64) -> VecDeque<Bytes> {
+        let mut doc = history.base.clone();
+        for delta in history.deltas.iter().take_while(|d| d.seq <= start) {
+            let _ = json_patch::patch(&mut doc, &delta.patch);
         }
+        let mut shown = view.apply(&doc);
+        let mut frames = VecDeque::new();
+        for delta in history.deltas.iter().filter(|d| d.seq > start) {
+            let id = self.id(delta.seq);
+            let _ = json_patch::patch(&mut doc, &delta.patch);
+            let frame = if view.is_everything() {
+                delta_frame(&id, delta.at_ms, &delta.patch)
+            } else {
+                let next = view.apply(&doc);
+                let frame = delta_frame(&id, delta.at_ms, &json_patch::diff(&shown, &next));
+                shown = next;
+                frame
+            };
+            frames.extend(frame);
+        }
+        frames
     }
 }
 
-/// The patch `delta` makes to what `view` shows (`None` when it shows no change), with
-/// `doc` and `shown` brought forward past it.
-fn view_patch(view: &View, doc: &mut Value, shown: &mut Value, delta: &Delta) -> Option<Value> {
-    if view.is_everything() {
-        let _ = json_patch::patch(doc, &delta.patch);
-        *shown = doc.clone();
-        return serde_json::to_value(&delta.patch).ok();
-    }
-    let _ = json_patch::patch(doc, &delta.patch);
-    let next = view.apply(doc);
-    let patch = json_patch::diff(shown, &next);
-    *shown = next;
-    if patch.0.is_empty() {
-        None
-    } else {
-        serde_json::to_value(&patch).ok()
-    }
-}
-
-/// One subscriber's stream of fleet events.
+/// One subscriber's stream of fleet frames: a cursor into its view's shared frames.
 pub struct FleetStream {
-    fleet: std::sync::Arc<Fleet>,
+    fleet: Arc<Fleet>,
     view: View,
+    /// The namespace it is counted under.
+    namespace: String,
     /// The last sequence number this subscriber has been given (or skipped as invisible).
     cursor: u64,
-    /// The whole document and this view of it, as of `cursor`.
-    doc: Value,
-    shown: Value,
-    queue: VecDeque<(u64, u64, Event)>,
+    queue: VecDeque<Bytes>,
     changed: watch::Receiver<u64>,
     stop: CancellationToken,
     keep_alive: Duration,
@@ -322,23 +483,32 @@ pub struct FleetStream {
 
 /// What a fleet subscriber gets next.
 #[derive(Debug)]
-#[allow(clippy::large_enum_variant)] // One at a time, on the stack of one stream.
 pub enum FleetItem {
-    /// An event, its id and its timestamp.
-    Event {
-        id: String,
-        at_ms: u64,
-        event: Event,
-    },
+    /// An encoded event frame (id, data with its timestamp).
+    Frame(Bytes),
     /// Nothing for a keep-alive period.
     KeepAlive,
 }
 
 impl Drop for FleetStream {
     fn drop(&mut self) {
-        let mut watchers = lock(&self.fleet.watchers);
-        watchers.0 = watchers.0.saturating_sub(1);
-        watchers.1 = Some(std::time::Instant::now());
+        let mut history = lock(&self.fleet.history);
+        let history = &mut *history;
+        if let Some(shared) = history.views.get_mut(&self.view) {
+            shared.subscribers -= 1;
+            if shared.subscribers == 0 {
+                self.fleet.meter.sub(shared.metered);
+                history.views.remove(&self.view);
+            }
+        }
+        if let Some(open) = history.open.get_mut(&self.namespace) {
+            *open -= 1;
+            if *open == 0 {
+                history.open.remove(&self.namespace);
+            }
+        }
+        history.total = history.total.saturating_sub(1);
+        history.last_left = Some(std::time::Instant::now());
     }
 }
 
@@ -356,59 +526,44 @@ impl FleetStream {
             if self.ended {
                 return None;
             }
-            if let Some((seq, at_ms, event)) = self.queue.pop_front() {
-                return Some(FleetItem::Event {
-                    id: self.fleet.id(seq),
-                    at_ms,
-                    event,
-                });
+            if let Some(frame) = self.queue.pop_front() {
+                return Some(FleetItem::Frame(frame));
             }
             if self.stop.is_cancelled() {
                 self.ended = true;
                 return None;
             }
             self.changed.borrow_and_update();
-            let fresh: Option<Vec<Delta>> = {
+            let caught_up = {
                 let history = lock(&self.fleet.history);
+                let last = history.last_seq();
                 // Ended while what it needs is still kept (a quarter of the history
-                // behind), so its reconnect from its last id replays exactly; or once it is
-                // gone.
-                let lag = history.last_seq().saturating_sub(self.cursor);
-                if self.cursor < history.base_seq || lag > (self.fleet.max_deltas as u64 / 4).max(1)
-                {
-                    None
+                // behind), so its reconnect from its last id replays exactly.
+                if last.saturating_sub(self.cursor) > self.fleet.window() {
+                    false
                 } else {
-                    Some(
-                        history
-                            .deltas
-                            .iter()
-                            .filter(|d| d.seq > self.cursor)
-                            .cloned()
-                            .collect(),
-                    )
+                    if let Some(shared) = history.views.get(&self.view) {
+                        self.queue.extend(
+                            shared
+                                .frames
+                                .iter()
+                                .filter(|(seq, _)| *seq > self.cursor)
+                                .map(|(_, frame)| frame.clone()),
+                        );
+                    }
+                    self.cursor = last;
+                    true
                 }
             };
-            let Some(fresh) = fresh else {
+            if !caught_up {
                 tracing::info!(
                     cursor = self.cursor,
                     "fleet subscriber fell behind; ended (it reconnects and replays)"
                 );
                 self.ended = true;
                 return None;
-            };
-            if !fresh.is_empty() {
-                for delta in fresh {
-                    self.cursor = delta.seq;
-                    if let Some(patch) =
-                        view_patch(&self.view, &mut self.doc, &mut self.shown, &delta)
-                    {
-                        self.queue.push_back((
-                            delta.seq,
-                            delta.at_ms,
-                            Event::StateDelta { delta: patch },
-                        ));
-                    }
-                }
+            }
+            if !self.queue.is_empty() {
                 continue;
             }
             tokio::select! {
@@ -440,26 +595,57 @@ mod tests {
         json!({"threadId": "t", "owner": owner, "agent": "demo", "runId": "r", "phase": phase})
     }
 
-    async fn drain(stream: &mut FleetStream) -> Vec<(String, Event)> {
+    fn fleet(epoch: u64, max_deltas: usize, initial: Value, now_ms: u64) -> Arc<Fleet> {
+        let limits = FleetLimits::default();
+        Arc::new(Fleet::new(
+            epoch,
+            max_deltas,
+            initial,
+            now_ms,
+            limits,
+            Arc::default(),
+        ))
+    }
+
+    fn subscribe(fleet: &Arc<Fleet>, principal: &Principal, from: FleetFrom) -> FleetStream {
+        let second = Duration::from_secs(1);
+        fleet
+            .subscribe(principal, from, second, CancellationToken::new())
+            .expect("under the caps")
+    }
+
+    /// An SSE frame's id and its event's JSON.
+    fn parse(frame: &[u8]) -> (String, Value) {
+        let text = std::str::from_utf8(frame).expect("utf8");
+        let (id, data) = text
+            .strip_prefix("id: ")
+            .and_then(|t| t.split_once("\ndata: "))
+            .expect("a frame");
+        let data = serde_json::from_str(data.trim_end()).expect("json");
+        (id.to_owned(), data)
+    }
+
+    async fn drain(stream: &mut FleetStream) -> Vec<(String, Value)> {
         let mut out = Vec::new();
         while !stream.queue.is_empty() {
             match stream.next().await {
-                Some(FleetItem::Event { id, event, .. }) => out.push((id, event)),
+                Some(FleetItem::Frame(frame)) => out.push(parse(&frame)),
                 _ => break,
             }
         }
         out
     }
 
-    fn apply(events: &[(String, Event)], mut state: Value) -> Value {
+    fn apply(events: &[(String, Value)], mut state: Value) -> Value {
         for (_, event) in events {
-            match event {
-                Event::StateSnapshot { snapshot } => state = snapshot.clone(),
-                Event::StateDelta { delta } => {
-                    let patch: Patch = serde_json::from_value(delta.clone()).expect("patch");
+            match event["type"].as_str() {
+                Some("STATE_SNAPSHOT") => state = event["snapshot"].clone(),
+                Some("STATE_DELTA") => {
+                    let patch: Patch =
+                        serde_json::from_value(event["delta"].clone()).expect("patch");
                     json_patch::patch(&mut state, &patch).expect("applies");
                 }
-                _ => unreachable!(),
+                other => unreachable!("{other:?}"),
             }
         }
         state
@@ -467,7 +653,7 @@ mod tests {
 
     #[tokio::test]
     async fn replay_then_snapshot_and_views_see_their_own() {
-        let fleet = Arc::new(Fleet::new(7, 100, doc(json!({})), 1_000));
+        let fleet = fleet(7, 100, doc(json!({})), 1_000);
         assert!(fleet.update(doc(json!({"a": run("alice", "running")})), 2_000));
         assert!(!fleet.update(doc(json!({"a": run("alice", "running")})), 2_500));
         assert!(fleet.update(
@@ -476,40 +662,28 @@ mod tests {
         ));
         assert!(fleet.update(doc(json!({"b": run("bob", "running")})), 4_000));
         let everyone = Principal::operator();
-        let stop = CancellationToken::new();
-        let second = Duration::from_secs(1);
 
         // After event 1: patches 2 and 3, then the snapshot.
-        let mut s = fleet.subscribe(
-            &everyone,
-            FleetFrom::After("7-1".into()),
-            second,
-            stop.clone(),
-        );
+        let mut s = subscribe(&fleet, &everyone, FleetFrom::After("7-1".into()));
         assert!(s.is_exact());
         let events = drain(&mut s).await;
         let ids: Vec<&str> = events.iter().map(|(id, _)| id.as_str()).collect();
         assert_eq!(ids, ["7-2", "7-3", "7-3"]);
-        assert!(matches!(events[2].1, Event::StateSnapshot { .. }));
+        assert_eq!(events[2].1["type"], "STATE_SNAPSHOT");
         let at_1 = doc(json!({"a": run("alice", "running")}));
         assert_eq!(apply(&events[..2], at_1), fleet.document());
 
         // By time: after 2.5 s, the same.
-        let mut s = fleet.subscribe(&everyone, FleetFrom::Since(2_500), second, stop.clone());
+        let mut s = subscribe(&fleet, &everyone, FleetFrom::Since(2_500));
         assert_eq!(drain(&mut s).await.len(), 3);
         // Another boot's id, or one not kept: just the snapshot, as a resync.
-        let mut s = fleet.subscribe(
-            &everyone,
-            FleetFrom::After("8-1".into()),
-            second,
-            stop.clone(),
-        );
+        let mut s = subscribe(&fleet, &everyone, FleetFrom::After("8-1".into()));
         assert!(!s.is_exact());
         assert_eq!(drain(&mut s).await.len(), 1);
 
         // Alice's view: her run's changes only, with her totals.
         let alice = Principal::scoped("alice", None, Caps::ALL);
-        let mut s = fleet.subscribe(&alice, FleetFrom::After("7-0".into()), second, stop.clone());
+        let mut s = subscribe(&fleet, &alice, FleetFrom::After("7-0".into()));
         let events = drain(&mut s).await;
         let ids: Vec<&str> = events.iter().map(|(id, _)| id.as_str()).collect();
         assert_eq!(ids, ["7-1", "7-2", "7-3", "7-3"]);
@@ -521,17 +695,28 @@ mod tests {
             .expect("json");
         assert!(!text.contains("bob"), "{text}");
 
-        // Live: a new change reaches a subscriber waiting for it.
-        let mut live = fleet.subscribe(&everyone, FleetFrom::Now, second, stop.clone());
+        // Live: a new change reaches a subscriber waiting for it, and alice's view sees
+        // only hers.
+        let mut live = subscribe(&fleet, &everyone, FleetFrom::Now);
         drain(&mut live).await;
         assert!(fleet.update(doc(json!({})), 5_000));
         match live.next().await {
-            Some(FleetItem::Event {
-                id,
-                event: Event::StateDelta { .. },
-                ..
-            }) => {
-                assert_eq!(id, "7-4")
+            Some(FleetItem::Frame(frame)) => {
+                let (id, event) = parse(&frame);
+                assert_eq!(
+                    (id.as_str(), &event["type"]),
+                    ("7-4", &json!("STATE_DELTA"))
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(fleet.update(doc(json!({"c": run("alice", "running")})), 6_000));
+        match s.next().await {
+            Some(FleetItem::Frame(frame)) => {
+                let (id, event) = parse(&frame);
+                assert_eq!(id, "7-5", "bob's end (7-4) was not alice's to see");
+                let state = apply(&[(id, event)], end);
+                assert_eq!(state, View::of(&alice).apply(&fleet.document()));
             }
             other => panic!("{other:?}"),
         }
@@ -539,18 +724,86 @@ mod tests {
 
     #[tokio::test]
     async fn a_subscriber_behind_the_kept_history_is_ended() {
-        let fleet = Arc::new(Fleet::new(1, 2, doc(json!({})), 0));
-        let stop = CancellationToken::new();
-        let mut s = fleet.subscribe(
-            &Principal::operator(),
-            FleetFrom::Now,
-            Duration::from_secs(1),
-            stop,
-        );
+        let fleet = fleet(1, 2, doc(json!({})), 0);
+        let mut s = subscribe(&fleet, &Principal::operator(), FleetFrom::Now);
         drain(&mut s).await;
         for i in 0..5 {
             fleet.update(doc(json!({format!("r{i}"): run("", "running")})), i);
         }
         assert!(s.next().await.is_none());
+    }
+
+    /// Subscribers of one view share its frames (the same bytes, not copies), hold no
+    /// document of their own, and are counted on the meter once; the caps refuse beyond.
+    #[tokio::test]
+    async fn subscribers_share_their_views_frames_within_the_caps() {
+        let meter = Arc::new(Meter::default());
+        let limits = FleetLimits {
+            total: 5,
+            per_principal: 3,
+        };
+        let fleet = Arc::new(Fleet::new(1, 100, doc(json!({})), 0, limits, meter.clone()));
+        let alone = meter.get();
+        let alice = Principal::scoped("alice", None, Caps::ALL);
+        let stop = CancellationToken::new();
+        let second = Duration::from_secs(1);
+        let mut streams: Vec<FleetStream> = (0..3)
+            .map(|_| fleet.subscribe(&alice, FleetFrom::Now, second, stop.clone()))
+            .collect::<Result<_, _>>()
+            .expect("under the caps");
+        assert_eq!(
+            fleet
+                .subscribe(&alice, FleetFrom::Now, second, stop.clone())
+                .err(),
+            Some(FleetFull::Principal(3))
+        );
+        let bob = Principal::scoped("bob", None, Caps::ALL);
+        let _bob = (0..2)
+            .map(|_| fleet.subscribe(&bob, FleetFrom::Now, second, stop.clone()))
+            .collect::<Result<Vec<_>, _>>()
+            .expect("under the caps");
+        assert_eq!(
+            fleet
+                .subscribe(&Principal::operator(), FleetFrom::Now, second, stop.clone())
+                .err(),
+            Some(FleetFull::Total(5))
+        );
+        let mut snapshots = Vec::new();
+        for s in &mut streams {
+            match s.next().await {
+                Some(FleetItem::Frame(frame)) => snapshots.push(frame),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(
+            snapshots
+                .iter()
+                .all(|f| f.as_ptr() == snapshots[0].as_ptr())
+        );
+        let big = "x".repeat(10_000);
+        let runs =
+            json!({"a": {"threadId": big, "owner": "alice", "agent": "demo", "phase": "running"}});
+        assert!(fleet.update(doc(runs), 1));
+        let mut frames = Vec::new();
+        for s in &mut streams {
+            match s.next().await {
+                Some(FleetItem::Frame(frame)) => frames.push(frame),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(frames.iter().all(|f| f.as_ptr() == frames[0].as_ptr()));
+        // The document, its patch and alice's view with its frame: a few copies of the
+        // big run, whatever the number of subscribers.
+        let counted = meter.get() - alone;
+        assert!((30_000..80_000).contains(&counted), "{counted}");
+        drop(streams);
+        drop(_bob);
+        assert!(meter.get() < alone + 40_000, "the views left the meter");
+        // Room again.
+        assert!(
+            fleet
+                .subscribe(&alice, FleetFrom::Now, second, stop)
+                .is_ok()
+        );
     }
 }

@@ -45,7 +45,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 pub use attach::{Attachment, Resume};
-pub use fleet::{FleetFrom, FleetItem, FleetStream};
+pub use fleet::{FleetFrom, FleetFull, FleetItem, FleetLimits, FleetStream};
 pub use journal::{EventId, Gap, Journal, JournalLimits};
 pub use sessions::{NewThread, SessionRequestError};
 
@@ -100,6 +100,8 @@ pub struct RuntimeOptions {
     pub max_runs_per_principal: usize,
     /// Fleet document changes kept for replay.
     pub fleet_history: usize,
+    /// Fleet streams open at most, in all and per principal.
+    pub fleet_limits: fleet::FleetLimits,
     /// The components agents may show (generative UI).
     pub ui: Arc<ui::UiCatalog>,
     /// Spans per run, turn and tool call, when traces are exported.
@@ -127,6 +129,7 @@ impl RuntimeOptions {
             secrets: Vec::new(),
             max_runs_per_principal: crate::config::DEFAULT_MAX_RUNS_PER_PRINCIPAL,
             fleet_history: fleet::DEFAULT_FLEET_HISTORY,
+            fleet_limits: fleet::FleetLimits::default(),
             ui: Arc::new(ui::UiCatalog::defaults()),
             tracer: None,
             cluster: None,
@@ -431,6 +434,7 @@ impl Runtime {
             .map(|d| d.as_millis() as u64)
             .unwrap_or(1);
         let run_metrics = RunMetrics::new(agents.keys().map(String::as_str));
+        let meter: Arc<memory::Meter> = Arc::default();
         let runtime = Runtime {
             inner: Arc::new(Inner {
                 agents,
@@ -445,7 +449,7 @@ impl Runtime {
                 run_tasks: TaskTracker::new(),
                 stop_streams: CancellationToken::new(),
                 started_at: Instant::now(),
-                meter: Arc::default(),
+                meter: meter.clone(),
                 clock_origin: tokio::time::Instant::now(),
                 run_metrics,
                 streams: Arc::default(),
@@ -454,6 +458,8 @@ impl Runtime {
                     options.fleet_history,
                     Value::Null,
                     now_ms(),
+                    options.fleet_limits,
+                    meter,
                 )),
                 fleet_dirty: Arc::default(),
                 options,
@@ -556,7 +562,11 @@ impl Runtime {
     }
 
     /// A fleet stream for `principal` (its view of the fleet), from `from`.
-    pub fn fleet_stream(&self, principal: &Principal, from: FleetFrom) -> FleetStream {
+    pub fn fleet_stream(
+        &self,
+        principal: &Principal,
+        from: FleetFrom,
+    ) -> Result<FleetStream, FleetFull> {
         // Nobody may have watched for a while: the document is brought up to date first.
         self.inner.fleet.update(self.fleet_document(), now_ms());
         self.inner.fleet.subscribe(
