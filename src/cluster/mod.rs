@@ -158,6 +158,14 @@ impl Cluster {
             })
             .await?;
         tracing::info!(node = %cluster.node, address = %cluster.config.advertise, "joined the cluster");
+        if plain_beyond_loopback(&cluster.config.advertise) {
+            tracing::warn!(
+                address = %cluster.config.advertise,
+                "this node is reached over plain HTTP beyond loopback: the other nodes send \
+                 clients' credentials to whatever answers at that address; serve TLS \
+                 between nodes (drop --no-tls) on any network but loopback"
+            );
+        }
         Ok(cluster)
     }
 
@@ -574,4 +582,35 @@ async fn previous_self(
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether `advertise` (`http(s)://HOST[:PORT]`) is plain HTTP to a host that is not a
+/// loopback address (`localhost` counts as loopback).
+fn plain_beyond_loopback(advertise: &str) -> bool {
+    let Ok(uri) = advertise.parse::<http::Uri>() else {
+        return false;
+    };
+    let host = uri
+        .host()
+        .unwrap_or("")
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    uri.scheme_str() == Some("http")
+        && host != "localhost"
+        && host
+            .parse::<std::net::IpAddr>()
+            .map_or(true, |ip| !ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn plain_http_beyond_loopback_is_told_apart() {
+        assert!(super::plain_beyond_loopback("http://10.0.0.5:8443"));
+        assert!(super::plain_beyond_loopback("http://node-b.internal"));
+        assert!(!super::plain_beyond_loopback("http://127.0.0.1:8443"));
+        assert!(!super::plain_beyond_loopback("http://[::1]:8443"));
+        assert!(!super::plain_beyond_loopback("http://localhost:8443"));
+        assert!(!super::plain_beyond_loopback("https://10.0.0.5:8443"));
+    }
 }
