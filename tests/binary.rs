@@ -652,7 +652,7 @@ fn check_config_prints_the_resolved_configuration_redacted() {
         .args([
             "check-config",
             "--token",
-            "t",
+            "sixteen-bytes-xy",
             "--acp",
             "x=/no/such/bin --flag",
         ])
@@ -683,7 +683,7 @@ fn check_config_prints_the_resolved_configuration_redacted() {
         .args([
             "check-config",
             "--token",
-            "t",
+            "sixteen-bytes-xy",
             "--config",
             config.to_str().expect("utf8"),
         ])
