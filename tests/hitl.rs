@@ -543,12 +543,8 @@ async fn an_answer_after_a_restart_is_refused_in_band_for_both_profiles() {
         let user =
             json!({"id": format!("{thread}-u"), "role": "user", "content": "/approve deploy"});
         let first = run(&server, &body(thread, "r1", &json!([user]), legacy)).await;
-        let starts: Vec<&SseFrame> = first
-            .iter()
-            .filter(|f| f.kind() == "TOOL_CALL_START")
-            .collect();
-        let action_id = starts[0].data["toolCallId"].as_str().expect("id");
-        let perm_id = starts[1].data["toolCallId"].as_str().expect("id");
+        let (action_id, perm_id) = approval_calls(&first);
+        let (action_id, perm_id) = (action_id.as_str(), perm_id.as_str());
         server.stop().await;
 
         let d = data.clone();
@@ -589,6 +585,17 @@ async fn an_answer_after_a_restart_is_refused_in_band_for_both_profiles() {
     }
 }
 
+/// The ids of the demo's `/approve` run: its action's tool call and the permission request.
+fn approval_calls(frames: &[SseFrame]) -> (String, String) {
+    let mut starts = frames
+        .iter()
+        .filter(|f| f.kind() == "TOOL_CALL_START")
+        .map(|f| f.data["toolCallId"].as_str().expect("id").to_owned());
+    let action = starts.next().expect("the action's call");
+    let permission = starts.next().expect("the permission request");
+    (action, permission)
+}
+
 /// A second client's answer to a call the first one already answered is refused with
 /// advice that fits: nothing was lost, the answer given is in the thread.
 #[tokio::test]
@@ -596,12 +603,7 @@ async fn an_answer_already_given_by_another_client_says_so() {
     let server = TestServer::start().await;
     let user = json!({"id": "twice-u", "role": "user", "content": "/approve deploy"});
     let first = run(&server, &body("twice", "r1", &json!([user]), false)).await;
-    let starts: Vec<&SseFrame> = first
-        .iter()
-        .filter(|f| f.kind() == "TOOL_CALL_START")
-        .collect();
-    let action_id = starts[0].data["toolCallId"].as_str().expect("id");
-    let perm_id = starts[1].data["toolCallId"].as_str().expect("id");
+    let (action_id, perm_id) = approval_calls(&first);
     let assistant = json!({"id": "twice-a", "role": "assistant", "toolCalls": [
         {"id": action_id, "type": "function", "function": {"name": "demo_action", "arguments": "{}"}},
         {"id": perm_id, "type": "function", "function": {"name": "agui_permission_request", "arguments": "{}"}}
