@@ -13,7 +13,7 @@ chromium="${CHROMIUM:-/usr/bin/chromium}"
 [ -x "$chromium" ] || { echo "browser-e2e: no Chromium at $chromium (apt-get install chromium)" >&2; exit 1; }
 app="$root/examples/copilotkit"
 # E2E_SCREENSHOTS=DIR (e.g. examples/copilotkit/screenshots): the runtime-mode pass also
-# writes its screenshots of the page (the README's) there.
+# writes its screenshots of the page (those examples/copilotkit/README.md shows) there.
 screenshots=""
 if [ -n "${E2E_SCREENSHOTS:-}" ]; then
   mkdir -p "$E2E_SCREENSHOTS"

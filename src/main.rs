@@ -12,7 +12,7 @@ use clap::Parser;
 use sd_notify::NotifyState;
 
 /// jemalloc: less resident memory per open stream and less CPU per event than the system
-/// allocator (see the README's benchmark). Its options are built in from
+/// allocator (see docs/benchmark.md). Its options are built in from
 /// `.cargo/config.toml`.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

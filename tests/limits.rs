@@ -1,4 +1,4 @@
-//! The limits in the README's table, each enforced with a JSON error over a real socket:
+//! The limits in docs/http-api.md's table, each enforced with a JSON error over a real socket:
 //! connections per listener, header and body timeouts, header size, id length.
 
 mod support;

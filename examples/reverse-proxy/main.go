@@ -1,5 +1,5 @@
 // A reverse proxy in front of agui-serve built on httputil.ReverseProxy, following the
-// reverse-proxy contract in agui-serve's README:
+// reverse-proxy contract in agui-serve's docs/operations.md (Behind a reverse proxy):
 //
 //   - streaming: FlushInterval -1 writes every SSE frame as soon as it arrives;
 //   - token: any `?token=` from the browser is stripped and the daemon's own token is set

@@ -1,5 +1,5 @@
 // Generative UI: the components agui-serve lets an agent show (its default catalog, see the
-// daemon's README, "Generative UI"). Each arrives as an AG-UI activity message
+// daemon's docs/agents.md, "Generative UI"). Each arrives as an AG-UI activity message
 // (`activityType` = the component, `content` = its props), live through ACTIVITY_SNAPSHOT
 // and after a reload in the transcript; CopilotChat draws it with the renderer registered
 // for its type (CopilotKitProvider's `renderActivityMessages`).
