@@ -27,8 +27,14 @@
 # IDLE_STREAMS (idle levels; default "2000 10000"), LOADGEN (the load client; default
 # target/release/examples/loadgen), LOADGEN_ARGS (extra loadgen flags), DAEMON_ARGS (extra
 # server flags), OUT (keep the raw JSON lines in this file), BENCH_TMP (where the servers'
-# data directories go; default target/). Needs python3 for the summary. The soft limit on
-# open files is raised to the hard limit (the idle measure holds 10 000 connections).
+# data directories go; default target/), BENCH_DOC (below). Needs python3 for the summary.
+# The soft limit on open files is raised to the hard limit (the idle measure holds 10 000
+# connections).
+#
+# A full run (no BIN; SCENARIOS, IDLE_STREAMS, LOADGEN_ARGS and DAEMON_ARGS unset; no
+# failure) also rewrites the results table of docs/benchmark.md: the lines between
+# `<!-- bench:begin -->` and `<!-- bench:end -->`, the rest of the file kept.
+# BENCH_DOC=FILE writes FILE instead; BENCH_DOC= (empty) writes nothing.
 #
 # Build the daemon and the client in separate cargo invocations: building them together
 # unifies dev-dependency features (tokio's test-util) into the daemon.
@@ -44,8 +50,10 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 loadgen="${LOADGEN:-$root/target/release/examples/loadgen}"
 labels=()
 bins=()
+full=""
 
 if [ $# -le 1 ]; then
+  full=1
   rounds="${1:-3}"
   is_count "$rounds" || usage
   (cd "$root" && cargo build --release --bin agui-serve)
@@ -181,8 +189,19 @@ for i in "${!labels[@]}"; do
 done
 echo "$rounds rounds in $((SECONDS - started)) s on $(nproc) cores" >&2
 cat "$failures"
-python3 - "$results" "${labels[@]}" <<'EOF'
-import json, statistics, sys
+# The results table of docs/benchmark.md: rewritten by a full run only.
+doc="${BENCH_DOC-$root/docs/benchmark.md}"
+if [ -n "$doc" ] && { [ -z "$full" ] || [ -s "$failures" ] \
+  || [ -n "${SCENARIOS:-}${IDLE_STREAMS:-}${LOADGEN_ARGS:-}${DAEMON_ARGS:-}" ]; }; then
+  echo "not a full run: $doc left as it is" >&2
+  doc=""
+fi
+node_version="$(node --version 2>/dev/null || true)"
+memory="$(awk '/^MemTotal:/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
+run_line="\`scripts/bench.sh $rounds\` on $(date -u +%Y-%m-%d): $rounds rounds, $(nproc) cores, $memory"
+run_line="$run_line${node_version:+, Node ${node_version#v}}; medians."
+BENCH_DOC="$doc" BENCH_HEAD="$run_line" python3 - "$results" "${labels[@]}" <<'EOF'
+import json, os, statistics, sys
 path, labels = sys.argv[1], sys.argv[2:]
 subject, refs = labels[-1], labels[:-1]
 rows = [json.loads(line) for line in open(path) if line.strip()]
@@ -225,14 +244,30 @@ for key in measures:
     line += "".join(f" {fmt_ratio(ratio(key, ref)):>17}" for ref in refs)
     print(line + "   " + " | ".join(spread(key, label) for label in labels))
 print()
-print(f"| measure | unit | {subject} | " + " | ".join(f"/ {ref}" for ref in refs)
-      + " | " + " | ".join(f"{label} min..max" for label in labels) + " |")
-print("|---" * (3 + len(refs) + len(labels)) + "|")
+table = [f"| measure | unit | {subject} | " + " | ".join(f"/ {ref}" for ref in refs)
+         + " | " + " | ".join(f"{label} min..max" for label in labels) + " |",
+         "|---" * (3 + len(refs) + len(labels)) + "|"]
 for key in measures:
     cells = [key, units[key], fmt(median(key, subject))]
     cells += [fmt_ratio(ratio(key, ref)) for ref in refs]
     for label in labels:
         v = values.get((key, label), [])
         cells.append(f"{fmt(min(v))}..{fmt(max(v))}" if v else "-")
-    print("| " + " | ".join(cells) + " |")
+    table.append("| " + " | ".join(cells) + " |")
+print("\n".join(table))
+
+# The lines between the markers of BENCH_DOC become the run's line and its table.
+doc = os.environ.get("BENCH_DOC", "")
+if doc:
+    begin, end = "<!-- bench:begin -->", "<!-- bench:end -->"
+    lines = open(doc).read().split("\n") if os.path.isfile(doc) else []
+    if begin not in lines or end not in lines[lines.index(begin):]:
+        sys.exit(f"{doc}: no {begin} ... {end} lines; left as it is")
+    first = lines.index(begin)
+    last = lines.index(end, first)
+    lines[first + 1:last] = [os.environ["BENCH_HEAD"], ""] + table
+    with open(doc + ".tmp", "w") as out:
+        out.write("\n".join(lines))
+    os.replace(doc + ".tmp", doc)
+    print(f"results table written to {doc}", file=sys.stderr)
 EOF
