@@ -3,14 +3,19 @@
 //! Nothing downstream of this module sees clap or TOML types. The bearer token lives in a
 //! [`BearerToken`] whose `Debug` is redacted, so a `{config:?}` can never leak it.
 
-use std::collections::BTreeMap;
-use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
 use serde_json::json;
+
+pub use crate::access::BearerToken;
+pub use crate::agent::Hitl;
+pub use crate::agent::acp::{AcpConfig, FrontendMcp, Permissions};
+pub use crate::http::Auth;
+pub use crate::logging::LogFormat;
+pub use crate::runtime::DEFAULT_MAX_RUNS_PER_PRINCIPAL;
+pub use crate::traces::OtlpEndpoint;
 
 /// Everything the daemon needs to run.
 #[derive(Debug, Clone)]
@@ -92,9 +97,6 @@ pub struct AccessConfig {
     pub fleet_streams: crate::runtime::FleetLimits,
 }
 
-/// The default of `--max-runs-per-principal`.
-pub const DEFAULT_MAX_RUNS_PER_PRINCIPAL: usize = 8;
-
 impl Default for AccessConfig {
     fn default() -> Self {
         AccessConfig {
@@ -109,16 +111,6 @@ impl Default for AccessConfig {
     }
 }
 
-/// How requests are authenticated.
-#[derive(Debug, Clone)]
-pub enum Auth {
-    /// Every authenticated route requires this token.
-    Token(BearerToken),
-    /// A token is required but none could be configured: every authenticated route fails
-    /// closed with 500. Only reachable through the library API.
-    Misconfigured,
-}
-
 /// Where the token came from; only a generated token is printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TokenSource {
@@ -126,63 +118,6 @@ pub enum TokenSource {
     File,
     Environment,
     Generated,
-}
-
-/// A bearer token. Its `Debug` and `Display` never show the value.
-#[derive(Clone, PartialEq, Eq)]
-pub struct BearerToken(String);
-
-impl BearerToken {
-    /// The shortest token accepted, in bytes.
-    pub const MIN_LEN: usize = 16;
-
-    /// Wraps a token value; rejects empty, short and whitespace-bearing values. A short
-    /// token is guessed sooner, and the log scrubber, which replaces the token wherever
-    /// it occurs, would mangle ordinary words that contain it.
-    pub fn new(value: impl Into<String>) -> Result<BearerToken, ConfigError> {
-        let value = value.into();
-        if value.is_empty() {
-            return Err(ConfigError::new("token is empty"));
-        }
-        if value.len() < Self::MIN_LEN {
-            return Err(ConfigError::new(format!(
-                "token is {} bytes; at least {} are required (e.g. `openssl rand -hex 32`, \
-                 or give no token and one is generated)",
-                value.len(),
-                Self::MIN_LEN
-            )));
-        }
-        if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(ConfigError::new("token contains whitespace"));
-        }
-        Ok(BearerToken(value))
-    }
-
-    /// A fresh random token: 32 bytes from the OS generator, hex encoded.
-    pub fn generate() -> BearerToken {
-        let mut bytes = [0u8; 32];
-        // As `rand::random` would: without the OS generator there is no safe token.
-        getrandom::fill(&mut bytes).expect("the OS random generator");
-        BearerToken(crate::hex::encode(&bytes))
-    }
-
-    /// The secret itself. Call sites are few and reviewed: comparison and printing a
-    /// generated token once.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for BearerToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("BearerToken(<redacted>)")
-    }
-}
-
-impl fmt::Display for BearerToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -193,13 +128,6 @@ pub enum TlsMode {
     SelfSigned,
     /// The operator's own PEM certificate chain and key.
     Files { cert: PathBuf, key: PathBuf },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    Text,
-    Json,
 }
 
 /// One configured agent.
@@ -221,98 +149,6 @@ pub enum AgentKind {
     Acp(AcpConfig),
 }
 
-#[derive(Clone)]
-pub struct AcpConfig {
-    pub command: Vec<String>,
-    pub cwd: Option<PathBuf>,
-    pub env: BTreeMap<String, String>,
-    pub pool_size: usize,
-    pub idle_ttl: Duration,
-    pub permissions: Permissions,
-    /// When to serve the browser's tools to the agent as an MCP server.
-    pub frontend_mcp: FrontendMcp,
-    /// Each thread's own working directory (`None`: every session works in `cwd`, or the
-    /// daemon's working directory).
-    pub workspace: Option<crate::workspace::WorkspaceConfig>,
-    /// How the agent's processes are confined (`None`: Landlock, where the kernel has it;
-    /// without it the agent is not started).
-    pub confinement: Option<crate::confine::Confinement>,
-    /// What a confined agent may reach besides its workspace and home.
-    pub sandbox: crate::confine::Sandbox,
-    /// How long a thread's session stays open with no turn (then `session/close`, and the
-    /// next turn loads it again).
-    pub session_ttl: Duration,
-}
-
-impl AcpConfig {
-    /// An agent started by `command` with every other setting at its default: no
-    /// workspaces (sessions in the daemon's working directory), default confinement.
-    pub fn new(command: Vec<String>) -> AcpConfig {
-        AcpConfig {
-            command,
-            cwd: None,
-            env: BTreeMap::new(),
-            pool_size: 1,
-            idle_ttl: Duration::from_secs(600),
-            permissions: Permissions::Ask,
-            frontend_mcp: FrontendMcp::Auto,
-            workspace: None,
-            confinement: None,
-            sandbox: crate::confine::Sandbox::default(),
-            session_ttl: Duration::from_secs(600),
-        }
-    }
-}
-
-/// When an ACP agent gets the frontend-tools MCP server (`mcp_frontend_tools`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FrontendMcp {
-    /// When the agent advertises `mcpCapabilities.http`.
-    Auto,
-    /// Always (for agents that take HTTP MCP servers without advertising it).
-    Always,
-    Never,
-}
-
-impl fmt::Debug for AcpConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Environment values are usually credentials: show only the names.
-        f.debug_struct("AcpConfig")
-            .field("command", &self.command)
-            .field("cwd", &self.cwd)
-            .field("env", &self.env.keys().collect::<Vec<_>>())
-            .field("pool_size", &self.pool_size)
-            .field("idle_ttl", &self.idle_ttl)
-            .field("permissions", &self.permissions)
-            .field("frontend_mcp", &self.frontend_mcp)
-            .field("workspace", &self.workspace)
-            .field("confinement", &self.confinement)
-            .field("sandbox", &self.sandbox)
-            .field("session_ttl", &self.session_ttl)
-            .finish()
-    }
-}
-
-/// How an agent's permission requests are answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Permissions {
-    Ask,
-    Allow,
-    Deny,
-}
-
-/// How a human-in-the-loop question reaches the client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Hitl {
-    /// A call of the frontend tool `agui_permission_request`.
-    Tool,
-    /// `RUN_FINISHED{outcome:{type:"interrupt"}}` answered by `resume[]` (AG-UI 1.0).
-    Interrupt,
-}
-
 /// A configuration problem: exit code 2 with a one-line reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -321,50 +157,6 @@ pub struct ConfigError(String);
 impl ConfigError {
     pub fn new(message: impl Into<String>) -> ConfigError {
         ConfigError(message.into())
-    }
-}
-
-/// An OTLP/HTTP collector's traces URL, validated: `http[s]://host[:port][/path]`, with no
-/// credentials and no query. Given as the collector's base URL (the
-/// `OTEL_EXPORTER_OTLP_ENDPOINT` convention), it gets `/v1/traces` appended; a URL that
-/// already ends with `/v1/traces` is kept as it is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OtlpEndpoint(String);
-
-impl OtlpEndpoint {
-    pub fn parse(text: &str) -> Result<OtlpEndpoint, ConfigError> {
-        let fail = |why: &str| ConfigError::new(format!("invalid OTLP endpoint {text:?}: {why}"));
-        let uri: http::Uri = text.trim().parse().map_err(|_| fail("not a URL"))?;
-        let scheme = match uri.scheme_str() {
-            Some(scheme @ ("http" | "https")) => scheme,
-            _ => return Err(fail("expected http[s]://HOST[:PORT][/PATH]")),
-        };
-        let Some(authority) = uri.authority() else {
-            return Err(fail("expected http[s]://HOST[:PORT][/PATH]"));
-        };
-        if authority.as_str().contains('@') {
-            return Err(fail("credentials in the URL are not supported"));
-        }
-        if uri.query().is_some() {
-            return Err(fail("a query is not supported"));
-        }
-        let path = uri.path().trim_end_matches('/');
-        let path = if path.ends_with("/v1/traces") {
-            path.to_owned()
-        } else {
-            format!("{path}/v1/traces")
-        };
-        Ok(OtlpEndpoint(format!("{scheme}://{authority}{path}")))
-    }
-
-    /// The collector is reached over TLS.
-    pub fn is_https(&self) -> bool {
-        self.0.starts_with("https://")
-    }
-
-    /// The URL spans are posted to.
-    pub fn traces_url(&self) -> &str {
-        &self.0
     }
 }
 

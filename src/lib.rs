@@ -28,6 +28,7 @@
 pub mod access;
 pub mod agent;
 pub mod cli;
+mod clock;
 pub mod cluster;
 pub mod config;
 pub mod confine;
@@ -39,6 +40,7 @@ pub mod protocol;
 pub mod runtime;
 mod server;
 pub mod store;
+mod sync;
 pub mod traces;
 pub mod workspace;
 

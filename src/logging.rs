@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
 
-use crate::config::{BearerToken, LogFormat};
+use serde::Deserialize;
 
 const REDACTED: &str = "[redacted]";
 
@@ -39,10 +39,18 @@ impl Drop for SecretGuard {
     }
 }
 
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
 /// Scrubs `secret` from every log line until the guard is dropped.
-pub fn register(secret: &BearerToken) -> SecretGuard {
+pub fn register(secret: &str) -> SecretGuard {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    write_lock().insert(id, spellings(secret.expose()));
+    write_lock().insert(id, spellings(secret));
     SecretGuard { id }
 }
 
@@ -221,8 +229,7 @@ mod tests {
 
     #[test]
     fn every_spelling_of_a_registered_secret_is_scrubbed_until_it_is_dropped() {
-        let token = BearerToken::new("tok\"en/with+odd=chars").expect("token");
-        let guard = register(&token);
+        let guard = register("tok\"en/with+odd=chars");
         for line in [
             "GET /agui/info?access_token=tok\"en/with+odd=chars",
             r#"{"url":"x?a=1;token=tok\"en/with+odd=chars"}"#,

@@ -54,7 +54,7 @@ fn main() -> ExitCode {
     }
     // The token is scrubbed from every log line, whichever crate writes it.
     let _token = match &resolved.config.auth {
-        Auth::Token(token) => Some(logging::register(token)),
+        Auth::Token(token) => Some(logging::register(token.expose())),
         Auth::Misconfigured => None,
     };
     logging::init(resolved.config.log_format, std::io::stderr().is_terminal());

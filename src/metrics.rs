@@ -16,8 +16,8 @@
 //! configuration, fixed outcome, reason and kind sets, route names and status codes. Never
 //! a thread or run id.
 //!
-//! Not here: the bearer check for `{path}/metrics` (`http::routes`, like every route) and
-//! the loopback metrics listener (`http::metrics_endpoint`).
+//! Not here: the bearer check for `{path}/metrics` (`http::api`, like every route) and
+//! the loopback metrics listener (`http::api::metrics_endpoint`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,8 +29,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-
-use crate::runtime::Runtime;
 
 /// The `Content-Type` of what [`Metrics::render`] returns.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -188,8 +186,11 @@ impl AgentRunMetrics {
 }
 
 impl RunMetrics {
-    /// Handles for each of `agents` (by name).
-    pub fn new<'a>(agents: impl IntoIterator<Item = &'a str>) -> RunMetrics {
+    /// Handles for each of `agents` (by name), and a refusal counter for each of `reasons`.
+    pub fn new<'a>(
+        agents: impl IntoIterator<Item = &'a str>,
+        reasons: &[&'static str],
+    ) -> RunMetrics {
         let started = Family::<AgentLabel, Counter>::default();
         let finished = Family::<OutcomeLabels, Counter>::default();
         let duration = HistogramFamily::new_with_constructor(run_histogram as fn() -> Histogram);
@@ -221,7 +222,7 @@ impl RunMetrics {
             .collect();
         // Every reason is shown from the start (at 0), so a rate over it is defined.
         let refused = Family::<ReasonLabel, Counter>::default();
-        for reason in crate::runtime::StartError::REASONS {
+        for &reason in reasons {
             refused.get_or_create_owned(&ReasonLabel { reason });
         }
         let unknown = Arc::new(AgentRunMetrics {
@@ -377,7 +378,43 @@ impl HttpMetrics {
     }
 }
 
-/// Gauges read from the runtime at each scrape.
+/// What the registry reads from its owner (the runtime) rather than counts: handed to
+/// [`Metrics::new`], so this module knows no layer above it.
+pub trait GaugeSource: Send + Sync + 'static {
+    /// The counters and histograms the owner updates, to be registered.
+    fn handles(&self) -> Handles;
+    /// The gauges as they stand now.
+    fn sample(&self) -> Sample;
+}
+
+/// The handles a [`GaugeSource`] updates.
+#[derive(Debug, Clone)]
+pub struct Handles {
+    pub runs: RunMetrics,
+    pub streams: Arc<StreamMetrics>,
+    pub store: StoreMetrics,
+}
+
+/// The gauges at one scrape.
+#[derive(Debug, Clone, Default)]
+pub struct Sample {
+    /// Runs alive (running or suspended).
+    pub live: usize,
+    /// The admission cap.
+    pub capacity: usize,
+    /// Live runs parked on the client.
+    pub suspended: usize,
+    /// Bytes counted against the memory budget.
+    pub memory_in_use: usize,
+    pub memory_budget: usize,
+    pub retained_limit: usize,
+    /// Store jobs queued and not yet committed.
+    pub store_queue: usize,
+    /// Per agent that runs processes: (name, busy, idle).
+    pub processes: Vec<(String, usize, usize)>,
+}
+
+/// Gauges read from the source at each scrape.
 #[derive(Debug, Default)]
 struct Sampled {
     live: Gauge,
@@ -393,7 +430,7 @@ struct Sampled {
 /// The registry of one daemon, and what it samples at each scrape.
 pub struct Metrics {
     registry: Registry,
-    runtime: Runtime,
+    source: Arc<dyn GaugeSource>,
     sampled: Sampled,
     http: HttpMetrics,
 }
@@ -405,12 +442,14 @@ impl std::fmt::Debug for Metrics {
 }
 
 impl Metrics {
-    /// Registers the handles of `runtime` (and its store) and of the HTTP layer.
-    pub fn new(runtime: Runtime) -> Metrics {
+    /// Registers the handles of `source` (the runtime and its store) and of the HTTP layer.
+    pub fn new(source: Arc<dyn GaugeSource>) -> Metrics {
         let mut registry = Registry::with_prefix("agui");
-        let runs = runtime.run_metrics().clone();
-        let streams = runtime.stream_metrics();
-        let store = runtime.store().metrics().clone();
+        let Handles {
+            runs,
+            streams,
+            store,
+        } = source.handles();
         let http = HttpMetrics::default();
         let sampled = Sampled::default();
         let r = &mut registry;
@@ -521,7 +560,7 @@ impl Metrics {
         );
         Metrics {
             registry,
-            runtime,
+            source,
             sampled,
             http,
         }
@@ -534,19 +573,18 @@ impl Metrics {
 
     /// The whole registry in the Prometheus text format, gauges sampled now.
     pub fn render(&self) -> String {
-        let rt = &self.runtime;
         let s = &self.sampled;
-        let gauge = rt.gauge();
-        s.live.set(gauge.active as i64);
-        s.capacity.set(gauge.capacity as i64);
-        s.suspended.set(rt.suspended_runs() as i64);
-        s.memory.set(rt.memory_in_use() as i64);
-        s.budget.set(rt.memory_budget() as i64);
-        s.retained_limit.set(rt.retained_limit() as i64);
-        s.store_queue.set(rt.store().queue_depth() as i64);
-        for (agent, processes) in rt.agent_processes() {
+        let now = self.source.sample();
+        s.live.set(now.live as i64);
+        s.capacity.set(now.capacity as i64);
+        s.suspended.set(now.suspended as i64);
+        s.memory.set(now.memory_in_use as i64);
+        s.budget.set(now.memory_budget as i64);
+        s.retained_limit.set(now.retained_limit as i64);
+        s.store_queue.set(now.store_queue as i64);
+        for (agent, busy, idle) in now.processes {
             let agent: Arc<str> = Arc::from(agent);
-            for (state, n) in [("busy", processes.busy), ("idle", processes.idle)] {
+            for (state, n) in [("busy", busy), ("idle", idle)] {
                 s.processes
                     .get_or_create(&ProcessLabels {
                         agent: agent.clone(),

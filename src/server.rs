@@ -110,6 +110,7 @@ impl Server {
         };
         let mut agents: BTreeMap<String, Arc<dyn Agent>> = BTreeMap::new();
         let mut host = AgentHost::new(&config.data_dir);
+        host.mcp = Some(Arc::new(crate::http::mcp::LoopbackMcp::default()));
         host.secrets = config.secret_paths();
         host.secrets
             .extend(std::env::var_os("HOME").map(std::path::PathBuf::from));
@@ -202,7 +203,12 @@ impl Server {
         // Traces: an exporter only when an endpoint is configured.
         let (traces, tracer) = match &config.otlp_endpoint {
             Some(endpoint) => {
-                let (exporter, tracer) = Exporter::start(endpoint)?;
+                let client = crate::http::otlp::OtlpClient::new(
+                    crate::traces::EXPORT_TIMEOUT,
+                    endpoint.is_https(),
+                )
+                .map_err(crate::traces::TraceError::from)?;
+                let (exporter, tracer) = Exporter::start(endpoint, client)?;
                 tracing::info!(
                     endpoint = endpoint.traces_url(),
                     "exporting traces over OTLP"
@@ -214,7 +220,7 @@ impl Server {
         options.tracer = tracer.clone();
         options.cluster = cluster.clone();
         let runtime = Runtime::new(agents, options, store);
-        let metrics = Arc::new(Metrics::new(runtime.clone()));
+        let metrics = Arc::new(Metrics::new(Arc::new(runtime.clone())));
         let metrics_listener = match config.metrics_listen {
             Some(addr) => Some((
                 bind_now(addr)?,

@@ -35,16 +35,63 @@ use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 
-use crate::config::OtlpEndpoint;
-use crate::http::otlp::OtlpClient;
-
 /// How long one export may take.
-const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An OTLP/HTTP collector's traces URL, validated: `http[s]://host[:port][/path]`, with no
+/// credentials and no query. Given as the collector's base URL (the
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` convention), it gets `/v1/traces` appended; a URL that
+/// already ends with `/v1/traces` is kept as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtlpEndpoint(String);
+
+impl OtlpEndpoint {
+    pub fn parse(text: &str) -> Result<OtlpEndpoint, String> {
+        let fail = |why: &str| format!("invalid OTLP endpoint {text:?}: {why}");
+        let uri: http::Uri = text.trim().parse().map_err(|_| fail("not a URL"))?;
+        let scheme = match uri.scheme_str() {
+            Some(scheme @ ("http" | "https")) => scheme,
+            _ => return Err(fail("expected http[s]://HOST[:PORT][/PATH]")),
+        };
+        let Some(authority) = uri.authority() else {
+            return Err(fail("expected http[s]://HOST[:PORT][/PATH]"));
+        };
+        if authority.as_str().contains('@') {
+            return Err(fail("credentials in the URL are not supported"));
+        }
+        if uri.query().is_some() {
+            return Err(fail("a query is not supported"));
+        }
+        let path = uri.path().trim_end_matches('/');
+        let path = if path.ends_with("/v1/traces") {
+            path.to_owned()
+        } else {
+            format!("{path}/v1/traces")
+        };
+        Ok(OtlpEndpoint(format!("{scheme}://{authority}{path}")))
+    }
+
+    /// The collector is reached over TLS.
+    pub fn is_https(&self) -> bool {
+        self.0.starts_with("https://")
+    }
+
+    /// The URL spans are posted to.
+    pub fn traces_url(&self) -> &str {
+        &self.0
+    }
+}
 
 /// Why traces could not be set up.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot set up the OTLP exporter: {0}")]
 pub struct TraceError(String);
+
+impl From<std::io::Error> for TraceError {
+    fn from(error: std::io::Error) -> TraceError {
+        TraceError(error.to_string())
+    }
+}
 
 /// The span pipeline: batches spans and exports them. Owned by the server, flushed at the
 /// end of the shutdown sequence.
@@ -60,11 +107,12 @@ pub struct Tracer {
 }
 
 impl Exporter {
-    /// Starts the pipeline towards `endpoint`. Must be called inside the tokio runtime (the
-    /// exporter's HTTP client runs on it).
-    pub fn start(endpoint: &OtlpEndpoint) -> Result<(Exporter, Tracer), TraceError> {
-        let client = OtlpClient::new(EXPORT_TIMEOUT, endpoint.is_https())
-            .map_err(|e| TraceError(e.to_string()))?;
+    /// Starts the pipeline towards `endpoint`, exporting with `client` (the HTTP layer's,
+    /// handed in by the server: this module knows no HTTP stack).
+    pub fn start(
+        endpoint: &OtlpEndpoint,
+        client: impl opentelemetry_http::HttpClient + 'static,
+    ) -> Result<(Exporter, Tracer), TraceError> {
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_http_client(client)

@@ -15,9 +15,11 @@
 //! principal can never address another's thread (it is simply not there: 404).
 
 pub mod jwt;
+mod token;
 
 use std::fmt;
 use std::sync::Arc;
+pub use token::{BearerToken, TokenError};
 
 /// Separates the owner from the id in a scoped key. Ids and principal names never hold
 /// control characters (both are checked), so a key splits back unambiguously.

@@ -16,6 +16,7 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 
+use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -577,4 +578,14 @@ impl EventSink {
         self.put(SinkItem::Input { request, reply }).await?;
         answer.await.map_err(|_| SinkClosed)
     }
+}
+
+/// How a human-in-the-loop question reaches the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Hitl {
+    /// A call of the frontend tool `agui_permission_request`.
+    Tool,
+    /// `RUN_FINISHED{outcome:{type:"interrupt"}}` answered by `resume[]` (AG-UI 1.0).
+    Interrupt,
 }

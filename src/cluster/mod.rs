@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::store::Fence;
+use crate::sync::lock;
 
 /// Where a cluster node is, and how it takes part.
 #[derive(Clone)]
@@ -578,10 +579,6 @@ async fn previous_self(
         .query_opt("SELECT address FROM nodes WHERE id = $1", &[&node])
         .await?;
     Ok(row.is_some_and(|r| r.get::<_, String>(0) == address))
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Whether `advertise` (`http(s)://HOST[:PORT]`) is plain HTTP to a host that is not a

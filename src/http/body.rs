@@ -17,8 +17,17 @@ use hyper::body::Incoming;
 
 use std::time::Duration;
 
-use super::error::ApiError;
 use crate::runtime::Attachment;
+
+/// Largest request head (request line and headers) accepted, in all: over it, 431
+/// `HEADERS_TOO_LARGE` (HTTP/2: the header list, answered 431 by the HTTP/2 layer).
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// Longest request target (path and query) accepted: over it, 414 `URI_TOO_LONG`.
+pub const MAX_URI_BYTES: usize = 8 * 1024;
+
+/// Most header fields in an HTTP/1.1 request: over it, 431 `HEADERS_TOO_LARGE`.
+pub const MAX_HEADER_FIELDS: usize = 100;
 
 /// Largest accepted request body.
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
@@ -41,14 +50,25 @@ pub fn empty() -> Body {
     full(Bytes::new())
 }
 
+/// Why a request body could not be read (`error.rs` picks the status: 413, 408, 400).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyError {
+    /// Declared or found longer than this many bytes.
+    TooLarge(usize),
+    /// Still incomplete after this long.
+    Timeout(Duration),
+    /// The connection failed while the body was read.
+    Unreadable,
+}
+
 /// Reads a request body up to `limit` bytes within `timeout`; a declared or actual excess
-/// is 413 without reading further, a body still incomplete at the timeout is 408.
+/// is refused without reading further.
 pub async fn read_body<B>(
     body: B,
     headers: &HeaderMap,
     limit: usize,
     timeout: Duration,
-) -> Result<Bytes, ApiError>
+) -> Result<Bytes, BodyError>
 where
     B: http_body::Body<Data = Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -58,11 +78,11 @@ where
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|len| len > limit as u64) {
-        return Err(ApiError::payload_too_large(limit));
+        return Err(BodyError::TooLarge(limit));
     }
     let collected = match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
         Ok(collected) => collected,
-        Err(_) => return Err(ApiError::request_timeout(timeout)),
+        Err(_) => return Err(BodyError::Timeout(timeout)),
     };
     match collected {
         Ok(collected) => Ok(collected.to_bytes()),
@@ -71,11 +91,9 @@ where
                 .downcast_ref::<http_body_util::LengthLimitError>()
                 .is_some()
             {
-                Err(ApiError::payload_too_large(limit))
+                Err(BodyError::TooLarge(limit))
             } else {
-                Err(ApiError::invalid_request(
-                    "the request body could not be read",
-                ))
+                Err(BodyError::Unreadable)
             }
         }
     }

@@ -10,7 +10,7 @@ use http::header::{ALLOW, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use http::{HeaderValue, Response, StatusCode};
 use serde_json::json;
 
-use super::body::{Body, full};
+use super::body::{Body, BodyError, full};
 use crate::agent::SessionError;
 use crate::cluster::Owner;
 use crate::protocol::InputError;
@@ -51,7 +51,35 @@ impl From<crate::workspace::WorkspaceError> for ApiError {
     }
 }
 
+impl From<BodyError> for ApiError {
+    fn from(error: BodyError) -> ApiError {
+        match error {
+            BodyError::TooLarge(limit) => ApiError::payload_too_large(limit),
+            BodyError::Timeout(timeout) => ApiError::request_timeout(timeout),
+            BodyError::Unreadable => {
+                ApiError::invalid_request("the request body could not be read")
+            }
+        }
+    }
+}
+
 impl ApiError {
+    /// Whether this is a 404 (a thing that is not here may be on another node).
+    pub fn is_not_found(&self) -> bool {
+        self.status == StatusCode::NOT_FOUND
+    }
+
+    /// `/readyz` when the daemon is draining or an agent cannot start: 503, in the shape
+    /// of the ready answer (`{"status":"unavailable"}`), not an error object.
+    pub fn not_ready() -> Response<Body> {
+        let mut response = Response::new(full(Bytes::from_static(br#"{"status":"unavailable"}"#)));
+        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        response
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        response
+    }
+
     fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
@@ -284,7 +312,10 @@ impl ApiError {
         ApiError::new(
             StatusCode::URI_TOO_LONG,
             "URI_TOO_LONG",
-            format!("the request target exceeds {} bytes", super::MAX_URI_BYTES),
+            format!(
+                "the request target exceeds {} bytes",
+                super::body::MAX_URI_BYTES
+            ),
         )
     }
 
@@ -295,7 +326,7 @@ impl ApiError {
             "HEADERS_TOO_LARGE",
             format!(
                 "the request headers exceed {} bytes",
-                super::MAX_HEADER_BYTES
+                super::body::MAX_HEADER_BYTES
             ),
         )
     }

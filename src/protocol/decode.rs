@@ -10,8 +10,6 @@
 use serde::de::{DeserializeOwned, Error as _};
 use serde_json::Value;
 
-use super::input::InputError;
-
 /// Marks an error text that carries a path: `\u{1}PATH\u{1}MESSAGE`.
 const MARK: char = '\u{1}';
 
@@ -76,6 +74,15 @@ pub(crate) fn kind(value: &Value) -> &'static str {
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
     }
+}
+
+/// Why a body is not a valid `RunAgentInput`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct InputError {
+    /// The JSON path of the offending field (`messages[0].content`), when there is one.
+    pub field: Option<String>,
+    pub message: String,
 }
 
 impl InputError {

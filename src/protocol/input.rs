@@ -8,6 +8,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use super::decode;
+pub use super::decode::InputError;
 
 /// The decoded body of a run request.
 #[derive(Debug, Clone, Deserialize)]
@@ -303,15 +304,6 @@ impl<'de> Deserialize<'de> for MediaSource {
             other => return Err(decode::unknown("type", other, &["data", "url", "file"])),
         })
     }
-}
-
-/// Why a body is not a valid `RunAgentInput`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct InputError {
-    /// The JSON path of the offending field (`messages[0].content`), when there is one.
-    pub field: Option<String>,
-    pub message: String,
 }
 
 /// Decodes a request body, naming the offending field on failure.

@@ -6,9 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::attach::{self, Attachment, Resume};
-use super::{Control, LiveRun, NextSegment, Runtime, StartError, Thread, lock, now_ms};
+use super::{Control, LiveRun, NextSegment, Runtime, StartError, Thread};
+use crate::clock::now_ms;
 use crate::protocol::input::{Content, Message, ToolMessage};
 use crate::protocol::{Event, Profile, RunAgentInput};
+use crate::sync::lock;
 
 /// The `RUN_ERROR` code of an answer to a wait that no longer exists.
 pub(super) const SUSPENSION_LOST: &str = "SUSPENSION_LOST";

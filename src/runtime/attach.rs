@@ -246,7 +246,7 @@ impl Attachment {
         self.thread.journal.frame_at(
             self.thread.journal.boundary(),
             &event,
-            super::now_ms(),
+            crate::clock::now_ms(),
             self.profile,
         )
     }

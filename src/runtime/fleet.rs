@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::lock;
+use crate::sync::lock;
 use super::memory::{Meter, json_size};
 use crate::access::Principal;
 use crate::protocol::{Event, event_frame};
@@ -389,7 +389,7 @@ impl Fleet {
             _ => VecDeque::new(),
         };
         let mut queue = queue;
-        let now = super::now_ms();
+        let now = crate::clock::now_ms();
         let History {
             views,
             current,

@@ -14,9 +14,10 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::{CancelReason, Runtime, lock};
+use super::{CancelReason, Runtime};
 use crate::cluster::{Claim, Owner};
 use crate::store::StoreError;
+use crate::sync::lock;
 
 /// Why a thread could not be loaded here.
 #[derive(Debug)]

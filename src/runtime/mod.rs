@@ -19,6 +19,7 @@
 mod answer;
 pub mod attach;
 pub mod fleet;
+mod history;
 pub mod journal;
 mod lease;
 pub mod memory;
@@ -51,17 +52,23 @@ pub use sessions::{NewThread, SessionRequestError};
 
 use crate::access::{Capability, Principal};
 use crate::agent::Agent;
+use crate::agent::Hitl;
+use crate::clock::now_ms;
+use crate::clock::rfc3339;
 use crate::cluster::Owner;
-use crate::config::Hitl;
 use crate::metrics::{RunMetrics, StreamMetrics};
 use crate::protocol::input::Message;
 use crate::protocol::{Profile, RunAgentInput};
 use crate::store::Store;
+use crate::sync::lock;
 use crate::traces::Tracer;
 pub use lease::LoadError;
 use opentelemetry::trace::SpanContext;
 use thread::{Decision, Retry, Thread, new_thread};
 use translator::Translator;
+
+/// The default of `--max-runs-per-principal`.
+pub const DEFAULT_MAX_RUNS_PER_PRINCIPAL: usize = 8;
 
 /// The default of `--memory-budget`.
 pub const DEFAULT_MEMORY_BUDGET: usize = 256 * 1024 * 1024;
@@ -127,7 +134,7 @@ impl RuntimeOptions {
             memory_reserved: 0,
             hitl: HashMap::new(),
             secrets: Vec::new(),
-            max_runs_per_principal: crate::config::DEFAULT_MAX_RUNS_PER_PRINCIPAL,
+            max_runs_per_principal: DEFAULT_MAX_RUNS_PER_PRINCIPAL,
             fleet_history: fleet::DEFAULT_FLEET_HISTORY,
             fleet_limits: fleet::FleetLimits::default(),
             ui: Arc::new(ui::UiCatalog::defaults()),
@@ -433,7 +440,7 @@ impl Runtime {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(1);
-        let run_metrics = RunMetrics::new(agents.keys().map(String::as_str));
+        let run_metrics = RunMetrics::new(agents.keys().map(String::as_str), &StartError::REASONS);
         let meter: Arc<memory::Meter> = Arc::default();
         let runtime = Runtime {
             inner: Arc::new(Inner {
@@ -521,7 +528,7 @@ impl Runtime {
                 "agent": thread.agent,
                 "runId": run.id,
                 "phase": if suspended { "suspended" } else { "running" },
-                "startedAt": rfc3339(run.started_at_ms),
+                "startedAt": rfc3339(run.started_at_ms as i64),
             });
             if !thread.owner().is_empty() {
                 entry["owner"] = json!(thread.owner());
@@ -1382,22 +1389,4 @@ fn retire(threads: &mut HashMap<String, Arc<Thread>>, ids: Vec<String>) {
             evicted.retired.store(true, Ordering::SeqCst);
         }
     }
-}
-
-/// Locks a std mutex, recovering from poisoning (state behind these locks is updated in
-/// single steps that leave it consistent). Never held across an `.await`.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Milliseconds since the Unix epoch.
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-fn rfc3339(ms: u64) -> String {
-    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
 }

@@ -3,9 +3,10 @@
 
 use std::sync::Arc;
 
-use super::{Phase, Runtime, lock};
+use super::{Phase, Runtime};
 use crate::agent::Processes;
-use crate::metrics::{RunMetrics, StreamMetrics};
+use crate::metrics::{GaugeSource, Handles, RunMetrics, Sample, StreamMetrics};
+use crate::sync::lock;
 
 impl Runtime {
     /// The run counters (per agent, refusals, reattaches).
@@ -41,5 +42,33 @@ impl Runtime {
             .iter()
             .filter_map(|(name, agent)| Some((name.as_str(), agent.processes()?)))
             .collect()
+    }
+}
+
+impl GaugeSource for Runtime {
+    fn handles(&self) -> Handles {
+        Handles {
+            runs: self.run_metrics().clone(),
+            streams: self.stream_metrics(),
+            store: self.store().metrics().clone(),
+        }
+    }
+
+    fn sample(&self) -> Sample {
+        let gauge = self.gauge();
+        Sample {
+            live: gauge.active,
+            capacity: gauge.capacity,
+            suspended: self.suspended_runs(),
+            memory_in_use: self.memory_in_use(),
+            memory_budget: self.memory_budget(),
+            retained_limit: self.retained_limit(),
+            store_queue: self.store().queue_depth() as usize,
+            processes: self
+                .agent_processes()
+                .into_iter()
+                .map(|(name, p)| (name.to_owned(), p.busy, p.idle))
+                .collect(),
+        }
     }
 }

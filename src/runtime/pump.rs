@@ -32,16 +32,18 @@ use super::suspension::{self, Channel, Suspension, Wait};
 use super::translator::{Ending, Produced, Translator};
 use super::{
     CancelReason, Control, Controls, DisconnectWatch, LiveRun, NextSegment, Phase, PhaseCell,
-    Runtime, Thread, lock, now_ms, state,
+    Runtime, Thread, state,
 };
+use crate::agent::Hitl;
 use crate::agent::{Agent, AgentError, AgentEvent, EventSink, SinkItem, Turn, TurnEnd};
-use crate::config::Hitl;
+use crate::clock::now_ms;
 use crate::metrics::{AgentRunMetrics, Outcome};
 use crate::protocol::events::Interrupt;
 use crate::protocol::input::{
     AssistantMessage, Content, FunctionCall, FunctionKind, TextMessage, ToolCall, ToolMessage,
 };
 use crate::protocol::{Event, Message, Profile, RunAgentInput};
+use crate::sync::lock;
 use crate::traces::{RunTrace, TurnOutcome};
 use opentelemetry::trace::SpanContext;
 

@@ -5,10 +5,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::attach::{self, Attachment, Resume};
-use super::{EventId, LiveRun, Runtime, Thread, lock, now_ms, transcript_json};
+use super::{EventId, LiveRun, Runtime, Thread, transcript_json};
 use super::{LoadError, ReattachError};
 use crate::access::Principal;
+use crate::clock::now_ms;
 use crate::protocol::{Event, Profile};
+use crate::sync::lock;
 
 impl Runtime {
     /// Attaches to a thread's stream after `last_event_id` (the stream route): exact replay

@@ -15,7 +15,8 @@ use crate::protocol::input::{Content, Message};
 use crate::store::StoreError;
 
 use super::sanitize::sanitize;
-use super::{LoadError, Runtime, now_ms};
+use super::{LoadError, Runtime};
+use crate::clock::now_ms;
 
 /// Why a session request was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -15,10 +15,12 @@ use std::sync::{Arc, Mutex};
 use super::answer::SUSPENSION_LOST;
 use super::memory::{Meter, json_size};
 use super::suspension::PERMISSION_TOOL;
-use super::{Journal, JournalLimits, LiveRun, StartError, lock, now_ms, state};
+use super::{Journal, JournalLimits, LiveRun, StartError, state};
 use crate::access::{Capability, Caps};
+use crate::clock::now_ms;
 use crate::protocol::input::Message;
 use crate::protocol::{Profile, RunAgentInput};
+use crate::sync::lock;
 
 /// What a run request does to a thread.
 pub(super) enum Decision {

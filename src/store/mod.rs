@@ -401,10 +401,7 @@ pub fn decode_cursor(cursor: &str) -> Option<(i64, String)> {
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    crate::clock::now_ms() as i64
 }
 
 #[cfg(test)]

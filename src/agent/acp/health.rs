@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::agent::{AgentState, AgentStatus, AuthMethod};
+use crate::sync::lock;
 
 /// Exits within [`CRASH_WINDOW`] that make a crash loop.
 const CRASH_LIMIT: usize = 3;
@@ -147,8 +148,4 @@ pub(super) fn auth_advice(methods: &[AuthMethod]) -> String {
 fn crash_loop(exits: &VecDeque<Instant>) -> bool {
     let now = Instant::now();
     exits.len() >= CRASH_LIMIT && exits.iter().all(|at| now - *at < CRASH_WINDOW)
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -11,8 +11,9 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use crate::config::AcpConfig;
+use super::{AcpConfig, McpHost};
 use crate::confine::{self, Confinement, Policy};
 use crate::workspace::{Unit, Workspaces};
 
@@ -25,6 +26,8 @@ pub struct AgentHost {
     pub launcher: PathBuf,
     /// Files and directories no agent may read (the data directory, key and token files).
     pub secrets: Vec<PathBuf>,
+    /// Serves the browser's tools to the agent over MCP (`None`: never offered).
+    pub mcp: Option<Arc<dyn McpHost>>,
 }
 
 impl AgentHost {
@@ -34,6 +37,7 @@ impl AgentHost {
             data_dir: data_dir.to_owned(),
             launcher: std::env::current_exe().unwrap_or_else(|_| "agui-serve".into()),
             secrets: vec![data_dir.to_owned()],
+            mcp: None,
         }
     }
 }
@@ -166,7 +170,7 @@ fn policy(
         read.push(repo.clone());
     }
     // The agent's own program, wherever it lives (a path, or found on PATH).
-    if let Some(found) = super::process::resolve(program)
+    if let Some(found) = resolve(program)
         && let Ok(real) = std::fs::canonicalize(found)
     {
         read.push(real);
@@ -182,4 +186,30 @@ fn policy(
         connect,
         bind: config.sandbox.bind.clone(),
     }
+}
+
+/// Whether `command` names something that can be started (for `/readyz`).
+pub(super) fn startable(command: &[String]) -> bool {
+    command
+        .first()
+        .is_some_and(|program| resolve(program).is_some())
+}
+
+/// Where `program` is: itself when it holds a `/`, else the first executable of that name
+/// on `PATH`.
+pub(super) fn resolve(program: &str) -> Option<std::path::PathBuf> {
+    let executable = |path: &std::path::Path| {
+        use std::os::unix::fs::PermissionsExt;
+        path.metadata()
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    };
+    if program.contains('/') {
+        let path = std::path::PathBuf::from(program);
+        return executable(&path).then_some(path);
+    }
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths)
+        .map(|dir| dir.join(program))
+        .find(|path| executable(path))
 }

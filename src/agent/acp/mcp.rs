@@ -1,6 +1,7 @@
 //! Frontend tools over MCP: the browser's tools (`RunAgentInput.tools`) served to ACP agents
-//! as an MCP server (streamable HTTP, the rmcp crate) on the loopback MCP listener
-//! (`http::mcp`, one per agent, served like the public API).
+//! as an MCP server (streamable HTTP, the rmcp crate) on a loopback MCP listener, one per
+//! agent, that the server lends the backend as an [`McpHost`] (the HTTP layer serves it
+//! like the public API; this backend knows no HTTP stack).
 //!
 //! Each ACP session that the agent can give MCP servers gets its own URL
 //! (`http://127.0.0.1:PORT/mcp/<id>`) and bearer secret, passed in
@@ -28,17 +29,46 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::process::{Router, SessionEvent};
-use crate::agent::ToolAnswer;
-use crate::http::Limits;
-use crate::http::mcp::McpServer;
+use crate::access::BearerToken;
+use crate::agent::{BoxFuture, ToolAnswer};
 use crate::protocol::input::Tool;
+use crate::sync::lock;
+
+/// Starts loopback MCP listeners: lent to the ACP backend by the server.
+pub trait McpHost: std::fmt::Debug + Send + Sync + 'static {
+    /// Binds `127.0.0.1:0` and serves until `stop` fires; then open connections get a
+    /// short grace and are closed.
+    fn listen(&self, stop: CancellationToken) -> BoxFuture<std::io::Result<Box<dyn McpListener>>>;
+}
+
+/// One loopback listener's endpoints, each serving the frontend tools of one session.
+pub trait McpListener: Send + Sync {
+    /// The bound port.
+    fn port(&self) -> u16;
+    /// A new endpoint whose MCP sessions are served by clones of `tools`.
+    fn add(&self, tools: FrontendTools) -> McpEndpoint;
+    /// Removes an endpoint: later requests get 404, its open streams end.
+    fn remove(&self, id: &str);
+    /// Resolves once the listener has stopped and its connections are closed.
+    fn closed(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
+}
+
+/// Where an MCP client reaches one endpoint.
+pub struct McpEndpoint {
+    /// Names the endpoint for [`McpListener::remove`].
+    pub id: String,
+    /// `http://127.0.0.1:PORT/mcp/<id>`.
+    pub url: String,
+    /// The endpoint's bearer secret.
+    pub secret: BearerToken,
+}
 
 /// The daemon's own tool on every endpoint: show a UI component.
 pub(super) const EMIT_UI: &str = "emit_ui";
 
 /// The loopback MCP listener shared by every session of an agent.
 pub(super) struct McpBridge {
-    server: McpServer<FrontendTools>,
+    server: Box<dyn McpListener>,
     /// Endpoint id -> what the endpoint serves.
     bindings: Mutex<HashMap<String, Binding>>,
 }
@@ -61,20 +91,20 @@ impl McpHandle {
 }
 
 impl McpBridge {
-    /// Binds 127.0.0.1:0 and serves until `stop` fires.
+    /// A listener from `host`, serving until `stop` fires.
     pub(super) async fn start(
-        limits: Limits,
+        host: &dyn McpHost,
         stop: CancellationToken,
     ) -> std::io::Result<McpBridge> {
         Ok(McpBridge {
-            server: McpServer::start(limits, stop).await?,
+            server: host.listen(stop).await?,
             bindings: Mutex::default(),
         })
     }
 
     /// The loopback port the endpoints are served on.
     pub(super) fn port(&self) -> u16 {
-        self.server.local_addr().port()
+        self.server.port()
     }
 
     /// Gives `session` an MCP endpoint whose calls go to the session's turn through
@@ -135,7 +165,7 @@ impl McpBridge {
 
 /// The MCP server of one session: the frontend tools of its current run.
 #[derive(Clone)]
-struct FrontendTools {
+pub struct FrontendTools {
     router: std::sync::Weak<Router>,
     session: Arc<Mutex<String>>,
     tools: Arc<Mutex<Vec<Tool>>>,
@@ -275,15 +305,13 @@ impl FrontendTools {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::http::Limits;
+    use crate::http::mcp::LoopbackMcp;
 
     #[test]
     fn tool_lists_convert() {
@@ -320,7 +348,7 @@ mod tests {
     #[tokio::test]
     async fn endpoints_require_their_own_bearer_secret() {
         let stop = CancellationToken::new();
-        let bridge = McpBridge::start(Limits::default(), stop.clone())
+        let bridge = McpBridge::start(&LoopbackMcp::new(Limits::default()), stop.clone())
             .await
             .expect("bridge");
         let router = Arc::new(Router::default());
@@ -390,10 +418,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_dropped_bridge_stops_listening() {
-        let bridge = McpBridge::start(Limits::default(), CancellationToken::new())
-            .await
-            .expect("bridge");
-        let addr = bridge.server.local_addr();
+        let bridge = McpBridge::start(
+            &LoopbackMcp::new(Limits::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .expect("bridge");
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], bridge.port()));
         assert!(tokio::net::TcpStream::connect(addr).await.is_ok());
         drop(bridge);
         let mut refused = false;
@@ -424,9 +455,12 @@ mod tests {
     async fn idle_connections_are_capped_and_closed_after_the_header_timeout() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let stop = CancellationToken::new();
-        let bridge = McpBridge::start(bridge_limits(Duration::from_millis(300), 8), stop.clone())
-            .await
-            .expect("bridge");
+        let bridge = McpBridge::start(
+            &LoopbackMcp::new(bridge_limits(Duration::from_millis(300), 8)),
+            stop.clone(),
+        )
+        .await
+        .expect("bridge");
         let router = Arc::new(Router::default());
         let (entry, _handle) = bridge.bind(&router);
         let entry = serde_json::to_value(&entry).expect("the MCP server entry serializes");
@@ -463,9 +497,12 @@ mod tests {
 
         // With a long header timeout, the cap holds: the connection after the eighth gets a
         // JSON 503 and is closed.
-        let patient = McpBridge::start(bridge_limits(Duration::from_secs(30), 8), stop.clone())
-            .await
-            .expect("bridge");
+        let patient = McpBridge::start(
+            &LoopbackMcp::new(bridge_limits(Duration::from_secs(30), 8)),
+            stop.clone(),
+        )
+        .await
+        .expect("bridge");
         let (entry, _handle) = patient.bind(&router);
         let entry = serde_json::to_value(&entry).expect("the MCP server entry serializes");
         let url = entry["url"].as_str().expect("url").to_owned();

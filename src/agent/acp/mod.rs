@@ -27,6 +27,7 @@
 //! never had a session has delivered nothing, so its first prompt carries the user
 //! messages of the client's transcript: that also holds across a restart.
 
+mod config;
 mod elicit;
 mod health;
 mod launch;
@@ -62,16 +63,18 @@ use super::{
     EventSink, PermissionOption, PermissionOutcome, PermissionRequest, Processes, SessionError,
     SessionPage, SinkClosed, ToolAnswer, Turn, TurnEnd,
 };
-use crate::config::{AcpConfig, FrontendMcp, Permissions};
 use crate::confine::Confinement;
 use crate::protocol::InputError;
 use crate::protocol::input::{
     BinaryPart, ContentPart, DataSource, MediaSource, Message, RunAgentInput,
 };
+use crate::sync::lock;
 use crate::workspace::Workspaces;
+pub use config::{AcpConfig, FrontendMcp, Permissions};
 use elicit::elicitation;
 pub use launch::AgentHost;
 use launch::PoolKey;
+pub use mcp::{FrontendTools, McpEndpoint, McpHost, McpListener};
 use pool::Bound;
 use process::{AcpProcess, Busy, PermissionResponder, SessionEvent};
 use settings::{Settings, show_session_settings};
@@ -105,7 +108,7 @@ async fn session_answer<T>(
 /// Whether an agent command names a program that can be started (an executable path, or a
 /// program on `PATH`).
 pub fn command_found(command: &[String]) -> bool {
-    process::startable(command)
+    launch::startable(command)
 }
 
 /// Runs `updates` (ACP `session/update` payloads) through the update translator as one
@@ -344,7 +347,7 @@ impl Inner {
     /// Whether a process can be started: its program exists, and its confinement can be
     /// had on this machine.
     fn startable(&self) -> bool {
-        self.confinement.is_ok() && process::startable(&self.config.command)
+        self.confinement.is_ok() && launch::startable(&self.config.command)
     }
 
     async fn turn(self: &Arc<Self>, turn: Turn, sink: &EventSink) -> Result<TurnEnd, Stop> {
@@ -813,8 +816,10 @@ impl Inner {
         }
         self.mcp
             .get_or_init(|| async {
-                let limits = crate::http::mcp::default_limits();
-                match mcp::McpBridge::start(limits, self.stopped.child_token()).await {
+                let Some(host) = &self.host.mcp else {
+                    return None;
+                };
+                match mcp::McpBridge::start(host.as_ref(), self.stopped.child_token()).await {
                     Ok(bridge) => Some(Arc::new(bridge)),
                     Err(error) => {
                         tracing::warn!(%error, "cannot start the frontend-tools MCP endpoint");
@@ -958,10 +963,6 @@ fn kind_name(kind: PermissionOptionKind) -> &'static str {
         PermissionOptionKind::RejectAlways => "reject_always",
         _ => "other",
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::launch::{Launch, PoolKey};
 use crate::agent::AgentError;
+use crate::sync::lock;
 
 /// The connection to an agent, as the SDK hands it out.
 pub(super) type Connection = agent_client_protocol::v1::ConnectionTo<Agent>;
@@ -453,36 +454,6 @@ fn last_lines(text: &str) -> String {
     lines[start..].join(" | ")
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Whether `command` names something that can be started (for `/readyz`).
-pub(super) fn startable(command: &[String]) -> bool {
-    command
-        .first()
-        .is_some_and(|program| resolve(program).is_some())
-}
-
-/// Where `program` is: itself when it holds a `/`, else the first executable of that name
-/// on `PATH`.
-pub(super) fn resolve(program: &str) -> Option<std::path::PathBuf> {
-    let executable = |path: &std::path::Path| {
-        use std::os::unix::fs::PermissionsExt;
-        path.metadata()
-            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            .unwrap_or(false)
-    };
-    if program.contains('/') {
-        let path = std::path::PathBuf::from(program);
-        return executable(&path).then_some(path);
-    }
-    let paths = std::env::var_os("PATH")?;
-    std::env::split_paths(&paths)
-        .map(|dir| dir.join(program))
-        .find(|path| executable(path))
-}
-
 /// Counts a turn on a process for as long as it lives.
 pub(super) struct Busy(pub(super) Arc<AcpProcess>);
 
@@ -516,10 +487,17 @@ mod tests {
 
     #[test]
     fn startable_finds_programs_on_path_and_by_path() {
-        assert!(startable(&["sh".to_owned()]));
-        assert!(startable(&["/bin/sh".to_owned(), "-c".to_owned()]));
-        assert!(!startable(&["/nonexistent/agent".to_owned()]));
-        assert!(!startable(&["no-such-agent-binary-anywhere".to_owned()]));
-        assert!(!startable(&[]));
+        assert!(super::super::launch::startable(&["sh".to_owned()]));
+        assert!(super::super::launch::startable(&[
+            "/bin/sh".to_owned(),
+            "-c".to_owned()
+        ]));
+        assert!(!super::super::launch::startable(&[
+            "/nonexistent/agent".to_owned()
+        ]));
+        assert!(!super::super::launch::startable(&[
+            "no-such-agent-binary-anywhere".to_owned()
+        ]));
+        assert!(!super::super::launch::startable(&[]));
     }
 }

@@ -28,7 +28,7 @@ use rustls::crypto::WebPkiSupportedAlgorithms;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 
-use super::body::Body;
+use crate::http::body::Body;
 
 /// The header that marks a request sent on by another node.
 pub const FORWARDED_BY: HeaderName = HeaderName::from_static("agui-forwarded-by");

@@ -28,10 +28,10 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::body::Body;
-use super::error::ApiError;
 use super::parse_errors::JsonErrors;
 use super::{Limits, MAX_HEADER_BYTES, MAX_HEADER_FIELDS, MAX_URI_BYTES};
+use crate::http::body::Body;
+use crate::http::error::ApiError;
 
 /// How long a connection over the cap may take to send the request it is refused.
 pub const REFUSAL_WINDOW: Duration = Duration::from_secs(1);

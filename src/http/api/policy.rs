@@ -14,10 +14,20 @@ use http::header::{
 use http::{HeaderMap, HeaderValue};
 use subtle::ConstantTimeEq;
 
-use super::error::ApiError;
+use crate::access::BearerToken;
 use crate::access::jwt::{Signer, Verifier};
 use crate::access::{Caps, Principal, Via, check_principal_name};
-use crate::config::{Auth, BearerToken};
+use crate::http::error::ApiError;
+
+/// How requests are authenticated.
+#[derive(Debug, Clone)]
+pub enum Auth {
+    /// Every authenticated route requires this token.
+    Token(BearerToken),
+    /// A token is required but none could be configured: every authenticated route fails
+    /// closed with 500. Only reachable through the library API.
+    Misconfigured,
+}
 
 /// How principals other than the operator are recognized.
 #[derive(Debug)]

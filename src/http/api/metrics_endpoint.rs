@@ -1,5 +1,5 @@
 //! The metrics scrape: the response of `GET {path}/metrics` (behind the bearer check, in
-//! `routes.rs`) and the optional metrics listener (`--metrics-listen`), which serves
+//! `api/mod.rs`) and the optional metrics listener (`--metrics-listen`), which serves
 //! `GET /metrics` without a token on its own socket, meant for a scraper on loopback.
 //!
 //! The listener runs on the shared accept loop (`listener.rs`) with plain HTTP and answers
@@ -13,9 +13,9 @@ use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Method, Request, Response};
 use hyper::body::Incoming;
 
-use super::body::{Body, full};
-use super::error::ApiError;
-use super::listener::{ConnInfo, Handler};
+use crate::http::body::{Body, full};
+use crate::http::error::ApiError;
+use crate::http::transport::{ConnInfo, Handler};
 use crate::metrics::{self, Metrics};
 
 /// The scrape: every metric, gauges sampled now.

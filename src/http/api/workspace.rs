@@ -15,10 +15,11 @@ use http::{Response, StatusCode};
 use serde_json::json;
 
 use super::App;
-use super::body::{Body, full};
-use super::error::ApiError;
-use super::routes::{json_response, query_param, visible_thread};
+use super::common::{json_response, query_param};
+use super::threads::visible_thread;
 use crate::access::Principal;
+use crate::http::body::{Body, full};
+use crate::http::error::ApiError;
 
 /// Largest file served.
 pub(super) const MAX_FILE: u64 = 1 << 20;

@@ -23,12 +23,15 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower_service::Service;
 
-use super::body::{Body, MAX_BODY_BYTES, read_body};
-use super::error::ApiError;
-use super::listener::{ConnInfo, Handler, accept_loop};
-use super::{Limits, policy};
-use crate::config::BearerToken;
+use super::policy;
+use crate::access::BearerToken;
+use crate::agent::BoxFuture;
+use crate::agent::acp::{FrontendTools, McpEndpoint, McpHost, McpListener};
+use crate::http::body::{Body, MAX_BODY_BYTES, read_body};
+use crate::http::error::ApiError;
+use crate::http::transport::{ConnInfo, Handler, Limits, accept_loop};
 use crate::logging;
+use crate::sync::lock;
 
 /// How long open MCP connections get to finish once the listener stops.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
@@ -42,22 +45,58 @@ pub fn default_limits() -> Limits {
     }
 }
 
+/// The [`McpHost`] the server lends the ACP backend: listeners with `limits`.
+#[derive(Debug, Clone)]
+pub struct LoopbackMcp {
+    limits: Limits,
+}
+
+impl LoopbackMcp {
+    pub fn new(limits: Limits) -> LoopbackMcp {
+        LoopbackMcp { limits }
+    }
+}
+
+impl Default for LoopbackMcp {
+    fn default() -> LoopbackMcp {
+        LoopbackMcp::new(default_limits())
+    }
+}
+
+impl McpHost for LoopbackMcp {
+    fn listen(&self, stop: CancellationToken) -> BoxFuture<std::io::Result<Box<dyn McpListener>>> {
+        let limits = self.limits;
+        Box::pin(async move {
+            let server = McpServer::<FrontendTools>::start(limits, stop).await?;
+            Ok(Box::new(server) as Box<dyn McpListener>)
+        })
+    }
+}
+
+impl McpListener for McpServer<FrontendTools> {
+    fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    fn add(&self, tools: FrontendTools) -> McpEndpoint {
+        McpServer::add(self, tools)
+    }
+
+    fn remove(&self, id: &str) {
+        McpServer::remove(self, id)
+    }
+
+    fn closed(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(McpServer::closed(self))
+    }
+}
+
 /// A loopback listener serving MCP endpoints whose servers are `S`.
 pub struct McpServer<S: ServerHandler + Clone> {
     addr: SocketAddr,
     endpoints: Arc<Endpoints<S>>,
     stop: CancellationToken,
     closed: CancellationToken,
-}
-
-/// Where an MCP client reaches one endpoint.
-pub struct McpEndpoint {
-    /// Names the endpoint for [`McpServer::remove`].
-    pub id: String,
-    /// `http://127.0.0.1:PORT/mcp/<id>`.
-    pub url: String,
-    /// The endpoint's bearer secret.
-    pub secret: BearerToken,
 }
 
 struct Endpoints<S: ServerHandler + Clone> {
@@ -135,7 +174,7 @@ where
                 secret: secret.clone(),
                 service,
                 ended,
-                _logged: Arc::new(logging::register(&secret)),
+                _logged: Arc::new(logging::register(secret.expose())),
             },
         );
         McpEndpoint {
@@ -211,8 +250,4 @@ where
             Err(never) => match never {},
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -16,11 +16,51 @@ use http::{HeaderMap, Response, StatusCode};
 use serde_json::{Value, json};
 
 use super::App;
-use super::body::{Body, empty};
-use super::error::ApiError;
-use super::routes::{Audit, json_response, require, sse_headers, start_run, stream_response};
+use super::common::{
+    Audit, check_accept, check_stream_request, is_json, json_response, read_json, require,
+    sse_headers, stream_response,
+};
+use super::runs::start_run;
 use crate::access::{Capability, Principal};
+use crate::http::body::{Body, RequestBody, empty};
+use crate::http::error::ApiError;
+use crate::http::transport::ConnInfo;
 use crate::protocol::input::check_id;
+
+/// `POST {path}/agent/{id}/connect` as it arrives: an event-stream request with a JSON body.
+pub(super) async fn connect_request(
+    app: &App,
+    principal: &Principal,
+    agent: &str,
+    req: http::Request<RequestBody>,
+    conn: &ConnInfo,
+    audit: &mut Audit,
+) -> Result<Response<Body>, ApiError> {
+    check_stream_request(req.headers())?;
+    let (parts, body) = req.into_parts();
+    let body = read_json(body, &parts.headers, conn).await?;
+    connect(app, principal, agent, &body, audit).await
+}
+
+/// `POST {path}` as it arrives: the single-endpoint transport's envelope, in JSON.
+pub(super) async fn envelope_request(
+    app: &App,
+    principal: &Principal,
+    req: http::Request<RequestBody>,
+    conn: ConnInfo,
+    audit: &mut Audit,
+) -> Result<Response<Body>, ApiError> {
+    if !is_json(req.headers()) {
+        return Err(ApiError::unsupported_media_type());
+    }
+    let (parts, body) = req.into_parts();
+    let request = read_json(body, &parts.headers, &conn).await?;
+    let uri = parts.uri.clone();
+    envelope(app, principal, &parts.headers, &request, audit, || {
+        super::info::info(app, principal, &parts.headers, &uri, conn.tls)
+    })
+    .await
+}
 
 /// `POST {path}/agent/{id}/connect`: `body` is the request's JSON.
 pub(super) async fn connect(
@@ -40,8 +80,7 @@ pub(super) async fn connect(
     let last_seen = string_field(body, "lastSeenEventId")?;
     let known = app
         .runtime
-        .store()
-        .thread(&principal.key(&thread_id))
+        .visible_thread(principal, &thread_id)
         .await
         .map_err(|error| {
             tracing::error!(%error, "thread read failed");
@@ -80,7 +119,7 @@ pub(super) async fn stop(
         .runtime
         .cancel_thread_run(principal, thread_id, agent, run_id.as_deref());
     if stopped.is_none()
-        && let Some(owner) = app.runtime.owner_elsewhere(&principal.key(thread_id)).await
+        && let Some(owner) = app.runtime.owner_elsewhere_as(principal, thread_id).await
     {
         return Err(ApiError::elsewhere(owner));
     }
@@ -120,8 +159,9 @@ pub(super) async fn envelope(
     match method.as_str() {
         "info" => Ok(json_response(StatusCode::OK, info())),
         "agent/run" => {
+            check_accept(headers)?;
             let bytes = serde_json::to_vec(&body_or_empty()).unwrap_or_default();
-            start_run(app, principal, &agent()?, headers, &bytes, audit).await
+            start_run(app, principal, &agent()?, &bytes, audit).await
         }
         "agent/connect" => {
             require(principal, Capability::Read)?;

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS};
 use http::{HeaderValue, Response};
 
-use super::body::{Body, full};
+use crate::http::body::{Body, full};
 
 const PAGE: &str = include_str!("console/index.html");
 const SCRIPT: &str = include_str!("console/app.js");

@@ -18,7 +18,7 @@ use bytes::{Buf, Bytes};
 use http::StatusCode;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::error::ApiError;
+use crate::http::error::ApiError;
 
 /// A connection's I/O with hyper's bare parse-error responses replaced by JSON ones.
 pub(super) struct JsonErrors<IO> {

@@ -1,0 +1,92 @@
+//! An ACP agent's configuration: how it is started, pooled, confined and asked.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::confine::{Confinement, Sandbox};
+use crate::workspace::WorkspaceConfig;
+
+#[derive(Clone)]
+pub struct AcpConfig {
+    pub command: Vec<String>,
+    pub cwd: Option<PathBuf>,
+    pub env: BTreeMap<String, String>,
+    pub pool_size: usize,
+    pub idle_ttl: Duration,
+    pub permissions: Permissions,
+    /// When to serve the browser's tools to the agent as an MCP server.
+    pub frontend_mcp: FrontendMcp,
+    /// Each thread's own working directory (`None`: every session works in `cwd`, or the
+    /// daemon's working directory).
+    pub workspace: Option<WorkspaceConfig>,
+    /// How the agent's processes are confined (`None`: Landlock, where the kernel has it;
+    /// without it the agent is not started).
+    pub confinement: Option<Confinement>,
+    /// What a confined agent may reach besides its workspace and home.
+    pub sandbox: Sandbox,
+    /// How long a thread's session stays open with no turn (then `session/close`, and the
+    /// next turn loads it again).
+    pub session_ttl: Duration,
+}
+
+impl AcpConfig {
+    /// An agent started by `command` with every other setting at its default: no    /// workspaces (sessions in the daemon's working directory), default confinement.
+    pub fn new(command: Vec<String>) -> AcpConfig {
+        AcpConfig {
+            command,
+            cwd: None,
+            env: BTreeMap::new(),
+            pool_size: 1,
+            idle_ttl: Duration::from_secs(600),
+            permissions: Permissions::Ask,
+            frontend_mcp: FrontendMcp::Auto,
+            workspace: None,
+            confinement: None,
+            sandbox: Sandbox::default(),
+            session_ttl: Duration::from_secs(600),
+        }
+    }
+}
+
+/// When an ACP agent gets the frontend-tools MCP server (`mcp_frontend_tools`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FrontendMcp {
+    /// When the agent advertises `mcpCapabilities.http`.
+    Auto,
+    /// Always (for agents that take HTTP MCP servers without advertising it).
+    Always,
+    Never,
+}
+
+impl fmt::Debug for AcpConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Environment values are usually credentials: show only the names.
+        f.debug_struct("AcpConfig")
+            .field("command", &self.command)
+            .field("cwd", &self.cwd)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("pool_size", &self.pool_size)
+            .field("idle_ttl", &self.idle_ttl)
+            .field("permissions", &self.permissions)
+            .field("frontend_mcp", &self.frontend_mcp)
+            .field("workspace", &self.workspace)
+            .field("confinement", &self.confinement)
+            .field("sandbox", &self.sandbox)
+            .field("session_ttl", &self.session_ttl)
+            .finish()
+    }
+}
+
+/// How an agent's permission requests are answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Permissions {
+    Ask,
+    Allow,
+    Deny,
+}

@@ -1,0 +1,70 @@
+//! Runs: start one from a `RunAgentInput` (the event stream of its first segment), cancel
+//! a live one.
+
+use http::{Request, Response, StatusCode};
+use serde_json::json;
+
+use super::App;
+use super::common::{
+    Audit, check_stream_request, json_response, read_request_body, stream_response,
+};
+use crate::access::Principal;
+use crate::http::body::{Body, RequestBody};
+use crate::http::error::ApiError;
+use crate::http::transport::ConnInfo;
+use crate::protocol::decode_run_input;
+use crate::runtime::CancelReason;
+
+/// `POST {path}/{agent}` (and CopilotKit's `{path}/agent/{agent}/run`).
+pub(super) async fn run(
+    app: &App,
+    principal: &Principal,
+    agent: &str,
+    req: Request<RequestBody>,
+    conn: ConnInfo,
+    audit: &mut Audit,
+) -> Result<Response<Body>, ApiError> {
+    check_stream_request(req.headers())?;
+    let (parts, body) = req.into_parts();
+    let body = read_request_body(body, &parts.headers, &conn).await?;
+    start_run(app, principal, agent, &body, audit).await
+}
+
+/// Starts a run of `agent` from a `RunAgentInput` body; the stream of its current segment.
+/// The caller has checked that the request accepts an event stream.
+pub(super) async fn start_run(
+    app: &App,
+    principal: &Principal,
+    agent: &str,
+    body: &[u8],
+    audit: &mut Audit,
+) -> Result<Response<Body>, ApiError> {
+    let input = decode_run_input(body)?;
+    audit.thread = Some(input.thread_id.clone());
+    audit.run = Some(input.run_id.clone());
+    if !app.runtime.has_agent(agent) || !principal.may_use(agent) {
+        return Err(ApiError::unknown_agent(agent));
+    }
+    app.runtime.check_input(agent, &input)?;
+    let attachment = app.runtime.start_run_as(principal, agent, input).await?;
+    Ok(stream_response(attachment))
+}
+
+/// `POST {path}/runs/{runId}/cancel`.
+pub(super) fn cancel(
+    app: &App,
+    principal: &Principal,
+    run_id: &str,
+) -> Result<Response<Body>, ApiError> {
+    if app
+        .runtime
+        .cancel_run_as(principal, run_id, CancelReason::Requested)
+    {
+        Ok(json_response(
+            StatusCode::ACCEPTED,
+            json!({"runId": run_id, "status": "cancelling"}),
+        ))
+    } else {
+        Err(ApiError::not_found("live run"))
+    }
+}

@@ -1,0 +1,487 @@
+//! The layering rule of ARCHITECTURE.md, checked from the source: every `crate::` path in a
+//! module names a module of a lower layer (or the module itself), and no files import each
+//! other in a circle. Reads `src/` as text; nothing is compiled or run.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The layers from the ground up; a module may use only the modules of lower layers.
+const LAYERS: &[&[&str]] = &[
+    // The wire and small helpers: no I/O, no knowledge of the rest.
+    &["hex", "clock", "sync", "protocol"],
+    // Observability leaves: take what they need by injection.
+    &["metrics", "traces", "logging"],
+    &["access"],
+    &["confine", "workspace"],
+    &["agent"],
+    &["store"],
+    &["cluster"],
+    &["runtime"],
+    &["http"],
+    &["config"],
+    &["server", "cli"],
+];
+
+/// Inside a module, its own layers, from the ground up: `(module, [[child, ...], ...])`.
+/// A child named `""` is the module's own `mod.rs`.
+const INNER_LAYERS: &[(&str, &[&[&str]])] = &[(
+    "http",
+    &[
+        // The ground: bodies, and the one place that picks error statuses.
+        &["body", "error"],
+        // Listeners, TLS, limits, the HTTP clients: no routes.
+        &["transport"],
+        // The route table, middleware, handlers, forwarding as a layer.
+        &["api"],
+        &[""],
+    ],
+)];
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|layer| layer.contains(&module))
+}
+
+/// The inner layer of a child of `module` (`None`: `module` has no inner layers).
+fn inner_layer_of(module: &str, child: &str) -> Option<usize> {
+    let (_, layers) = INNER_LAYERS.iter().find(|(m, _)| *m == module)?;
+    layers.iter().position(|layer| layer.contains(&child))
+}
+
+/// The source with comments and string literals blanked, so a path in a doc comment or a
+/// message is not an import.
+fn code_only(source: &str) -> String {
+    let bytes = source.as_bytes();
+    let mut out = String::with_capacity(source.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let rest = &source[i..];
+        if rest.starts_with("//") {
+            let end = rest.find('\n').unwrap_or(rest.len());
+            i += end;
+        } else if rest.starts_with("/*") {
+            let end = rest.find("*/").map_or(rest.len(), |e| e + 2);
+            i += end;
+        } else if rest.starts_with("r#\"") || rest.starts_with("r\"") {
+            let hashes = rest[1..].chars().take_while(|c| *c == '#').count();
+            let close = format!("\"{}", "#".repeat(hashes));
+            let body = 2 + hashes;
+            let end = rest[body..]
+                .find(&close)
+                .map_or(rest.len(), |e| body + e + close.len());
+            out.push_str("\"\"");
+            i += end;
+        } else if rest.starts_with('"') {
+            let mut j = 1;
+            while j < rest.len() {
+                match rest.as_bytes()[j] {
+                    b'\\' => j += 2,
+                    b'"' => break,
+                    _ => j += 1,
+                }
+            }
+            out.push_str("\"\"");
+            i += (j + 1).min(rest.len());
+        } else if rest.starts_with("'\"'") {
+            out.push_str("' '");
+            i += 3;
+        } else {
+            let c = rest.chars().next().expect("rest is not empty");
+            out.push(c);
+            i += c.len_utf8();
+        }
+    }
+    out
+}
+
+/// The first segment of every `crate::` path: `crate::a::X`, `crate::{a::X, b}`.
+fn crate_paths(code: &str) -> Vec<Vec<String>> {
+    let mut paths = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("crate::") {
+        let before = rest[..at].chars().next_back();
+        rest = &rest[at + "crate::".len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 1;
+            let mut item = String::new();
+            for c in group.chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 1 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 1 => {
+                        paths.push(segments(&item));
+                        item.clear();
+                        continue;
+                    }
+                    _ => {}
+                }
+                item.push(c);
+            }
+            paths.push(segments(&item));
+        } else {
+            paths.push(segments(rest));
+        }
+    }
+    paths.retain(|p| !p.is_empty());
+    paths
+}
+
+/// The leading `a::b::c` of a path, as its segments.
+fn segments(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text.trim_start();
+    loop {
+        let ident: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if ident.is_empty() {
+            break;
+        }
+        rest = &rest[ident.len()..];
+        out.push(ident);
+        match rest.trim_start().strip_prefix("::") {
+            Some(next) => rest = next.trim_start(),
+            None => break,
+        }
+    }
+    out
+}
+
+/// Every `.rs` file under `dir`, as a path relative to `src/`.
+fn sources(src: &Path) -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("src/ is readable") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(src, &mut out);
+    out.iter()
+        .map(|p| p.strip_prefix(src).expect("under src/").to_owned())
+        .collect()
+}
+
+/// The module path a file defines: `runtime/mod.rs` -> `runtime`, `http/routes.rs` ->
+/// `http::routes`.
+fn module_of(file: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = file
+        .iter()
+        .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_owned())
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod" || p == "lib") {
+        parts.pop();
+    }
+    parts
+}
+
+/// The file that a path of modules lands in: the longest prefix that is a file.
+fn file_of(path: &[String], files: &BTreeMap<Vec<String>, PathBuf>) -> Option<PathBuf> {
+    (1..=path.len())
+        .rev()
+        .find_map(|n| files.get(&path[..n]).cloned())
+}
+
+struct Import {
+    from: PathBuf,
+    to: Vec<String>,
+}
+
+fn imports() -> (Vec<Import>, BTreeMap<Vec<String>, PathBuf>) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let files = sources(&src);
+    let by_module: BTreeMap<Vec<String>, PathBuf> = files
+        .iter()
+        .filter(|f| !f.ends_with("main.rs") && !f.ends_with("lib.rs"))
+        .map(|f| (module_of(f), f.clone()))
+        .collect();
+    let mut out = Vec::new();
+    for file in &files {
+        if file.ends_with("main.rs") || file.ends_with("lib.rs") {
+            continue;
+        }
+        let code = code_only(&std::fs::read_to_string(src.join(file)).expect("a source file"));
+        // A file's tests (at its end) import their own file through `super`, and may use
+        // any layer: only the code above them is read.
+        let code = match code.find("#[cfg(test)]\nmod ") {
+            Some(at) => code[..at].to_owned(),
+            None => code,
+        };
+        for path in crate_paths(&code) {
+            out.push(Import {
+                from: file.clone(),
+                to: path,
+            });
+        }
+        // `super::` from a child names its parent's module; resolved like `crate::`.
+        let module = module_of(file);
+        let mut rest = code.as_str();
+        while let Some(at) = rest.find("super::") {
+            let before = rest[..at].chars().next_back();
+            rest = &rest[at + "super::".len()..];
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue;
+            }
+            // A `mod tests` child inside the file: `super` is the file itself.
+            let parent = &module[..module.len().saturating_sub(1)];
+            let mut names: Vec<Vec<String>> = Vec::new();
+            if let Some(group) = rest.strip_prefix('{') {
+                let inner: String = group.chars().take_while(|c| *c != '}').collect();
+                names.extend(inner.split(',').map(segments));
+            } else {
+                names.push(segments(rest));
+            }
+            for name in names.into_iter().filter(|n| !n.is_empty()) {
+                if name[0] == "super" || parent.is_empty() {
+                    continue;
+                }
+                let mut to = parent.to_vec();
+                to.extend(name);
+                out.push(Import {
+                    from: file.clone(),
+                    to,
+                });
+            }
+        }
+    }
+    (out, by_module)
+}
+
+#[test]
+fn every_module_has_a_layer() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let unplaced: BTreeSet<String> = sources(&src)
+        .iter()
+        .filter(|f| !f.ends_with("main.rs") && !f.ends_with("lib.rs"))
+        .map(|f| module_of(f)[0].clone())
+        .filter(|m| layer_of(m).is_none())
+        .collect();
+    assert!(
+        unplaced.is_empty(),
+        "modules with no layer in tests/layers.rs: {unplaced:?}"
+    );
+}
+
+#[test]
+fn imports_run_down_the_layers() {
+    let (imports, _) = imports();
+    let mut upward = BTreeSet::new();
+    for import in &imports {
+        let from = module_of(&import.from)[0].clone();
+        let to = &import.to[0];
+        if *to == from {
+            continue;
+        }
+        let (Some(a), Some(b)) = (layer_of(&from), layer_of(to)) else {
+            continue;
+        };
+        if b >= a {
+            upward.insert(format!(
+                "{} uses crate::{} ({from} is layer {a}, {to} is layer {b})",
+                import.from.display(),
+                import.to.join("::")
+            ));
+        }
+    }
+    assert!(
+        upward.is_empty(),
+        "imports that do not run down the layers:\n{}",
+        upward.into_iter().collect::<Vec<_>>().join("\n")
+    );
+}
+
+#[test]
+fn imports_run_down_the_layers_inside_a_module() {
+    let (imports, _) = imports();
+    let mut upward = BTreeSet::new();
+    for import in &imports {
+        let from = module_of(&import.from);
+        let (module, to) = (&from[0], &import.to);
+        if to[0] != *module || INNER_LAYERS.iter().all(|(m, _)| m != module) {
+            continue;
+        }
+        let child = |path: &[String]| path.get(1).cloned().unwrap_or_default();
+        let (a, b) = (child(&from), child(to));
+        let a_layer = inner_layer_of(module, &a);
+        // A path to an item of the module's own file (`crate::http::Auth`) names its face.
+        let b_layer = inner_layer_of(module, &b).or_else(|| inner_layer_of(module, ""));
+        match (a_layer, b_layer) {
+            (Some(x), Some(y)) if y > x => {
+                upward.insert(format!(
+                    "{} uses crate::{} ({module}::{a} is inner layer {x}, {module}::{b} is {y})",
+                    import.from.display(),
+                    to.join("::")
+                ));
+            }
+            (None, _) => {
+                upward.insert(format!(
+                    "{} has no inner layer of {module}",
+                    import.from.display()
+                ));
+            }
+            _ => {}
+        }
+    }
+    assert!(
+        upward.is_empty(),
+        "imports that do not run down a module's inner layers:\n{}",
+        upward.into_iter().collect::<Vec<_>>().join("\n")
+    );
+}
+
+#[test]
+fn no_files_import_each_other_in_a_circle() {
+    let (imports, files) = imports();
+    let mut edges: BTreeMap<PathBuf, BTreeSet<PathBuf>> = BTreeMap::new();
+    for import in &imports {
+        if let Some(to) = file_of(&import.to, &files)
+            && to != import.from
+        {
+            edges.entry(import.from.clone()).or_default().insert(to);
+        }
+    }
+    // Tarjan's strongly connected components; any of two or more files is a circle.
+    let circles = strongly_connected(&edges);
+    let circles: Vec<String> = circles
+        .into_iter()
+        .filter(|c| c.len() > 1)
+        .map(|c| {
+            c.iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .collect();
+    assert!(
+        circles.is_empty(),
+        "files that import each other in a circle:\n{}",
+        circles.join("\n")
+    );
+}
+
+fn strongly_connected(edges: &BTreeMap<PathBuf, BTreeSet<PathBuf>>) -> Vec<Vec<PathBuf>> {
+    struct State<'a> {
+        edges: &'a BTreeMap<PathBuf, BTreeSet<PathBuf>>,
+        index: BTreeMap<&'a PathBuf, usize>,
+        low: BTreeMap<&'a PathBuf, usize>,
+        stack: Vec<&'a PathBuf>,
+        on_stack: BTreeSet<&'a PathBuf>,
+        out: Vec<Vec<PathBuf>>,
+    }
+    fn visit<'a>(s: &mut State<'a>, v: &'a PathBuf) {
+        let n = s.index.len();
+        s.index.insert(v, n);
+        s.low.insert(v, n);
+        s.stack.push(v);
+        s.on_stack.insert(v);
+        let edges = s.edges;
+        for w in edges.get(v).into_iter().flatten() {
+            if !s.index.contains_key(w) {
+                visit(s, w);
+                let low = s.low[v].min(s.low[w]);
+                s.low.insert(v, low);
+            } else if s.on_stack.contains(w) {
+                let low = s.low[v].min(s.index[w]);
+                s.low.insert(v, low);
+            }
+        }
+        if s.low[v] == s.index[v] {
+            let mut component = Vec::new();
+            while let Some(w) = s.stack.pop() {
+                s.on_stack.remove(w);
+                component.push(w.clone());
+                if w == v {
+                    break;
+                }
+            }
+            s.out.push(component);
+        }
+    }
+    let mut state = State {
+        edges,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        out: Vec::new(),
+    };
+    for v in edges.keys() {
+        if !state.index.contains_key(v) {
+            visit(&mut state, v);
+        }
+    }
+    state.out
+}
+
+#[test]
+fn the_reader_finds_paths_in_code_and_not_in_comments() {
+    let code = code_only(
+        "use crate::{a::X, b::{c::Y, Z}};\n// crate::d::W\nlet s = \"crate::e\";\nf(crate::g::h());",
+    );
+    let firsts: Vec<String> = crate_paths(&code).iter().map(|p| p[0].clone()).collect();
+    assert_eq!(firsts, ["a", "b", "g"]);
+}
+
+/// Which files may name an outside crate: `(crate path, the src/ prefixes allowed)`.
+const CRATE_OWNERS: &[(&str, &[&str])] = &[
+    // Only the HTTP layer knows hyper (and its utilities and TLS connector).
+    ("hyper::", &["http/"]),
+    ("hyper_util::", &["http/"]),
+    ("hyper_rustls::", &["http/"]),
+    // Only the store (and the cluster's own registry on the same database) knows SQL.
+    ("rusqlite::", &["store/"]),
+    ("tokio_postgres::", &["store/", "cluster/"]),
+    // The protocol does no I/O.
+    (
+        "tokio::",
+        &[
+            "access/",
+            "agent/",
+            "cli.rs",
+            "cluster/",
+            "confine.rs",
+            "http/",
+            "logging.rs",
+            "metrics.rs",
+            "runtime/",
+            "server.rs",
+            "store/",
+            "traces.rs",
+            "workspace/",
+        ],
+    ),
+];
+
+#[test]
+fn outside_crates_are_named_only_by_their_owners() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut strays = Vec::new();
+    for file in sources(&src) {
+        let code = code_only(&std::fs::read_to_string(src.join(&file)).expect("a source file"));
+        let path = file.to_string_lossy().into_owned();
+        for (krate, owners) in CRATE_OWNERS {
+            let named = code.match_indices(krate).any(|(at, _)| {
+                !code[..at]
+                    .chars()
+                    .next_back()
+                    .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+            });
+            if named && !owners.iter().any(|owner| path.starts_with(owner)) && path != "main.rs" {
+                strays.push(format!("{path} names {krate}"));
+            }
+        }
+    }
+    assert!(
+        strays.is_empty(),
+        "crates named outside their owners:\n{}",
+        strays.join("\n")
+    );
+}
