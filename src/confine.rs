@@ -262,9 +262,10 @@ pub fn bwrap_program() -> Option<PathBuf> {
 
 /// `bwrap`'s arguments for `policy` (the command follows them after `--`): new mount, PID,
 /// IPC and UTS namespaces; the system read-only with fresh `/dev`, `/proc` and `/tmp`;
-/// each secret hidden (an empty directory, or `/dev/null` for a file); the policy's
-/// writable paths bound back on top. Landlock applies inside as well.
-pub fn bwrap_args(policy: &Policy, secrets: &[PathBuf]) -> Vec<String> {
+/// what the fresh `/tmp` hides of `launcher` and the policy's readable paths bound back
+/// read-only; each secret hidden (an empty directory, or `/dev/null` for a file); the
+/// policy's writable paths bound back on top. Landlock applies inside as well.
+pub fn bwrap_args(policy: &Policy, secrets: &[PathBuf], launcher: &Path) -> Vec<String> {
     let mut args: Vec<String> = [
         "--die-with-parent",
         "--new-session",
@@ -285,6 +286,14 @@ pub fn bwrap_args(policy: &Policy, secrets: &[PathBuf]) -> Vec<String> {
     .map(|s| (*s).to_owned())
     .collect();
     let text = |p: &Path| p.display().to_string();
+    // A daemon or an agent run from a build under `/tmp` must still find its programs.
+    let hidden = std::iter::once(launcher)
+        .chain(policy.read.iter().map(PathBuf::as_path))
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .filter(|p| p.starts_with("/tmp"));
+    for path in hidden {
+        args.extend(["--ro-bind".to_owned(), text(&path), text(&path)]);
+    }
     for secret in secrets.iter().filter(|s| s.parent().is_some()) {
         if secret.is_dir() {
             args.extend(["--tmpfs".to_owned(), text(secret)]);

@@ -20,6 +20,7 @@ use tokio::sync::{oneshot, watch};
 use super::known::KnownThreads;
 use super::{ListScope, Progress, RunRow, StoreError, StoredThread, ThreadPage, ThreadRow, now_ms};
 use crate::metrics::StoreMetrics;
+use crate::sync::lock;
 use crate::protocol::Message;
 
 /// The embedded migrations, in order. `user_version` = number applied.
@@ -59,6 +60,9 @@ struct Shared {
     progress: watch::Sender<Progress>,
     /// Stops the checkpoint thread when the last handle goes.
     _checkpointer: mpsc::Sender<()>,
+    /// Held by whichever connection checkpoints: SQLite refuses a checkpoint while another
+    /// one runs (SQLITE_BUSY at once, without the busy handler), so the runner waits here.
+    checkpointing: Arc<Mutex<()>>,
     /// The database's WAL file, measured after every batch.
     wal: std::path::PathBuf,
     /// The threads the database may hold (see `known.rs`).
@@ -107,7 +111,8 @@ impl SqliteStore {
         // When the log restarts (its frames all copied), its file shrinks to this.
         conn.pragma_update(None, "journal_size_limit", (WAL_LIMIT / 16) as i64)?;
         conn.set_prepared_statement_cache_capacity(64);
-        let checkpointer = spawn_checkpointer(&path)?;
+        let checkpointing = Arc::new(Mutex::new(()));
+        let checkpointer = spawn_checkpointer(&path, checkpointing.clone())?;
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| StoreError::NoRuntime)?;
         Ok(SqliteStore {
             shared: Arc::new(Shared {
@@ -119,6 +124,7 @@ impl SqliteStore {
                 runtime,
                 progress: watch::Sender::new(Progress::default()),
                 _checkpointer: checkpointer,
+                checkpointing,
                 wal: sibling(&path, "-wal"),
                 known,
                 metrics: StoreMetrics::default(),
@@ -563,6 +569,7 @@ impl Shared {
         let len = |path| std::fs::metadata(path).map_or(0, |m| m.len());
         let mut wal = len(&self.wal);
         if wal > WAL_LIMIT {
+            let _checkpointing = lock(&self.checkpointing);
             match conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
                 r.get::<_, i64>(0)
             }) {
@@ -641,7 +648,10 @@ fn run_batch(conn: &mut Connection, batch: Vec<Job>) -> bool {
 /// Starts the thread that checkpoints the WAL on a connection of its own, so commits on
 /// the runner never waits for the checkpoint's fsync. It stops when the returned
 /// sender is dropped.
-fn spawn_checkpointer(path: &Path) -> Result<mpsc::Sender<()>, StoreError> {
+fn spawn_checkpointer(
+    path: &Path,
+    checkpointing: Arc<Mutex<()>>,
+) -> Result<mpsc::Sender<()>, StoreError> {
     let conn = Connection::open(path).map_err(|source| StoreError::Open {
         path: path.to_owned(),
         source,
@@ -653,6 +663,7 @@ fn spawn_checkpointer(path: &Path) -> Result<mpsc::Sender<()>, StoreError> {
         .spawn(move || {
             while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(CHECKPOINT_EVERY)
             {
+                let _checkpointing = lock(&checkpointing);
                 if let Err(error) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
                 {
                     tracing::warn!(%error, "WAL checkpoint failed");

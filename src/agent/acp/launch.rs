@@ -133,7 +133,7 @@ impl Launch {
         let mut launcher = host.launcher.clone();
         if confinement == Confinement::Bwrap {
             let inner = confine::launch_command(&host.launcher, &policy, program, args)?;
-            let mut bwrap = confine::bwrap_args(&policy, &host.secrets);
+            let mut bwrap = confine::bwrap_args(&policy, &host.secrets, &host.launcher);
             bwrap.push("--".to_owned());
             bwrap.push(inner.0.display().to_string());
             bwrap.extend(inner.1);
