@@ -1,0 +1,271 @@
+//! The threads in memory: looked up, loaded from the store, created, inserted and
+//! discarded; the memory budget they are held under (least recently used leave first); and
+//! the stall check over their journals' readers.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::clock::now_ms;
+use crate::protocol::Message;
+use crate::runtime::LoadError;
+use crate::runtime::thread::{Thread, new_thread};
+use crate::runtime::{Runtime, memory};
+use crate::sync::lock;
+
+impl Runtime {
+    pub(in crate::runtime) fn memory_thread(&self, id: &str) -> Option<Arc<Thread>> {
+        let thread = lock(&self.inner.threads).get(id).cloned()?;
+        thread.last_used.store(now_ms(), Ordering::Relaxed);
+        Some(thread)
+    }
+
+    /// The thread from memory, else from the store, else `None`. In a cluster, a thread
+    /// that is not in memory is claimed first (see `lease.rs`); the lease of one that does
+    /// not exist is kept for the request that creates it.
+    pub(in crate::runtime) async fn load_thread(
+        &self,
+        id: &str,
+    ) -> Result<Option<Arc<Thread>>, LoadError> {
+        if let Some(thread) = self.memory_thread(id) {
+            if !self.lease_lost(id) {
+                return Ok(Some(thread));
+            }
+            // Lost to another node since it was loaded: not this node's copy any more.
+            self.let_go(id);
+        }
+        self.claim(id).await?;
+        let Some(stored) = self.inner.store.load_thread(id).await? else {
+            return Ok(None);
+        };
+        let thread = self.new_thread(
+            id,
+            &stored.row.agent,
+            Some(stored.transcript),
+            stored.row.session_id.clone(),
+        );
+        let (thread, inserted) = self.insert_thread(thread);
+        if inserted {
+            thread.account();
+            self.enforce_budget();
+        }
+        Ok(Some(thread))
+    }
+
+    pub(in crate::runtime) fn new_thread(
+        &self,
+        id: &str,
+        agent: &str,
+        stored: Option<Vec<Message>>,
+        session_id: Option<String>,
+    ) -> Thread {
+        new_thread(
+            id,
+            agent,
+            self.inner.epoch,
+            self.inner.options.journal,
+            stored,
+            session_id,
+            self.inner.meter.clone(),
+        )
+    }
+
+    /// Bytes held against the memory budget.
+    pub fn memory_in_use(&self) -> usize {
+        self.inner.meter.get()
+    }
+
+    /// What retained data may hold: the budget less what is set aside for the process.
+    pub fn retained_limit(&self) -> usize {
+        let options = &self.inner.options;
+        memory::retained_limit(options.memory_budget, options.memory_reserved)
+    }
+
+    /// Lets go of what the memory budget does not cover: while over it, threads in order of
+    /// least recent use each give up the retained frames of their finished runs, and an
+    /// idle one (nobody but the map holds it) leaves memory as well (it reloads from the
+    /// store). The thread whose run just ended is the most recently used: its frames, the
+    /// ones a client cut near the end reattaches to, go last.
+    /// Cheap when under the budget.
+    pub(in crate::runtime) fn enforce_budget(&self) {
+        let budget = self.retained_limit();
+        let meter = &self.inner.meter;
+        if meter.get() <= budget {
+            return;
+        }
+        // Down to the low-water mark, so the scan below is paid once per sixteenth of the
+        // budget rather than once per run that ends over it.
+        let target = low_water(budget);
+        tracing::debug!(held = meter.get(), budget, target, "over the memory budget");
+        // Lock order: the map, then a thread's state (nothing takes the map under a state
+        // lock). Holding the map, nobody takes a new reference to a thread meanwhile.
+        let mut threads = lock(&self.inner.threads);
+        let mut by_use: Vec<(u64, &String, &Arc<Thread>)> = threads
+            .iter()
+            .map(|(id, t)| (t.last_used.load(Ordering::Relaxed), id, t))
+            .collect();
+        by_use.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        // (A retired thread's bytes leave the meter when it is dropped, in `retire`.)
+        let mut held = meter.get();
+        let mut gone = Vec::new();
+        for (_, id, thread) in by_use {
+            if held <= target {
+                break;
+            }
+            {
+                // Under the state lock, so a run cannot start on the thread meanwhile.
+                let state = lock(&thread.state);
+                if state.live.is_none() {
+                    held = held.saturating_sub(thread.journal.release());
+                }
+            }
+            if Arc::strong_count(thread) == 1 {
+                held = held.saturating_sub(thread.cached_bytes());
+                gone.push(id.clone());
+            }
+        }
+        retire(&mut threads, gone);
+    }
+
+    /// A thread's run ended: its share of the budget is brought up to date and the budget
+    /// enforced.
+    pub(in crate::runtime) fn run_ended(&self, thread: &Thread) {
+        // Its frames are the freshest: they are what a client cut near the end reattaches to.
+        thread.last_used.store(now_ms(), Ordering::Relaxed);
+        thread.account();
+        self.enforce_budget();
+    }
+
+    /// The disconnect grace after a run ended is over: its frames leave memory unless a new
+    /// run is live, and so does the thread itself when it is idle and larger than a
+    /// sixteenth of the budget.
+    pub(in crate::runtime) fn grace_over(&self, thread: &Arc<Thread>) {
+        {
+            let state = lock(&thread.state);
+            if state.live.is_some() {
+                return;
+            }
+            thread.journal.release();
+        }
+        if thread.cached_bytes() > self.retained_limit() / 16 {
+            let mut threads = lock(&self.inner.threads);
+            // Held by the map and by the caller only: nobody else uses it.
+            if threads
+                .get(&thread.key)
+                .is_some_and(|t| Arc::ptr_eq(t, thread) && Arc::strong_count(t) == 2)
+                && let Some(evicted) = threads.remove(&thread.key)
+            {
+                evicted.retired.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// Inserts `thread` unless one with its id is already there; returns the one in place
+    /// and whether it is `thread`. Evicts idle threads beyond the in-memory bound.
+    pub(in crate::runtime) fn insert_thread(&self, thread: Thread) -> (Arc<Thread>, bool) {
+        let mut threads = lock(&self.inner.threads);
+        let mut inserted = false;
+        let kept = threads
+            .entry(thread.key.clone())
+            .or_insert_with(|| {
+                inserted = true;
+                Arc::new(thread)
+            })
+            .clone();
+        let bound = self.inner.options.max_threads_in_memory;
+        if threads.len() > bound {
+            // Down to the low-water mark, least recently used first: the scan is paid once
+            // per sixteenth of the bound in new threads, not once per new thread.
+            let excess = threads.len() - low_water(bound);
+            let mut idle = idle_by_use(&threads);
+            if idle.len() > excess {
+                idle.select_nth_unstable(excess);
+                idle.truncate(excess);
+            }
+            let gone = idle.into_iter().map(|(_, id)| id.to_owned()).collect();
+            retire(&mut threads, gone);
+        }
+        (kept, inserted)
+    }
+
+    /// Discards a thread `created` by a request that ends up refused, unless it has been
+    /// used meanwhile (a run, a message): a refusal leaves nothing behind, and never takes
+    /// away another request's thread.
+    pub(in crate::runtime) fn discard_if_pristine(&self, thread: &Arc<Thread>, created: bool) {
+        if created && lock(&thread.state).is_pristine() {
+            self.discard_thread(thread);
+        }
+    }
+
+    /// Removes `thread` from memory (if it is still the one there) and retires it.
+    pub(in crate::runtime) fn discard_thread(&self, thread: &Arc<Thread>) {
+        let mut threads = lock(&self.inner.threads);
+        if threads
+            .get(&thread.key)
+            .is_some_and(|t| Arc::ptr_eq(t, thread))
+        {
+            threads.remove(&thread.key);
+        }
+        thread.retired.store(true, Ordering::SeqCst);
+    }
+
+    /// Checks every thread's registered readers a few times per stall timeout and cuts the
+    /// ones that took nothing for it (see [`Journal::cut_stalled`]). One task for all
+    /// streams; it ends with the runtime.
+    pub(in crate::runtime) fn spawn_stall_check(&self) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let stall = self.inner.options.stall_timeout;
+        let every = (stall / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        let inner = Arc::downgrade(&self.inner);
+        handle.spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(inner) = inner.upgrade() else {
+                    return;
+                };
+                let threads: Vec<Arc<Thread>> = lock(&inner.threads)
+                    .values()
+                    .filter(|t| Arc::strong_count(t) > 1)
+                    .cloned()
+                    .collect();
+                let now = tokio::time::Instant::now()
+                    .duration_since(inner.clock_origin)
+                    .as_millis() as u64;
+                for thread in threads {
+                    thread.journal.cut_stalled(now, stall);
+                }
+            }
+        });
+    }
+}
+
+/// Where eviction stops once a bound is crossed: a sixteenth below it (the bound itself
+/// when it is that small).
+pub(in crate::runtime) fn low_water(bound: usize) -> usize {
+    bound - bound / 16
+}
+
+/// The threads nobody but the map holds (no request, no stream, no run), with when each was
+/// last used. Holding the map lock, nobody can take a new reference meanwhile, so a thread
+/// removed from the map never exists twice in memory.
+pub(in crate::runtime) fn idle_by_use(threads: &HashMap<String, Arc<Thread>>) -> Vec<(u64, &str)> {
+    threads
+        .iter()
+        .filter(|(_, t)| Arc::strong_count(t) == 1)
+        .map(|(id, t)| (t.last_used.load(Ordering::Relaxed), id.as_str()))
+        .collect()
+}
+
+/// Takes these threads out of memory (they reload from the store when next needed).
+pub(in crate::runtime) fn retire(threads: &mut HashMap<String, Arc<Thread>>, ids: Vec<String>) {
+    for id in ids {
+        if let Some(evicted) = threads.remove(&id) {
+            evicted.retired.store(true, Ordering::SeqCst);
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! The runtime's side of the fleet: the document it builds from its runs and agents, the
+//! task that rebuilds it when told that something changed, and subscriptions.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::access::Principal;
+use crate::clock::{now_ms, rfc3339};
+use crate::runtime::Runtime;
+use crate::runtime::run::Phase;
+use crate::runtime::suspension::{self};
+use crate::runtime::thread::Thread;
+use crate::sync::lock;
+
+impl Runtime {
+    /// Something the fleet document shows changed (a run started, parked, resumed, ended).
+    pub(crate) fn fleet_changed(&self) {
+        self.inner.fleet_dirty.notify_one();
+    }
+
+    /// Rebuilds the fleet document when told that something changed (a burst is taken
+    /// together), and at least once a second (agents' states change on their own), while
+    /// anyone watches it (and for [`fleet::WATCHED_FOR`] after the last subscriber left, so
+    /// a reconnect replays): a daemon nobody watches pays nothing for it. One task; it ends
+    /// with the runtime.
+    pub(in crate::runtime) fn spawn_fleet(&self) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let inner = Arc::downgrade(&self.inner);
+        let dirty = self.inner.fleet_dirty.clone();
+        handle.spawn(async move {
+            loop {
+                let _ = tokio::time::timeout(Duration::from_secs(1), dirty.notified()).await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                let Some(inner) = inner.upgrade() else {
+                    return;
+                };
+                let runtime = Runtime { inner };
+                if runtime.inner.fleet.is_watched() {
+                    let doc = runtime.fleet_document();
+                    runtime.inner.fleet.update(doc, now_ms());
+                }
+            }
+        });
+    }
+
+    /// The fleet as it is: live runs (metadata only), agents, totals.
+    pub fn fleet_document(&self) -> Value {
+        let threads: Vec<Arc<Thread>> = lock(&self.inner.threads).values().cloned().collect();
+        let mut runs = serde_json::Map::new();
+        for thread in threads {
+            let Some(run) = lock(&thread.state).live.clone() else {
+                continue;
+            };
+            let suspended = run.phase.get() == Phase::Suspended;
+            let mut entry = json!({
+                "threadId": thread.id,
+                "agent": thread.agent,
+                "runId": run.id,
+                "phase": if suspended { "suspended" } else { "running" },
+                "startedAt": rfc3339(run.started_at_ms as i64),
+            });
+            if !thread.owner().is_empty() {
+                entry["owner"] = json!(thread.owner());
+            }
+            if suspended && let Some(suspension) = lock(&run.suspension).as_ref() {
+                let waits: Vec<Value> = suspension
+                    .waits
+                    .iter()
+                    .map(|wait| {
+                        let kind = match wait {
+                            suspension::Wait::Tool { .. } => "tool",
+                            suspension::Wait::Permission { .. } => "approval",
+                            suspension::Wait::Input { .. } => "input",
+                        };
+                        json!({"kind": kind, "id": wait.answer_id()})
+                    })
+                    .collect();
+                entry["waitingFor"] = Value::Array(waits);
+            }
+            runs.insert(thread.key.clone(), entry);
+        }
+        let processes: HashMap<&str, crate::agent::Processes> =
+            self.agent_processes().into_iter().collect();
+        let agents: serde_json::Map<String, Value> = self
+            .inner
+            .agents
+            .iter()
+            .map(|(name, agent)| {
+                let mut entry = json!({"state": agent.status().state});
+                if let Some(p) = processes.get(name.as_str()) {
+                    entry["processes"] = json!({"busy": p.busy, "idle": p.idle});
+                }
+                (name.clone(), entry)
+            })
+            .collect();
+        let totals = totals(&runs);
+        json!({"runs": runs, "agents": agents, "totals": totals})
+    }
+
+    /// A fleet stream for `principal` (its view of the fleet), from `from`.
+    pub fn fleet_stream(
+        &self,
+        principal: &Principal,
+        from: FleetFrom,
+    ) -> Result<FleetStream, FleetFull> {
+        // Nobody may have watched for a while: the document is brought up to date first.
+        self.inner.fleet.update(self.fleet_document(), now_ms());
+        self.inner.fleet.subscribe(
+            principal,
+            from,
+            self.inner.options.keep_alive,
+            self.inner.stop_streams.clone(),
+        )
+    }
+}

@@ -1,0 +1,540 @@
+//! The pump's drive loop: one task per run that drives the agent and is the only writer of the thread's
+//! journal for as long as the run lives.
+//!
+//! Agent output flows agent -> sink -> pump -> translator -> journal. The HTTP request that
+//! started the run only reads the journal, so a disconnect never stops the agent.
+//!
+//! A run is a sequence of segments. When the agent waits on the client (a frontend tool, a
+//! permission), the pump ends the segment (`RUN_FINISHED` with `pendingToolCallIds`, or an
+//! interrupt outcome) and parks the run: alive, holding its slot, buffering anything the
+//! agent still sends. A later request answers (the runtime hands the answers over and sends
+//! [`Control::Resume`]) and the pump opens the next segment under that request's run id; a
+//! timeout, a cancel or a shutdown fail the waits closed and the pump opens a continuation
+//! segment for what follows. A [`SegmentWriter`] guarantees, even on panic, that the last
+//! segment gets its terminal event, the thread's live run is cleared and the admission slot
+//! is released exactly once.
+
+use std::collections::{HashSet, VecDeque};
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use serde_json::Value;
+
+use super::live::{Control, NextSegment, Phase, pending_len};
+use super::segment::{SegmentWriter, ending_kind};
+use crate::agent::Hitl;
+use crate::agent::{Agent, AgentEvent, EventSink, SinkItem, Turn};
+use crate::clock::now_ms;
+use crate::protocol::events::Interrupt;
+use crate::runtime::CancelReason;
+use crate::runtime::suspension::{self, Channel, Suspension, Wait};
+use crate::runtime::translator::{Ending, Translator};
+use crate::sync::lock;
+use tokio::time::Instant;
+
+/// How long an agent may take to stop after its run was cancelled before the pump gives up
+/// on it and ends the segment anyway.
+const CANCEL_BOUND: Duration = Duration::from_millis(1500);
+/// Agent events buffered between the agent and the pump.
+const SINK_CAPACITY: usize = 64;
+/// Agent items the pump turns into frames before it wakes the readers.
+const DRAIN_BATCH: usize = 64;
+
+/// The pump's own state, beside the segment writer.
+pub(in crate::runtime) struct Pump {
+    pub(in crate::runtime) writer: SegmentWriter,
+    pub(in crate::runtime) hitl: Hitl,
+    pub(in crate::runtime) suspend_timeout: Duration,
+    /// When the current suspension fails closed.
+    pub(in crate::runtime) deadline: Option<Instant>,
+    /// Agent output that arrived while suspended, for the next segment.
+    pub(in crate::runtime) buffered: VecDeque<SinkItem>,
+    /// Tool calls opened in earlier segments (a later result may answer them).
+    pub(in crate::runtime) known_tools: HashSet<String>,
+    /// A suspension whose terminal event waits for the store (see [`Pump::settle`]).
+    pub(in crate::runtime) pending_park: Option<Ending>,
+    /// A segment whose `RUN_STARTED` waits for the store.
+    pub(in crate::runtime) pending_segment: Option<NextSegment>,
+}
+
+/// Drives a run to its end. The pump and the turn come boxed, and the awaits made once
+/// are boxed: an async fn keeps room for its arguments twice, and for the largest future
+/// it awaits, for as long as it lives (an idle run too).
+pub(in crate::runtime) async fn drive(
+    mut pump: Box<Pump>,
+    agent: Arc<dyn Agent>,
+    turn: Box<Turn>,
+    parent_run_id: Option<String>,
+    history: Option<Value>,
+) {
+    tracing::info!("run started");
+    let started = std::time::Instant::now();
+    // Accepted means stored: the thread row and the new input are committed before the
+    // client sees RUN_STARTED.
+    let stored = Box::pin(pump.writer.commit()).await;
+    pump.writer.start(parent_run_id, history);
+    if !stored {
+        drop(agent);
+        let ending = pump.writer.failed_ending();
+        Box::pin(pump.writer.finish(ending)).await;
+        return;
+    }
+    let run = pump.writer.run.clone();
+    let (sink, mut items) = EventSink::channel(SINK_CAPACITY);
+    let mut turn_future = AssertUnwindSafe(agent.run(*turn, sink)).catch_unwind();
+    let overdue = async {
+        run.cancel.cancelled().await;
+        tokio::time::sleep(CANCEL_BOUND).await;
+    };
+    tokio::pin!(overdue);
+
+    let ending = loop {
+        let suspended = pump.deadline.is_some();
+        let deadline = pump.deadline.unwrap_or_else(Instant::now);
+        tokio::select! {
+            biased;
+            command = run.control.recv() => {
+                pump.on_control(command);
+                pump.settle().await;
+            }
+            () = run.cancel.cancelled(), if suspended => {
+                pump.wake_closed("the run was cancelled");
+                pump.settle().await;
+            }
+            () = tokio::time::sleep_until(deadline), if suspended => {
+                tracing::info!("suspension timed out; failing closed");
+                pump.wake_closed("nobody answered within the suspension timeout");
+                pump.settle().await;
+            }
+            Some(item) = items.recv() => {
+                // Backpressure: a reader that keeps reading is never left a whole window
+                // behind (a cancelled run no longer waits; its stalled readers are cut).
+                tokio::select! {
+                    () = pump.writer.thread.journal.room() => {}
+                    () = run.cancel.cancelled() => {}
+                }
+                // What the agent has already produced goes out as one batch: one wake-up
+                // of the readers, one write. The batch stops where a step needs the store
+                // (a suspension, a new segment) or the window is full.
+                pump.writer.quiet = true;
+                pump.on_item(*item);
+                for _ in 1..DRAIN_BATCH {
+                    if pump.deadline.is_some()
+                        || pump.pending_park.is_some()
+                        || pump.pending_segment.is_some()
+                        || !pump.writer.thread.journal.has_room()
+                    {
+                        break;
+                    }
+                    let Ok(item) = items.try_recv() else {
+                        break;
+                    };
+                    pump.on_item(*item);
+                }
+                pump.writer.quiet = false;
+                pump.writer.thread.journal.publish();
+                pump.settle().await;
+            }
+            outcome = &mut turn_future => {
+                if pump.deadline.is_some() {
+                    pump.wake_closed("the agent stopped waiting");
+                }
+                pump.settle().await;
+                while let Ok(item) = items.try_recv() {
+                    pump.on_item(*item);
+                    pump.settle().await;
+                }
+                break match outcome {
+                    Ok(result) => pump.writer.ending_for(result),
+                    Err(_panic) => {
+                        tracing::error!("agent panicked");
+                        Ending::Error {
+                            code: "AGENT_ERROR".to_owned(),
+                            message: "the agent failed unexpectedly".to_owned(),
+                        }
+                    }
+                };
+            }
+            () = &mut overdue => {
+                tracing::warn!(bound_ms = CANCEL_BOUND.as_millis() as u64, "agent did not stop after cancel; ending the run without it");
+                if pump.deadline.is_some() {
+                    pump.wake_closed("the run was cancelled");
+                }
+                pump.settle().await;
+                break pump.writer.cancelled_ending();
+            }
+        }
+    };
+    // Waits nobody took fail closed now, so no answer can take them from here on. An
+    // answer that took them as the loop ended told the pump while it held them: its
+    // segment opens, and the run's ending is written there, on the answer's stream. That
+    // segment replays what the agent sent meanwhile, which may park the run again (a
+    // client tool call the agent did not wait for): so again, until no wait is left and
+    // nothing is queued.
+    loop {
+        let left = lock(&run.suspension).take();
+        let parked = left.is_some();
+        if let Some(suspension) = left {
+            pump.writer.expired(&suspension);
+            suspension.fail_closed("the run ended");
+        }
+        let mut told = false;
+        while let Some(command) = run.control.try_recv() {
+            told = true;
+            pump.on_control(command);
+            pump.settle().await;
+        }
+        if !parked && !told {
+            break;
+        }
+    }
+    let kind = ending_kind(&ending);
+    Box::pin(pump.writer.finish(ending)).await;
+    tracing::info!(
+        outcome = kind,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "run ended"
+    );
+}
+
+impl Pump {
+    pub(in crate::runtime) fn on_item(&mut self, item: SinkItem) {
+        if !std::mem::replace(&mut self.writer.produced, true) {
+            self.writer
+                .metrics
+                .first_event(self.writer.admitted.elapsed());
+        }
+        if self.deadline.is_some() {
+            self.buffered.push_back(item);
+            return;
+        }
+        match item {
+            SinkItem::Event(event) => self.writer.translate(event),
+            SinkItem::State { pointer, value } => self.writer.set_state(&pointer, value),
+            SinkItem::Ui {
+                component,
+                props,
+                reply,
+            } => {
+                let verdict = self.writer.rt.inner.options.ui.check(&component, &props);
+                if verdict.is_ok() {
+                    self.writer.translate(AgentEvent::Activity {
+                        message_id: uuid::Uuid::new_v4().to_string(),
+                        activity_type: component,
+                        content: props,
+                    });
+                } else if let Err(refusal) = &verdict {
+                    tracing::info!(%refusal, "component refused");
+                }
+                let _ = reply.send(verdict.map_err(|refusal| refusal.to_string()));
+            }
+            SinkItem::Title(title) => {
+                self.writer.rt.inner.store.set_title(
+                    &self.writer.thread.key,
+                    &title,
+                    now_ms() as i64,
+                );
+            }
+            SinkItem::Session { id, how } => {
+                lock(&self.writer.thread.state).session_id = Some(id.clone());
+                self.writer.rt.inner.store.set_session(
+                    &self.writer.thread.key,
+                    &id,
+                    &how,
+                    now_ms() as i64,
+                );
+                self.writer.set_state("/session", Value::String(id));
+            }
+            SinkItem::Tool { call, reply } => {
+                let id = call.tool_call_id.clone();
+                self.writer.translate(AgentEvent::ToolCallStart {
+                    tool_call_id: id.clone(),
+                    name: call.name,
+                    parent_message_id: None,
+                });
+                self.writer.translate(AgentEvent::ToolCallArgs {
+                    tool_call_id: id.clone(),
+                    delta: call.arguments,
+                });
+                self.writer.translate(AgentEvent::ToolCallEnd {
+                    tool_call_id: id.clone(),
+                });
+                if let Some(trace) = &mut self.writer.trace {
+                    trace.tool_on_client(&id);
+                }
+                self.suspend(
+                    Channel::ToolMessages,
+                    vec![Wait::Tool {
+                        tool_call_id: id,
+                        reply,
+                    }],
+                    Vec::new(),
+                );
+            }
+            SinkItem::Permission { request, reply } => match self.hitl {
+                Hitl::Tool => {
+                    let id = format!("perm-{}", uuid::Uuid::new_v4());
+                    self.writer.translate(AgentEvent::ToolCallStart {
+                        tool_call_id: id.clone(),
+                        name: suspension::PERMISSION_TOOL.to_owned(),
+                        parent_message_id: None,
+                    });
+                    self.writer.translate(AgentEvent::ToolCallArgs {
+                        tool_call_id: id.clone(),
+                        delta: suspension::permission_arguments(
+                            &request.title,
+                            request.tool_call_id.as_deref(),
+                            &request.options,
+                        ),
+                    });
+                    self.writer.translate(AgentEvent::ToolCallEnd {
+                        tool_call_id: id.clone(),
+                    });
+                    if let Some(trace) = &mut self.writer.trace {
+                        trace.tool_on_client(&id);
+                    }
+                    self.suspend(
+                        Channel::ToolMessages,
+                        vec![Wait::Permission {
+                            answer_id: id,
+                            options: request.options,
+                            reply,
+                        }],
+                        Vec::new(),
+                    );
+                }
+                Hitl::Interrupt => {
+                    let interrupt = self.interrupt(
+                        "confirmation",
+                        &request.title,
+                        request.tool_call_id.clone(),
+                        suspension::response_schema(&request.options),
+                        Some(serde_json::json!({"options": request.options})),
+                    );
+                    let id = interrupt.id.clone();
+                    self.suspend(
+                        Channel::Interrupts,
+                        vec![Wait::Permission {
+                            answer_id: id,
+                            options: request.options,
+                            reply,
+                        }],
+                        vec![interrupt],
+                    );
+                }
+            },
+            SinkItem::Input { request, reply } => match self.hitl {
+                Hitl::Tool => {
+                    let id = format!("input-{}", uuid::Uuid::new_v4());
+                    self.writer.translate(AgentEvent::ToolCallStart {
+                        tool_call_id: id.clone(),
+                        name: suspension::INPUT_TOOL.to_owned(),
+                        parent_message_id: None,
+                    });
+                    self.writer.translate(AgentEvent::ToolCallArgs {
+                        tool_call_id: id.clone(),
+                        delta: suspension::input_arguments(&request),
+                    });
+                    self.writer.translate(AgentEvent::ToolCallEnd {
+                        tool_call_id: id.clone(),
+                    });
+                    self.suspend(
+                        Channel::ToolMessages,
+                        vec![Wait::Input {
+                            answer_id: id,
+                            schema: request.schema,
+                            reply,
+                        }],
+                        Vec::new(),
+                    );
+                }
+                Hitl::Interrupt => {
+                    let interrupt = self.interrupt(
+                        "input_required",
+                        &request.message,
+                        request.tool_call_id.clone(),
+                        request.schema.clone(),
+                        None,
+                    );
+                    let id = interrupt.id.clone();
+                    self.suspend(
+                        Channel::Interrupts,
+                        vec![Wait::Input {
+                            answer_id: id,
+                            schema: request.schema,
+                            reply,
+                        }],
+                        vec![interrupt],
+                    );
+                }
+            },
+        }
+    }
+
+    /// A new AG-UI interrupt that expires with the suspension timeout.
+    pub(in crate::runtime) fn interrupt(
+        &self,
+        reason: &str,
+        message: &str,
+        tool_call_id: Option<String>,
+        response_schema: Value,
+        metadata: Option<Value>,
+    ) -> Interrupt {
+        let expires = std::time::SystemTime::now() + self.suspend_timeout;
+        Interrupt {
+            id: format!("int-{}", uuid::Uuid::new_v4()),
+            reason: reason.to_owned(),
+            message: Some(message.to_owned()),
+            tool_call_id,
+            response_schema: Some(response_schema),
+            expires_at: Some(humantime::format_rfc3339_millis(expires).to_string()),
+            metadata,
+        }
+    }
+
+    /// Ends the segment and parks the run on `waits`.
+    pub(in crate::runtime) fn suspend(
+        &mut self,
+        channel: Channel,
+        waits: Vec<Wait>,
+        interrupts: Vec<Interrupt>,
+    ) {
+        let run = &self.writer.run;
+        let segment_run_id = lock(&run.translator).run_id().to_owned();
+        let suspension = Suspension {
+            channel,
+            waits,
+            segment_run_id,
+            terminal: None,
+        };
+        let pending = suspension.ids();
+        // Parked before the terminal frame is written: a client that answers at once finds
+        // the run waiting for it.
+        *lock(&run.suspension) = Some(Box::new(suspension));
+        run.phase.set(Phase::Suspended);
+        self.writer.rt.fleet_changed();
+        self.deadline = Some(Instant::now() + self.suspend_timeout);
+        self.remember_tools();
+        let ending = match channel {
+            Channel::ToolMessages => Ending::Suspended { pending },
+            Channel::Interrupts => Ending::Interrupt { interrupts },
+        };
+        self.writer.close_for_park(&ending);
+        self.pending_park = Some(ending);
+        // Phase first, then the flag: `Runtime::drain` sets the flag, then looks at phases,
+        // so a run parking during a drain is seen by one of the two.
+        if self.writer.rt.is_draining() {
+            tracing::info!("parked during shutdown; failing closed at once");
+            self.writer.run.cancel_with(CancelReason::Shutdown);
+        }
+    }
+
+    /// Writes what waits for the store: commits first, then the suspension's terminal
+    /// event or the next segment's `RUN_STARTED` (whose replayed output may park again).
+    /// Called after every step of the loop; nothing else reaches the journal meanwhile.
+    pub(in crate::runtime) async fn settle(&mut self) {
+        if self.pending_park.is_none() && self.pending_segment.is_none() {
+            return;
+        }
+        // Boxed, as every await a run makes once or rarely: the run's task holds room for
+        // the largest future it awaits for as long as the run lives (idle ones too).
+        Box::pin(self.settle_pending()).await;
+    }
+
+    pub(in crate::runtime) async fn settle_pending(&mut self) {
+        loop {
+            if let Some(ending) = self.pending_park.take() {
+                if !self.writer.commit().await {
+                    tracing::error!("suspension announced although the store failed");
+                }
+                self.writer.park(ending);
+                tracing::info!(
+                    waits = pending_len(&self.writer.run),
+                    "run suspended, waiting on the client"
+                );
+            } else if let Some(next) = self.pending_segment.take() {
+                if !self.writer.commit().await {
+                    tracing::error!("segment started although the store failed");
+                }
+                self.open_segment(next);
+            } else {
+                return;
+            }
+        }
+    }
+
+    pub(in crate::runtime) fn on_control(&mut self, command: Control) {
+        match command {
+            Control::Resume(next) => self.next_segment(*next),
+        }
+    }
+
+    /// Fails the open waits closed (if the runtime has not taken them) and opens a
+    /// continuation segment for what the agent does next.
+    pub(in crate::runtime) fn wake_closed(&mut self, why: &str) {
+        let taken = lock(&self.writer.run.suspension).take();
+        let Some(suspension) = taken else {
+            // A request took the waits at the same moment; its Resume is on the way.
+            return;
+        };
+        self.writer.expired(&suspension);
+        self.next_segment(NextSegment {
+            run_id: suspension.segment_run_id.clone(),
+            parent_run_id: None,
+            abandoned: suspension.unanswered_calls(&[]),
+            why: why.to_owned(),
+            link: None,
+        });
+        suspension.fail_closed(why);
+    }
+
+    /// Ends the suspension; the next segment opens once what answered it is stored
+    /// ([`Pump::settle`]).
+    pub(in crate::runtime) fn next_segment(&mut self, next: NextSegment) {
+        self.deadline = None;
+        self.pending_segment = Some(next);
+    }
+
+    /// Opens the next segment of the run: answers the abandoned client tool calls with a
+    /// cancelled result, then replays what the agent sent meanwhile.
+    pub(in crate::runtime) fn open_segment(&mut self, next: NextSegment) {
+        let mut translator = Translator::new(&self.writer.thread.id, &next.run_id);
+        for id in &self.known_tools {
+            translator.know_tool_call(id);
+        }
+        *lock(&self.writer.run.translator) = translator;
+        self.writer
+            .run
+            .segment_start
+            .store(self.writer.thread.journal.next_seq(), Ordering::SeqCst);
+        self.writer.run.phase.set(Phase::Running);
+        self.writer.rt.fleet_changed();
+        if let Some(trace) = &mut self.writer.trace {
+            trace.client_answered(&next.abandoned);
+        }
+        self.writer.link = next.link;
+        self.writer.start(next.parent_run_id, None);
+        for tool_call_id in next.abandoned {
+            self.writer.translate(AgentEvent::ToolCallResult {
+                message_id: format!("{tool_call_id}-cancelled"),
+                content: format!("cancelled: {}", next.why),
+                tool_call_id,
+            });
+        }
+        while self.deadline.is_none() {
+            let Some(item) = self.buffered.pop_front() else {
+                break;
+            };
+            self.on_item(item);
+        }
+    }
+
+    pub(in crate::runtime) fn remember_tools(&mut self) {
+        let translator = lock(&self.writer.run.translator);
+        self.known_tools
+            .extend(translator.known_tool_calls().cloned());
+    }
+}

@@ -1,0 +1,262 @@
+//! A live run: what the runtime, the pump and every stream share about a run that has not
+//! ended (its cancel token, phase, commands, attached count, suspension), its admission
+//! slot, and the watcher that cancels it once nobody has been attached for the grace.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use crate::runtime::CancelReason;
+use crate::runtime::suspension::{self};
+use crate::runtime::translator::Translator;
+use crate::sync::lock;
+use opentelemetry::trace::SpanContext;
+
+/// A live run's admission: a slot of the daemon's cap, and of its principal's.
+pub(crate) struct Slot {
+    pub(crate) _global: tokio::sync::OwnedSemaphorePermit,
+    pub(crate) _principal: Option<PrincipalSlot>,
+}
+
+/// One of a capped principal's run slots; given back on drop.
+pub(crate) struct PrincipalSlot {
+    pub(crate) counts: Arc<Mutex<HashMap<String, usize>>>,
+    pub(crate) owner: String,
+}
+
+impl Drop for PrincipalSlot {
+    fn drop(&mut self) {
+        let mut counts = lock(&self.counts);
+        if let Some(count) = counts.get_mut(&self.owner) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                counts.remove(&self.owner);
+            }
+        }
+    }
+}
+
+/// Whether a live run is producing a segment or waiting on the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Running,
+    Suspended,
+}
+
+/// A live run's [`Phase`]: written by its pump, read anywhere without a lock, and waited
+/// on for the run to wake (a flag and one wake-up: a `watch` would keep eight).
+#[derive(Debug, Default)]
+pub(crate) struct PhaseCell {
+    pub(crate) suspended: AtomicBool,
+    pub(crate) woke: tokio::sync::Notify,
+}
+
+impl PhaseCell {
+    pub(crate) fn get(&self) -> Phase {
+        if self.suspended.load(Ordering::SeqCst) {
+            Phase::Suspended
+        } else {
+            Phase::Running
+        }
+    }
+
+    pub(crate) fn set(&self, phase: Phase) {
+        self.suspended
+            .store(phase == Phase::Suspended, Ordering::SeqCst);
+        if phase == Phase::Running {
+            self.woke.notify_waiters();
+        }
+    }
+
+    /// Returns once the run is running. The wake-up is armed before the flag is read, so
+    /// a wake between the two is not missed.
+    pub(crate) async fn running(&self) {
+        loop {
+            let woke = self.woke.notified();
+            tokio::pin!(woke);
+            woke.as_mut().enable();
+            if self.get() == Phase::Running {
+                return;
+            }
+            woke.await;
+        }
+    }
+}
+
+/// What the runtime tells a run's pump.
+#[derive(Debug)]
+pub(crate) enum Control {
+    /// The waits were answered (or failed closed): open the next segment.
+    Resume(Box<NextSegment>),
+}
+
+/// The commands to a run's pump, in order: a queue and a wake-up. (A channel would do,
+/// but allocates its first block of slots up front, which every run that sits idle would
+/// keep; commands are rare.)
+#[derive(Debug, Default)]
+pub(crate) struct Controls {
+    pub(crate) queue: Mutex<VecDeque<Control>>,
+    pub(crate) ready: tokio::sync::Notify,
+}
+
+impl Controls {
+    pub(crate) fn send(&self, command: Control) {
+        lock(&self.queue).push_back(command);
+        self.ready.notify_one();
+    }
+
+    pub(crate) fn try_recv(&self) -> Option<Control> {
+        lock(&self.queue).pop_front()
+    }
+
+    /// The next command. A command sent after the queue was seen empty leaves a permit
+    /// with the wake-up, so it is never missed.
+    pub(crate) async fn recv(&self) -> Control {
+        loop {
+            if let Some(command) = self.try_recv() {
+                return command;
+            }
+            self.ready.notified().await;
+        }
+    }
+}
+
+/// The segment a suspended run opens next.
+#[derive(Debug)]
+pub(crate) struct NextSegment {
+    /// Its AG-UI run id.
+    pub(crate) run_id: String,
+    pub(crate) parent_run_id: Option<String>,
+    /// Client tool calls of the suspension that got no answer: each gets a tool result
+    /// saying it was cancelled (`why`), so the transcript stays a valid AG-UI history.
+    pub(crate) abandoned: Vec<String>,
+    pub(crate) why: String,
+    /// The span of the request that opens it, when traces are on.
+    pub(crate) link: Option<SpanContext>,
+}
+
+/// A run that has not ended.
+pub(crate) struct LiveRun {
+    pub(crate) id: String,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) reason: Mutex<Option<CancelReason>>,
+    /// Number of attached streams.
+    pub(crate) attached: AtomicUsize,
+    /// How many times the attached count fell to zero: a disconnect watcher acts only if
+    /// no later fall (with a watcher of its own) happened while it waited.
+    pub(crate) detaches: AtomicU64,
+    /// What the disconnect watcher needs, spawned only when the last stream detaches.
+    pub(crate) disconnect: DisconnectWatch,
+    /// Journal sequence of the current segment's `RUN_STARTED`.
+    pub(crate) segment_start: AtomicU64,
+    /// Fires when the pump has finished (terminal event written, slot released).
+    pub(crate) finished: CancellationToken,
+    /// The segment's lifecycle state; written by the pump only, read for resync.
+    pub(crate) translator: Mutex<Translator>,
+    /// Commands to the pump.
+    pub(crate) control: Controls,
+    /// The open waits while suspended; taken by whoever resolves them.
+    pub(crate) suspension: Mutex<Option<Box<suspension::Suspension>>>,
+    pub(crate) phase: PhaseCell,
+    /// Every AG-UI run id of this run's segments (each works for cancel).
+    pub(crate) aliases: Mutex<Vec<String>>,
+    /// When it was admitted (ms since the epoch).
+    pub(crate) started_at_ms: u64,
+    /// The agent it runs on.
+    pub(crate) agent: String,
+}
+
+/// The disconnect grace, where to track the watcher's task, and the run's span for its
+/// log line.
+pub(crate) struct DisconnectWatch {
+    pub(crate) grace: Duration,
+    pub(crate) tasks: TaskTracker,
+    pub(crate) span: tracing::Span,
+}
+
+impl LiveRun {
+    /// Counts one more attached stream.
+    pub(crate) fn attach(&self) {
+        self.attached.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Counts one stream fewer; when it was the last, a watcher cancels the run unless a
+    /// stream attaches within the disconnect grace.
+    pub(crate) fn detach(self: &Arc<LiveRun>) {
+        if self.attached.fetch_sub(1, Ordering::SeqCst) != 1 || self.finished.is_cancelled() {
+            return;
+        }
+        let generation = self.detaches.fetch_add(1, Ordering::SeqCst) + 1;
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let watch =
+            watch_disconnect(self.clone(), generation).instrument(self.disconnect.span.clone());
+        self.disconnect.tasks.spawn_on(watch, &handle);
+    }
+
+    /// Nobody is attached and nobody detached since the fall numbered `generation`.
+    pub(crate) fn still_detached(&self, generation: u64) -> bool {
+        self.attached.load(Ordering::SeqCst) == 0
+            && self.detaches.load(Ordering::SeqCst) == generation
+    }
+
+    pub(crate) fn cancel_with(&self, reason: CancelReason) {
+        {
+            let mut current = lock(&self.reason);
+            if current.is_none() {
+                *current = Some(reason);
+            }
+        }
+        self.cancel.cancel();
+    }
+
+    pub(crate) fn reason(&self) -> Option<CancelReason> {
+        *lock(&self.reason)
+    }
+}
+
+/// Cancels the run once nobody has been attached for the disconnect grace, counted from
+/// the detach numbered `generation` (spawned by [`LiveRun::detach`]; it gives up to a later
+/// detach's watcher, or when a stream attaches). A suspended run is waiting on the client
+/// by design (its stream ended with the segment): it is not cancelled for that, its
+/// suspension timeout applies instead, and the grace counts again once it wakes.
+pub(crate) async fn watch_disconnect(run: Arc<LiveRun>, generation: u64) {
+    let grace = run.disconnect.grace;
+    loop {
+        tokio::select! {
+            () = run.cancel.cancelled() => return,
+            () = run.finished.cancelled() => return,
+            () = tokio::time::sleep(grace) => {}
+        }
+        if !run.still_detached(generation) {
+            return;
+        }
+        if run.phase.get() == Phase::Suspended {
+            tokio::select! {
+                () = run.cancel.cancelled() => return,
+                () = run.finished.cancelled() => return,
+                () = run.phase.running() => {}
+            }
+            if !run.still_detached(generation) {
+                return;
+            }
+            continue;
+        }
+        tracing::info!(
+            grace_ms = grace.as_millis() as u64,
+            "no stream attached for the disconnect grace; cancelling"
+        );
+        run.cancel_with(CancelReason::Abandoned);
+        return;
+    }
+}
+
+pub(in crate::runtime) fn pending_len(run: &LiveRun) -> usize {
+    lock(&run.suspension).as_ref().map_or(0, |s| s.waits.len())
+}

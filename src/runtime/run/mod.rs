@@ -1,0 +1,11 @@
+//! A run from its start to its end: the live run every party shares (`live.rs`), the
+//! decide step and spawn (`start.rs`), the pump's drive loop (`drive.rs`), and the segment
+//! writer (`segment.rs`). Agent output flows agent -> sink -> pump -> translator -> journal,
+//! one way.
+
+mod drive;
+mod live;
+mod segment;
+mod start;
+
+pub(crate) use live::{Control, LiveRun, NextSegment, Phase, Slot};

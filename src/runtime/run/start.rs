@@ -1,0 +1,433 @@
+//! A run's start: the decide step for a run request (attach, answer, supersede, refuse or
+//! start), admission, and the spawn of the new run's pump.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::drive::{Pump, drive};
+use super::live::{Controls, DisconnectWatch, LiveRun, PhaseCell, PrincipalSlot, Slot};
+use super::segment::SegmentWriter;
+use crate::access::{Capability, Principal};
+use crate::agent::Hitl;
+use crate::agent::{Agent, Turn};
+use crate::clock::now_ms;
+use crate::protocol::{Message, Profile, RunAgentInput};
+use crate::runtime::Resume;
+use crate::runtime::attach::{Attachment, Mode};
+use crate::runtime::thread::{Decision, Retry, Thread};
+use crate::runtime::translator::Translator;
+use crate::runtime::{CancelReason, StartError};
+use crate::runtime::{LoadError, answer, attach};
+use crate::runtime::{Runtime, state};
+use crate::sync::lock;
+
+impl Runtime {
+    /// One attempt of [`Runtime::start_run`]; `Err(Retry)` when the thread object it used
+    /// left memory meanwhile (deleted or discarded) and the request must start over.
+    pub(in crate::runtime) async fn decide_run(
+        &self,
+        principal: &Principal,
+        agent: &str,
+        input: &RunAgentInput,
+    ) -> Result<Result<Attachment, StartError>, Retry> {
+        macro_rules! refuse {
+            ($e:expr) => {
+                return Ok(Err($e))
+            };
+        }
+        let inner = &self.inner;
+        let Some(backend) = inner
+            .agents
+            .get(agent)
+            .filter(|_| principal.may_use(agent))
+            .cloned()
+        else {
+            refuse!(StartError::UnknownAgent);
+        };
+        let profile = Profile::from_protocol_version(input.protocol_version.as_deref());
+        let key = principal.key(&input.thread_id);
+        let run_key = principal.key(&input.run_id);
+        let existing = match self.load_thread(&key).await {
+            Ok(existing) => existing,
+            Err(LoadError::Store) => refuse!(StartError::Store),
+            Err(LoadError::Elsewhere(owner)) => refuse!(StartError::Elsewhere(owner)),
+        };
+        if let Some(thread) = &existing
+            && thread.agent != agent
+        {
+            // Not naming an agent the principal may not use.
+            refuse!(StartError::AgentMismatch(
+                principal
+                    .may_use(&thread.agent)
+                    .then(|| thread.agent.clone())
+            ));
+        }
+        // A brand-new thread needs a slot and an unused run id before it may exist at all.
+        let mut permit = None;
+        if existing.is_none() {
+            if !principal.can(Capability::Run) {
+                refuse!(StartError::Forbidden(Capability::Run));
+            }
+            if lock(&inner.runs).contains_key(&run_key) {
+                refuse!(StartError::RunIdInUse);
+            }
+            match self.admit(principal) {
+                Ok(p) => permit = Some(p),
+                Err(e) => refuse!(e),
+            }
+        }
+        // `created`: this request put the thread in memory (a racing request for the same
+        // new id may have put its own there first; then this one uses that).
+        let (thread, created) = match existing {
+            Some(thread) => (thread, false),
+            None => self.insert_thread(self.new_thread(&key, agent, None, None)),
+        };
+        if thread.agent != agent {
+            refuse!(StartError::AgentMismatch(
+                principal
+                    .may_use(&thread.agent)
+                    .then(|| thread.agent.clone())
+            ));
+        }
+
+        let decide = thread.decide.lock().await;
+        if thread.retired.load(Ordering::SeqCst) {
+            return Err(Retry);
+        }
+        // A refusal leaves nothing behind: a thread this request created is discarded, as
+        // long as nothing else has used it meanwhile.
+        let refused = |error: StartError| {
+            self.discard_if_pristine(&thread, created);
+            Ok(Err(error))
+        };
+        let decision = {
+            let mut state = lock(&thread.state);
+            let decision = state.decide(input);
+            if let Some(needed) = principal.caps().missing(state.needs(&decision, input)) {
+                drop(state);
+                return refused(StartError::Forbidden(needed));
+            }
+            state.profile = profile;
+            decision
+        };
+        match decision {
+            Decision::Attach(run) => Ok(Ok(self.segment_attachment(&thread, run, profile))),
+            Decision::Refuse(error) => refused(error),
+            Decision::Suspended(run) => match self.answer(&thread, &run, input, profile) {
+                Err(error) => refused(error),
+                Ok(
+                    answer::Answered::Resumed(attachment) | answer::Answered::Rejected(attachment),
+                ) => Ok(Ok(attachment)),
+                Ok(answer::Answered::Replay) => {
+                    Ok(Ok(self.segment_attachment(&thread, run, profile)))
+                }
+                Ok(answer::Answered::Superseded) => {
+                    // The old turn runs to its end with its waits failed closed; the new
+                    // input then starts a run of its own, decided afresh once the old pump
+                    // has ended. The wait happens outside the decide section.
+                    drop(decide);
+                    if tokio::time::timeout(answer::SUPERSEDE_WAIT, run.finished.cancelled())
+                        .await
+                        .is_err()
+                    {
+                        run.cancel_with(CancelReason::Requested);
+                        // Bounded: a cancelled pump ends within its cancel bound.
+                        run.finished.cancelled().await;
+                    }
+                    Err(Retry)
+                }
+            },
+            Decision::RejectResume { code, message } => {
+                self.discard_if_pristine(&thread, created);
+                Ok(Ok(self.rejection(&thread, input, profile, code, message)))
+            }
+            Decision::LostAnswers(calls) => {
+                Ok(Ok(self.lost_answers(&thread, input, profile, calls).await))
+            }
+            Decision::Start => {
+                let _gate = inner.start_gate.read().unwrap_or_else(|e| e.into_inner());
+                if self.is_draining() {
+                    return refused(StartError::Draining);
+                }
+                if lock(&inner.runs).contains_key(&run_key) {
+                    return refused(StartError::RunIdInUse);
+                }
+                let permit = match permit {
+                    Some(permit) => permit,
+                    None => match self.admit(principal) {
+                        Ok(permit) => permit,
+                        Err(error) => return refused(error),
+                    },
+                };
+                Ok(Ok(start(
+                    self,
+                    &thread,
+                    backend,
+                    input.clone(),
+                    profile,
+                    permit,
+                )))
+            }
+        }
+    }
+
+    /// A run slot for `principal`: its own cap first (capped principals), then the
+    /// daemon's.
+    pub(in crate::runtime) fn admit(&self, principal: &Principal) -> Result<Slot, StartError> {
+        if self.is_draining() {
+            return Err(StartError::Draining);
+        }
+        let owner = if principal.is_capped() {
+            let mut counts = lock(&self.inner.per_principal);
+            let count = counts.entry(principal.owner().to_owned()).or_insert(0);
+            if *count >= self.inner.options.max_runs_per_principal {
+                return Err(StartError::PrincipalBusy);
+            }
+            *count += 1;
+            Some(PrincipalSlot {
+                counts: self.inner.per_principal.clone(),
+                owner: principal.owner().to_owned(),
+            })
+        } else {
+            None
+        };
+        let global = self
+            .inner
+            .slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| StartError::OverCapacity)?;
+        Ok(Slot {
+            _global: global,
+            _principal: owner,
+        })
+    }
+
+    pub(in crate::runtime) fn attachment(
+        &self,
+        thread: &Arc<Thread>,
+        cursor: u64,
+        profile: Profile,
+        run: Option<Arc<LiveRun>>,
+        mode: attach::Mode,
+    ) -> Attachment {
+        Attachment::new(
+            thread.clone(),
+            cursor,
+            profile,
+            mode,
+            self.inner.options.keep_alive,
+            self.inner.stop_streams.clone(),
+            run,
+        )
+        .counted(self.inner.streams.open())
+    }
+
+    /// Attaches from the start of the live run's current segment: the journal replays it,
+    /// then follows live.
+    pub(in crate::runtime) fn segment_attachment(
+        &self,
+        thread: &Arc<Thread>,
+        run: Arc<LiveRun>,
+        profile: Profile,
+    ) -> Attachment {
+        let cursor = run.segment_start.load(Ordering::SeqCst).saturating_sub(1);
+        let attachment = self.attachment(
+            thread,
+            cursor,
+            profile,
+            Some(run.clone()),
+            attach::Mode::Segment,
+        );
+        if attachment.is_registered() {
+            return attachment;
+        }
+        // The segment's start is no longer retained (a long segment nobody was reading):
+        // the stream starts with a resync of the segment instead, never a cut.
+        self.resync(thread, run, profile, Resume::Resync, attach::Mode::Segment)
+    }
+}
+
+/// Starts a run on `thread`; the caller is in the thread's decide section and holds `permit`.
+pub(in crate::runtime) fn start(
+    rt: &Runtime,
+    thread: &Arc<Thread>,
+    agent: Arc<dyn Agent>,
+    input: RunAgentInput,
+    profile: Profile,
+    permit: super::Slot,
+) -> Attachment {
+    let inner = &rt.inner;
+    let segment_start = thread.journal.next_seq();
+    let hitl = inner
+        .options
+        .hitl
+        .get(&thread.agent)
+        .copied()
+        .unwrap_or(Hitl::Tool);
+    let span = tracing::info_span!("run", thread.id = %thread.id, run.id = %input.run_id);
+    let run = Arc::new(LiveRun {
+        id: input.run_id.clone(),
+        cancel: CancellationToken::new(),
+        reason: Mutex::new(None),
+        attached: AtomicUsize::new(0),
+        detaches: AtomicU64::new(0),
+        disconnect: DisconnectWatch {
+            grace: inner.options.disconnect_grace,
+            tasks: inner.run_tasks.clone(),
+            span: span.clone(),
+        },
+        segment_start: AtomicU64::new(segment_start),
+        finished: CancellationToken::new(),
+        translator: Mutex::new(Translator::new(&thread.id, &input.run_id)),
+        control: Controls::default(),
+        suspension: Mutex::new(None),
+        phase: PhaseCell::default(),
+        aliases: Mutex::new(vec![input.run_id.clone()]),
+        started_at_ms: now_ms(),
+        agent: thread.agent.clone(),
+    });
+    let (new_messages, history, session_id, document, tool_call_ids) = {
+        let mut state = lock(&thread.state);
+        let new = state.take_new(&input.messages);
+        state.live = Some(run.clone());
+        if let Some(client) = &input.state {
+            state::set_client(state.document.make_mut(&thread.agent), client);
+        }
+        let history = std::mem::take(&mut state.history_pending).then(|| {
+            capped_history(
+                &state.transcript,
+                inner.options.history_max_messages,
+                inner.options.history_max_bytes,
+            )
+        });
+        (
+            new,
+            history,
+            state.session_id.clone(),
+            state.document.value(&thread.agent),
+            tool_call_ids(&state.transcript),
+        )
+    };
+    let title = new_messages.iter().find_map(|m| match m {
+        Message::User(user) => Some(title_of(&user.content.text())),
+        _ => None,
+    });
+    inner.store.record_run_start(
+        &thread.key,
+        &thread.agent,
+        title,
+        &run.id,
+        new_messages.clone(),
+        now_ms() as i64,
+    );
+    lock(&inner.runs).insert(thread.run_key(&run.id), run.clone());
+    rt.fleet_changed();
+
+    // Attached before the pump starts, so the disconnect watcher sees this stream.
+    let attachment = rt.attachment(
+        thread,
+        segment_start.saturating_sub(1),
+        profile,
+        Some(run.clone()),
+        Mode::Segment,
+    );
+
+    let turn = Box::new(Turn {
+        thread_id: thread.key.clone(),
+        run_id: run.id.clone(),
+        messages: input.messages,
+        new_messages,
+        tools: input.tools,
+        context: input.context,
+        client_state: input.state,
+        forwarded_props: input.forwarded_props,
+        session_id,
+        document,
+        tool_call_ids,
+        cancel: run.cancel.child_token(),
+    });
+    // Started in the request's context: the request's span is the run's parent.
+    let trace = inner
+        .options
+        .tracer
+        .as_ref()
+        .map(|tracer| tracer.run(&thread.agent, &thread.id, &run.id));
+    inner.run_metrics.agent(&thread.agent).started();
+    let pump = Box::new(Pump {
+        writer: SegmentWriter {
+            rt: rt.clone(),
+            thread: thread.clone(),
+            run: run.clone(),
+            permit: Some(permit),
+            quiet: false,
+            metrics: inner.run_metrics.agent(&thread.agent),
+            admitted: std::time::Instant::now(),
+            produced: false,
+            trace,
+            link: None,
+        },
+        hitl,
+        suspend_timeout: inner.options.suspend_timeout,
+        deadline: None,
+        buffered: VecDeque::new(),
+        known_tools: HashSet::new(),
+        pending_park: None,
+        pending_segment: None,
+    });
+    inner
+        .run_tasks
+        .spawn(drive(pump, agent, turn, input.parent_run_id, history).instrument(span));
+    attachment
+}
+
+/// The newest messages of `transcript` that fit both bounds, in order.
+pub(in crate::runtime) fn capped_history(
+    transcript: &[Message],
+    max_messages: usize,
+    max_bytes: usize,
+) -> Value {
+    let mut kept = Vec::new();
+    let mut bytes = 0;
+    for message in transcript.iter().rev().take(max_messages) {
+        let value = serde_json::to_value(message).unwrap_or(Value::Null);
+        let size = value.to_string().len();
+        if bytes + size > max_bytes && !kept.is_empty() {
+            break;
+        }
+        bytes += size;
+        kept.push(value);
+    }
+    kept.reverse();
+    Value::Array(kept)
+}
+
+/// The ids of every tool call and tool result in `transcript`.
+pub(in crate::runtime) fn tool_call_ids(transcript: &[Message]) -> HashSet<String> {
+    let mut ids = HashSet::new();
+    for message in transcript {
+        match message {
+            Message::Assistant(a) => ids.extend(a.tool_calls.iter().map(|c| c.id.clone())),
+            Message::Tool(t) => {
+                ids.insert(t.tool_call_id.clone());
+            }
+            _ => {}
+        }
+    }
+    ids
+}
+
+/// A thread title from its first user message: one line, at most 80 characters.
+pub(in crate::runtime) fn title_of(text: &str) -> String {
+    let line = text.lines().next().unwrap_or("").trim();
+    let mut title: String = line.chars().take(80).collect();
+    if line.chars().count() > 80 {
+        title.push('…');
+    }
+    title
+}
