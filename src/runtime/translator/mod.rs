@@ -18,8 +18,10 @@ use serde_json::Value;
 
 use crate::agent::AgentEvent;
 use crate::protocol::events::{
-    Event, Interrupt, Outcome, ReasoningRole, SubagentOutcome, TextRole, TokenUsage, ToolRole,
+    Event, Interrupt, Outcome, ReasoningRole, SubagentOutcome, TextRole, TokenUsage,
 };
+
+mod events;
 
 /// How a segment ends.
 #[derive(Debug, Clone, PartialEq)]
@@ -173,224 +175,51 @@ impl Translator {
             AgentEvent::SubagentTextStart {
                 subagent_run_id,
                 message_id,
-            } => {
-                if !self.open_subagents.iter().any(|s| s.0 == subagent_run_id) {
-                    tracing::warn!(subagent = %subagent_run_id, "a message of a subagent that is not open is the agent's own");
-                    self.open_text_message(message_id, None, out);
-                } else {
-                    self.open_text_message(message_id, Some(subagent_run_id), out);
-                }
-            }
+            } => self.on_subagent_text_start(subagent_run_id, message_id, out),
             AgentEvent::TextDelta { message_id, delta } => {
-                if delta.is_empty() {
-                    return;
-                }
-                if !self.open_text.contains(&message_id) {
-                    self.open_text_message(message_id.clone(), None, out);
-                }
-                self.append(&message_id, &delta, false);
-                let subagent_run_id = self.text_owner.get(&message_id).cloned();
-                out.push(Event::TextMessageContent {
-                    message_id,
-                    delta,
-                    subagent_run_id,
-                });
+                self.on_text_delta(message_id, delta, out)
             }
-            AgentEvent::TextEnd { message_id } => {
-                if remove(&mut self.open_text, &message_id) {
-                    self.complete(&message_id, Kind::Text);
-                    let subagent_run_id = self.text_owner.remove(&message_id);
-                    out.push(Event::TextMessageEnd {
-                        message_id,
-                        subagent_run_id,
-                    });
-                } else {
-                    tracing::warn!(message.id = %message_id, "end of a text message that is not open dropped");
-                }
-            }
+            AgentEvent::TextEnd { message_id } => self.on_text_end(message_id, out),
             AgentEvent::ReasoningStart { message_id } => self.open_reasoning_block(message_id, out),
             AgentEvent::ReasoningDelta { message_id, delta } => {
-                if delta.is_empty() {
-                    return;
-                }
-                if !self.open_reasoning.contains(&message_id) {
-                    self.open_reasoning_block(message_id.clone(), out);
-                }
-                self.append(&message_id, &delta, true);
-                out.push(Event::ReasoningMessageContent { message_id, delta });
+                self.on_reasoning_delta(message_id, delta, out)
             }
-            AgentEvent::ReasoningEnd { message_id } => {
-                if remove(&mut self.open_reasoning, &message_id) {
-                    self.complete(&message_id, Kind::Reasoning);
-                    close_reasoning(message_id, out);
-                } else {
-                    tracing::warn!(message.id = %message_id, "end of a reasoning block that is not open dropped");
-                }
-            }
+            AgentEvent::ReasoningEnd { message_id } => self.on_reasoning_end(message_id, out),
             AgentEvent::ToolCallStart {
                 tool_call_id,
                 name,
                 parent_message_id,
-            } => {
-                if self.open_tools.contains(&tool_call_id) {
-                    tracing::warn!(tool_call.id = %tool_call_id, "second start of an open tool call dropped");
-                    return;
-                }
-                self.open_tools.push(tool_call_id.clone());
-                self.known_tools.insert(tool_call_id.clone());
-                self.transcript.push(Produced::ToolCall {
-                    id: tool_call_id.clone(),
-                    name: name.clone(),
-                    arguments: String::new(),
-                    parent_message_id: parent_message_id.clone(),
-                });
-                out.push(Event::ToolCallStart {
-                    tool_call_id,
-                    tool_call_name: name,
-                    parent_message_id,
-                });
-            }
+            } => self.on_tool_call_start(tool_call_id, name, parent_message_id, out),
             AgentEvent::ToolCallArgs {
                 tool_call_id,
                 delta,
-            } => {
-                if delta.is_empty() {
-                    return;
-                }
-                if !self.open_tools.contains(&tool_call_id) {
-                    tracing::warn!(tool_call.id = %tool_call_id, "arguments for a tool call that is not open dropped");
-                    return;
-                }
-                for produced in self.transcript.iter_mut().rev() {
-                    if let Produced::ToolCall { id, arguments, .. } = produced
-                        && *id == tool_call_id
-                    {
-                        arguments.push_str(&delta);
-                        break;
-                    }
-                }
-                out.push(Event::ToolCallArgs {
-                    tool_call_id,
-                    delta,
-                });
-            }
-            AgentEvent::ToolCallEnd { tool_call_id } => {
-                if remove(&mut self.open_tools, &tool_call_id) {
-                    self.complete(&tool_call_id, Kind::Tool);
-                    out.push(Event::ToolCallEnd { tool_call_id });
-                } else {
-                    tracing::warn!(tool_call.id = %tool_call_id, "end of a tool call that is not open dropped");
-                }
-            }
+            } => self.on_tool_call_args(tool_call_id, delta, out),
+            AgentEvent::ToolCallEnd { tool_call_id } => self.on_tool_call_end(tool_call_id, out),
             AgentEvent::ToolCallResult {
                 tool_call_id,
                 message_id,
                 content,
-            } => {
-                if !self.known_tools.contains(&tool_call_id) {
-                    tracing::warn!(tool_call.id = %tool_call_id, "result for a tool call never opened dropped");
-                    return;
-                }
-                if !self.answered_tools.insert(tool_call_id.clone()) {
-                    tracing::warn!(tool_call.id = %tool_call_id, "second result for a tool call dropped");
-                    return;
-                }
-                if remove(&mut self.open_tools, &tool_call_id) {
-                    self.complete(&tool_call_id, Kind::Tool);
-                    out.push(Event::ToolCallEnd {
-                        tool_call_id: tool_call_id.clone(),
-                    });
-                }
-                self.transcript.push(Produced::ToolResult {
-                    id: message_id.clone(),
-                    tool_call_id: tool_call_id.clone(),
-                    content: content.clone(),
-                });
-                self.completed.push(self.transcript.len() - 1);
-                out.push(Event::ToolCallResult {
-                    message_id,
-                    tool_call_id,
-                    content,
-                    role: Some(ToolRole::Tool),
-                });
-            }
-            AgentEvent::StepStarted { name } => {
-                if self.open_steps.contains(&name) {
-                    tracing::warn!(step = %name, "second start of an open step dropped");
-                    return;
-                }
-                self.open_steps.push(name.clone());
-                out.push(Event::StepStarted { step_name: name });
-            }
-            AgentEvent::StepFinished { name } => {
-                if remove(&mut self.open_steps, &name) {
-                    out.push(Event::StepFinished { step_name: name });
-                } else {
-                    tracing::warn!(step = %name, "finish of a step that is not open dropped");
-                }
-            }
+            } => self.on_tool_call_result(tool_call_id, message_id, content, out),
+            AgentEvent::StepStarted { name } => self.on_step_started(name, out),
+            AgentEvent::StepFinished { name } => self.on_step_finished(name, out),
             AgentEvent::Custom { name, value } => out.push(Event::Custom { name, value }),
             AgentEvent::Activity {
                 message_id,
                 activity_type,
                 content,
-            } => {
-                self.transcript.push(Produced::Activity {
-                    id: message_id.clone(),
-                    activity_type: activity_type.clone(),
-                    content: content.clone(),
-                });
-                self.completed.push(self.transcript.len() - 1);
-                out.push(Event::ActivitySnapshot {
-                    message_id,
-                    activity_type,
-                    content,
-                    replace: None,
-                });
-            }
+            } => self.on_activity(message_id, activity_type, content, out),
             AgentEvent::SubagentStarted {
                 subagent_run_id,
                 name,
                 description,
-            } => {
-                if self.open_subagents.iter().any(|s| s.0 == subagent_run_id)
-                    || self.finished_subagents.contains(&subagent_run_id)
-                {
-                    tracing::warn!(subagent = %subagent_run_id, "second start of a subagent dropped");
-                    return;
-                }
-                self.open_subagents.push((
-                    subagent_run_id.clone(),
-                    name.clone(),
-                    description.clone(),
-                ));
-                out.push(subagent_started(subagent_run_id, name, description));
-            }
+            } => self.on_subagent_started(subagent_run_id, name, description, out),
             AgentEvent::SubagentFinished { subagent_run_id } => {
-                if self.close_subagent(&subagent_run_id, out) {
-                    out.push(Event::SubagentFinished {
-                        subagent_run_id,
-                        result: None,
-                        outcome: Some(SubagentOutcome::Success),
-                    });
-                } else {
-                    tracing::warn!(subagent = %subagent_run_id, "finish of a subagent that is not open dropped");
-                }
+                self.on_subagent_finished(subagent_run_id, out)
             }
             AgentEvent::SubagentError {
                 subagent_run_id,
                 message,
-            } => {
-                if self.close_subagent(&subagent_run_id, out) {
-                    out.push(Event::SubagentError {
-                        subagent_run_id,
-                        message,
-                        code: None,
-                    });
-                } else {
-                    tracing::warn!(subagent = %subagent_run_id, "error of a subagent that is not open dropped");
-                }
-            }
+            } => self.on_subagent_error(subagent_run_id, message, out),
         }
     }
 
@@ -752,196 +581,4 @@ fn subagent_started(subagent_run_id: String, name: String, description: Option<S
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn types(events: &[Event]) -> Vec<&'static str> {
-        events.iter().map(Event::type_name).collect()
-    }
-
-    fn run(events: Vec<AgentEvent>, ending: Ending) -> Vec<Event> {
-        let mut t = Translator::new("t", "r");
-        let mut out = Vec::new();
-        for e in events {
-            t.translate(e, &mut out);
-        }
-        t.finish(ending, &mut out);
-        out
-    }
-
-    #[test]
-    fn unclosed_things_are_closed_before_the_terminal_event() {
-        let out = run(
-            vec![
-                AgentEvent::StepStarted { name: "s".into() },
-                AgentEvent::ReasoningDelta {
-                    message_id: "r1".into(),
-                    delta: "hm".into(),
-                },
-                AgentEvent::TextDelta {
-                    message_id: "m1".into(),
-                    delta: "hi".into(),
-                },
-                AgentEvent::ToolCallStart {
-                    tool_call_id: "c1".into(),
-                    name: "f".into(),
-                    parent_message_id: None,
-                },
-            ],
-            Ending::Cancelled,
-        );
-        assert_eq!(
-            types(&out),
-            [
-                "RUN_STARTED",
-                "STEP_STARTED",
-                "REASONING_START",
-                "REASONING_MESSAGE_START",
-                "REASONING_MESSAGE_CONTENT",
-                "TEXT_MESSAGE_START",
-                "TEXT_MESSAGE_CONTENT",
-                "TOOL_CALL_START",
-                "TOOL_CALL_END",
-                "TEXT_MESSAGE_END",
-                "REASONING_MESSAGE_END",
-                "REASONING_END",
-                "STEP_FINISHED",
-                "RUN_FINISHED",
-            ]
-        );
-    }
-
-    #[test]
-    fn bare_ends_results_and_empty_deltas_are_dropped() {
-        let out = run(
-            vec![
-                AgentEvent::TextEnd {
-                    message_id: "x".into(),
-                },
-                AgentEvent::ToolCallEnd {
-                    tool_call_id: "x".into(),
-                },
-                AgentEvent::ToolCallArgs {
-                    tool_call_id: "x".into(),
-                    delta: "{}".into(),
-                },
-                AgentEvent::ToolCallResult {
-                    tool_call_id: "never".into(),
-                    message_id: "m".into(),
-                    content: "r".into(),
-                },
-                AgentEvent::StepFinished { name: "x".into() },
-                AgentEvent::TextStart {
-                    message_id: "m1".into(),
-                },
-                AgentEvent::TextDelta {
-                    message_id: "m1".into(),
-                    delta: String::new(),
-                },
-                AgentEvent::TextStart {
-                    message_id: "m1".into(),
-                },
-            ],
-            Ending::Finished {
-                result: None,
-                usage: Vec::new(),
-            },
-        );
-        assert_eq!(
-            types(&out),
-            [
-                "RUN_STARTED",
-                "TEXT_MESSAGE_START",
-                "TEXT_MESSAGE_END",
-                "RUN_FINISHED"
-            ]
-        );
-    }
-
-    #[test]
-    fn exactly_one_terminal_event() {
-        let mut t = Translator::new("t", "r");
-        let mut out = Vec::new();
-        t.finish(
-            Ending::Error {
-                code: "E".into(),
-                message: "m".into(),
-            },
-            &mut out,
-        );
-        t.finish(
-            Ending::Finished {
-                result: None,
-                usage: Vec::new(),
-            },
-            &mut out,
-        );
-        t.translate(
-            AgentEvent::TextDelta {
-                message_id: "m".into(),
-                delta: "late".into(),
-            },
-            &mut out,
-        );
-        assert_eq!(types(&out), ["RUN_STARTED", "RUN_ERROR"]);
-    }
-
-    #[test]
-    fn result_closes_its_open_tool_call_first() {
-        let out = run(
-            vec![
-                AgentEvent::ToolCallStart {
-                    tool_call_id: "c".into(),
-                    name: "f".into(),
-                    parent_message_id: None,
-                },
-                AgentEvent::ToolCallResult {
-                    tool_call_id: "c".into(),
-                    message_id: "m".into(),
-                    content: "ok".into(),
-                },
-                AgentEvent::ToolCallResult {
-                    tool_call_id: "c".into(),
-                    message_id: "m2".into(),
-                    content: "again".into(),
-                },
-            ],
-            Ending::Finished {
-                result: None,
-                usage: Vec::new(),
-            },
-        );
-        assert_eq!(
-            types(&out),
-            [
-                "RUN_STARTED",
-                "TOOL_CALL_START",
-                "TOOL_CALL_END",
-                "TOOL_CALL_RESULT",
-                "RUN_FINISHED"
-            ]
-        );
-    }
-
-    #[test]
-    fn produced_transcript_accumulates_text() {
-        let mut t = Translator::new("t", "r");
-        let mut out = Vec::new();
-        for d in ["a", "b"] {
-            t.translate(
-                AgentEvent::TextDelta {
-                    message_id: "m".into(),
-                    delta: d.into(),
-                },
-                &mut out,
-            );
-        }
-        assert_eq!(
-            t.produced(),
-            [Produced::Text {
-                id: "m".into(),
-                content: "ab".into()
-            }]
-        );
-    }
-}
+mod tests;
