@@ -27,10 +27,9 @@ use super::live::{Control, NextSegment, Phase, pending_len};
 use super::segment::{SegmentWriter, ending_kind};
 use crate::agent::Hitl;
 use crate::agent::{Agent, AgentEvent, EventSink, SinkItem, Turn};
-use crate::clock::now_ms;
 use crate::protocol::events::Interrupt;
 use crate::runtime::CancelReason;
-use crate::runtime::suspension::{self, Channel, Suspension, Wait};
+use crate::runtime::suspension::{Channel, Suspension, Wait};
 use crate::runtime::translator::{Ending, Translator};
 use crate::sync::lock;
 use tokio::time::Instant;
@@ -63,6 +62,8 @@ pub(in crate::runtime) struct Pump {
 /// Drives a run to its end. The pump and the turn come boxed, and the awaits made once
 /// are boxed: an async fn keeps room for its arguments twice, and for the largest future
 /// it awaits, for as long as it lives (an idle run too).
+// Over 80 lines: one `select!` over the run's sources (commands, cancel, the suspension's
+// deadline, the agent's items, the turn's end, the cancel bound), which is the run's life.
 pub(in crate::runtime) async fn drive(
     mut pump: Box<Pump>,
     agent: Arc<dyn Agent>,
@@ -119,23 +120,7 @@ pub(in crate::runtime) async fn drive(
                 // What the agent has already produced goes out as one batch: one wake-up
                 // of the readers, one write. The batch stops where a step needs the store
                 // (a suspension, a new segment) or the window is full.
-                pump.writer.quiet = true;
-                pump.on_item(*item);
-                for _ in 1..DRAIN_BATCH {
-                    if pump.deadline.is_some()
-                        || pump.pending_park.is_some()
-                        || pump.pending_segment.is_some()
-                        || !pump.writer.thread.journal.has_room()
-                    {
-                        break;
-                    }
-                    let Ok(item) = items.try_recv() else {
-                        break;
-                    };
-                    pump.on_item(*item);
-                }
-                pump.writer.quiet = false;
-                pump.writer.thread.journal.publish();
+                pump.take_batch(*item, &mut items);
                 pump.settle().await;
             }
             outcome = &mut turn_future => {
@@ -149,13 +134,7 @@ pub(in crate::runtime) async fn drive(
                 }
                 break match outcome {
                     Ok(result) => pump.writer.ending_for(result),
-                    Err(_panic) => {
-                        tracing::error!("agent panicked");
-                        Ending::Error {
-                            code: "AGENT_ERROR".to_owned(),
-                            message: "the agent failed unexpectedly".to_owned(),
-                        }
-                    }
+                    Err(_panic) => panicked(),
                 };
             }
             () = &mut overdue => {
@@ -168,29 +147,7 @@ pub(in crate::runtime) async fn drive(
             }
         }
     };
-    // Waits nobody took fail closed now, so no answer can take them from here on. An
-    // answer that took them as the loop ended told the pump while it held them: its
-    // segment opens, and the run's ending is written there, on the answer's stream. That
-    // segment replays what the agent sent meanwhile, which may park the run again (a
-    // client tool call the agent did not wait for): so again, until no wait is left and
-    // nothing is queued.
-    loop {
-        let left = lock(&run.suspension).take();
-        let parked = left.is_some();
-        if let Some(suspension) = left {
-            pump.writer.expired(&suspension);
-            suspension.fail_closed("the run ended");
-        }
-        let mut told = false;
-        while let Some(command) = run.control.try_recv() {
-            told = true;
-            pump.on_control(command);
-            pump.settle().await;
-        }
-        if !parked && !told {
-            break;
-        }
-    }
+    Box::pin(pump.settle_leftover_waits()).await;
     let kind = ending_kind(&ending);
     Box::pin(pump.writer.finish(ending)).await;
     tracing::info!(
@@ -200,180 +157,78 @@ pub(in crate::runtime) async fn drive(
     );
 }
 
+/// The pump's end of the agent's sink.
+type SinkReceiver = tokio::sync::mpsc::Receiver<Box<SinkItem>>;
+
 impl Pump {
-    pub(in crate::runtime) fn on_item(&mut self, item: SinkItem) {
-        if !std::mem::replace(&mut self.writer.produced, true) {
-            self.writer
-                .metrics
-                .first_event(self.writer.admitted.elapsed());
+    /// Takes `first` and what the agent has already produced after it as one batch: one
+    /// wake-up of the readers, one write. The batch stops where a step needs the store (a
+    /// suspension, a new segment) or the window is full.
+    fn take_batch(&mut self, first: SinkItem, items: &mut SinkReceiver) {
+        self.writer.quiet = true;
+        self.on_item(first);
+        for _ in 1..DRAIN_BATCH {
+            if self.deadline.is_some()
+                || self.pending_park.is_some()
+                || self.pending_segment.is_some()
+                || !self.writer.thread.journal.has_room()
+            {
+                break;
+            }
+            let Ok(item) = items.try_recv() else {
+                break;
+            };
+            self.on_item(*item);
         }
-        if self.deadline.is_some() {
-            self.buffered.push_back(item);
-            return;
-        }
-        match item {
-            SinkItem::Event(event) => self.writer.translate(event),
-            SinkItem::State { pointer, value } => self.writer.set_state(&pointer, value),
-            SinkItem::Ui {
-                component,
-                props,
-                reply,
-            } => {
-                let verdict = self.writer.rt.inner.options.ui.check(&component, &props);
-                if verdict.is_ok() {
-                    self.writer.translate(AgentEvent::Activity {
-                        message_id: uuid::Uuid::new_v4().to_string(),
-                        activity_type: component,
-                        content: props,
-                    });
-                } else if let Err(refusal) = &verdict {
-                    tracing::info!(%refusal, "component refused");
-                }
-                let _ = reply.send(verdict.map_err(|refusal| refusal.to_string()));
+        self.writer.quiet = false;
+        self.writer.thread.journal.publish();
+    }
+
+    /// After the turn: the waits left fail closed, and the answers that took them as the
+    /// loop ended open their segments.
+    async fn settle_leftover_waits(&mut self) {
+        // Waits nobody took fail closed now, so no answer can take them from here on. An
+        // answer that took them as the loop ended told the pump while it held them: its
+        // segment opens, and the run's ending is written there, on the answer's stream. That
+        // segment replays what the agent sent meanwhile, which may park the run again (a
+        // client tool call the agent did not wait for): so again, until no wait is left and
+        // nothing is queued.
+        loop {
+            let left = lock(&self.writer.run.suspension).take();
+            let parked = left.is_some();
+            if let Some(suspension) = left {
+                self.writer.expired(&suspension);
+                suspension.fail_closed("the run ended");
             }
-            SinkItem::Title(title) => {
-                self.writer.rt.inner.store.set_title(
-                    &self.writer.thread.key,
-                    &title,
-                    now_ms() as i64,
-                );
+            let mut told = false;
+            while let Some(command) = self.writer.run.control.try_recv() {
+                told = true;
+                self.on_control(command);
+                self.settle().await;
             }
-            SinkItem::Session { id, how } => {
-                lock(&self.writer.thread.state).session_id = Some(id.clone());
-                self.writer.rt.inner.store.set_session(
-                    &self.writer.thread.key,
-                    &id,
-                    &how,
-                    now_ms() as i64,
-                );
-                self.writer.set_state("/session", Value::String(id));
+            if !parked && !told {
+                break;
             }
-            SinkItem::Tool { call, reply } => {
-                let id = call.tool_call_id.clone();
-                self.writer.translate(AgentEvent::ToolCallStart {
-                    tool_call_id: id.clone(),
-                    name: call.name,
-                    parent_message_id: None,
-                });
-                self.writer.translate(AgentEvent::ToolCallArgs {
-                    tool_call_id: id.clone(),
-                    delta: call.arguments,
-                });
-                self.writer.translate(AgentEvent::ToolCallEnd {
-                    tool_call_id: id.clone(),
-                });
-                if let Some(trace) = &mut self.writer.trace {
-                    trace.tool_on_client(&id);
-                }
-                self.suspend(
-                    Channel::ToolMessages,
-                    vec![Wait::Tool {
-                        tool_call_id: id,
-                        reply,
-                    }],
-                    Vec::new(),
-                );
-            }
-            SinkItem::Permission { request, reply } => match self.hitl {
-                Hitl::Tool => {
-                    let id = format!("perm-{}", uuid::Uuid::new_v4());
-                    self.writer.translate(AgentEvent::ToolCallStart {
-                        tool_call_id: id.clone(),
-                        name: suspension::PERMISSION_TOOL.to_owned(),
-                        parent_message_id: None,
-                    });
-                    self.writer.translate(AgentEvent::ToolCallArgs {
-                        tool_call_id: id.clone(),
-                        delta: suspension::permission_arguments(
-                            &request.title,
-                            request.tool_call_id.as_deref(),
-                            &request.options,
-                        ),
-                    });
-                    self.writer.translate(AgentEvent::ToolCallEnd {
-                        tool_call_id: id.clone(),
-                    });
-                    if let Some(trace) = &mut self.writer.trace {
-                        trace.tool_on_client(&id);
-                    }
-                    self.suspend(
-                        Channel::ToolMessages,
-                        vec![Wait::Permission {
-                            answer_id: id,
-                            options: request.options,
-                            reply,
-                        }],
-                        Vec::new(),
-                    );
-                }
-                Hitl::Interrupt => {
-                    let interrupt = self.interrupt(
-                        "confirmation",
-                        &request.title,
-                        request.tool_call_id.clone(),
-                        suspension::response_schema(&request.options),
-                        Some(serde_json::json!({"options": request.options})),
-                    );
-                    let id = interrupt.id.clone();
-                    self.suspend(
-                        Channel::Interrupts,
-                        vec![Wait::Permission {
-                            answer_id: id,
-                            options: request.options,
-                            reply,
-                        }],
-                        vec![interrupt],
-                    );
-                }
-            },
-            SinkItem::Input { request, reply } => match self.hitl {
-                Hitl::Tool => {
-                    let id = format!("input-{}", uuid::Uuid::new_v4());
-                    self.writer.translate(AgentEvent::ToolCallStart {
-                        tool_call_id: id.clone(),
-                        name: suspension::INPUT_TOOL.to_owned(),
-                        parent_message_id: None,
-                    });
-                    self.writer.translate(AgentEvent::ToolCallArgs {
-                        tool_call_id: id.clone(),
-                        delta: suspension::input_arguments(&request),
-                    });
-                    self.writer.translate(AgentEvent::ToolCallEnd {
-                        tool_call_id: id.clone(),
-                    });
-                    self.suspend(
-                        Channel::ToolMessages,
-                        vec![Wait::Input {
-                            answer_id: id,
-                            schema: request.schema,
-                            reply,
-                        }],
-                        Vec::new(),
-                    );
-                }
-                Hitl::Interrupt => {
-                    let interrupt = self.interrupt(
-                        "input_required",
-                        &request.message,
-                        request.tool_call_id.clone(),
-                        request.schema.clone(),
-                        None,
-                    );
-                    let id = interrupt.id.clone();
-                    self.suspend(
-                        Channel::Interrupts,
-                        vec![Wait::Input {
-                            answer_id: id,
-                            schema: request.schema,
-                            reply,
-                        }],
-                        vec![interrupt],
-                    );
-                }
-            },
         }
     }
 
+    /// The pump of a run whose first segment `writer` writes.
+    pub(in crate::runtime) fn new(
+        writer: SegmentWriter,
+        hitl: Hitl,
+        suspend_timeout: Duration,
+    ) -> Pump {
+        Pump {
+            writer,
+            hitl,
+            suspend_timeout,
+            deadline: None,
+            buffered: VecDeque::new(),
+            known_tools: HashSet::new(),
+            pending_park: None,
+            pending_segment: None,
+        }
+    }
     /// A new AG-UI interrupt that expires with the suspension timeout.
     pub(in crate::runtime) fn interrupt(
         &self,
@@ -536,5 +391,14 @@ impl Pump {
         let translator = lock(&self.writer.run.translator);
         self.known_tools
             .extend(translator.known_tool_calls().cloned());
+    }
+}
+
+/// The ending of a turn whose agent panicked.
+fn panicked() -> Ending {
+    tracing::error!("agent panicked");
+    Ending::Error {
+        code: "AGENT_ERROR".to_owned(),
+        message: "the agent failed unexpectedly".to_owned(),
     }
 }

@@ -180,6 +180,33 @@ pub(crate) struct DisconnectWatch {
 }
 
 impl LiveRun {
+    /// A run just admitted as `run_id` on thread `thread_id` of `agent`, its first segment
+    /// starting at journal sequence `segment_start`.
+    pub(in crate::runtime) fn new(
+        run_id: &str,
+        thread_id: &str,
+        agent: &str,
+        segment_start: u64,
+        disconnect: DisconnectWatch,
+    ) -> LiveRun {
+        LiveRun {
+            id: run_id.to_owned(),
+            cancel: CancellationToken::new(),
+            reason: Mutex::new(None),
+            attached: AtomicUsize::new(0),
+            detaches: AtomicU64::new(0),
+            disconnect,
+            segment_start: AtomicU64::new(segment_start),
+            finished: CancellationToken::new(),
+            translator: Mutex::new(Translator::new(thread_id, run_id)),
+            control: Controls::default(),
+            suspension: Mutex::new(None),
+            phase: PhaseCell::default(),
+            aliases: Mutex::new(vec![run_id.to_owned()]),
+            started_at_ms: crate::clock::now_ms(),
+            agent: agent.to_owned(),
+        }
+    }
     /// Counts one more attached stream.
     pub(crate) fn attach(&self) {
         self.attached.fetch_add(1, Ordering::SeqCst);

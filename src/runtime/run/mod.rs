@@ -4,6 +4,7 @@
 //! one way.
 
 mod drive;
+mod items;
 mod live;
 mod segment;
 mod start;

@@ -46,6 +46,35 @@ pub(in crate::runtime) struct SegmentWriter {
 }
 
 impl SegmentWriter {
+    /// The writer of a run's first segment, started in the request's context (the
+    /// request's span is the run's parent); the run is counted as started.
+    pub(in crate::runtime) fn first(
+        rt: &Runtime,
+        thread: &Arc<Thread>,
+        run: &Arc<LiveRun>,
+        permit: super::Slot,
+    ) -> SegmentWriter {
+        let inner = &rt.inner;
+        let trace = inner
+            .options
+            .tracer
+            .as_ref()
+            .map(|tracer| tracer.run(&thread.agent, &thread.id, &run.id));
+        inner.run_metrics.agent(&thread.agent).started();
+        SegmentWriter {
+            rt: rt.clone(),
+            thread: thread.clone(),
+            run: run.clone(),
+            permit: Some(permit),
+            quiet: false,
+            metrics: inner.run_metrics.agent(&thread.agent),
+            admitted: std::time::Instant::now(),
+            produced: false,
+            trace,
+            link: None,
+        }
+    }
+
     /// `RUN_STARTED`, the history snapshot when due, and the state snapshot.
     pub(in crate::runtime) fn start(
         &mut self,

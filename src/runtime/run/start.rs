@@ -1,16 +1,15 @@
 //! A run's start: the decide step for a run request (attach, answer, supersede, refuse or
 //! start), admission, and the spawn of the new run's pump.
 
-use std::collections::{HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::drive::{Pump, drive};
-use super::live::{Controls, DisconnectWatch, LiveRun, PhaseCell, PrincipalSlot, Slot};
+use super::live::{DisconnectWatch, LiveRun, PrincipalSlot, Slot};
 use super::segment::SegmentWriter;
 use crate::access::{Capability, Principal};
 use crate::agent::Hitl;
@@ -20,11 +19,11 @@ use crate::protocol::{Message, Profile, RunAgentInput};
 use crate::runtime::Resume;
 use crate::runtime::attach::{Attachment, Mode};
 use crate::runtime::thread::{Decision, Retry, Thread};
-use crate::runtime::translator::Translator;
 use crate::runtime::{CancelReason, StartError};
 use crate::runtime::{LoadError, answer, attach};
 use crate::runtime::{Runtime, state};
 use crate::sync::lock;
+use std::sync::RwLockReadGuard;
 
 impl Runtime {
     /// One attempt of [`Runtime::start_run`]; `Err(Retry)` when the thread object it used
@@ -35,66 +34,17 @@ impl Runtime {
         agent: &str,
         input: &RunAgentInput,
     ) -> Result<Result<Attachment, StartError>, Retry> {
-        macro_rules! refuse {
-            ($e:expr) => {
-                return Ok(Err($e))
-            };
-        }
-        let inner = &self.inner;
-        let Some(backend) = inner
-            .agents
-            .get(agent)
-            .filter(|_| principal.may_use(agent))
-            .cloned()
-        else {
-            refuse!(StartError::UnknownAgent);
+        let found = match self.thread_for_run(principal, agent, input).await {
+            Ok(found) => found,
+            Err(error) => return Ok(Err(error)),
         };
+        let ThreadForRun {
+            backend,
+            thread,
+            created,
+            permit,
+        } = found;
         let profile = Profile::from_protocol_version(input.protocol_version.as_deref());
-        let key = principal.key(&input.thread_id);
-        let run_key = principal.key(&input.run_id);
-        let existing = match self.load_thread(&key).await {
-            Ok(existing) => existing,
-            Err(LoadError::Store) => refuse!(StartError::Store),
-            Err(LoadError::Elsewhere(owner)) => refuse!(StartError::Elsewhere(owner)),
-        };
-        if let Some(thread) = &existing
-            && thread.agent != agent
-        {
-            // Not naming an agent the principal may not use.
-            refuse!(StartError::AgentMismatch(
-                principal
-                    .may_use(&thread.agent)
-                    .then(|| thread.agent.clone())
-            ));
-        }
-        // A brand-new thread needs a slot and an unused run id before it may exist at all.
-        let mut permit = None;
-        if existing.is_none() {
-            if !principal.can(Capability::Run) {
-                refuse!(StartError::Forbidden(Capability::Run));
-            }
-            if lock(&inner.runs).contains_key(&run_key) {
-                refuse!(StartError::RunIdInUse);
-            }
-            match self.admit(principal) {
-                Ok(p) => permit = Some(p),
-                Err(e) => refuse!(e),
-            }
-        }
-        // `created`: this request put the thread in memory (a racing request for the same
-        // new id may have put its own there first; then this one uses that).
-        let (thread, created) = match existing {
-            Some(thread) => (thread, false),
-            None => self.insert_thread(self.new_thread(&key, agent, None, None)),
-        };
-        if thread.agent != agent {
-            refuse!(StartError::AgentMismatch(
-                principal
-                    .may_use(&thread.agent)
-                    .then(|| thread.agent.clone())
-            ));
-        }
-
         let decide = thread.decide.lock().await;
         if thread.retired.load(Ordering::SeqCst) {
             return Err(Retry);
@@ -127,18 +77,9 @@ impl Runtime {
                     Ok(Ok(self.segment_attachment(&thread, run, profile)))
                 }
                 Ok(answer::Answered::Superseded) => {
-                    // The old turn runs to its end with its waits failed closed; the new
-                    // input then starts a run of its own, decided afresh once the old pump
-                    // has ended. The wait happens outside the decide section.
+                    // The wait happens outside the decide section.
                     drop(decide);
-                    if tokio::time::timeout(answer::SUPERSEDE_WAIT, run.finished.cancelled())
-                        .await
-                        .is_err()
-                    {
-                        run.cancel_with(CancelReason::Requested);
-                        // Bounded: a cancelled pump ends within its cancel bound.
-                        run.finished.cancelled().await;
-                    }
+                    supersede(&run).await;
                     Err(Retry)
                 }
             },
@@ -149,31 +90,102 @@ impl Runtime {
             Decision::LostAnswers(calls) => {
                 Ok(Ok(self.lost_answers(&thread, input, profile, calls).await))
             }
-            Decision::Start => {
-                let _gate = inner.start_gate.read().unwrap_or_else(|e| e.into_inner());
-                if self.is_draining() {
-                    return refused(StartError::Draining);
-                }
-                if lock(&inner.runs).contains_key(&run_key) {
-                    return refused(StartError::RunIdInUse);
-                }
-                let permit = match permit {
-                    Some(permit) => permit,
-                    None => match self.admit(principal) {
-                        Ok(permit) => permit,
-                        Err(error) => return refused(error),
-                    },
-                };
-                Ok(Ok(start(
+            Decision::Start => match self.start_decided(principal, input, permit) {
+                // The start gate is held until the pump is spawned.
+                Ok((_gate, permit)) => Ok(Ok(start(
                     self,
                     &thread,
                     backend,
                     input.clone(),
                     profile,
                     permit,
-                )))
-            }
+                ))),
+                Err(error) => refused(error),
+            },
         }
+    }
+
+    /// The thread a run request is for, found or (when the principal may create it, a
+    /// slot is free and the run id unused) created, with the agent it runs on; a brand-new
+    /// thread comes with its admission.
+    async fn thread_for_run(
+        &self,
+        principal: &Principal,
+        agent: &str,
+        input: &RunAgentInput,
+    ) -> Result<ThreadForRun, StartError> {
+        let inner = &self.inner;
+        let Some(backend) = inner
+            .agents
+            .get(agent)
+            .filter(|_| principal.may_use(agent))
+            .cloned()
+        else {
+            return Err(StartError::UnknownAgent);
+        };
+        let key = principal.key(&input.thread_id);
+        let run_key = principal.key(&input.run_id);
+        let existing = match self.load_thread(&key).await {
+            Ok(existing) => existing,
+            Err(LoadError::Store) => return Err(StartError::Store),
+            Err(LoadError::Elsewhere(owner)) => return Err(StartError::Elsewhere(owner)),
+        };
+        if let Some(thread) = &existing
+            && thread.agent != agent
+        {
+            return Err(agent_mismatch(principal, thread));
+        }
+        // A brand-new thread needs a slot and an unused run id before it may exist at all.
+        let mut permit = None;
+        if existing.is_none() {
+            if !principal.can(Capability::Run) {
+                return Err(StartError::Forbidden(Capability::Run));
+            }
+            if lock(&inner.runs).contains_key(&run_key) {
+                return Err(StartError::RunIdInUse);
+            }
+            permit = Some(self.admit(principal)?);
+        }
+        // `created`: this request put the thread in memory (a racing request for the same
+        // new id may have put its own there first; then this one uses that).
+        let (thread, created) = match existing {
+            Some(thread) => (thread, false),
+            None => self.insert_thread(self.new_thread(&key, agent, None, None)),
+        };
+        if thread.agent != agent {
+            return Err(agent_mismatch(principal, &thread));
+        }
+        Ok(ThreadForRun {
+            backend,
+            thread,
+            created,
+            permit,
+        })
+    }
+
+    /// The last checks of a run the decide step starts, under the start gate: not
+    /// draining, the run id unused, a slot (the one a new thread came with, or a new one).
+    /// The gate comes back held: the caller keeps it until the run's pump is spawned, so
+    /// `drain` never misses a run it did not refuse.
+    fn start_decided(
+        &self,
+        principal: &Principal,
+        input: &RunAgentInput,
+        permit: Option<Slot>,
+    ) -> Result<(RwLockReadGuard<'_, ()>, Slot), StartError> {
+        let inner = &self.inner;
+        let gate = inner.start_gate.read().unwrap_or_else(|e| e.into_inner());
+        if self.is_draining() {
+            return Err(StartError::Draining);
+        }
+        if lock(&inner.runs).contains_key(&principal.key(&input.run_id)) {
+            return Err(StartError::RunIdInUse);
+        }
+        let permit = match permit {
+            Some(permit) => permit,
+            None => self.admit(principal)?,
+        };
+        Ok((gate, permit))
     }
 
     /// A run slot for `principal`: its own cap first (capped principals), then the
@@ -271,63 +283,25 @@ pub(in crate::runtime) fn start(
         .copied()
         .unwrap_or(Hitl::Tool);
     let span = tracing::info_span!("run", thread.id = %thread.id, run.id = %input.run_id);
-    let run = Arc::new(LiveRun {
-        id: input.run_id.clone(),
-        cancel: CancellationToken::new(),
-        reason: Mutex::new(None),
-        attached: AtomicUsize::new(0),
-        detaches: AtomicU64::new(0),
-        disconnect: DisconnectWatch {
+    let run = Arc::new(LiveRun::new(
+        &input.run_id,
+        &thread.id,
+        &thread.agent,
+        segment_start,
+        DisconnectWatch {
             grace: inner.options.disconnect_grace,
             tasks: inner.run_tasks.clone(),
             span: span.clone(),
         },
-        segment_start: AtomicU64::new(segment_start),
-        finished: CancellationToken::new(),
-        translator: Mutex::new(Translator::new(&thread.id, &input.run_id)),
-        control: Controls::default(),
-        suspension: Mutex::new(None),
-        phase: PhaseCell::default(),
-        aliases: Mutex::new(vec![input.run_id.clone()]),
-        started_at_ms: now_ms(),
-        agent: thread.agent.clone(),
-    });
-    let (new_messages, history, session_id, document, tool_call_ids) = {
-        let mut state = lock(&thread.state);
-        let new = state.take_new(&input.messages);
-        state.live = Some(run.clone());
-        if let Some(client) = &input.state {
-            state::set_client(state.document.make_mut(&thread.agent), client);
-        }
-        let history = std::mem::take(&mut state.history_pending).then(|| {
-            capped_history(
-                &state.transcript,
-                inner.options.history_max_messages,
-                inner.options.history_max_bytes,
-            )
-        });
-        (
-            new,
-            history,
-            state.session_id.clone(),
-            state.document.value(&thread.agent),
-            tool_call_ids(&state.transcript),
-        )
-    };
-    let title = new_messages.iter().find_map(|m| match m {
-        Message::User(user) => Some(title_of(&user.content.text())),
-        _ => None,
-    });
-    inner.store.record_run_start(
-        &thread.key,
-        &thread.agent,
-        title,
-        &run.id,
-        new_messages.clone(),
-        now_ms() as i64,
-    );
-    lock(&inner.runs).insert(thread.run_key(&run.id), run.clone());
-    rt.fleet_changed();
+    ));
+    let TurnInputs {
+        new_messages,
+        history,
+        session_id,
+        document,
+        tool_call_ids,
+    } = turn_inputs(rt, thread, &run, &input);
+    record_start(rt, thread, &run, &new_messages);
 
     // Attached before the pump starts, so the disconnect watcher sees this stream.
     let attachment = rt.attachment(
@@ -352,34 +326,8 @@ pub(in crate::runtime) fn start(
         tool_call_ids,
         cancel: run.cancel.child_token(),
     });
-    // Started in the request's context: the request's span is the run's parent.
-    let trace = inner
-        .options
-        .tracer
-        .as_ref()
-        .map(|tracer| tracer.run(&thread.agent, &thread.id, &run.id));
-    inner.run_metrics.agent(&thread.agent).started();
-    let pump = Box::new(Pump {
-        writer: SegmentWriter {
-            rt: rt.clone(),
-            thread: thread.clone(),
-            run: run.clone(),
-            permit: Some(permit),
-            quiet: false,
-            metrics: inner.run_metrics.agent(&thread.agent),
-            admitted: std::time::Instant::now(),
-            produced: false,
-            trace,
-            link: None,
-        },
-        hitl,
-        suspend_timeout: inner.options.suspend_timeout,
-        deadline: None,
-        buffered: VecDeque::new(),
-        known_tools: HashSet::new(),
-        pending_park: None,
-        pending_segment: None,
-    });
+    let writer = SegmentWriter::first(rt, thread, &run, permit);
+    let pump = Box::new(Pump::new(writer, hitl, inner.options.suspend_timeout));
     inner
         .run_tasks
         .spawn(drive(pump, agent, turn, input.parent_run_id, history).instrument(span));
@@ -430,4 +378,98 @@ pub(in crate::runtime) fn title_of(text: &str) -> String {
         title.push('…');
     }
     title
+}
+
+/// What a run request found: its agent, its thread, whether the request created it, and
+/// the admission a brand-new thread came with.
+struct ThreadForRun {
+    backend: Arc<dyn Agent>,
+    thread: Arc<Thread>,
+    created: bool,
+    permit: Option<Slot>,
+}
+
+/// A thread of another agent, named unless the principal may not use it.
+fn agent_mismatch(principal: &Principal, thread: &Thread) -> StartError {
+    StartError::AgentMismatch(
+        principal
+            .may_use(&thread.agent)
+            .then(|| thread.agent.clone()),
+    )
+}
+
+/// New input superseded a suspended run: the old turn runs to its end with its waits
+/// failed closed (cancelled if it does not end within the supersede wait); the new input
+/// then starts a run of its own, decided afresh.
+async fn supersede(run: &LiveRun) {
+    if tokio::time::timeout(answer::SUPERSEDE_WAIT, run.finished.cancelled())
+        .await
+        .is_err()
+    {
+        run.cancel_with(CancelReason::Requested);
+        // Bounded: a cancelled pump ends within its cancel bound.
+        run.finished.cancelled().await;
+    }
+}
+
+/// What a new turn takes from its thread, taken as the run becomes the thread's live one.
+struct TurnInputs {
+    /// The input's messages the thread has not seen.
+    new_messages: Vec<Message>,
+    /// The transcript to replay to the client first, when one is owed.
+    history: Option<Value>,
+    session_id: Option<String>,
+    document: Value,
+    tool_call_ids: HashSet<String>,
+}
+
+/// Makes `run` the thread's live run and takes what its turn needs, under the thread's
+/// state lock; the client's state is applied to the document first.
+fn turn_inputs(
+    rt: &Runtime,
+    thread: &Thread,
+    run: &Arc<LiveRun>,
+    input: &RunAgentInput,
+) -> TurnInputs {
+    let options = &rt.inner.options;
+    let mut state = lock(&thread.state);
+    let new_messages = state.take_new(&input.messages);
+    state.live = Some(run.clone());
+    if let Some(client) = &input.state {
+        state::set_client(state.document.make_mut(&thread.agent), client);
+    }
+    let history = std::mem::take(&mut state.history_pending).then(|| {
+        capped_history(
+            &state.transcript,
+            options.history_max_messages,
+            options.history_max_bytes,
+        )
+    });
+    TurnInputs {
+        new_messages,
+        history,
+        session_id: state.session_id.clone(),
+        document: state.document.value(&thread.agent),
+        tool_call_ids: tool_call_ids(&state.transcript),
+    }
+}
+
+/// Stores the run's start with its new input (committed before `RUN_STARTED` is
+/// announced), names the thread after its first user message, and makes the run live.
+fn record_start(rt: &Runtime, thread: &Thread, run: &Arc<LiveRun>, new_messages: &[Message]) {
+    let inner = &rt.inner;
+    let title = new_messages.iter().find_map(|m| match m {
+        Message::User(user) => Some(title_of(&user.content.text())),
+        _ => None,
+    });
+    inner.store.record_run_start(
+        &thread.key,
+        &thread.agent,
+        title,
+        &run.id,
+        new_messages.to_vec(),
+        now_ms() as i64,
+    );
+    lock(&inner.runs).insert(thread.run_key(&run.id), run.clone());
+    rt.fleet_changed();
 }
