@@ -1,0 +1,266 @@
+use std::path::Path;
+
+use clap::Parser;
+
+use super::*;
+use crate::config::{AgentKind, Auth, Hitl, TlsMode, TokenSource};
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+fn parse(args: &[&str]) -> Cli {
+    Cli::try_parse_from(std::iter::once("agui-serve").chain(args.iter().copied())).expect("parses")
+}
+
+#[test]
+fn defaults_match_the_contract() {
+    let resolved = parse(&[]).args.resolve(&no_env).expect("valid");
+    let config = resolved.config;
+    assert_eq!(config.socket_addr().to_string(), "127.0.0.1:8443");
+    assert_eq!(config.path, "/agui");
+    assert_eq!(config.tls, TlsMode::SelfSigned);
+    assert_eq!(config.max_concurrent_runs, 64);
+    assert_eq!(resolved.token_source, TokenSource::Generated);
+    assert_eq!(config.agents.len(), 1);
+    assert_eq!(config.agents[0].name, "demo");
+}
+
+#[test]
+fn help_shows_the_defaults_that_apply() {
+    use clap::CommandFactory;
+    let help = Cli::command().render_help().to_string();
+    // A flag's entry: its line, and the help under it when clap puts it there.
+    let line = |flag: &str| {
+        let lines: Vec<&str> = help.lines().collect();
+        let start = lines
+            .iter()
+            .position(|l| l.split_whitespace().next() == Some(flag))
+            .unwrap_or_else(|| panic!("{flag} in {help}"));
+        let end = lines[start + 1..]
+            .iter()
+            .position(|l| l.trim_start().starts_with('-') || l.trim().is_empty())
+            .map_or(lines.len(), |n| start + 1 + n);
+        lines[start..end].join(" ")
+    };
+    let config = parse(&[]).args.resolve(&no_env).expect("valid").config;
+    let duration = crate::config::format_duration;
+    for (flag, default) in [
+        ("--host", config.host.to_string()),
+        ("--port", config.port.to_string()),
+        ("--path", config.path.clone()),
+        (
+            "--max-concurrent-runs",
+            config.max_concurrent_runs.to_string(),
+        ),
+        ("--disconnect-grace", duration(config.disconnect_grace)),
+        ("--shutdown-grace", duration(config.shutdown_grace)),
+        ("--keep-alive", duration(config.keep_alive)),
+        ("--suspend-timeout", duration(config.suspend_timeout)),
+        ("--log-format", "text".to_owned()),
+    ] {
+        let line = line(flag);
+        assert!(line.contains(&format!("[default: {default}]")), "{line}");
+    }
+    for flag in [
+        "--config",
+        "--token",
+        "--data-dir",
+        "--no-tls",
+        "--acp",
+        "--allowed-origin",
+    ] {
+        let line = line(flag);
+        assert!(line.contains("[default:"), "{line}");
+    }
+}
+
+#[test]
+fn token_precedence() {
+    let dir = std::env::temp_dir().join(format!("agui-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("t");
+    std::fs::write(&file, "from-file-0123456789\n").expect("write");
+    let env = |k: &str| (k == "AGUI_TOKEN").then(|| "from-env-0123456789".to_owned());
+    let file_arg = file.to_str().expect("utf8");
+
+    let r = parse(&["--token", "from-flag-0123456789", "--token-file", file_arg])
+        .args
+        .resolve(&env)
+        .expect("valid");
+    assert_eq!(r.token_source, TokenSource::Flag);
+    let r = parse(&["--token-file", file_arg])
+        .args
+        .resolve(&env)
+        .expect("valid");
+    assert_eq!(r.token_source, TokenSource::File);
+    match r.config.auth {
+        Auth::Token(t) => assert_eq!(t.expose(), "from-file-0123456789"),
+        Auth::Misconfigured => panic!("token expected"),
+    }
+    let r = parse(&[]).args.resolve(&env).expect("valid");
+    assert_eq!(r.token_source, TokenSource::Environment);
+}
+
+#[test]
+fn empty_token_sources_are_errors_not_fall_through() {
+    let dir = std::env::temp_dir().join(format!("agui-cli-empty-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("empty");
+    std::fs::write(&file, "\n").expect("write");
+    let env_empty = |k: &str| (k == "AGUI_TOKEN").then(String::new);
+    assert!(parse(&["--token", ""]).args.resolve(&no_env).is_err());
+    assert!(
+        parse(&["--token-file", file.to_str().expect("utf8")])
+            .args
+            .resolve(&no_env)
+            .is_err()
+    );
+    assert!(parse(&[]).args.resolve(&env_empty).is_err());
+}
+
+#[test]
+fn tls_flags_must_pair() {
+    assert!(parse(&["--tls-cert", "c"]).args.resolve(&no_env).is_err());
+    assert!(
+        parse(&["--no-tls", "--tls-cert", "c", "--tls-key", "k"])
+            .args
+            .resolve(&no_env)
+            .is_err()
+    );
+}
+
+#[test]
+fn config_file_unknown_keys_are_errors() {
+    let dir = std::env::temp_dir().join(format!("agui-cli-toml-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("c.toml");
+    std::fs::write(&file, "[server]\nprot = 1\n").expect("write");
+    let err = parse(&["--config", file.to_str().expect("utf8")])
+        .args
+        .resolve(&no_env)
+        .expect_err("unknown key");
+    assert!(err.to_string().contains("prot"), "{err}");
+}
+
+#[test]
+fn config_file_errors_name_the_key_and_its_line() {
+    let dir = std::env::temp_dir().join(format!("agui-cli-types-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("c.toml");
+    for (text, says) in [
+        (
+            "[server]\nhost = \"127.0.0.1\"\nport = \"eighty\"\n",
+            "`server.port` (line 3): expected u16, found string \"eighty\"",
+        ),
+        (
+            "[server]\nport = 1\n\n[[agents]]\nname = \"a\"\nkind = \"acp\"\npool_size = -1\n",
+            "`agents[0].pool_size` (line 7):",
+        ),
+        (
+            "[server]\nprot = 1\n",
+            "`server.prot` (line 2): unknown field `prot`",
+        ),
+        ("[[agents]]\nkind = \"demo\"\n", "`agents[0].name`"),
+        ("[server\nport = 1\n", "line 1:"),
+    ] {
+        std::fs::write(&file, text).expect("write");
+        let err = parse(&["--config", file.to_str().expect("utf8")])
+            .args
+            .resolve(&no_env)
+            .expect_err("invalid");
+        assert!(err.to_string().contains(says), "{text}: {err}");
+        assert!(!err.to_string().contains('\n'), "one line: {err}");
+    }
+}
+
+#[test]
+fn agents_take_workspaces_by_default_and_never_the_daemons_ports() {
+    let dir = std::env::temp_dir().join(format!("agui-cli-ws-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let resolve = |text: &str| {
+        let file = dir.join("c.toml");
+        std::fs::write(&file, text).expect("write");
+        parse(&[
+            "--config",
+            file.to_str().expect("utf8"),
+            "--data-dir",
+            "/var/lib/a",
+        ])
+        .args
+        .resolve(&no_env)
+    };
+    let agent = "[[agents]]\nname = \"a\"\nkind = \"acp\"\ncommand = [\"x\"]\n";
+    let config = resolve(agent).expect("valid").config;
+    let AgentKind::Acp(acp) = &config.agents[0].kind else {
+        panic!("an ACP agent");
+    };
+    let workspace = acp.workspace.as_ref().expect("a workspace by default");
+    assert_eq!(workspace.root, Path::new("/var/lib/a/workspaces"));
+    assert_eq!(acp.sandbox.connect, [443]);
+    let own = format!("[server]\nport = 8443\n\n{agent}sandbox = {{ connect = [8443] }}\n");
+    let err = resolve(&own).expect_err("the daemon's port");
+    assert!(err.to_string().contains("port 8443"), "{err}");
+    let both = format!("{agent}cwd = \"/srv\"\n[agents.workspace]\nsource = \"empty\"\n");
+    let err = resolve(&both).expect_err("cwd and a workspace");
+    assert!(err.to_string().contains("not both"), "{err}");
+    let relative = format!("{agent}[agents.workspace]\nroot = \"rel\"\n");
+    assert!(resolve(&relative).is_err());
+}
+
+#[test]
+fn config_file_and_flags_merge() {
+    let dir = std::env::temp_dir().join(format!("agui-cli-merge-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("c.toml");
+    std::fs::write(
+        &file,
+        r#"
+[server]
+port = 9000
+path = "/x/"
+disconnect_grace = "5s"
+allowed_origins = ["https://a.example"]
+
+[[agents]]
+name = "echo"
+kind = "demo"
+hitl = "interrupt"
+
+[[agents]]
+name = "claude"
+kind = "acp"
+command = ["npx", "-y", "pkg"]
+env = { KEY = "secret" }
+pool_size = 2
+idle_ttl = "10m"
+permissions = "allow"
+"#,
+    )
+    .expect("write");
+    let r = parse(&["--config", file.to_str().expect("utf8"), "--port", "9001"])
+        .args
+        .resolve(&no_env)
+        .expect("valid");
+    let c = r.config;
+    assert_eq!(c.port, 9001);
+    assert_eq!(c.path, "/x");
+    assert_eq!(c.disconnect_grace.as_secs(), 5);
+    assert_eq!(c.agents.len(), 2);
+    assert_eq!(c.agents[0].hitl, Hitl::Interrupt);
+    assert!(!format!("{c:?}").contains("secret"));
+    assert!(!c.redacted_json().to_string().contains("secret"));
+}
+
+#[test]
+fn acp_flag_splits_shell_words() {
+    let r = parse(&["--acp", "claude=npx -y '@scope/pkg' --flag"])
+        .args
+        .resolve(&no_env)
+        .expect("valid");
+    match &r.config.agents[0].kind {
+        AgentKind::Acp(acp) => assert_eq!(acp.command, ["npx", "-y", "@scope/pkg", "--flag"]),
+        AgentKind::Demo => panic!("acp expected"),
+    }
+    assert!(parse(&["--acp", "noequals"]).args.resolve(&no_env).is_err());
+}
