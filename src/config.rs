@@ -300,92 +300,49 @@ impl Config {
 
     /// The resolved configuration as JSON with secrets redacted (`check-config`).
     pub fn redacted_json(&self) -> serde_json::Value {
-        let agents: Vec<_> = self
-            .agents
-            .iter()
-            .map(|agent| {
-                let mut value = json!({
-                    "name": agent.name,
-                    "description": agent.description,
-                    "hitl": format!("{:?}", agent.hitl).to_lowercase(),
-                });
-                match &agent.kind {
-                    AgentKind::Demo => value["kind"] = json!("demo"),
-                    AgentKind::Acp(acp) => {
-                        value["kind"] = json!("acp");
-                        value["command"] = json!(acp.command);
-                        value["cwd"] = json!(acp.cwd);
-                        value["env"] = acp
-                            .env
-                            .keys()
-                            .map(|k| (k.clone(), json!("<redacted>")))
-                            .collect::<serde_json::Map<_, _>>()
-                            .into();
-                        value["pool_size"] = json!(acp.pool_size);
-                        value["idle_ttl"] = json!(format_duration(acp.idle_ttl));
-                        value["permissions"] =
-                            json!(format!("{:?}", acp.permissions).to_lowercase());
-                        value["mcp_frontend_tools"] =
-                            json!(format!("{:?}", acp.frontend_mcp).to_lowercase());
-                        value["session_ttl"] = json!(format_duration(acp.session_ttl));
-                        value["workspace"] = acp.workspace.as_ref().map_or(json!(null), |w| {
-                            json!({
-                                "source": w.source.to_string(),
-                                "root": w.root,
-                                "quota": w.quota.map(|q| format_size(q as usize)),
-                                "unit": format!("{:?}", w.unit).to_lowercase(),
-                            })
-                        });
-                        value["confinement"] = json!(confinement_in_force(acp.confinement));
-                        value["sandbox"] = json!({
-                            "read": acp.sandbox.read,
-                            "write": acp.sandbox.write,
-                            "connect": acp.sandbox.connect,
-                            "bind": acp.sandbox.bind,
-                        });
-                    }
-                }
-                value
-            })
-            .collect();
+        json!({
+            "server": self.server_json(),
+            "agents": self.agents.iter().map(AgentConfig::redacted_json).collect::<Vec<_>>(),
+            "auth": self.access.redacted_json(),
+            "ui": {
+                "components": self.ui.components.iter().map(|(name, _)| name).collect::<Vec<_>>(),
+                "max_props": format_size(self.ui.max_props),
+            },
+        })
+    }
+
+    /// The `server` part of [`Config::redacted_json`]: no token, no connection string.
+    fn server_json(&self) -> serde_json::Value {
         let tls = match &self.tls {
             TlsMode::Off => json!("off"),
             TlsMode::SelfSigned => json!("self-signed"),
             TlsMode::Files { cert, key } => json!({"cert": cert, "key": key}),
         };
         json!({
-            "server": {
-                "host": self.host.to_string(),
-                "port": self.port,
-                "path": self.path,
-                "token": match self.auth { Auth::Token(_) => "<redacted>", Auth::Misconfigured => "<missing>" },
-                "allowed_origins": self.allowed_origins,
-                "tls": tls,
-                "data_dir": self.data_dir,
-                "max_concurrent_runs": self.max_concurrent_runs,
-                "disconnect_grace": format_duration(self.disconnect_grace),
-                "shutdown_grace": format_duration(self.shutdown_grace),
-                "keep_alive": format_duration(self.keep_alive),
-                "suspend_timeout": format_duration(self.suspend_timeout),
-                "stall_timeout": format_duration(self.stall_timeout),
-                "fleet_history": self.fleet_history,
-                "memory_budget": format_size(self.memory_budget),
-                "max_connections": self.max_connections,
-                "metrics_listen": self.metrics_listen.map(|a| a.to_string()),
-                "otlp_endpoint": self.otlp_endpoint.as_ref().map(OtlpEndpoint::traces_url),
-                "log_format": format!("{:?}", self.log_format).to_lowercase(),
-                // The connection string may hold a password: only its kind is shown.
-                "store": if self.cluster.is_some() { "postgres" } else { "sqlite" },
-                "node_id": self.cluster.as_ref().map(|c| c.node_name.clone()),
-                "advertise_url": self.cluster.as_ref().map(|c| c.advertise.clone()),
-                "lease_ttl": self.cluster.as_ref().map(|c| format_duration(c.lease_ttl)),
-            },
-            "agents": agents,
-            "auth": self.access.redacted_json(),
-            "ui": {
-                "components": self.ui.components.iter().map(|(name, _)| name).collect::<Vec<_>>(),
-                "max_props": format_size(self.ui.max_props),
-            },
+            "host": self.host.to_string(),
+            "port": self.port,
+            "path": self.path,
+            "token": match self.auth { Auth::Token(_) => "<redacted>", Auth::Misconfigured => "<missing>" },
+            "allowed_origins": self.allowed_origins,
+            "tls": tls,
+            "data_dir": self.data_dir,
+            "max_concurrent_runs": self.max_concurrent_runs,
+            "disconnect_grace": format_duration(self.disconnect_grace),
+            "shutdown_grace": format_duration(self.shutdown_grace),
+            "keep_alive": format_duration(self.keep_alive),
+            "suspend_timeout": format_duration(self.suspend_timeout),
+            "stall_timeout": format_duration(self.stall_timeout),
+            "fleet_history": self.fleet_history,
+            "memory_budget": format_size(self.memory_budget),
+            "max_connections": self.max_connections,
+            "metrics_listen": self.metrics_listen.map(|a| a.to_string()),
+            "otlp_endpoint": self.otlp_endpoint.as_ref().map(OtlpEndpoint::traces_url),
+            "log_format": format!("{:?}", self.log_format).to_lowercase(),
+            // The connection string may hold a password: only its kind is shown.
+            "store": if self.cluster.is_some() { "postgres" } else { "sqlite" },
+            "node_id": self.cluster.as_ref().map(|c| c.node_name.clone()),
+            "advertise_url": self.cluster.as_ref().map(|c| c.advertise.clone()),
+            "lease_ttl": self.cluster.as_ref().map(|c| format_duration(c.lease_ttl)),
         })
     }
 }
@@ -429,6 +386,56 @@ impl AgentConfig {
             kind: AgentKind::Demo,
         }
     }
+
+    /// The agent as [`Config::redacted_json`] shows it: its environment's names, never
+    /// their values.
+    fn redacted_json(&self) -> serde_json::Value {
+        let mut value = json!({
+            "name": self.name,
+            "description": self.description,
+            "hitl": format!("{:?}", self.hitl).to_lowercase(),
+        });
+        match &self.kind {
+            AgentKind::Demo => value["kind"] = json!("demo"),
+            AgentKind::Acp(acp) => {
+                value["kind"] = json!("acp");
+                add_acp_json(&mut value, acp);
+            }
+        }
+        value
+    }
+}
+
+/// An ACP agent's settings, added to its JSON after `kind`.
+fn add_acp_json(value: &mut serde_json::Value, acp: &AcpConfig) {
+    value["command"] = json!(acp.command);
+    value["cwd"] = json!(acp.cwd);
+    value["env"] = acp
+        .env
+        .keys()
+        .map(|k| (k.clone(), json!("<redacted>")))
+        .collect::<serde_json::Map<_, _>>()
+        .into();
+    value["pool_size"] = json!(acp.pool_size);
+    value["idle_ttl"] = json!(format_duration(acp.idle_ttl));
+    value["permissions"] = json!(format!("{:?}", acp.permissions).to_lowercase());
+    value["mcp_frontend_tools"] = json!(format!("{:?}", acp.frontend_mcp).to_lowercase());
+    value["session_ttl"] = json!(format_duration(acp.session_ttl));
+    value["workspace"] = acp.workspace.as_ref().map_or(json!(null), |w| {
+        json!({
+            "source": w.source.to_string(),
+            "root": w.root,
+            "quota": w.quota.map(|q| format_size(q as usize)),
+            "unit": format!("{:?}", w.unit).to_lowercase(),
+        })
+    });
+    value["confinement"] = json!(confinement_in_force(acp.confinement));
+    value["sandbox"] = json!({
+        "read": acp.sandbox.read,
+        "write": acp.sandbox.write,
+        "connect": acp.sandbox.connect,
+        "bind": acp.sandbox.bind,
+    });
 }
 
 /// Whether `name` can be an agent name (a single URL path segment).

@@ -32,7 +32,7 @@ use crate::http::{self as web, App, Limits};
 use crate::metrics::Metrics;
 use crate::runtime::{CancelReason, Runtime, RuntimeOptions};
 use crate::store::{DataDirLock, Fence, Store, StoreError};
-use crate::traces::{Exporter, TraceError};
+use crate::traces::{Exporter, TraceError, Tracer};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -100,123 +100,17 @@ impl Server {
             addr: config.socket_addr(),
             source,
         })?;
-        let tls = match &config.tls {
-            TlsMode::Off => None,
-            TlsMode::SelfSigned => {
-                ensure_dir(&config.data_dir)?;
-                Some(tls::self_signed_acceptor(&config.data_dir)?)
-            }
-            TlsMode::Files { cert, key } => Some(tls::acceptor_from_files(cert, key)?),
-        };
-        let mut agents: BTreeMap<String, Arc<dyn Agent>> = BTreeMap::new();
-        let mut host = AgentHost::new(&config.data_dir);
-        host.mcp = Some(Arc::new(crate::http::mcp::LoopbackMcp::default()));
-        host.secrets = config.secret_paths();
-        host.secrets
-            .extend(std::env::var_os("HOME").map(std::path::PathBuf::from));
-        // Every workspace root: a process is granted its own directory in it, never a
-        // read path that holds the others.
-        for agent in &config.agents {
-            if let AgentKind::Acp(acp) = &agent.kind
-                && let Some(workspace) = &acp.workspace
-            {
-                host.secrets.push(workspace.root.clone());
-            }
-        }
-        if let Some(launcher) = &config.launcher {
-            host.launcher = launcher.clone();
-        }
-        for agent in &config.agents {
-            match &agent.kind {
-                AgentKind::Demo => {
-                    agents.insert(agent.name.clone(), Arc::new(DemoAgent));
-                }
-                AgentKind::Acp(acp) => {
-                    agents.insert(
-                        agent.name.clone(),
-                        Arc::new(AcpBackend::new(&agent.name, acp.clone(), host.clone())),
-                    );
-                }
-            }
-        }
-        let secrets = match &config.auth {
-            Auth::Token(token) => vec![token.expose().to_owned()],
-            Auth::Misconfigured => Vec::new(),
-        };
+        let tls = tls_acceptor(&config)?;
+        let agents = agents(&config, &agent_host(&config));
         ensure_dir(&config.data_dir)?;
         // The embedded store's data directory, held while this server lives.
         let data_lock = (config.cluster.is_none())
             .then(|| Store::lock_data_dir(&config.data_dir))
             .transpose()?;
-        let (store, cluster) = match &config.cluster {
-            None => (Store::open(&config.data_dir)?, None),
-            Some(settings) => {
-                let fence = Fence::new(&Cluster::process_id(&settings.node_name));
-                let store = Store::connect_postgres(&settings.url, fence.clone()).await?;
-                // The certificate this node serves, published for the others to pin.
-                let mut settings = settings.clone();
-                settings.cert = match &config.tls {
-                    TlsMode::Off => None,
-                    TlsMode::SelfSigned => Some(tls::leaf_certificate(
-                        &tls::self_signed_paths(&config.data_dir).0,
-                    )?),
-                    TlsMode::Files { cert, .. } => Some(tls::leaf_certificate(cert)?),
-                };
-                let cluster = Cluster::join(settings, fence).await?;
-                (store, Some(Arc::new(cluster)))
-            }
-        };
-        // The key that signs minted tokens: every node of a cluster shares one.
-        let local_key = match &cluster {
-            None => {
-                crate::access::jwt::local_secret(&config.data_dir).map_err(ServeError::Access)?
-            }
-            Some(cluster) => cluster
-                .shared_secret("token-signing", 32)
-                .await
-                .map(|bytes| crate::hex::encode(&bytes).into_bytes())?,
-        };
-        let mut options = RuntimeOptions::new(config.max_concurrent_runs);
-        options.disconnect_grace = config.disconnect_grace;
-        options.keep_alive = config.keep_alive;
-        options.suspend_timeout = config.suspend_timeout;
-        options.stall_timeout = config.stall_timeout;
-        options.fleet_history = config.fleet_history;
-        options.ui = Arc::new(
-            crate::runtime::ui::UiCatalog::new(config.ui.components.clone(), config.ui.max_props)
-                .map_err(ServeError::Ui)?,
-        );
-        options.memory_budget = config.memory_budget;
-        // The budget bounds the whole process: what it holds now and its reserve come off
-        // what retained data may hold.
-        let resident = crate::runtime::memory::resident_bytes().unwrap_or(0);
-        options.memory_reserved =
-            crate::runtime::memory::process_reserve(config.memory_budget, resident);
-        options.secrets = secrets;
-        options.max_runs_per_principal = config.access.max_runs_per_principal;
-        options.fleet_limits = config.access.fleet_streams;
-        options.hitl = config
-            .agents
-            .iter()
-            .map(|a| (a.name.clone(), a.hitl))
-            .collect();
-        // Traces: an exporter only when an endpoint is configured.
-        let (traces, tracer) = match &config.otlp_endpoint {
-            Some(endpoint) => {
-                let client = crate::http::otlp::OtlpClient::new(
-                    crate::traces::EXPORT_TIMEOUT,
-                    endpoint.is_https(),
-                )
-                .map_err(crate::traces::TraceError::from)?;
-                let (exporter, tracer) = Exporter::start(endpoint, client)?;
-                tracing::info!(
-                    endpoint = endpoint.traces_url(),
-                    "exporting traces over OTLP"
-                );
-                (Some(exporter), Some(tracer))
-            }
-            None => (None, None),
-        };
+        let (store, cluster) = open_store(&config).await?;
+        let local_key = signing_key(&config, cluster.as_deref()).await?;
+        let mut options = runtime_options(&config)?;
+        let (traces, tracer) = trace_exporter(&config)?;
         options.tracer = tracer.clone();
         options.cluster = cluster.clone();
         let runtime = Runtime::new(agents, options, store);
@@ -229,27 +123,14 @@ impl Server {
             None => None,
         };
         let access = access(&config, &local_key)?;
-        let mut app = App::new(
+        let app = app(
+            &config,
             runtime.clone(),
-            config.path.clone(),
-            config.auth.clone(),
-            &config.allowed_origins,
-            config
-                .agents
-                .iter()
-                .map(|a| (a.name.clone(), a.description.clone()))
-                .collect(),
             metrics,
-        )
-        .with_access(access);
-        app.tracer = tracer;
-        if let Some(cluster) = &cluster {
-            app = app.with_forwarder(
-                Forwarder::new(cluster.node(), cluster.lease_ttl())
-                    .map_err(|e| ServeError::Access(e.to_string()))?,
-            );
-        }
-        let app = Arc::new(app);
+            access,
+            tracer,
+            cluster.as_deref(),
+        )?;
         Ok(Server {
             listener,
             tls,
@@ -301,19 +182,9 @@ impl Server {
             self.limits,
             stop_accepting.clone(),
         ));
-        let metrics = self.metrics.map(|(listener, endpoint)| {
-            tracing::info!(
-                addr = %listener.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
-                "serving /metrics without a token"
-            );
-            tokio::spawn(web::accept_loop(
-                listener,
-                None,
-                endpoint,
-                METRICS_LIMITS,
-                stop_accepting.clone(),
-            ))
-        });
+        let metrics = self
+            .metrics
+            .map(|(listener, endpoint)| serve_metrics(listener, endpoint, &stop_accepting));
         shutdown.await;
         let begun = Instant::now();
         let deadline = begun + self.shutdown_grace;
@@ -332,28 +203,7 @@ impl Server {
                 None
             }
         };
-        if !self.runtime.wait_runs(deadline - margin).await {
-            let gauge = self.runtime.gauge();
-            tracing::info!(
-                remaining = gauge.active,
-                "grace ending; cancelling remaining runs"
-            );
-            self.runtime.cancel_all(CancelReason::Shutdown);
-            self.runtime.wait_runs(deadline).await;
-        }
-        self.runtime.stop_streams();
-        // Agent processes get what is left of the grace; any still running when it ends are
-        // killed with their process group as the backend is dropped.
-        if tokio::time::timeout_at(deadline.into(), self.runtime.shutdown_agents())
-            .await
-            .is_err()
-        {
-            tracing::info!("agent processes still stopping at the end of the grace; killing them");
-        }
-        self.runtime.flush_store().await;
-        // Every run has ended and is stored: the threads are free for the other nodes at
-        // once, instead of after their leases lapse.
-        self.runtime.release_leases().await;
+        end_runs(&self.runtime, deadline, margin).await;
         if let Some(traces) = self.traces {
             // Every run has ended: its spans go out now, within what is left of the grace.
             let left = deadline.saturating_duration_since(Instant::now());
@@ -476,4 +326,223 @@ fn access(config: &Config, local: &[u8]) -> Result<web::policy::Access, ServeErr
         signer: Some(signer),
         trusted_header: settings.trusted_principal_header.clone(),
     })
+}
+
+/// The TLS acceptor: none for plain HTTP, else the configured certificate or the
+/// self-signed one in the data directory.
+fn tls_acceptor(config: &Config) -> Result<Option<TlsAcceptor>, ServeError> {
+    Ok(match &config.tls {
+        TlsMode::Off => None,
+        TlsMode::SelfSigned => {
+            ensure_dir(&config.data_dir)?;
+            Some(tls::self_signed_acceptor(&config.data_dir)?)
+        }
+        TlsMode::Files { cert, key } => Some(tls::acceptor_from_files(cert, key)?),
+    })
+}
+
+/// What the agent processes share: the launcher, the loopback MCP server, and the paths no
+/// agent may read (the daemon's secrets, `$HOME`, every workspace root).
+fn agent_host(config: &Config) -> AgentHost {
+    let mut host = AgentHost::new(&config.data_dir);
+    host.mcp = Some(Arc::new(crate::http::mcp::LoopbackMcp::default()));
+    host.secrets = config.secret_paths();
+    host.secrets
+        .extend(std::env::var_os("HOME").map(std::path::PathBuf::from));
+    // Every workspace root: a process is granted its own directory in it, never a
+    // read path that holds the others.
+    for agent in &config.agents {
+        if let AgentKind::Acp(acp) = &agent.kind
+            && let Some(workspace) = &acp.workspace
+        {
+            host.secrets.push(workspace.root.clone());
+        }
+    }
+    if let Some(launcher) = &config.launcher {
+        host.launcher = launcher.clone();
+    }
+    host
+}
+
+/// The configured agents by name.
+fn agents(config: &Config, host: &AgentHost) -> BTreeMap<String, Arc<dyn Agent>> {
+    let mut agents: BTreeMap<String, Arc<dyn Agent>> = BTreeMap::new();
+    for agent in &config.agents {
+        match &agent.kind {
+            AgentKind::Demo => {
+                agents.insert(agent.name.clone(), Arc::new(DemoAgent));
+            }
+            AgentKind::Acp(acp) => {
+                agents.insert(
+                    agent.name.clone(),
+                    Arc::new(AcpBackend::new(&agent.name, acp.clone(), host.clone())),
+                );
+            }
+        }
+    }
+    agents
+}
+
+/// The store: embedded SQLite in the data directory, or PostgreSQL shared by the nodes of
+/// a cluster, which this node joins.
+async fn open_store(config: &Config) -> Result<(Store, Option<Arc<Cluster>>), ServeError> {
+    match &config.cluster {
+        None => Ok((Store::open(&config.data_dir)?, None)),
+        Some(settings) => {
+            let fence = Fence::new(&Cluster::process_id(&settings.node_name));
+            let store = Store::connect_postgres(&settings.url, fence.clone()).await?;
+            // The certificate this node serves, published for the others to pin.
+            let mut settings = settings.clone();
+            settings.cert = match &config.tls {
+                TlsMode::Off => None,
+                TlsMode::SelfSigned => Some(tls::leaf_certificate(
+                    &tls::self_signed_paths(&config.data_dir).0,
+                )?),
+                TlsMode::Files { cert, .. } => Some(tls::leaf_certificate(cert)?),
+            };
+            let cluster = Cluster::join(settings, fence).await?;
+            Ok((store, Some(Arc::new(cluster))))
+        }
+    }
+}
+
+/// The key that signs minted tokens: every node of a cluster shares one.
+async fn signing_key(config: &Config, cluster: Option<&Cluster>) -> Result<Vec<u8>, ServeError> {
+    Ok(match cluster {
+        None => crate::access::jwt::local_secret(&config.data_dir).map_err(ServeError::Access)?,
+        Some(cluster) => cluster
+            .shared_secret("token-signing", 32)
+            .await
+            .map(|bytes| crate::hex::encode(&bytes).into_bytes())?,
+    })
+}
+
+/// The runtime's settings from the configuration (the tracer and the cluster are added
+/// once they exist).
+fn runtime_options(config: &Config) -> Result<RuntimeOptions, ServeError> {
+    let mut options = RuntimeOptions::new(config.max_concurrent_runs);
+    options.disconnect_grace = config.disconnect_grace;
+    options.keep_alive = config.keep_alive;
+    options.suspend_timeout = config.suspend_timeout;
+    options.stall_timeout = config.stall_timeout;
+    options.fleet_history = config.fleet_history;
+    options.ui = Arc::new(
+        crate::runtime::ui::UiCatalog::new(config.ui.components.clone(), config.ui.max_props)
+            .map_err(ServeError::Ui)?,
+    );
+    options.memory_budget = config.memory_budget;
+    // The budget bounds the whole process: what it holds now and its reserve come off
+    // what retained data may hold.
+    let resident = crate::runtime::memory::resident_bytes().unwrap_or(0);
+    options.memory_reserved =
+        crate::runtime::memory::process_reserve(config.memory_budget, resident);
+    options.secrets = match &config.auth {
+        Auth::Token(token) => vec![token.expose().to_owned()],
+        Auth::Misconfigured => Vec::new(),
+    };
+    options.max_runs_per_principal = config.access.max_runs_per_principal;
+    options.fleet_limits = config.access.fleet_streams;
+    options.hitl = config
+        .agents
+        .iter()
+        .map(|a| (a.name.clone(), a.hitl))
+        .collect();
+    Ok(options)
+}
+
+/// Traces: an exporter only when an endpoint is configured.
+fn trace_exporter(config: &Config) -> Result<(Option<Exporter>, Option<Tracer>), ServeError> {
+    let Some(endpoint) = &config.otlp_endpoint else {
+        return Ok((None, None));
+    };
+    let client =
+        crate::http::otlp::OtlpClient::new(crate::traces::EXPORT_TIMEOUT, endpoint.is_https())
+            .map_err(crate::traces::TraceError::from)?;
+    let (exporter, tracer) = Exporter::start(endpoint, client)?;
+    tracing::info!(
+        endpoint = endpoint.traces_url(),
+        "exporting traces over OTLP"
+    );
+    Ok((Some(exporter), Some(tracer)))
+}
+
+/// What every request handler sees: the runtime, the routes' settings, metrics, access,
+/// the tracer, and in a cluster the hop to the other nodes.
+fn app(
+    config: &Config,
+    runtime: Runtime,
+    metrics: Arc<Metrics>,
+    access: web::policy::Access,
+    tracer: Option<Tracer>,
+    cluster: Option<&Cluster>,
+) -> Result<Arc<App>, ServeError> {
+    let mut app = App::new(
+        runtime,
+        config.path.clone(),
+        config.auth.clone(),
+        &config.allowed_origins,
+        config
+            .agents
+            .iter()
+            .map(|a| (a.name.clone(), a.description.clone()))
+            .collect(),
+        metrics,
+    )
+    .with_access(access);
+    app.tracer = tracer;
+    if let Some(cluster) = cluster {
+        app = app.with_forwarder(
+            Forwarder::new(cluster.node(), cluster.lease_ttl())
+                .map_err(|e| ServeError::Access(e.to_string()))?,
+        );
+    }
+    Ok(Arc::new(app))
+}
+
+/// Serves `/metrics` without a token on its own listener (`--metrics-listen`) until
+/// `stop_accepting` is cancelled.
+fn serve_metrics(
+    listener: TcpListener,
+    endpoint: Arc<MetricsEndpoint>,
+    stop_accepting: &CancellationToken,
+) -> tokio::task::JoinHandle<web::Serving> {
+    tracing::info!(
+        addr = %listener.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
+        "serving /metrics without a token"
+    );
+    tokio::spawn(web::accept_loop(
+        listener,
+        None,
+        endpoint,
+        METRICS_LIMITS,
+        stop_accepting.clone(),
+    ))
+}
+
+/// Ends the runs within the grace: waits for them until `deadline` less `margin`, cancels
+/// the rest, ends every stream, stops the agent processes, flushes the store and releases
+/// the thread leases.
+async fn end_runs(runtime: &Runtime, deadline: Instant, margin: Duration) {
+    if !runtime.wait_runs(deadline - margin).await {
+        let gauge = runtime.gauge();
+        tracing::info!(
+            remaining = gauge.active,
+            "grace ending; cancelling remaining runs"
+        );
+        runtime.cancel_all(CancelReason::Shutdown);
+        runtime.wait_runs(deadline).await;
+    }
+    runtime.stop_streams();
+    // Agent processes get what is left of the grace; any still running when it ends are
+    // killed with their process group as the backend is dropped.
+    if tokio::time::timeout_at(deadline.into(), runtime.shutdown_agents())
+        .await
+        .is_err()
+    {
+        tracing::info!("agent processes still stopping at the end of the grace; killing them");
+    }
+    runtime.flush_store().await;
+    // Every run has ended and is stored: the threads are free for the other nodes at
+    // once, instead of after their leases lapse.
+    runtime.release_leases().await;
 }
