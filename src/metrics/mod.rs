@@ -5,9 +5,10 @@
 //! runtime, [`StoreMetrics`] in the store, [`HttpMetrics`] in the app), so a runtime built
 //! without a registry (tests, embedders) counts the same way and nothing is global.
 //! [`Metrics::new`] registers clones of them (a handle is an `Arc` around atomics) in one
-//! [`Registry`]; [`Metrics::render`] brings the gauges that are read rather than counted up
-//! to date (live and suspended runs, memory, the store's queue, agent processes) and encodes
-//! the registry in the Prometheus text format (0.0.4).
+//! [`Registry`](prometheus_client::registry::Registry); [`Metrics::render`] brings the
+//! gauges that are read rather than counted up to date (live and suspended runs, memory, the
+//! store's queue, agent processes) and encodes the registry in the Prometheus text format
+//! (0.0.4).
 //!
 //! The hot path stays cheap: per-agent and per-reason handles are resolved once (when the
 //! runtime is built, or once per run), so counting a run, a stream or a cut is an atomic
@@ -18,6 +19,11 @@
 //!
 //! Not here: the bearer check for `{path}/metrics` (`http::api`, like every route) and
 //! the loopback metrics listener (`http::api::metrics_endpoint`).
+//!
+//! This file: the typed handles and their labels. `registry.rs`: [`Metrics`], the one
+//! registry, and what it samples at each scrape.
+
+mod registry;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,7 +34,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+
+pub use registry::{GaugeSource, Handles, Metrics, Sample};
 
 /// The `Content-Type` of what [`Metrics::render`] returns.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -125,12 +132,6 @@ struct RouteLabel {
 struct RequestLabels {
     route: &'static str,
     code: u16,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ProcessLabels {
-    agent: Arc<str>,
-    state: &'static str,
 }
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -375,231 +376,5 @@ impl HttpMetrics {
         self.head
             .get_or_create(&RouteLabel { route })
             .observe(took.as_secs_f64());
-    }
-}
-
-/// What the registry reads from its owner (the runtime) rather than counts: handed to
-/// [`Metrics::new`], so this module knows no layer above it.
-pub trait GaugeSource: Send + Sync + 'static {
-    /// The counters and histograms the owner updates, to be registered.
-    fn handles(&self) -> Handles;
-    /// The gauges as they stand now.
-    fn sample(&self) -> Sample;
-}
-
-/// The handles a [`GaugeSource`] updates.
-#[derive(Debug, Clone)]
-pub struct Handles {
-    pub runs: RunMetrics,
-    pub streams: Arc<StreamMetrics>,
-    pub store: StoreMetrics,
-}
-
-/// The gauges at one scrape.
-#[derive(Debug, Clone, Default)]
-pub struct Sample {
-    /// Runs alive (running or suspended).
-    pub live: usize,
-    /// The admission cap.
-    pub capacity: usize,
-    /// Live runs parked on the client.
-    pub suspended: usize,
-    /// Bytes counted against the memory budget.
-    pub memory_in_use: usize,
-    pub memory_budget: usize,
-    pub retained_limit: usize,
-    /// Store jobs queued and not yet committed.
-    pub store_queue: usize,
-    /// Per agent that runs processes: (name, busy, idle).
-    pub processes: Vec<(String, usize, usize)>,
-}
-
-/// Gauges read from the source at each scrape.
-#[derive(Debug, Default)]
-struct Sampled {
-    live: Gauge,
-    suspended: Gauge,
-    capacity: Gauge,
-    memory: Gauge,
-    budget: Gauge,
-    retained_limit: Gauge,
-    store_queue: Gauge,
-    processes: Family<ProcessLabels, Gauge>,
-}
-
-/// The registry of one daemon, and what it samples at each scrape.
-pub struct Metrics {
-    registry: Registry,
-    source: Arc<dyn GaugeSource>,
-    sampled: Sampled,
-    http: HttpMetrics,
-}
-
-impl std::fmt::Debug for Metrics {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Metrics").finish_non_exhaustive()
-    }
-}
-
-impl Metrics {
-    /// Registers the handles of `source` (the runtime and its store) and of the HTTP layer.
-    pub fn new(source: Arc<dyn GaugeSource>) -> Metrics {
-        let mut registry = Registry::with_prefix("agui");
-        let Handles {
-            runs,
-            streams,
-            store,
-        } = source.handles();
-        let http = HttpMetrics::default();
-        let sampled = Sampled::default();
-        let r = &mut registry;
-        r.register(
-            "runs_started",
-            "Runs admitted, by agent",
-            runs.started.clone(),
-        );
-        r.register(
-            "runs_finished",
-            "Runs ended, by agent and outcome (finished, error, cancelled, shutdown)",
-            runs.finished.clone(),
-        );
-        r.register(
-            "run_duration_seconds",
-            "Time from a run's admission to its terminal event, by agent",
-            runs.duration.clone(),
-        );
-        r.register(
-            "run_first_event_seconds",
-            "Time from a run's admission to its agent's first output, by agent",
-            runs.first_event.clone(),
-        );
-        r.register(
-            "runs_live",
-            "Runs alive (running or suspended), each holding an admission slot",
-            sampled.live.clone(),
-        );
-        r.register(
-            "runs_suspended",
-            "Live runs waiting on the client (a frontend tool, a permission, an interrupt)",
-            sampled.suspended.clone(),
-        );
-        r.register(
-            "runs_capacity",
-            "The admission cap (--max-concurrent-runs)",
-            sampled.capacity.clone(),
-        );
-        r.register(
-            "admission_refusals",
-            "Run requests refused before any stream started, by reason",
-            runs.refused.clone(),
-        );
-        r.register(
-            "streams_attached",
-            "Open event streams (run, reattach and hydration responses)",
-            streams.attached.clone(),
-        );
-        r.register(
-            "reattaches",
-            "Answers of the stream route, by kind (exact, resync, hydration)",
-            runs.reattached.clone(),
-        );
-        r.register(
-            "streams_cut",
-            "Streams ended before their run did, by reason (stall, gap, shutdown)",
-            streams.cut.clone(),
-        );
-        r.register(
-            "memory_in_use_bytes",
-            "Bytes of journals, transcripts and state documents counted against the memory budget",
-            sampled.memory.clone(),
-        );
-        r.register(
-            "memory_budget_bytes",
-            "The memory budget (--memory-budget), a bound on the whole process",
-            sampled.budget.clone(),
-        );
-        r.register(
-            "memory_retained_limit_bytes",
-            "What retained journals, transcripts and state documents may hold: the budget less the process's own reserve",
-            sampled.retained_limit.clone(),
-        );
-        r.register(
-            "store_queue_depth",
-            "Store jobs queued and not yet committed",
-            sampled.store_queue.clone(),
-        );
-        r.register(
-            "store_commit_duration_seconds",
-            "Time to run and commit one store batch (a transaction)",
-            store.commit.clone(),
-        );
-        r.register(
-            "store_commit_failures",
-            "Store batches whose transaction failed to commit",
-            store.failures.clone(),
-        );
-        r.register(
-            "store_wal_bytes",
-            "Length of the embedded store's write-ahead log (0 with PostgreSQL)",
-            store.wal.clone(),
-        );
-        r.register(
-            "agent_processes",
-            "Agent processes (ACP), by agent and state (busy: serving a turn, idle)",
-            sampled.processes.clone(),
-        );
-        r.register(
-            "http_requests",
-            "HTTP requests answered, by route and status code",
-            http.requests.clone(),
-        );
-        r.register(
-            "http_response_head_seconds",
-            "Time from a request's arrival to its response head, by route",
-            http.head.clone(),
-        );
-        Metrics {
-            registry,
-            source,
-            sampled,
-            http,
-        }
-    }
-
-    /// The HTTP layer's handles.
-    pub fn http(&self) -> &HttpMetrics {
-        &self.http
-    }
-
-    /// The whole registry in the Prometheus text format, gauges sampled now.
-    pub fn render(&self) -> String {
-        let s = &self.sampled;
-        let now = self.source.sample();
-        s.live.set(now.live as i64);
-        s.capacity.set(now.capacity as i64);
-        s.suspended.set(now.suspended as i64);
-        s.memory.set(now.memory_in_use as i64);
-        s.budget.set(now.memory_budget as i64);
-        s.retained_limit.set(now.retained_limit as i64);
-        s.store_queue.set(now.store_queue as i64);
-        for (agent, busy, idle) in now.processes {
-            let agent: Arc<str> = Arc::from(agent);
-            for (state, n) in [("busy", busy), ("idle", idle)] {
-                s.processes
-                    .get_or_create(&ProcessLabels {
-                        agent: agent.clone(),
-                        state,
-                    })
-                    .set(n as i64);
-            }
-        }
-        let mut out = String::with_capacity(8 * 1024);
-        // Writing to a String cannot fail; an encoder error would be a bug in a metric.
-        if let Err(error) =
-            prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
-        {
-            tracing::error!(%error, "metrics encoding failed");
-        }
-        out
     }
 }
