@@ -6,14 +6,20 @@
 //! `/readyz` starts at most every [`PROBE_EVERY`] while the agent is not ready, so a
 //! daemon taken out of rotation finds out by itself when the credentials arrive. Details
 //! are plain words of our own, never the agent's error text (which may quote secrets).
+//! An `AUTH_REQUIRED` answer is noted here and becomes the run's error, with advice.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent_client_protocol::ErrorCode;
+use agent_client_protocol::v1::schema::{CloseSessionRequest, NewSessionRequest};
 use tokio::time::Instant;
 
-use crate::agent::{AgentState, AgentStatus, AuthMethod};
+use super::Inner;
+use super::launch::PoolKey;
+use super::process::{AcpProcess, Busy};
+use crate::agent::{AgentError, AgentState, AgentStatus, AuthMethod};
 use crate::sync::lock;
 
 /// Exits within [`CRASH_WINDOW`] that make a crash loop.
@@ -123,8 +129,67 @@ impl Health {
     }
 }
 
+impl Inner {
+    /// Notes `AUTH_REQUIRED` from `process` and says what to do about it.
+    pub(super) fn auth_required(&self, process: &AcpProcess, agent_message: &str) -> AgentError {
+        let methods = auth_methods(process);
+        let advice = auth_advice(&methods);
+        self.health.auth_required(methods);
+        AgentError::Failed {
+            code: "AUTH_REQUIRED".to_owned(),
+            message: format!(
+                "agent {} needs authentication ({agent_message}): {advice}",
+                self.name
+            ),
+        }
+    }
+
+    /// Finds out whether the agent works now: a process, a session, closed again. Started
+    /// by `/readyz` while the agent is not ready; what it learns updates `health`.
+    pub(super) async fn probe(self: Arc<Self>) {
+        let operator = PoolKey {
+            principal: String::new(),
+            thread: None,
+        };
+        let Ok(process) = self.acquire(&operator).await else {
+            return;
+        };
+        let _busy = Busy::new(process.clone());
+        let new = NewSessionRequest::new(self.shared_dir());
+        match process.connection.send_request(new).block_task().await {
+            Ok(created) => {
+                self.health.session_ok();
+                tracing::info!(agent = %self.name, "readiness probe: the agent takes sessions again");
+                if process.capabilities().session_capabilities.close.is_some() {
+                    let close = CloseSessionRequest::new(created.session_id);
+                    let _ = process.connection.send_request(close).block_task().await;
+                }
+            }
+            Err(error) if error.code == ErrorCode::AUTH_REQUIRED => {
+                self.health.auth_required(auth_methods(&process));
+            }
+            Err(error) => {
+                tracing::debug!(agent = %self.name, error = %error.message, "readiness probe: session/new failed");
+            }
+        }
+    }
+}
+
+/// The auth methods the agent advertised in its `initialize` answer.
+fn auth_methods(process: &AcpProcess) -> Vec<AuthMethod> {
+    process
+        .auth_methods()
+        .iter()
+        .map(|m| AuthMethod {
+            id: m.id().to_string(),
+            name: m.name().to_owned(),
+            description: m.description().map(str::to_owned),
+        })
+        .collect()
+}
+
 /// What to do about `AUTH_REQUIRED`, naming the agent's methods.
-pub(super) fn auth_advice(methods: &[AuthMethod]) -> String {
+fn auth_advice(methods: &[AuthMethod]) -> String {
     let named: Vec<String> = methods
         .iter()
         .map(|m| match &m.description {
