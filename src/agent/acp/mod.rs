@@ -43,6 +43,7 @@ mod process;
 mod prompt;
 mod sessions;
 mod settings;
+mod transcript;
 mod translate;
 mod turn;
 mod usage;

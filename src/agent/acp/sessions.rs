@@ -11,7 +11,8 @@ use agent_client_protocol::v1::schema::{
 };
 
 use super::process::{self, Busy, SessionEvent};
-use super::{Inner, lock, translate};
+use super::transcript::transcript_of;
+use super::{Inner, lock};
 use crate::agent::{AgentError, SessionError, SessionPage, SessionSummary, ToolAnswer};
 use crate::protocol::input::Message;
 
@@ -115,7 +116,7 @@ impl Inner {
         self.remember(thread_id, &process, session_id);
         lock(&self.bound_outside).insert(thread_id.to_owned(), "imported");
         tracing::info!(session = %session_id, updates = updates.len(), "ACP session imported");
-        Ok(translate::transcript_of(&updates))
+        Ok(transcript_of(&updates))
     }
 
     /// `session/fork` of thread `thread_id`'s session for the new thread `new_thread_id`.

@@ -24,7 +24,8 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{Value, json};
 
 use crate::agent::{AgentEvent, EventSink, SinkClosed};
-use crate::protocol::input::{AssistantMessage, Content, Message, UserMessage};
+
+mod subagent;
 
 /// One session turn's translation state.
 #[derive(Debug, Default)]
@@ -141,117 +142,17 @@ impl UpdateTranslator {
     ) -> Result<(), SinkClosed> {
         let kind = update["sessionUpdate"].as_str().unwrap_or("");
         if let Some(child) = subagent {
-            let running = self.subagents.get(child).and_then(|(_, open)| open.clone());
-            if let Some(subagent_run_id) = &running
-                && kind == "agent_message_chunk"
-            {
-                return self.child_text(child, subagent_run_id, update, sink).await;
-            }
-            let subagent_run_id = running.unwrap_or_else(|| child.to_owned());
-            let name = if kind.is_empty() { "unknown" } else { kind };
-            return sink
-                .send(AgentEvent::Custom {
-                    name: format!("acp.subagent.{name}"),
-                    value: json!({"subagentRunId": subagent_run_id, "update": update}),
-                })
-                .await;
+            return self.of_subagent(child, kind, update, sink).await;
         }
         match kind {
             "subagent_update" => self.subagent(update, sink).await,
-            "agent_message_chunk" => {
-                let Some(text) = text_of(&update["content"]) else {
-                    return Ok(());
-                };
-                self.close_thought(sink).await?;
-                let id = self.message_id(update, false);
-                if self.text.as_deref() != Some(id.as_str()) {
-                    self.close_text(sink).await?;
-                    sink.send(AgentEvent::TextStart {
-                        message_id: id.clone(),
-                    })
-                    .await?;
-                    self.text = Some(id.clone());
-                }
-                sink.send(AgentEvent::TextDelta {
-                    message_id: id,
-                    delta: text,
-                })
-                .await
-            }
-            "agent_thought_chunk" => {
-                let Some(text) = text_of(&update["content"]) else {
-                    return Ok(());
-                };
-                self.close_text(sink).await?;
-                let id = self.message_id(update, true);
-                if self.thought.as_deref() != Some(id.as_str()) {
-                    self.close_thought(sink).await?;
-                    sink.send(AgentEvent::ReasoningStart {
-                        message_id: id.clone(),
-                    })
-                    .await?;
-                    self.thought = Some(id.clone());
-                }
-                sink.send(AgentEvent::ReasoningDelta {
-                    message_id: id,
-                    delta: text,
-                })
-                .await
-            }
+            "agent_message_chunk" => self.message_chunk(update, sink).await,
+            "agent_thought_chunk" => self.thought_chunk(update, sink).await,
             "user_message_chunk" => Ok(()),
-            "tool_call" => {
-                self.close_text(sink).await?;
-                self.close_thought(sink).await?;
-                let id = update["toolCallId"].as_str().unwrap_or_default().to_owned();
-                if id.is_empty() || self.frontend_report(&id, update) {
-                    return Ok(());
-                }
-                self.open_tool(&id, update, sink).await?;
-                self.track_files(update, sink).await?;
-                self.maybe_result(&id, update, sink).await
-            }
-            "tool_call_update" => {
-                let id = update["toolCallId"].as_str().unwrap_or_default().to_owned();
-                if id.is_empty() || self.frontend_report(&id, update) {
-                    return Ok(());
-                }
-                if !self.tools.contains(&id) {
-                    self.close_text(sink).await?;
-                    self.close_thought(sink).await?;
-                    self.open_tool(&id, update, sink).await?;
-                }
-                self.track_files(update, sink).await?;
-                self.maybe_result(&id, update, sink).await
-            }
-            "plan" => {
-                let todos: Vec<Value> = update["entries"]
-                    .as_array()
-                    .map(|entries| {
-                        entries
-                            .iter()
-                            .map(|e| {
-                                json!({
-                                    "content": e["content"].as_str().unwrap_or_default(),
-                                    "status": e["status"].as_str().unwrap_or("pending"),
-                                    "priority": e["priority"].as_str().unwrap_or("medium"),
-                                })
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                sink.set_state("/todos", Value::Array(todos)).await
-            }
-            // Key by key: `/usage` also holds the turns' token counts (`turn`, `total`).
-            "usage_update" => {
-                sink.set_state("/usage/used", update["used"].clone())
-                    .await?;
-                sink.set_state("/usage/size", update["size"].clone())
-                    .await?;
-                if let Some(cost) = update.get("cost").filter(|c| !c.is_null()) {
-                    sink.set_state("/usage/cost", cost.clone()).await?;
-                }
-                Ok(())
-            }
+            "tool_call" => self.tool_call(update, sink).await,
+            "tool_call_update" => self.tool_call_update(update, sink).await,
+            "plan" => sink.set_state("/todos", todos(update)).await,
+            "usage_update" => usage(update, sink).await,
             "available_commands_update" => {
                 sink.set_state("/commands", update["availableCommands"].clone())
                     .await
@@ -279,99 +180,84 @@ impl UpdateTranslator {
         }
     }
 
-    /// A subagent announced or changed: opens its AG-UI run when it starts running, ends it
-    /// when it goes idle.
-    async fn subagent(&mut self, update: &Value, sink: &EventSink) -> Result<(), SinkClosed> {
-        let Some(child) = update["sessionId"].as_str().filter(|id| !id.is_empty()) else {
-            tracing::debug!("subagent update without a session id ignored");
-            return Ok(());
-        };
-        let entry = self.subagents.entry(child.to_owned()).or_insert((0, None));
-        match update["state"]["state"].as_str() {
-            Some("running") | Some("requires_action") if entry.1.is_none() => {
-                entry.0 += 1;
-                let id = if entry.0 == 1 {
-                    child.to_owned()
-                } else {
-                    format!("{child}~{}", entry.0)
-                };
-                entry.1 = Some(id.clone());
-                let name = update["title"]
-                    .as_str()
-                    .filter(|t| !t.is_empty())
-                    .unwrap_or("subagent")
-                    .to_owned();
-                sink.send(AgentEvent::SubagentStarted {
-                    subagent_run_id: id,
-                    name,
-                    description: update["description"].as_str().map(str::to_owned),
-                })
-                .await
-            }
-            Some("idle") => {
-                let Some(id) = entry.1.take() else {
-                    return Ok(());
-                };
-                if let Some(message_id) = self.child_text.remove(child) {
-                    sink.send(AgentEvent::TextEnd { message_id }).await?;
-                }
-                if update["state"]["stopReason"] == "error" {
-                    let message = update["state"]["error"]["message"]
-                        .as_str()
-                        .unwrap_or("the subagent stopped on an error")
-                        .to_owned();
-                    sink.send(AgentEvent::SubagentError {
-                        subagent_run_id: id,
-                        message,
-                    })
-                    .await
-                } else {
-                    sink.send(AgentEvent::SubagentFinished {
-                        subagent_run_id: id,
-                    })
-                    .await
-                }
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// A subagent's message chunk: its own text message, attributed to it.
-    async fn child_text(
-        &mut self,
-        child: &str,
-        subagent_run_id: &str,
-        update: &Value,
-        sink: &EventSink,
-    ) -> Result<(), SinkClosed> {
+    /// An `agent_message_chunk`: a delta of the agent's text message, which opens after
+    /// the thought and any earlier message are closed.
+    async fn message_chunk(&mut self, update: &Value, sink: &EventSink) -> Result<(), SinkClosed> {
         let Some(text) = text_of(&update["content"]) else {
             return Ok(());
         };
-        let id = update["messageId"]
-            .as_str()
-            .filter(|id| !id.is_empty())
-            .map(|id| format!("acp-{id}"))
-            .or_else(|| self.child_text.get(child).cloned())
-            .unwrap_or_else(|| format!("acp-sub-{}", uuid::Uuid::new_v4()));
-        if self.child_text.get(child) != Some(&id) {
-            if let Some(previous) = self.child_text.remove(child) {
-                sink.send(AgentEvent::TextEnd {
-                    message_id: previous,
-                })
-                .await?;
-            }
-            sink.send(AgentEvent::SubagentTextStart {
-                subagent_run_id: subagent_run_id.to_owned(),
+        self.close_thought(sink).await?;
+        let id = self.message_id(update, false);
+        if self.text.as_deref() != Some(id.as_str()) {
+            self.close_text(sink).await?;
+            sink.send(AgentEvent::TextStart {
                 message_id: id.clone(),
             })
             .await?;
-            self.child_text.insert(child.to_owned(), id.clone());
+            self.text = Some(id.clone());
         }
         sink.send(AgentEvent::TextDelta {
             message_id: id,
             delta: text,
         })
         .await
+    }
+
+    /// An `agent_thought_chunk`: a delta of the agent's reasoning, which opens after the
+    /// text and any earlier thought are closed.
+    async fn thought_chunk(&mut self, update: &Value, sink: &EventSink) -> Result<(), SinkClosed> {
+        let Some(text) = text_of(&update["content"]) else {
+            return Ok(());
+        };
+        self.close_text(sink).await?;
+        let id = self.message_id(update, true);
+        if self.thought.as_deref() != Some(id.as_str()) {
+            self.close_thought(sink).await?;
+            sink.send(AgentEvent::ReasoningStart {
+                message_id: id.clone(),
+            })
+            .await?;
+            self.thought = Some(id.clone());
+        }
+        sink.send(AgentEvent::ReasoningDelta {
+            message_id: id,
+            delta: text,
+        })
+        .await
+    }
+
+    /// A `tool_call`: the call opened (unless it is the agent's report of a frontend
+    /// call), its files noted, and its result when it already has one.
+    async fn tool_call(&mut self, update: &Value, sink: &EventSink) -> Result<(), SinkClosed> {
+        self.close_text(sink).await?;
+        self.close_thought(sink).await?;
+        let id = update["toolCallId"].as_str().unwrap_or_default().to_owned();
+        if id.is_empty() || self.frontend_report(&id, update) {
+            return Ok(());
+        }
+        self.open_tool(&id, update, sink).await?;
+        self.track_files(update, sink).await?;
+        self.maybe_result(&id, update, sink).await
+    }
+
+    /// A `tool_call_update`: the call opened first if it never was, its files noted, and
+    /// its result once it has one.
+    async fn tool_call_update(
+        &mut self,
+        update: &Value,
+        sink: &EventSink,
+    ) -> Result<(), SinkClosed> {
+        let id = update["toolCallId"].as_str().unwrap_or_default().to_owned();
+        if id.is_empty() || self.frontend_report(&id, update) {
+            return Ok(());
+        }
+        if !self.tools.contains(&id) {
+            self.close_text(sink).await?;
+            self.close_thought(sink).await?;
+            self.open_tool(&id, update, sink).await?;
+        }
+        self.track_files(update, sink).await?;
+        self.maybe_result(&id, update, sink).await
     }
 
     /// Closes the open text messages and thought (before a tool call or the end).
@@ -558,72 +444,8 @@ fn tool_call_details(id: &str, update: &Value) -> Value {
     details
 }
 
-/// The transcript a loaded session's replay tells: its user and agent messages as AG-UI
-/// messages (chunks of one message joined; ids `acp-<messageId>`, or `import-<uuid>` when
-/// the agent gives none). Thoughts, tool calls and plans are not carried over.
-pub(super) fn transcript_of(updates: &[Value]) -> Vec<Message> {
-    struct Open {
-        user: bool,
-        acp_id: String,
-        id: String,
-        text: String,
-    }
-    fn close(open: Option<Open>, messages: &mut Vec<Message>) {
-        let Some(open) = open else {
-            return;
-        };
-        messages.push(if open.user {
-            Message::User(UserMessage {
-                id: open.id,
-                content: Content::Text(open.text),
-                name: None,
-            })
-        } else {
-            Message::Assistant(AssistantMessage {
-                id: open.id,
-                content: Some(open.text),
-                name: None,
-                tool_calls: Vec::new(),
-            })
-        });
-    }
-    let mut messages = Vec::new();
-    let mut open: Option<Open> = None;
-    for update in updates {
-        let user = match update["sessionUpdate"].as_str() {
-            Some("user_message_chunk") => true,
-            Some("agent_message_chunk") => false,
-            _ => continue,
-        };
-        let Some(text) = text_of(&update["content"]) else {
-            continue;
-        };
-        let acp_id = update["messageId"].as_str().unwrap_or_default().to_owned();
-        match &mut open {
-            Some(current) if current.user == user && current.acp_id == acp_id => {
-                current.text.push_str(&text);
-            }
-            _ => {
-                close(open.take(), &mut messages);
-                let id = if acp_id.is_empty() {
-                    format!("import-{}", uuid::Uuid::new_v4())
-                } else {
-                    format!("acp-{acp_id}")
-                };
-                open = Some(Open {
-                    user,
-                    acp_id,
-                    id,
-                    text,
-                });
-            }
-        }
-    }
-    close(open, &mut messages);
-    messages
-}
-
-fn text_of(content: &Value) -> Option<String> {
+/// The text of an ACP content block (a resource link as `[uri]`).
+pub(super) fn text_of(content: &Value) -> Option<String> {
     match content["type"].as_str() {
         Some("text") => content["text"]
             .as_str()
@@ -650,6 +472,39 @@ fn contents_text(content: &Value) -> String {
         .join("\n")
 }
 
+/// A `plan`'s entries as the state's `/todos`.
+fn todos(update: &Value) -> Value {
+    let todos: Vec<Value> = update["entries"]
+        .as_array()
+        .map(|entries| {
+            entries
+                .iter()
+                .map(|e| {
+                    json!({
+                        "content": e["content"].as_str().unwrap_or_default(),
+                        "status": e["status"].as_str().unwrap_or("pending"),
+                        "priority": e["priority"].as_str().unwrap_or("medium"),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Value::Array(todos)
+}
+
+/// A `usage_update` in the state, key by key: `/usage` also holds the turns' token counts
+/// (`turn`, `total`).
+async fn usage(update: &Value, sink: &EventSink) -> Result<(), SinkClosed> {
+    sink.set_state("/usage/used", update["used"].clone())
+        .await?;
+    sink.set_state("/usage/size", update["size"].clone())
+        .await?;
+    if let Some(cost) = update.get("cost").filter(|c| !c.is_null()) {
+        sink.set_state("/usage/cost", cost.clone()).await?;
+    }
+    Ok(())
+}
+
 fn without_tag(update: &Value) -> Value {
     let mut value = update.clone();
     if let Some(map) = value.as_object_mut() {
@@ -661,46 +516,6 @@ fn without_tag(update: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_replay_becomes_a_transcript_of_whole_messages() {
-        let chunk = |kind: &str, id: Option<&str>, text: &str| {
-            let mut update =
-                json!({"sessionUpdate": kind, "content": {"type": "text", "text": text}});
-            if let Some(id) = id {
-                update["messageId"] = json!(id);
-            }
-            update
-        };
-        let transcript = transcript_of(&[
-            chunk("user_message_chunk", Some("u1"), "hello "),
-            chunk("user_message_chunk", Some("u1"), "there"),
-            chunk("agent_thought_chunk", Some("t1"), "hmm"),
-            chunk("agent_message_chunk", Some("a1"), "Hi"),
-            chunk("agent_message_chunk", Some("a2"), "Again"),
-            chunk("agent_message_chunk", None, "no "),
-            chunk("agent_message_chunk", None, "id"),
-        ]);
-        let shown: Vec<Value> = transcript
-            .iter()
-            .map(|m| serde_json::to_value(m).expect("serializes"))
-            .collect();
-        assert_eq!(
-            shown[0],
-            json!({"role": "user", "id": "acp-u1", "content": "hello there"})
-        );
-        assert_eq!(
-            shown[1],
-            json!({"role": "assistant", "id": "acp-a1", "content": "Hi"})
-        );
-        assert_eq!(
-            shown[2],
-            json!({"role": "assistant", "id": "acp-a2", "content": "Again"})
-        );
-        assert_eq!(shown[3]["content"], "no id");
-        assert!(shown[3]["id"].as_str().expect("id").starts_with("import-"));
-        assert_eq!(shown.len(), 4);
-    }
 
     #[test]
     fn a_title_that_is_a_name_names_the_tool_else_the_kind_does() {
