@@ -93,55 +93,12 @@ impl Launch {
         }
         std::fs::create_dir_all(home.join("tmp"))
             .map_err(|e| format!("cannot make the agent home {}: {e}", home.display()))?;
-        let writable = match workspaces {
-            Some(workspaces) => match (&key.thread, workspaces.config().unit) {
-                (Some(thread), Unit::Thread) => {
-                    workspaces.dir_for(&key.principal, crate::access::split_key(thread).1)
-                }
-                _ => workspaces.principal_dir(&key.principal),
-            },
-            None => {
-                let dir = config
-                    .cwd
-                    .clone()
-                    .or_else(|| std::env::current_dir().ok())
-                    .ok_or_else(|| "no working directory".to_owned())?;
-                if confine::carve(std::slice::from_ref(&dir), &host.secrets) != [dir.clone()] {
-                    return Err(format!(
-                        "its working directory {} holds or lies in the daemon's data directory, keys or home; give it [agents.workspace] instead",
-                        dir.display()
-                    ));
-                }
-                dir
-            }
-        };
+        let writable = writable_dir(config, host, workspaces, key)?;
         std::fs::create_dir_all(&writable)
             .map_err(|e| format!("cannot make {}: {e}", writable.display()))?;
         let policy = policy(config, host, &writable, home, program, mcp_port);
-        let mut env = BTreeMap::new();
-        for name in PASSED_ENV {
-            if let Ok(value) = std::env::var(name) {
-                env.insert(name.to_owned(), value);
-            }
-        }
-        env.entry("PATH".to_owned())
-            .or_insert_with(|| "/usr/local/bin:/usr/bin:/bin".to_owned());
-        env.insert("HOME".to_owned(), home.display().to_string());
-        env.insert("TMPDIR".to_owned(), home.join("tmp").display().to_string());
-        env.extend(config.env.clone());
-        let mut words = args.to_vec();
-        let mut launcher = host.launcher.clone();
-        if confinement == Confinement::Bwrap {
-            let inner = confine::launch_command(&host.launcher, &policy, program, args)?;
-            let mut bwrap = confine::bwrap_args(&policy, &host.secrets, &host.launcher);
-            bwrap.push("--".to_owned());
-            bwrap.push(inner.0.display().to_string());
-            bwrap.extend(inner.1);
-            launcher = confine::bwrap_program().ok_or("bwrap is not installed")?;
-            words = bwrap;
-        } else {
-            (launcher, words) = confine::launch_command(&launcher, &policy, program, &words)?;
-        }
+        let env = confined_env(config, home);
+        let (launcher, words) = confined_command(confinement, host, &policy, program, args)?;
         Ok(Launch {
             program: launcher,
             args: words,
@@ -150,6 +107,75 @@ impl Launch {
             own_session: confine::starts_own_session(confinement),
         })
     }
+}
+
+/// The directory a confined process of `key` may write and works in: its thread's
+/// workspace or its principal's, or (no workspaces) the agent's `cwd` when that holds none
+/// of the daemon's secrets.
+fn writable_dir(
+    config: &AcpConfig,
+    host: &AgentHost,
+    workspaces: Option<&Workspaces>,
+    key: &PoolKey,
+) -> Result<PathBuf, String> {
+    let Some(workspaces) = workspaces else {
+        let dir = config
+            .cwd
+            .clone()
+            .or_else(|| std::env::current_dir().ok())
+            .ok_or_else(|| "no working directory".to_owned())?;
+        if confine::carve(std::slice::from_ref(&dir), &host.secrets) != [dir.clone()] {
+            return Err(format!(
+                "its working directory {} holds or lies in the daemon's data directory, keys or home; give it [agents.workspace] instead",
+                dir.display()
+            ));
+        }
+        return Ok(dir);
+    };
+    Ok(match (&key.thread, workspaces.config().unit) {
+        (Some(thread), Unit::Thread) => {
+            workspaces.dir_for(&key.principal, crate::access::split_key(thread).1)
+        }
+        _ => workspaces.principal_dir(&key.principal),
+    })
+}
+
+/// A confined process's environment: [`PASSED_ENV`] from the daemon's, `HOME` and `TMPDIR`
+/// in its agent home, then the agent's `env`.
+fn confined_env(config: &AcpConfig, home: &Path) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    for name in PASSED_ENV {
+        if let Ok(value) = std::env::var(name) {
+            env.insert(name.to_owned(), value);
+        }
+    }
+    env.entry("PATH".to_owned())
+        .or_insert_with(|| "/usr/local/bin:/usr/bin:/bin".to_owned());
+    env.insert("HOME".to_owned(), home.display().to_string());
+    env.insert("TMPDIR".to_owned(), home.join("tmp").display().to_string());
+    env.extend(config.env.clone());
+    env
+}
+
+/// The command line that starts `program` under `policy`: the launcher inside bwrap, or
+/// the launcher alone.
+fn confined_command(
+    confinement: Confinement,
+    host: &AgentHost,
+    policy: &Policy,
+    program: &str,
+    args: &[String],
+) -> Result<(PathBuf, Vec<String>), String> {
+    if confinement != Confinement::Bwrap {
+        return confine::launch_command(&host.launcher, policy, program, args);
+    }
+    let inner = confine::launch_command(&host.launcher, policy, program, args)?;
+    let mut bwrap = confine::bwrap_args(policy, &host.secrets, &host.launcher);
+    bwrap.push("--".to_owned());
+    bwrap.push(inner.0.display().to_string());
+    bwrap.extend(inner.1);
+    let launcher = confine::bwrap_program().ok_or("bwrap is not installed")?;
+    Ok((launcher, bwrap))
 }
 
 /// The rules of a confined process that may write `writable` and `home`.

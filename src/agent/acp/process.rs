@@ -32,6 +32,7 @@ use agent_client_protocol::v1::schema::{
 use agent_client_protocol::{Agent, ByteStreams, Client, UntypedMessage};
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 use tokio_util::sync::CancellationToken;
@@ -207,171 +208,44 @@ impl AcpProcess {
         launch: &Launch,
         key: PoolKey,
     ) -> Result<Arc<AcpProcess>, AgentError> {
-        let mut command = tokio::process::Command::new(&launch.program);
-        command
-            .args(&launch.args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        if !launch.own_session {
-            command.process_group(0);
-        }
-        if let Some(env) = &launch.env {
-            command.env_clear().envs(env);
-        }
-        if let Some(cwd) = &launch.cwd {
-            command.current_dir(cwd);
-        }
-        let mut child = command.spawn().map_err(|e| AgentError::Failed {
+        let mut child = command(launch).spawn().map_err(|e| AgentError::Failed {
             code: "AGENT_UNAVAILABLE".to_owned(),
             message: format!("cannot start agent {name}: {e}"),
         })?;
         let pgid = child.id().and_then(|id| i32::try_from(id).ok());
-        let (Some(stdin), Some(stdout), Some(mut stderr)) =
+        let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
             return Err(AgentError::Backend("agent stdio unavailable".to_owned()));
         };
-
-        let stderr_tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL)));
-        let tail = stderr_tail.clone();
-        tokio::spawn(async move {
-            let mut buf = [0u8; 1024];
-            while let Ok(n) = stderr.read(&mut buf).await {
-                if n == 0 {
-                    break;
-                }
-                let mut tail = lock(&tail);
-                tail.extend(&buf[..n]);
-                while tail.len() > STDERR_TAIL {
-                    tail.pop_front();
-                }
-            }
-        });
-
+        let stderr_tail = keep_stderr_tail(stderr);
         let router = Arc::new(Router::default());
-        let exited = CancellationToken::new();
-        let exit_status = Arc::new(Mutex::new(None));
-        {
-            let (exited, exit_status, router) =
-                (exited.clone(), exit_status.clone(), router.clone());
-            tokio::spawn(async move {
-                let status = child.wait().await;
-                *lock(&exit_status) = Some(match status {
-                    Ok(status) => status.to_string(),
-                    Err(e) => e.to_string(),
-                });
-                lock(&router.sessions).clear();
-                exited.cancel();
-            });
-        }
-
+        let (exited, exit_status) = watch_exit(child, router.clone());
         let closing = CancellationToken::new();
-        let (hand_out, connection) = oneshot::channel();
-        {
-            let (notify, permit, elicit) = (router.clone(), router.clone(), router.clone());
-            let closing = closing.clone();
-            let name = name.to_owned();
-            tokio::spawn(async move {
-                let transport = ByteStreams::new(stdin.compat_write(), stdout.compat());
-                let served = Client
-                    .v1()
-                    .name("agui-serve")
-                    .on_receive_notification(
-                        async move |message: UntypedMessage, _cx| {
-                            notify.notify(message);
-                            Ok(())
-                        },
-                        agent_client_protocol::on_receive_notification!(),
-                    )
-                    .on_receive_request(
-                        async move |request: RequestPermissionRequest, responder, _cx| {
-                            permit.permission(request, responder);
-                            Ok(())
-                        },
-                        agent_client_protocol::on_receive_request!(),
-                    )
-                    .on_receive_request(
-                        async move |request: CreateElicitationRequest, responder, _cx| {
-                            elicit.elicitation(request, responder);
-                            Ok(())
-                        },
-                        agent_client_protocol::on_receive_request!(),
-                    )
-                    .connect_with(transport, async move |cx: Connection| {
-                        let _ = hand_out.send(cx);
-                        closing.cancelled().await;
-                        Ok(())
-                    })
-                    .await;
-                if let Err(error) = served {
-                    tracing::debug!(agent = %name, %error, "ACP connection ended");
-                }
-            });
-        }
-        let start = async {
-            let connection = connection.await.map_err(|_| {
-                AgentError::Backend("the agent connection closed at start".to_owned())
-            })?;
-            // No `fs` and no `terminal`: the agent uses its own tools. Form elicitation is
-            // offered (it becomes an interrupt or a tool call for the person at the
-            // client), and subagents are welcome (their sessions come on this connection).
-            let capabilities = ClientCapabilities::new()
-                .elicitation(
-                    ElicitationCapabilities::new().form(ElicitationFormCapabilities::new()),
-                )
-                .subagents(SubagentCapabilities::new());
-            let init = InitializeRequest::new(ProtocolVersion::V1)
-                .client_capabilities(capabilities)
-                .client_info(Implementation::new("agui-serve", env!("CARGO_PKG_VERSION")));
-            let response: InitializeResponse = connection
-                .send_request(init)
-                .block_task()
-                .await
-                .map_err(|e| AgentError::Backend(format!("initialize failed: {}", e.message)))?;
-            Ok::<_, AgentError>((connection, response))
-        };
+        let connection = connect(name, stdin, stdout, &router, closing.clone());
         let outcome = tokio::select! {
-            outcome = tokio::time::timeout(START_TIMEOUT, start) => outcome
+            outcome = tokio::time::timeout(START_TIMEOUT, initialize(connection)) => outcome
                 .unwrap_or_else(|_| Err(AgentError::Backend("the agent did not initialize in time".to_owned()))),
             () = exited.cancelled() => Err(AgentError::Backend("the agent exited during initialize".to_owned())),
         };
-        let process = |connection, initialized| AcpProcess {
+        let (connection, initialized) = match outcome {
+            Ok(started) => started,
+            Err(error) => return Err(start_failed(error, &closing, pgid, &stderr_tail)),
+        };
+        tracing::info!(agent = %name, pid = pgid, "ACP agent started");
+        Ok(Arc::new(AcpProcess {
             connection,
             router,
             initialized,
-            exited: exited.clone(),
-            exit_status: exit_status.clone(),
-            stderr_tail: stderr_tail.clone(),
+            exited,
+            exit_status,
+            stderr_tail,
             active: AtomicUsize::new(0),
-            key: key.clone(),
+            key,
             last_used: Mutex::new(Instant::now()),
             pgid,
-            closing: closing.clone(),
-        };
-        match outcome {
-            Ok((connection, response)) => {
-                tracing::info!(agent = %name, pid = pgid, "ACP agent started");
-                Ok(Arc::new(process(connection, response)))
-            }
-            Err(error) => {
-                closing.cancel();
-                if let Some(pgid) = pgid {
-                    signal_group(pgid, nix::sys::signal::Signal::SIGKILL);
-                }
-                let tail = String::from_utf8_lossy(
-                    &lock(&stderr_tail).iter().copied().collect::<Vec<_>>(),
-                )
-                .into_owned();
-                Err(match error {
-                    AgentError::Backend(message) if !tail.trim().is_empty() => {
-                        AgentError::Backend(format!("{message}: {}", last_lines(&tail)))
-                    }
-                    other => other,
-                })
-            }
-        }
+            closing,
+        }))
     }
 
     /// What the agent said it can do in its `initialize` answer.
@@ -440,6 +314,167 @@ impl Drop for AcpProcess {
         {
             signal_group(pgid, nix::sys::signal::Signal::SIGKILL);
         }
+    }
+}
+
+/// The command that starts `launch`: its stdio piped, killed when dropped, in a process
+/// group of its own unless the launcher makes its own session.
+fn command(launch: &Launch) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(&launch.program);
+    command
+        .args(&launch.args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    if !launch.own_session {
+        command.process_group(0);
+    }
+    if let Some(env) = &launch.env {
+        command.env_clear().envs(env);
+    }
+    if let Some(cwd) = &launch.cwd {
+        command.current_dir(cwd);
+    }
+    command
+}
+
+/// Reads the process's stderr to its end, keeping the last [`STDERR_TAIL`] bytes.
+fn keep_stderr_tail(mut stderr: ChildStderr) -> Arc<Mutex<VecDeque<u8>>> {
+    let stderr_tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL)));
+    let tail = stderr_tail.clone();
+    tokio::spawn(async move {
+        let mut buf = [0u8; 1024];
+        while let Ok(n) = stderr.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            let mut tail = lock(&tail);
+            tail.extend(&buf[..n]);
+            while tail.len() > STDERR_TAIL {
+                tail.pop_front();
+            }
+        }
+    });
+    stderr_tail
+}
+
+/// Waits for the process to exit: then its status is kept, its sessions' turns are let go
+/// and the returned token is cancelled.
+fn watch_exit(
+    mut child: Child,
+    router: Arc<Router>,
+) -> (CancellationToken, Arc<Mutex<Option<String>>>) {
+    let exited = CancellationToken::new();
+    let exit_status = Arc::new(Mutex::new(None));
+    let (on_exit, status_slot) = (exited.clone(), exit_status.clone());
+    tokio::spawn(async move {
+        let status = child.wait().await;
+        *lock(&status_slot) = Some(match status {
+            Ok(status) => status.to_string(),
+            Err(e) => e.to_string(),
+        });
+        lock(&router.sessions).clear();
+        on_exit.cancel();
+    });
+    (exited, exit_status)
+}
+
+/// Serves the SDK's client connection over the process's stdio until `closing`: the
+/// agent's notifications and requests go to `router`; the connection is handed out on the
+/// returned channel once it is up.
+fn connect(
+    name: &str,
+    stdin: ChildStdin,
+    stdout: ChildStdout,
+    router: &Arc<Router>,
+    closing: CancellationToken,
+) -> oneshot::Receiver<Connection> {
+    let (hand_out, connection) = oneshot::channel();
+    let (notify, permit, elicit) = (router.clone(), router.clone(), router.clone());
+    let name = name.to_owned();
+    tokio::spawn(async move {
+        let transport = ByteStreams::new(stdin.compat_write(), stdout.compat());
+        let served = Client
+            .v1()
+            .name("agui-serve")
+            .on_receive_notification(
+                async move |message: UntypedMessage, _cx| {
+                    notify.notify(message);
+                    Ok(())
+                },
+                agent_client_protocol::on_receive_notification!(),
+            )
+            .on_receive_request(
+                async move |request: RequestPermissionRequest, responder, _cx| {
+                    permit.permission(request, responder);
+                    Ok(())
+                },
+                agent_client_protocol::on_receive_request!(),
+            )
+            .on_receive_request(
+                async move |request: CreateElicitationRequest, responder, _cx| {
+                    elicit.elicitation(request, responder);
+                    Ok(())
+                },
+                agent_client_protocol::on_receive_request!(),
+            )
+            .connect_with(transport, async move |cx: Connection| {
+                let _ = hand_out.send(cx);
+                closing.cancelled().await;
+                Ok(())
+            })
+            .await;
+        if let Err(error) = served {
+            tracing::debug!(agent = %name, %error, "ACP connection ended");
+        }
+    });
+    connection
+}
+
+/// `initialize` on the connection once it is up: the agent's answer.
+async fn initialize(
+    connection: oneshot::Receiver<Connection>,
+) -> Result<(Connection, InitializeResponse), AgentError> {
+    let connection = connection
+        .await
+        .map_err(|_| AgentError::Backend("the agent connection closed at start".to_owned()))?;
+    // No `fs` and no `terminal`: the agent uses its own tools. Form elicitation is
+    // offered (it becomes an interrupt or a tool call for the person at the
+    // client), and subagents are welcome (their sessions come on this connection).
+    let capabilities = ClientCapabilities::new()
+        .elicitation(ElicitationCapabilities::new().form(ElicitationFormCapabilities::new()))
+        .subagents(SubagentCapabilities::new());
+    let init = InitializeRequest::new(ProtocolVersion::V1)
+        .client_capabilities(capabilities)
+        .client_info(Implementation::new("agui-serve", env!("CARGO_PKG_VERSION")));
+    let response: InitializeResponse = connection
+        .send_request(init)
+        .block_task()
+        .await
+        .map_err(|e| AgentError::Backend(format!("initialize failed: {}", e.message)))?;
+    Ok((connection, response))
+}
+
+/// A start that failed: the connection closed, the process group killed, and the error
+/// with the end of the agent's stderr.
+fn start_failed(
+    error: AgentError,
+    closing: &CancellationToken,
+    pgid: Option<i32>,
+    stderr_tail: &Mutex<VecDeque<u8>>,
+) -> AgentError {
+    closing.cancel();
+    if let Some(pgid) = pgid {
+        signal_group(pgid, nix::sys::signal::Signal::SIGKILL);
+    }
+    let tail = String::from_utf8_lossy(&lock(stderr_tail).iter().copied().collect::<Vec<_>>())
+        .into_owned();
+    match error {
+        AgentError::Backend(message) if !tail.trim().is_empty() => {
+            AgentError::Backend(format!("{message}: {}", last_lines(&tail)))
+        }
+        other => other,
     }
 }
 
