@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::attach::{self, Attachment, Resume};
+use super::suspension::Suspension;
 use super::{Control, LiveRun, NextSegment, Runtime, StartError, Thread};
 use crate::clock::now_ms;
 use crate::protocol::input::{Content, Message, ToolMessage};
@@ -83,21 +84,51 @@ impl Runtime {
             return Ok(Answered::Replay);
         };
         if !resumes {
-            // New user input instead of the answer: fail closed, let the old turn finish
-            // in a continuation segment of its own. The new input is not taken here: the
-            // run that starts after the old turn has ended takes it, as its own turn.
-            let why = "the user sent a new message instead of answering";
-            run.control.send(Control::Resume(Box::new(NextSegment {
-                run_id: suspension.segment_run_id.clone(),
-                parent_run_id: None,
-                abandoned: suspension.unanswered_calls(&[]),
-                why: why.to_owned(),
-                link: self.request_span(),
-            })));
-            drop(slot);
-            suspension.fail_closed(why);
-            return Ok(Answered::Superseded);
+            return Ok(self.supersede_waits(run, slot, suspension));
         }
+        Ok(self.resume_with(
+            thread,
+            run,
+            input,
+            profile,
+            (slot, suspension),
+            &new_messages,
+        ))
+    }
+
+    /// New user input instead of the answer: the waits fail closed and the old turn
+    /// finishes in a continuation segment of its own. The new input is not taken here: the
+    /// run that starts after the old turn has ended takes it, as its own turn.
+    fn supersede_waits(
+        &self,
+        run: &LiveRun,
+        slot: Waits<'_>,
+        suspension: Box<Suspension>,
+    ) -> Answered {
+        let why = "the user sent a new message instead of answering";
+        run.control.send(Control::Resume(Box::new(NextSegment {
+            run_id: suspension.segment_run_id.clone(),
+            parent_run_id: None,
+            abandoned: suspension.unanswered_calls(&[]),
+            why: why.to_owned(),
+            link: self.request_span(),
+        })));
+        drop(slot);
+        suspension.fail_closed(why);
+        Answered::Superseded
+    }
+
+    /// The answers resume the run: the request's new messages are stored, its run id
+    /// becomes the next segment's, and the pump is told before the waits are resolved.
+    fn resume_with(
+        &self,
+        thread: &Arc<Thread>,
+        run: &Arc<LiveRun>,
+        input: &RunAgentInput,
+        profile: Profile,
+        (slot, suspension): (Waits<'_>, Box<Suspension>),
+        new_messages: &[Message],
+    ) -> Answered {
         let recorded = lock(&thread.state).take_new(&input.messages);
         self.inner
             .store
@@ -119,13 +150,13 @@ impl Runtime {
         run.control.send(Control::Resume(Box::new(NextSegment {
             run_id: input.run_id.clone(),
             parent_run_id: input.parent_run_id.clone(),
-            abandoned: suspension.unanswered_calls(&new_messages),
+            abandoned: suspension.unanswered_calls(new_messages),
             why: "no answer was given".to_owned(),
             link: self.request_span(),
         })));
         drop(slot);
-        suspension.resolve(&new_messages, &input.resume);
-        Ok(Answered::Resumed(attachment))
+        suspension.resolve(new_messages, &input.resume);
+        Answered::Resumed(attachment)
     }
 
     /// A stream that refuses a request in-band: `RUN_STARTED` then `RUN_ERROR` with `code`.
@@ -242,3 +273,6 @@ fn lost_message(lost: &[&str], answered: &[&str]) -> String {
     }
     parts.join("; ")
 }
+
+/// A live run's open waits, locked.
+type Waits<'a> = std::sync::MutexGuard<'a, Option<Box<Suspension>>>;

@@ -331,6 +331,27 @@ impl Attachment {
         Some(self.with_ready(first))
     }
 
+    /// Stopping: everything journaled has been delivered. A segment still open here (its
+    /// run did not end within the shutdown grace) is closed with the terminal event its
+    /// run would have written, so the stream never ends as if it were complete.
+    fn end_stopping(&mut self) -> Option<Bytes> {
+        self.cut(CutReason::Shutdown);
+        let terminal = self.open.then(|| self.shutdown_terminal());
+        self.end();
+        terminal
+    }
+
+    /// The stream fell behind the journal's window: it is cut, so the client reattaches.
+    fn end_behind(&mut self) -> Option<Bytes> {
+        self.cut(CutReason::Gap);
+        tracing::warn!(
+            thread.id = %self.thread.id,
+            cursor = self.cursor,
+            "stream fell behind the journal window; cut so it can reattach"
+        );
+        self.end()
+    }
+
     /// The next frame (or keep-alive comment), or `None` when the stream is over.
     pub async fn next(&mut self) -> Option<Bytes> {
         loop {
@@ -367,26 +388,9 @@ impl Attachment {
                     // segment is open on this stream.
                     return self.end();
                 }
-                Ok(_) if self.stop.is_cancelled() => {
-                    // Stopping: everything journaled has been delivered. A segment still
-                    // open here (its run did not end within the shutdown grace) is closed
-                    // with the terminal event its run would have written, so the stream
-                    // never ends as if it were complete.
-                    self.cut(CutReason::Shutdown);
-                    let terminal = self.open.then(|| self.shutdown_terminal());
-                    self.end();
-                    return terminal;
-                }
+                Ok(_) if self.stop.is_cancelled() => return self.end_stopping(),
                 Ok(_) => {}
-                Err(_gap) => {
-                    self.cut(CutReason::Gap);
-                    tracing::warn!(
-                        thread.id = %self.thread.id,
-                        cursor = self.cursor,
-                        "stream fell behind the journal window; cut so it can reattach"
-                    );
-                    return self.end();
-                }
+                Err(_gap) => return self.end_behind(),
             }
             let run_over = self.run_over.clone().filter(|_| !self.open);
             tokio::select! {

@@ -223,51 +223,11 @@ impl Suspension {
     }
 }
 
+/// The answer `new_messages` or `resume` give `wait`, if any: a `resume[]` entry for it
+/// first, else the last tool message that answers it.
 fn answer_for(wait: &Wait, new_messages: &[Message], resume: &[Resume]) -> Option<Answer> {
     if let Some(entry) = resume.iter().find(|e| e.interrupt_id == wait.answer_id()) {
-        return Some(match (wait, entry.status) {
-            (Wait::Permission { options, .. }, ResumeStatus::Resolved) => {
-                let chosen = entry
-                    .payload
-                    .as_ref()
-                    .and_then(|p| p.get("optionId"))
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                let option_id = options
-                    .iter()
-                    .find(|o| o.option_id == chosen)
-                    .or_else(|| options.iter().find(|o| o.kind == chosen))
-                    .map_or_else(|| chosen.to_owned(), |o| o.option_id.clone());
-                Answer::Permission(PermissionOutcome::Selected { option_id })
-            }
-            (Wait::Permission { .. }, ResumeStatus::Cancelled) => {
-                Answer::Permission(PermissionOutcome::Denied {
-                    reason: "cancelled by the user".to_owned(),
-                })
-            }
-            (Wait::Tool { .. }, ResumeStatus::Resolved) => Answer::Tool(ToolAnswer::Result(
-                entry
-                    .payload
-                    .as_ref()
-                    .map(|p| match p {
-                        Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    })
-                    .unwrap_or_default(),
-            )),
-            (Wait::Tool { .. }, ResumeStatus::Cancelled) => {
-                Answer::Tool(ToolAnswer::Error("cancelled by the user".to_owned()))
-            }
-            (Wait::Input { schema, .. }, ResumeStatus::Resolved) => {
-                let payload = entry.payload.as_ref().unwrap_or(&Value::Null);
-                Answer::Input(match check_form(schema, payload) {
-                    Ok(values) => InputAnswer::Accepted(values),
-                    Err(why) => InputAnswer::Cancelled { reason: why },
-                })
-            }
-            // The person dismissed the form: a refusal, not a failure.
-            (Wait::Input { .. }, ResumeStatus::Cancelled) => Answer::Input(InputAnswer::Declined),
-        });
+        return Some(resumed(wait, entry));
     }
     let tool = new_messages.iter().rev().find_map(|m| match m {
         Message::Tool(tool) if tool.tool_call_id == wait.answer_id() => Some(tool),
@@ -304,6 +264,53 @@ fn answer_for(wait: &Wait, new_messages: &[Message], resume: &[Resume]) -> Optio
             }
         }
     })
+}
+
+/// What a `resume[]` entry answers `wait`.
+fn resumed(wait: &Wait, entry: &Resume) -> Answer {
+    match (wait, entry.status) {
+        (Wait::Permission { options, .. }, ResumeStatus::Resolved) => {
+            let chosen = entry
+                .payload
+                .as_ref()
+                .and_then(|p| p.get("optionId"))
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let option_id = options
+                .iter()
+                .find(|o| o.option_id == chosen)
+                .or_else(|| options.iter().find(|o| o.kind == chosen))
+                .map_or_else(|| chosen.to_owned(), |o| o.option_id.clone());
+            Answer::Permission(PermissionOutcome::Selected { option_id })
+        }
+        (Wait::Permission { .. }, ResumeStatus::Cancelled) => {
+            Answer::Permission(PermissionOutcome::Denied {
+                reason: "cancelled by the user".to_owned(),
+            })
+        }
+        (Wait::Tool { .. }, ResumeStatus::Resolved) => Answer::Tool(ToolAnswer::Result(
+            entry
+                .payload
+                .as_ref()
+                .map(|p| match p {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                })
+                .unwrap_or_default(),
+        )),
+        (Wait::Tool { .. }, ResumeStatus::Cancelled) => {
+            Answer::Tool(ToolAnswer::Error("cancelled by the user".to_owned()))
+        }
+        (Wait::Input { schema, .. }, ResumeStatus::Resolved) => {
+            let payload = entry.payload.as_ref().unwrap_or(&Value::Null);
+            Answer::Input(match check_form(schema, payload) {
+                Ok(values) => InputAnswer::Accepted(values),
+                Err(why) => InputAnswer::Cancelled { reason: why },
+            })
+        }
+        // The person dismissed the form: a refusal, not a failure.
+        (Wait::Input { .. }, ResumeStatus::Cancelled) => Answer::Input(InputAnswer::Declined),
+    }
 }
 
 /// The `agui_permission_request` arguments for a permission request.

@@ -20,8 +20,8 @@ use tokio::sync::{oneshot, watch};
 use super::known::KnownThreads;
 use super::{ListScope, Progress, RunRow, StoreError, StoredThread, ThreadPage, ThreadRow, now_ms};
 use crate::metrics::StoreMetrics;
-use crate::sync::lock;
 use crate::protocol::Message;
+use crate::sync::lock;
 
 /// The embedded migrations, in order. `user_version` = number applied.
 const MIGRATIONS: &[&str] = &[

@@ -17,51 +17,9 @@ pub(super) fn mint(app: &App, body: &serde_json::Value) -> Result<Response<Body>
     let Some(signer) = &app.access.signer else {
         return Err(ApiError::not_found("token signing key"));
     };
-    let sub = match body.get("sub") {
-        Some(serde_json::Value::String(sub)) => sub.clone(),
-        _ => {
-            return Err(ApiError::invalid_input(
-                "sub must be a string naming the principal",
-                Some("sub".to_owned()),
-            ));
-        }
-    };
-    check_principal_name(&sub).map_err(|problem| {
-        ApiError::invalid_input(format!("sub {problem}"), Some("sub".to_owned()))
-    })?;
-    let ttl = match body.get("ttlSeconds") {
-        None | Some(serde_json::Value::Null) => 900,
-        Some(value) => value
-            .as_u64()
-            .filter(|ttl| (1..=MAX_MINTED_TTL_SECONDS).contains(ttl))
-            .ok_or_else(|| {
-                ApiError::invalid_input(
-                    format!("ttlSeconds must be an integer from 1 to {MAX_MINTED_TTL_SECONDS}"),
-                    Some("ttlSeconds".to_owned()),
-                )
-            })?,
-    };
-    let names = |field: &str| -> Result<Option<Vec<String>>, ApiError> {
-        match body.get(field) {
-            None | Some(serde_json::Value::Null) => Ok(None),
-            Some(serde_json::Value::Array(items)) => items
-                .iter()
-                .map(|item| item.as_str().map(str::to_owned))
-                .collect::<Option<Vec<_>>>()
-                .map(Some)
-                .ok_or_else(|| {
-                    ApiError::invalid_input(
-                        format!("{field} must be an array of strings"),
-                        Some(field.to_owned()),
-                    )
-                }),
-            Some(_) => Err(ApiError::invalid_input(
-                format!("{field} must be an array of strings"),
-                Some(field.to_owned()),
-            )),
-        }
-    };
-    let agents = names("agents")?;
+    let sub = sub_of(body)?;
+    let ttl = ttl_of(body)?;
+    let agents = names(body, "agents")?;
     if let Some(unknown) = agents
         .iter()
         .flatten()
@@ -72,7 +30,7 @@ pub(super) fn mint(app: &App, body: &serde_json::Value) -> Result<Response<Body>
             Some("agents".to_owned()),
         ));
     }
-    let capabilities = names("capabilities")?;
+    let capabilities = names(body, "capabilities")?;
     if let Some(unknown) = capabilities
         .iter()
         .flatten()
@@ -106,4 +64,59 @@ pub(super) fn mint(app: &App, body: &serde_json::Value) -> Result<Response<Body>
         StatusCode::OK,
         json!({"token": token, "expiresAt": rfc3339(exp as i64 * 1000)}),
     ))
+}
+
+/// The principal a token is minted for (`sub`), a valid principal name.
+fn sub_of(body: &serde_json::Value) -> Result<String, ApiError> {
+    let sub = match body.get("sub") {
+        Some(serde_json::Value::String(sub)) => sub.clone(),
+        _ => {
+            return Err(ApiError::invalid_input(
+                "sub must be a string naming the principal",
+                Some("sub".to_owned()),
+            ));
+        }
+    };
+    check_principal_name(&sub).map_err(|problem| {
+        ApiError::invalid_input(format!("sub {problem}"), Some("sub".to_owned()))
+    })?;
+    Ok(sub)
+}
+
+/// The token's lifetime in seconds (`ttlSeconds`, 900 when absent).
+fn ttl_of(body: &serde_json::Value) -> Result<u64, ApiError> {
+    match body.get("ttlSeconds") {
+        None | Some(serde_json::Value::Null) => Ok(900),
+        Some(value) => value
+            .as_u64()
+            .filter(|ttl| (1..=MAX_MINTED_TTL_SECONDS).contains(ttl))
+            .ok_or_else(|| {
+                ApiError::invalid_input(
+                    format!("ttlSeconds must be an integer from 1 to {MAX_MINTED_TTL_SECONDS}"),
+                    Some("ttlSeconds".to_owned()),
+                )
+            }),
+    }
+}
+
+/// An optional array of strings (`agents`, `capabilities`).
+fn names(body: &serde_json::Value, field: &str) -> Result<Option<Vec<String>>, ApiError> {
+    match body.get(field) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::Array(items)) => items
+            .iter()
+            .map(|item| item.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .map(Some)
+            .ok_or_else(|| {
+                ApiError::invalid_input(
+                    format!("{field} must be an array of strings"),
+                    Some(field.to_owned()),
+                )
+            }),
+        Some(_) => Err(ApiError::invalid_input(
+            format!("{field} must be an array of strings"),
+            Some(field.to_owned()),
+        )),
+    }
 }

@@ -372,22 +372,7 @@ impl Fleet {
             return Err(FleetFull::Principal(self.limits.per_principal));
         }
         let last = history.last_seq();
-        // The sequence number the replay starts after, when it can be honoured.
-        let start = match &from {
-            FleetFrom::Now => None,
-            FleetFrom::After(id) => self
-                .parse_id(id)
-                .filter(|seq| (history.base_seq..=last).contains(seq)),
-            FleetFrom::Since(ms) if *ms >= history.base_at_ms => Some(
-                history
-                    .deltas
-                    .iter()
-                    .take_while(|d| d.at_ms <= *ms)
-                    .last()
-                    .map_or(history.base_seq, |d| d.seq),
-            ),
-            FleetFrom::Since(_) => None,
-        };
+        let start = self.replay_start(&history, &from);
         let exact = start.is_some() || from == FleetFrom::Now;
         let queue = match start {
             Some(start) if start < last => self.replay(&history, &view, start),
@@ -442,6 +427,26 @@ impl Fleet {
             exact,
             ended: false,
         })
+    }
+
+    /// The sequence number a replay from `from` starts after, when it can be honoured.
+    fn replay_start(&self, history: &History, from: &FleetFrom) -> Option<u64> {
+        let last = history.last_seq();
+        match from {
+            FleetFrom::Now => None,
+            FleetFrom::After(id) => self
+                .parse_id(id)
+                .filter(|seq| (history.base_seq..=last).contains(seq)),
+            FleetFrom::Since(ms) if *ms >= history.base_at_ms => Some(
+                history
+                    .deltas
+                    .iter()
+                    .take_while(|d| d.at_ms <= *ms)
+                    .last()
+                    .map_or(history.base_seq, |d| d.seq),
+            ),
+            FleetFrom::Since(_) => None,
+        }
     }
 
     /// The frames of what `view` shows change after `start`, computed from the kept patches
