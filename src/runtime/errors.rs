@@ -86,3 +86,58 @@ pub enum CancelReason {
     /// Another node took the thread's lease (cluster).
     LeaseLost,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::access::Capability;
+    use crate::cluster::Owner;
+
+    /// One error of each kind. The match below has no wildcard: a kind added to
+    /// `StartError` does not compile here until it is named in it, beside this list, and
+    /// the test then checks its reason against `REASONS`.
+    fn one_of_each() -> Vec<StartError> {
+        let owner = Owner {
+            node: "n".to_owned(),
+            address: "http://127.0.0.1:1".to_owned(),
+            cert: None,
+            expires_in: std::time::Duration::ZERO,
+        };
+        let all = vec![
+            StartError::UnknownAgent,
+            StartError::Draining,
+            StartError::OverCapacity,
+            StartError::RunInProgress,
+            StartError::AgentMismatch(None),
+            StartError::RunIdInUse,
+            StartError::Store,
+            StartError::PrincipalBusy,
+            StartError::Forbidden(Capability::Run),
+            StartError::Elsewhere(owner),
+        ];
+        for error in &all {
+            match error {
+                StartError::UnknownAgent
+                | StartError::Draining
+                | StartError::OverCapacity
+                | StartError::RunInProgress
+                | StartError::AgentMismatch(_)
+                | StartError::RunIdInUse
+                | StartError::Store
+                | StartError::PrincipalBusy
+                | StartError::Forbidden(_)
+                | StartError::Elsewhere(_) => {}
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn reasons_are_exactly_the_reasons_of_every_kind() {
+        let mut given: Vec<&str> = one_of_each().iter().map(StartError::reason).collect();
+        let mut listed = StartError::REASONS.to_vec();
+        given.sort_unstable();
+        listed.sort_unstable();
+        assert_eq!(given, listed);
+    }
+}
