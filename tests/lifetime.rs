@@ -272,3 +272,50 @@ async fn a_run_that_wakes_with_nobody_attached_is_cancelled_a_grace_later() {
     assert_eq!(runtime.live_status("t"), Some("suspended"), "not cancelled");
     assert_cancelled_after(&runtime, suspended_at, Duration::from_secs(150)).await;
 }
+
+/// An agent that never finishes forgetting a thread.
+struct NeverForgets;
+
+impl Agent for NeverForgets {
+    fn run(&self, turn: Turn, sink: EventSink) -> BoxFuture<Result<TurnEnd, AgentError>> {
+        DemoAgent.run(turn, sink)
+    }
+
+    fn forget_thread(&self, _thread_id: &str) -> BoxFuture<()> {
+        Box::pin(std::future::pending())
+    }
+}
+
+/// A delete waits in the thread's decide section for the agent to forget the thread, but
+/// only so long: an agent that hangs there neither holds the delete nor freezes the thread.
+#[tokio::test(start_paused = true)]
+async fn an_agent_that_never_forgets_does_not_freeze_a_deleted_thread() {
+    let mut agents: BTreeMap<String, Arc<dyn Agent>> = BTreeMap::new();
+    agents.insert("demo".into(), Arc::new(NeverForgets));
+    let store = Store::open(&support::temp_dir("forget")).expect("store");
+    let runtime = Runtime::new(agents, RuntimeOptions::new(2), store);
+    let attachment = runtime
+        .start_run("demo", run_input("t", "r1", "hello"))
+        .await
+        .expect("run");
+    drop(attachment);
+    wait_idle(&runtime, "t").await;
+
+    let since = Instant::now();
+    let deleted = tokio::time::timeout(Duration::from_secs(60), runtime.delete_thread("t"))
+        .await
+        .expect("the delete waited on the agent for a minute")
+        .expect("delete");
+    assert!(deleted);
+    let waited = since.elapsed();
+    assert!(
+        waited >= agui_serve::runtime::FORGET_BOUND
+            && waited < agui_serve::runtime::FORGET_BOUND + Duration::from_secs(1),
+        "{waited:?}"
+    );
+    // The thread is usable again at once: a new run on the same id starts a new thread.
+    let again = runtime
+        .start_run("demo", run_input("t", "r2", "again"))
+        .await;
+    assert!(again.is_ok(), "{:?}", again.err());
+}

@@ -67,6 +67,11 @@ pub use lease::LoadError;
 use opentelemetry::trace::SpanContext;
 use thread::Thread;
 
+/// How long a delete waits, in the thread's decide section, for its agent to forget the
+/// thread (an ACP backend bounds each of its requests to 5 s itself): a hung agent never
+/// freezes a thread.
+pub const FORGET_BOUND: Duration = Duration::from_secs(15);
+
 /// The default of `--max-runs-per-principal`.
 pub const DEFAULT_MAX_RUNS_PER_PRINCIPAL: usize = 8;
 
@@ -432,8 +437,15 @@ impl Runtime {
             // so a session a brand-new thread of the same id binds later is never the one
             // forgotten.
             let stored = self.inner.store.delete_thread(&key).await;
-            if let Some(agent) = self.inner.agents.get(&thread.agent) {
-                agent.forget_thread(&key).await;
+            if let Some(agent) = self.inner.agents.get(&thread.agent)
+                && tokio::time::timeout(FORGET_BOUND, agent.forget_thread(&key))
+                    .await
+                    .is_err()
+            {
+                tracing::warn!(
+                    bound_s = FORGET_BOUND.as_secs(),
+                    "the agent did not forget the deleted thread in time; deleted without it"
+                );
             }
             self.discard_thread(&thread);
             drop(decide);
