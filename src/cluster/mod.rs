@@ -28,6 +28,8 @@ use std::time::{Duration, Instant};
 use crate::store::Fence;
 use crate::sync::lock;
 
+mod claim;
+
 /// Where a cluster node is, and how it takes part.
 #[derive(Clone)]
 pub struct ClusterConfig {
@@ -262,107 +264,6 @@ impl Cluster {
         .await
     }
 
-    /// Takes `key`'s lease if nobody else holds it live; see [`Claim`].
-    pub async fn claim(&self, key: &str) -> Result<Claim, ClusterError> {
-        if self.left.load(Ordering::SeqCst) {
-            return Err(ClusterError::Left);
-        }
-        let (me, ttl) = (self.node.as_str(), self.ttl_ms());
-        loop {
-            let claim = self
-                .with_client(async |c| {
-                    // Read under the connection, which claims and renewals share: the fence
-                    // is as the last of them left it.
-                    let held = self.fence.held(key).filter(|h| !h.lost).map(|h| h.epoch);
-                    let tx = c.transaction().await?;
-                    let row = tx
-                        .query_opt(
-                            "SELECT node, epoch, expires_at - agui_now_ms() FROM leases
-                             WHERE thread_key = $1 FOR UPDATE",
-                            &[&key],
-                        )
-                        .await?;
-                    let claim = match row {
-                        None => {
-                            let inserted = tx
-                                .execute(
-                                    "INSERT INTO leases (thread_key, node, epoch, expires_at)
-                                     VALUES ($1, $2, 1, agui_now_ms() + $3)
-                                     ON CONFLICT (thread_key) DO NOTHING",
-                                    &[&key, &me, &ttl],
-                                )
-                                .await?;
-                            // Not inserted: another node did meanwhile; ask again.
-                            (inserted > 0).then_some(Claim::Mine {
-                                epoch: 1,
-                                taken_over: false,
-                            })
-                        }
-                        Some(row) => {
-                            let (node, epoch, left): (String, i64, i64) =
-                                (row.get(0), row.get(1), row.get(2));
-                            if node == me && held == Some(epoch) {
-                                tx.execute(
-                                    "UPDATE leases SET expires_at = agui_now_ms() + $2
-                                     WHERE thread_key = $1",
-                                    &[&key, &ttl],
-                                )
-                                .await?;
-                                Some(Claim::Mine {
-                                    epoch,
-                                    taken_over: false,
-                                })
-                            } else if node == me
-                                || left <= 0
-                                || previous_self(&tx, &node, &self.config.advertise).await?
-                            {
-                                let epoch = epoch + 1;
-                                tx.execute(
-                                    "UPDATE leases SET node = $2, epoch = $3,
-                                         expires_at = agui_now_ms() + $4
-                                     WHERE thread_key = $1",
-                                    &[&key, &me, &epoch, &ttl],
-                                )
-                                .await?;
-                                Some(Claim::Mine {
-                                    epoch,
-                                    taken_over: true,
-                                })
-                            } else {
-                                let found = tx
-                                    .query_opt(
-                                        "SELECT address, cert FROM nodes WHERE id = $1",
-                                        &[&node],
-                                    )
-                                    .await?;
-                                let (address, cert) =
-                                    found.map(|r| (r.get(0), r.get(1))).unwrap_or_default();
-                                Some(Claim::Elsewhere(Owner {
-                                    node,
-                                    address,
-                                    cert,
-                                    expires_in: Duration::from_millis(left.max(0) as u64),
-                                }))
-                            }
-                        }
-                    };
-                    tx.commit().await?;
-                    if let Some(Claim::Mine { epoch, .. }) = &claim {
-                        // Still under the connection: no renewal can see the key half-held.
-                        if held != Some(*epoch) {
-                            self.fence.hold(key, *epoch);
-                        }
-                        lock(&self.renewed).insert(key.to_owned(), Instant::now());
-                    }
-                    Ok(claim)
-                })
-                .await?;
-            if let Some(claim) = claim {
-                return Ok(claim);
-            }
-        }
-    }
-
     /// Threads shown live (`running` or `suspended`) whose lease has lapsed: their owner
     /// died or stopped. At most `limit`.
     pub async fn orphans(&self, limit: i64) -> Result<Vec<String>, ClusterError> {
@@ -566,19 +467,6 @@ impl Cluster {
         })
         .await
     }
-}
-
-/// Whether `node` is an earlier process at this node's own address: it is gone, since
-/// this process now serves that address.
-async fn previous_self(
-    tx: &tokio_postgres::Transaction<'_>,
-    node: &str,
-    address: &str,
-) -> Result<bool, tokio_postgres::Error> {
-    let row = tx
-        .query_opt("SELECT address FROM nodes WHERE id = $1", &[&node])
-        .await?;
-    Ok(row.is_some_and(|r| r.get::<_, String>(0) == address))
 }
 
 /// Whether `advertise` (`http(s)://HOST[:PORT]`) is plain HTTP to a host that is not a
