@@ -1,24 +1,18 @@
-//! The PostgreSQL store against a real server. Ignored unless asked:
+//! The PostgreSQL store against a real server: the store's contract
+//! (`support/store_contract.rs`, which `tests/sqlite_store.rs` runs on SQLite), and what is
+//! PostgreSQL's own: fencing, recovery by the lease's new holder, concurrent migration, a
+//! lost connection, the cluster's leases. Ignored unless asked:
 //! `AGUI_TEST_PG_URL='host=/tmp/pg port=5432 user=postgres dbname=postgres' cargo test --test
 //! pg_store -- --ignored`. The URL's user must be able to create databases: each test makes
 //! its own (`agui_test_<uuid>`) and drops it at the end, so the tests run in parallel.
 
-use std::time::Instant;
+#[path = "support/store_contract.rs"]
+mod store_contract;
 
-use agui_serve::access::scoped_key;
 use agui_serve::cluster::{Claim, Cluster, ClusterConfig};
-use agui_serve::protocol::Message;
-use agui_serve::protocol::input::{Content, TextMessage, UserMessage};
-use agui_serve::store::{Fence, ListScope, Store, StoreError, decode_cursor};
+use agui_serve::store::{Fence, Store, StoreError};
+use store_contract::user;
 use tokio_postgres::{Client, NoTls};
-
-fn user(id: &str, text: &str) -> Message {
-    Message::User(UserMessage {
-        id: id.into(),
-        content: Content::Text(text.into()),
-        name: None,
-    })
-}
 
 fn base_url() -> String {
     std::env::var("AGUI_TEST_PG_URL").expect(
@@ -97,191 +91,93 @@ async fn lease(admin: &Client, fence: &Fence, key: &str) {
     fence.hold(key, 1);
 }
 
+/// A fresh database with a store on it as node `n1`: what each contract of the store runs
+/// on, this node taking the lease of each thread before its first write.
+struct Fresh {
+    db: Db,
+    fence: Fence,
+    store: Store,
+    admin: Client,
+}
+
+impl Fresh {
+    async fn new() -> Fresh {
+        let db = Db::new().await;
+        let fence = Fence::new("n1");
+        let store = db.store(&fence).await;
+        let admin = db.admin().await;
+        Fresh {
+            db,
+            fence,
+            store,
+            admin,
+        }
+    }
+
+    /// Takes `key`'s lease for this node.
+    async fn hold(&self, key: &str) {
+        lease(&self.admin, &self.fence, key).await;
+    }
+
+    async fn drop(self) {
+        drop(self.store);
+        self.db.drop().await;
+    }
+}
+
 #[tokio::test]
 #[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
 async fn threads_messages_and_runs_round_trip() {
-    let db = Db::new().await;
-    let fence = Fence::new("n1");
-    let store = db.store(&fence).await;
-    lease(&db.admin().await, &fence, "t1").await;
-    store.record_run_start(
-        "t1",
-        "demo",
-        Some("hi".into()),
-        "r1",
-        vec![user("u1", "hi")],
-        10,
-    );
-    store.record_messages(
-        "t1",
-        vec![Message::Reasoning(TextMessage {
-            id: "x".into(),
-            content: "hm".into(),
-            name: None,
-        })],
-        11,
-    );
-    store.set_session("t1", "s1", "new", 11);
-    store.set_title("t1", "a title", 11);
-    store.record_run_end("t1", "r1", "finished", "idle", 12);
-    let row = store.thread("t1").await.expect("read").expect("exists");
-    assert_eq!(row.message_count, 2);
-    assert_eq!(row.status, "idle");
-    assert_eq!(row.title.as_deref(), Some("a title"));
-    assert_eq!(row.session_id.as_deref(), Some("s1"));
-    assert_eq!(row.metadata.expect("metadata")["session"]["how"], "new");
-    assert_eq!((row.created_at, row.updated_at), (10, 12));
-    let run = row.last_run.expect("run");
-    assert_eq!(
-        (run.id.as_str(), run.outcome.as_deref(), run.ended_at),
-        ("r1", Some("finished"), Some(12))
-    );
-    // A second segment of the same run counts, and the latest run is the last one.
-    store.record_run_start("t1", "demo", None, "r1", vec![], 13);
-    store.record_run_start("t1", "demo", None, "r2", vec![], 13);
-    let row = store.thread("t1").await.expect("read").expect("exists");
-    assert_eq!(row.last_run.expect("run").id, "r2");
-    let (messages, truncated) = store
-        .messages("t1", 1)
-        .await
-        .expect("read")
-        .expect("exists");
-    assert_eq!(messages.len(), 1);
-    assert!(truncated);
-    assert_eq!(messages[0]["role"], "reasoning");
-    let loaded = store
-        .load_thread("t1")
-        .await
-        .expect("read")
-        .expect("exists");
-    assert_eq!(loaded.transcript.len(), 2);
-    assert_eq!(loaded.transcript[0].id(), "u1");
-    assert!(store.messages("nope", 5).await.expect("read").is_none());
-    assert!(store.delete_thread("t1").await.expect("delete"));
-    assert!(!store.delete_thread("t1").await.expect("delete"));
-    assert!(store.thread("t1").await.expect("read").is_none());
-    assert_eq!(store.queue_depth(), 0);
-    drop(store);
-    db.drop().await;
+    let on = Fresh::new().await;
+    store_contract::threads_messages_and_runs_round_trip(&on.store, async |key: &str| {
+        on.hold(key).await
+    })
+    .await;
+    assert_eq!(on.store.queue_depth(), 0);
+    on.drop().await;
 }
 
 #[tokio::test]
 #[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
 async fn listing_pages_newest_first_with_agent_filter() {
-    let db = Db::new().await;
-    let fence = Fence::new("n1");
-    let store = db.store(&fence).await;
-    let admin = db.admin().await;
-    for i in 0..5 {
-        let key = format!("t{i}");
-        lease(&admin, &fence, &key).await;
-        let agent = if i % 2 == 0 { "a" } else { "b" };
-        store.record_run_start(&key, agent, None, "r", vec![], 100 + i);
-    }
-    let page = store
-        .list_threads(2, None, None, ListScope::default())
-        .await
-        .expect("list");
-    let ids: Vec<_> = page.threads.iter().map(|t| t.id.clone()).collect();
-    assert_eq!(ids, ["t4", "t3"]);
-    let cursor = decode_cursor(page.next_cursor.as_deref().expect("more")).expect("cursor");
-    let page = store
-        .list_threads(2, Some(cursor), None, ListScope::default())
-        .await
-        .expect("list");
-    let ids: Vec<_> = page.threads.iter().map(|t| t.id.clone()).collect();
-    assert_eq!(ids, ["t2", "t1"]);
-    let cursor = decode_cursor(page.next_cursor.as_deref().expect("more")).expect("cursor");
-    let page = store
-        .list_threads(2, Some(cursor), None, ListScope::default())
-        .await
-        .expect("list");
-    assert_eq!(page.threads.len(), 1);
-    assert!(page.next_cursor.is_none());
-    let page = store
-        .list_threads(10, None, Some("b".into()), ListScope::default())
-        .await
-        .expect("list");
-    assert_eq!(page.threads.len(), 2);
-    let only_a = ListScope {
-        owner: None,
-        agents: Some(vec!["a".into(), "zz".into()]),
-    };
-    let page = store
-        .list_threads(10, None, None, only_a)
-        .await
-        .expect("list");
-    let ids: Vec<_> = page.threads.iter().map(|t| t.id.clone()).collect();
-    assert_eq!(ids, ["t4", "t2", "t0"]);
-    drop(store);
-    db.drop().await;
+    let on = Fresh::new().await;
+    store_contract::listing_pages_newest_first_with_agent_filter(&on.store, async |key: &str| {
+        on.hold(key).await
+    })
+    .await;
+    on.drop().await;
 }
 
 #[tokio::test]
 #[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
 async fn owners_keep_their_own_threads() {
-    let db = Db::new().await;
-    let fence = Fence::new("n1");
-    let store = db.store(&fence).await;
-    let admin = db.admin().await;
-    for (key, agent, now) in [
-        ("t1".to_owned(), "a", 100),
-        (scoped_key("alice", "t1"), "a", 101),
-        (scoped_key("bob", "t1"), "b", 102),
-    ] {
-        lease(&admin, &fence, &key).await;
-        store.record_run_start(&key, agent, None, "r", vec![], now);
-    }
-    let rows = |scope: ListScope| {
-        let store = store.clone();
-        async move {
-            let page = store
-                .list_threads(10, None, None, scope)
-                .await
-                .expect("list");
-            page.threads
-                .iter()
-                .map(|t| (t.owner.clone(), t.id.clone()))
-                .collect::<Vec<_>>()
-        }
-    };
-    let pair = |o: &str, i: &str| (o.to_owned(), i.to_owned());
-    assert_eq!(
-        rows(ListScope::default()).await,
-        [pair("bob", "t1"), pair("alice", "t1"), pair("", "t1")]
-    );
-    let alice = ListScope {
-        owner: Some("alice".into()),
-        agents: None,
-    };
-    assert_eq!(rows(alice).await, [pair("alice", "t1")]);
-    let bob_on_a = ListScope {
-        owner: Some("bob".into()),
-        agents: Some(vec!["a".into()]),
-    };
-    assert!(rows(bob_on_a).await.is_empty());
-    let row = store
-        .thread(&scoped_key("alice", "t1"))
-        .await
-        .expect("read")
-        .expect("there");
-    assert_eq!((row.owner.as_str(), row.id.as_str()), ("alice", "t1"));
-    assert!(
-        store
-            .delete_thread(&scoped_key("alice", "t1"))
-            .await
-            .expect("delete")
-    );
-    assert!(store.thread("t1").await.expect("read").is_some());
-    assert!(
-        store
-            .thread(&scoped_key("bob", "t1"))
-            .await
-            .expect("read")
-            .is_some()
-    );
-    drop(store);
-    db.drop().await;
+    let on = Fresh::new().await;
+    store_contract::owners_keep_their_own_threads(&on.store, async |key: &str| on.hold(key).await)
+        .await;
+    on.drop().await;
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
+async fn recover_thread_marks_only_that_threads_live_runs() {
+    let on = Fresh::new().await;
+    store_contract::recover_thread_marks_only_that_threads_live_runs(
+        &on.store,
+        async |key: &str| on.hold(key).await,
+    )
+    .await;
+    on.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
+async fn group_commit_keeps_order_under_load() {
+    let on = Fresh::new().await;
+    store_contract::group_commit_keeps_order_under_load(&on.store, async |key: &str| {
+        on.hold(key).await
+    })
+    .await;
+    on.drop().await;
 }
 
 #[tokio::test]
@@ -462,62 +358,6 @@ async fn nodes_starting_together_migrate_an_empty_database_once() {
         other => panic!("expected TooNew(99), got {other:?}"),
     }
     drop(stores);
-    db.drop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
-async fn group_commit_keeps_order_under_load() {
-    let db = Db::new().await;
-    let fence = Fence::new("n1");
-    let store = db.store(&fence).await;
-    let admin = db.admin().await;
-    const THREADS: usize = 20;
-    const MESSAGES: usize = 250;
-    for t in 0..THREADS {
-        let key = format!("t{t}");
-        lease(&admin, &fence, &key).await;
-        store.record_run_start(&key, "a", None, "r", vec![], 1);
-    }
-    store.commit().await.expect("commit");
-    let began = Instant::now();
-    let writers = (0..THREADS).map(|t| {
-        let store = store.clone();
-        tokio::spawn(async move {
-            let key = format!("t{t}");
-            for m in 0..MESSAGES {
-                store.record_messages(&key, vec![user(&format!("m{m}"), "x")], 2);
-                if m % 50 == 49 {
-                    store.commit().await.expect("commit");
-                }
-            }
-        })
-    });
-    for writer in futures_util::future::join_all(writers).await {
-        writer.expect("writer");
-    }
-    store.commit().await.expect("commit");
-    let took = began.elapsed();
-    eprintln!(
-        "{} fenced message writes committed in {took:?} ({:.0}/s)",
-        THREADS * MESSAGES,
-        (THREADS * MESSAGES) as f64 / took.as_secs_f64()
-    );
-    for t in 0..THREADS {
-        let loaded = store
-            .load_thread(&format!("t{t}"))
-            .await
-            .expect("read")
-            .expect("there");
-        let ids: Vec<_> = loaded
-            .transcript
-            .iter()
-            .map(|m| m.id().to_owned())
-            .collect();
-        let expected: Vec<_> = (0..MESSAGES).map(|m| format!("m{m}")).collect();
-        assert_eq!(ids, expected);
-    }
-    drop(store);
     db.drop().await;
 }
 

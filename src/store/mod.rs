@@ -10,11 +10,12 @@
 //! after a write sees it. Writes from the run pump are enqueued without waiting (errors are
 //! logged); reads, deletes and [`Store::commit`] are awaited.
 //!
-//! Group commit: the runner runs the jobs queued at one moment (up to 512) inside one
-//! transaction, each job in its own savepoint so that a failing job undoes only itself,
-//! and answers the jobs' callers only after that transaction commits. An answer therefore
-//! means durable. [`Store::commit`] adds no job: it waits for the batch holding the last
-//! job queued before the call, and fails when a batch failed to commit meanwhile.
+//! Group commit (`runner.rs`, shared by both backends): the runner runs the jobs queued at
+//! one moment (up to 512) inside one transaction, each job in its own savepoint so that a
+//! failing job undoes only itself, and answers the jobs' callers only after that
+//! transaction commits. An answer therefore means durable. [`Store::commit`] adds no job:
+//! it waits for the batch holding the last job queued before the call, and fails when a
+//! batch failed to commit meanwhile.
 
 use std::path::{Path, PathBuf};
 
@@ -23,6 +24,7 @@ use serde_json::Value;
 mod fence;
 mod known;
 mod postgres;
+mod runner;
 mod sqlite;
 pub use fence::{Fence, Held};
 
@@ -147,15 +149,6 @@ impl ThreadPage {
 pub struct StoredThread {
     pub row: ThreadRow,
     pub transcript: Vec<Message>,
-}
-
-/// The runner's progress through the FIFO.
-#[derive(Debug, Clone, Copy, Default)]
-struct Progress {
-    /// Every job numbered up to this one has run, and its batch has ended.
-    through: u64,
-    /// Batches whose commit failed so far.
-    failures: u64,
 }
 
 /// The data directory's lock, held by a daemon on the embedded store while it runs.
@@ -355,26 +348,6 @@ impl Store {
     pub async fn delete_thread(&self, id: &str) -> Result<bool, StoreError> {
         dispatch!(self.delete_thread(id).await)
     }
-}
-
-/// Waits until the runner behind `progress` has ended the batch holding the last job
-/// queued, as `last` reads it; an error when a batch failed to commit meanwhile. The
-/// failures are counted before `last` is read, so no failure of that batch is missed.
-async fn wait_committed(
-    progress: &tokio::sync::watch::Sender<Progress>,
-    last: impl FnOnce() -> u64,
-) -> Result<(), StoreError> {
-    let mut progress = progress.subscribe();
-    let before = progress.borrow().failures;
-    let target = last();
-    let reached = progress
-        .wait_for(|p| p.through >= target)
-        .await
-        .map_err(|_| StoreError::Closed)?;
-    if reached.failures > before {
-        return Err(StoreError::Commit);
-    }
-    Ok(())
 }
 
 /// Encodes a listing position as an opaque cursor.

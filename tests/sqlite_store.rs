@@ -1,0 +1,45 @@
+//! The store's contract (`support/store_contract.rs`) on the embedded SQLite store, each
+//! test on a fresh data directory. The SQLite store's own tests (migrations, the WAL's
+//! bound, recovery at open) are beside it, in `src/store/sqlite/tests.rs`.
+
+#[path = "support/store_contract.rs"]
+mod store_contract;
+
+use std::path::PathBuf;
+
+use agui_serve::store::Store;
+
+/// A store on a fresh data directory.
+fn open() -> Store {
+    let dir: PathBuf = std::env::temp_dir().join(format!("agui-store-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    Store::open(&dir).expect("open")
+}
+
+/// Every thread is writable: the embedded store has no leases.
+async fn any(_: &str) {}
+
+#[tokio::test]
+async fn threads_messages_and_runs_round_trip() {
+    store_contract::threads_messages_and_runs_round_trip(&open(), any).await;
+}
+
+#[tokio::test]
+async fn listing_pages_newest_first_with_agent_filter() {
+    store_contract::listing_pages_newest_first_with_agent_filter(&open(), any).await;
+}
+
+#[tokio::test]
+async fn owners_keep_their_own_threads() {
+    store_contract::owners_keep_their_own_threads(&open(), any).await;
+}
+
+#[tokio::test]
+async fn recover_thread_marks_only_that_threads_live_runs() {
+    store_contract::recover_thread_marks_only_that_threads_live_runs(&open(), any).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn group_commit_keeps_order_under_load() {
+    store_contract::group_commit_keeps_order_under_load(&open(), any).await;
+}

@@ -1,0 +1,266 @@
+//! The store's contract, one async fn per promise, run against each backend through the
+//! public `Store` API: SQLite in `tests/sqlite_store.rs`, PostgreSQL in `tests/pg_store.rs`.
+//! Each takes the store and `hold`, which makes a thread writable before its first write:
+//! PostgreSQL writes only the threads whose lease this node holds, SQLite writes any.
+
+#![allow(unreachable_pub)]
+
+use std::time::Instant;
+
+use agui_serve::access::scoped_key;
+use agui_serve::protocol::Message;
+use agui_serve::protocol::input::{Content, TextMessage, UserMessage};
+use agui_serve::store::{ListScope, Store, decode_cursor};
+
+pub fn user(id: &str, text: &str) -> Message {
+    Message::User(UserMessage {
+        id: id.into(),
+        content: Content::Text(text.into()),
+        name: None,
+    })
+}
+
+/// A thread's messages, session, title and runs are read back as written; a read of an
+/// unknown thread is `None`; a delete takes the thread with it.
+pub async fn threads_messages_and_runs_round_trip(store: &Store, hold: impl AsyncFn(&str)) {
+    hold("t1").await;
+    store.record_run_start(
+        "t1",
+        "demo",
+        Some("hi".into()),
+        "r1",
+        vec![user("u1", "hi")],
+        10,
+    );
+    store.record_messages(
+        "t1",
+        vec![Message::Reasoning(TextMessage {
+            id: "x".into(),
+            content: "hm".into(),
+            name: None,
+        })],
+        11,
+    );
+    store.set_session("t1", "s1", "new", 11);
+    store.set_title("t1", "a title", 11);
+    store.record_run_end("t1", "r1", "finished", "idle", 12);
+    let row = store.thread("t1").await.expect("read").expect("exists");
+    assert_eq!(row.message_count, 2);
+    assert_eq!(row.status, "idle");
+    assert_eq!(row.title.as_deref(), Some("a title"));
+    assert_eq!(row.session_id.as_deref(), Some("s1"));
+    assert_eq!(row.metadata.expect("metadata")["session"]["how"], "new");
+    assert_eq!((row.created_at, row.updated_at), (10, 12));
+    let run = row.last_run.expect("run");
+    assert_eq!(
+        (run.id.as_str(), run.outcome.as_deref(), run.ended_at),
+        ("r1", Some("finished"), Some(12))
+    );
+    // A second segment of the same run counts, and the latest run is the last one.
+    store.record_run_start("t1", "demo", None, "r1", vec![], 13);
+    store.record_run_start("t1", "demo", None, "r2", vec![], 13);
+    let row = store.thread("t1").await.expect("read").expect("exists");
+    assert_eq!(row.last_run.expect("run").id, "r2");
+    let (messages, truncated) = store
+        .messages("t1", 1)
+        .await
+        .expect("read")
+        .expect("exists");
+    assert_eq!(messages.len(), 1);
+    assert!(truncated);
+    assert_eq!(messages[0]["role"], "reasoning");
+    let loaded = store
+        .load_thread("t1")
+        .await
+        .expect("read")
+        .expect("exists");
+    assert_eq!(loaded.transcript.len(), 2);
+    assert_eq!(loaded.transcript[0].id(), "u1");
+    assert!(store.messages("nope", 5).await.expect("read").is_none());
+    assert!(store.delete_thread("t1").await.expect("delete"));
+    assert!(!store.delete_thread("t1").await.expect("delete"));
+    assert!(store.thread("t1").await.expect("read").is_none());
+}
+
+/// A listing pages newest activity first through its cursors, and filters by agent.
+pub async fn listing_pages_newest_first_with_agent_filter(store: &Store, hold: impl AsyncFn(&str)) {
+    for i in 0..5 {
+        let key = format!("t{i}");
+        hold(&key).await;
+        let agent = if i % 2 == 0 { "a" } else { "b" };
+        store.record_run_start(&key, agent, None, "r", vec![], 100 + i);
+    }
+    let page = store
+        .list_threads(2, None, None, ListScope::default())
+        .await
+        .expect("list");
+    let ids: Vec<_> = page.threads.iter().map(|t| t.id.clone()).collect();
+    assert_eq!(ids, ["t4", "t3"]);
+    let cursor = decode_cursor(page.next_cursor.as_deref().expect("more")).expect("cursor");
+    let page = store
+        .list_threads(2, Some(cursor), None, ListScope::default())
+        .await
+        .expect("list");
+    let ids: Vec<_> = page.threads.iter().map(|t| t.id.clone()).collect();
+    assert_eq!(ids, ["t2", "t1"]);
+    let cursor = decode_cursor(page.next_cursor.as_deref().expect("more")).expect("cursor");
+    let page = store
+        .list_threads(2, Some(cursor), None, ListScope::default())
+        .await
+        .expect("list");
+    assert_eq!(page.threads.len(), 1);
+    assert!(page.next_cursor.is_none());
+    let page = store
+        .list_threads(10, None, Some("b".into()), ListScope::default())
+        .await
+        .expect("list");
+    assert_eq!(page.threads.len(), 2);
+    let only_a = ListScope {
+        owner: None,
+        agents: Some(vec!["a".into(), "zz".into()]),
+    };
+    let page = store
+        .list_threads(10, None, None, only_a)
+        .await
+        .expect("list");
+    let ids: Vec<_> = page.threads.iter().map(|t| t.id.clone()).collect();
+    assert_eq!(ids, ["t4", "t2", "t0"]);
+}
+
+/// Threads of the same id in different owners' namespaces are apart: listed, read and
+/// deleted each in its own.
+pub async fn owners_keep_their_own_threads(store: &Store, hold: impl AsyncFn(&str)) {
+    for (key, agent, now) in [
+        ("t1".to_owned(), "a", 100),
+        (scoped_key("alice", "t1"), "a", 101),
+        (scoped_key("bob", "t1"), "b", 102),
+    ] {
+        hold(&key).await;
+        store.record_run_start(&key, agent, None, "r", vec![], now);
+    }
+    let rows = |scope: ListScope| {
+        let store = store.clone();
+        async move {
+            let page = store
+                .list_threads(10, None, None, scope)
+                .await
+                .expect("list");
+            page.threads
+                .iter()
+                .map(|t| (t.owner.clone(), t.id.clone()))
+                .collect::<Vec<_>>()
+        }
+    };
+    let pair = |o: &str, i: &str| (o.to_owned(), i.to_owned());
+    assert_eq!(
+        rows(ListScope::default()).await,
+        [pair("bob", "t1"), pair("alice", "t1"), pair("", "t1")]
+    );
+    let alice = ListScope {
+        owner: Some("alice".into()),
+        agents: None,
+    };
+    assert_eq!(rows(alice).await, [pair("alice", "t1")]);
+    let bob_on_a = ListScope {
+        owner: Some("bob".into()),
+        agents: Some(vec!["a".into()]),
+    };
+    assert!(rows(bob_on_a).await.is_empty());
+    let row = store
+        .thread(&scoped_key("alice", "t1"))
+        .await
+        .expect("read")
+        .expect("there");
+    assert_eq!((row.owner.as_str(), row.id.as_str()), ("alice", "t1"));
+    assert!(
+        store
+            .delete_thread(&scoped_key("alice", "t1"))
+            .await
+            .expect("delete")
+    );
+    assert!(store.thread("t1").await.expect("read").is_some());
+    assert!(
+        store
+            .thread(&scoped_key("bob", "t1"))
+            .await
+            .expect("read")
+            .is_some()
+    );
+}
+
+/// Recovering a thread marks its live runs interrupted and the thread idle, once, and
+/// leaves every other thread alone.
+pub async fn recover_thread_marks_only_that_threads_live_runs(
+    store: &Store,
+    hold: impl AsyncFn(&str),
+) {
+    for t in ["t1", "t2"] {
+        hold(t).await;
+        store.record_run_start(t, "demo", None, "r1", vec![], 1);
+        store.record_run_end(t, "r1", "finished", "idle", 2);
+        store.record_run_start(t, "demo", None, "r2", vec![], 3);
+    }
+    assert_eq!(store.recover_thread("t1").await.expect("recover"), 1);
+    let row = store.thread("t1").await.expect("read").expect("exists");
+    assert_eq!(row.status, "idle");
+    let run = row.last_run.expect("run");
+    assert_eq!(
+        (run.id.as_str(), run.outcome.as_deref()),
+        ("r2", Some("interrupted"))
+    );
+    assert!(run.ended_at.is_some());
+    assert_eq!(store.recover_thread("t1").await.expect("recover"), 0);
+    let other = store.thread("t2").await.expect("read").expect("exists");
+    assert_eq!(other.status, "running");
+    assert_eq!(other.last_run.expect("run").outcome, None);
+}
+
+/// Writers on many tasks at once, each committing now and then: every thread's transcript
+/// holds its messages in the order they were queued. Wants a multi-threaded runtime.
+pub async fn group_commit_keeps_order_under_load(store: &Store, hold: impl AsyncFn(&str)) {
+    const THREADS: usize = 20;
+    const MESSAGES: usize = 250;
+    for t in 0..THREADS {
+        let key = format!("t{t}");
+        hold(&key).await;
+        store.record_run_start(&key, "a", None, "r", vec![], 1);
+    }
+    store.commit().await.expect("commit");
+    let began = Instant::now();
+    let writers = (0..THREADS).map(|t| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let key = format!("t{t}");
+            for m in 0..MESSAGES {
+                store.record_messages(&key, vec![user(&format!("m{m}"), "x")], 2);
+                if m % 50 == 49 {
+                    store.commit().await.expect("commit");
+                }
+            }
+        })
+    });
+    for writer in futures_util::future::join_all(writers).await {
+        writer.expect("writer");
+    }
+    store.commit().await.expect("commit");
+    let took = began.elapsed();
+    eprintln!(
+        "{} message writes committed in {took:?} ({:.0}/s)",
+        THREADS * MESSAGES,
+        (THREADS * MESSAGES) as f64 / took.as_secs_f64()
+    );
+    for t in 0..THREADS {
+        let loaded = store
+            .load_thread(&format!("t{t}"))
+            .await
+            .expect("read")
+            .expect("there");
+        let ids: Vec<_> = loaded
+            .transcript
+            .iter()
+            .map(|m| m.id().to_owned())
+            .collect();
+        let expected: Vec<_> = (0..MESSAGES).map(|m| format!("m{m}")).collect();
+        assert_eq!(ids, expected);
+    }
+}
