@@ -202,7 +202,7 @@ pub fn parse_size(text: &str) -> Result<usize, ConfigError> {
 /// Formats a byte size the way [`parse_size`] reads it.
 pub fn format_size(bytes: usize) -> String {
     for (unit, name) in [(1usize << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")] {
-        if bytes >= unit && bytes % unit == 0 {
+        if bytes >= unit && bytes.is_multiple_of(unit) {
             return format!("{}{name}", bytes / unit);
         }
     }

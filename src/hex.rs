@@ -14,7 +14,7 @@ pub(crate) fn encode(bytes: &[u8]) -> String {
 /// The bytes of a hex string (either case); `None` when it is not whole bytes of hex.
 pub(crate) fn decode(text: &str) -> Option<Vec<u8>> {
     let digits = text.as_bytes();
-    if digits.len() % 2 != 0 {
+    if !digits.len().is_multiple_of(2) {
         return None;
     }
     let value = |digit: u8| char::from(digit).to_digit(16);

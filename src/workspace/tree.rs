@@ -186,10 +186,10 @@ impl Tree {
                 }
                 _ => not_found(err),
             })?;
-        if let Ok(real) = fs::read_link(fd_path(&file)) {
-            if !real.starts_with(&self.root) {
-                return Err(bad_path("the path leads outside the workspace"));
-            }
+        if let Ok(real) = fs::read_link(fd_path(&file))
+            && !real.starts_with(&self.root)
+        {
+            return Err(bad_path("the path leads outside the workspace"));
         }
         Ok(file)
     }
