@@ -27,7 +27,10 @@ fn runtime(grace: Duration) -> Runtime {
 
 async fn wait_idle(runtime: &Runtime, thread: &str) {
     for _ in 0..10_000 {
-        if runtime.live_status(thread).is_none() {
+        if runtime
+            .live_status(&support::operator_key(thread))
+            .is_none()
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -121,7 +124,7 @@ async fn the_grace_counts_from_the_last_stream_to_detach() {
     drop(second);
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(
-        runtime.live_status("t"),
+        runtime.live_status(&support::operator_key("t")),
         Some("running"),
         "30 s after the first detach"
     );
@@ -138,11 +141,17 @@ async fn reattaching_within_the_grace_keeps_the_run_alive() {
     let started = Instant::now();
     drop(attachment);
     tokio::time::sleep(Duration::from_secs(20)).await;
-    assert_eq!(runtime.live_status("t"), Some("running"));
+    assert_eq!(
+        runtime.live_status(&support::operator_key("t")),
+        Some("running")
+    );
     let mut again = runtime.reattach("t", None).await.expect("reattach");
     // Attached past the first grace: still alive at 45 s.
     tokio::time::sleep(Duration::from_secs(25)).await;
-    assert_eq!(runtime.live_status("t"), Some("running"));
+    assert_eq!(
+        runtime.live_status(&support::operator_key("t")),
+        Some("running")
+    );
     // Read it to the end: it finishes on its own.
     let mut last = Vec::new();
     while let Some(frame) = again.next().await {
@@ -171,11 +180,14 @@ async fn an_unanswered_approval_times_out_as_a_denial() {
     }
     assert!(String::from_utf8_lossy(&last).contains("pendingToolCallIds"));
     let suspended_at = Instant::now();
-    assert_eq!(runtime.live_status("t"), Some("suspended"));
+    assert_eq!(
+        runtime.live_status(&support::operator_key("t")),
+        Some("suspended")
+    );
     assert_eq!(runtime.gauge().active, 1, "a suspended run holds its slot");
     tokio::time::sleep(Duration::from_secs(14 * 60)).await;
     assert_eq!(
-        runtime.live_status("t"),
+        runtime.live_status(&support::operator_key("t")),
         Some("suspended"),
         "still waiting at 14 min"
     );
@@ -269,7 +281,11 @@ async fn a_run_that_wakes_with_nobody_attached_is_cancelled_a_grace_later() {
     let suspended_at = Instant::now();
     drop(attachment);
     tokio::time::sleep(Duration::from_secs(100)).await;
-    assert_eq!(runtime.live_status("t"), Some("suspended"), "not cancelled");
+    assert_eq!(
+        runtime.live_status(&support::operator_key("t")),
+        Some("suspended"),
+        "not cancelled"
+    );
     assert_cancelled_after(&runtime, suspended_at, Duration::from_secs(150)).await;
 }
 

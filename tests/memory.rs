@@ -39,7 +39,10 @@ async fn drain(mut attachment: Attachment) -> Vec<Bytes> {
 /// Waits until the thread has no live run (its pump has finished, not only its stream).
 async fn wait_idle(runtime: &Runtime, thread: &str) {
     for _ in 0..10_000 {
-        if runtime.live_status(thread).is_none() {
+        if runtime
+            .live_status(&support::operator_key(thread))
+            .is_none()
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(1)).await;

@@ -480,12 +480,15 @@ async fn parking(
     let lock = tokio::task::block_in_place(|| WriteLock::take(&dir));
     gate.open(1);
     for _ in 0..500 {
-        if runtime.live_status(thread) == Some("suspended") {
+        if runtime.live_status(&support::operator_key(thread)) == Some("suspended") {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    assert_eq!(runtime.live_status(thread), Some("suspended"));
+    assert_eq!(
+        runtime.live_status(&support::operator_key(thread)),
+        Some("suspended")
+    );
     let mut first = vec![started];
     let last_id = id_of(first.last().expect("frame"));
     // Everything journaled before the park: whatever can be read without waiting.
@@ -709,7 +712,7 @@ async fn answers_racing_the_end_of_a_run_that_parks_again_all_get_ended_streams(
         Err(error) => assert!(matches!(error, StartError::RunInProgress), "{error:?}"),
     }
     for _ in 0..500 {
-        if runtime.live_status("g").is_none() {
+        if runtime.live_status(&support::operator_key("g")).is_none() {
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;

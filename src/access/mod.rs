@@ -42,6 +42,35 @@ pub fn scoped_key(owner: &str, id: &str) -> String {
     }
 }
 
+/// A thread's key: its id in its owner's namespace. Only [`Principal::key`] makes one from
+/// a request's id, and [`ThreadKey::stored`] takes one back from where the daemon kept it,
+/// so the compiler keeps a client's thread id from being used as a key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ThreadKey(String);
+
+impl ThreadKey {
+    /// A key the daemon made and kept (a store row, a session map), taken back as it is.
+    pub fn stored(key: impl Into<String>) -> ThreadKey {
+        ThreadKey(key.into())
+    }
+
+    /// The key's text, as the store and the agents keep it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// `(owner, id)`: the namespace and the id the client gave.
+    pub fn split(&self) -> (&str, &str) {
+        split_key(&self.0)
+    }
+}
+
+impl fmt::Display for ThreadKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// `(owner, id)` of a key made by [`scoped_key`].
 pub fn split_key(key: &str) -> (&str, &str) {
     key.split_once(KEY_SEPARATOR).unwrap_or(("", key))
@@ -278,8 +307,13 @@ impl Principal {
         self.agents.as_deref()
     }
 
-    /// The key of thread or run `id` in its namespace.
-    pub fn key(&self, id: &str) -> String {
+    /// The key of thread `id` in its namespace.
+    pub fn key(&self, id: &str) -> ThreadKey {
+        ThreadKey(scoped_key(&self.owner, id))
+    }
+
+    /// The key of run `id` in its namespace.
+    pub fn run_key(&self, id: &str) -> String {
         scoped_key(&self.owner, id)
     }
 
@@ -325,10 +359,10 @@ mod tests {
         let alice = Principal::scoped("alice", Some(vec!["demo".into()]), Caps::ALL);
         assert!(alice.may_use("demo") && !alice.may_use("claude"));
         assert!(alice.is_capped() && !alice.sees_everyone());
-        assert_eq!(alice.key("t"), scoped_key("alice", "t"));
+        assert_eq!(alice.key("t").as_str(), scoped_key("alice", "t"));
         let op = Principal::operator();
         assert!(op.may_use("claude") && op.sees_everyone() && !op.is_capped());
-        assert_eq!(op.key("t"), "t");
+        assert_eq!(op.key("t").as_str(), "t");
         assert_eq!(op.label(), "operator");
         assert_eq!(Principal::operator_as("alice").key("t"), alice.key("t"));
     }

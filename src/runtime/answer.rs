@@ -132,7 +132,7 @@ impl Runtime {
         let recorded = lock(&thread.state).take_new(&input.messages);
         self.inner
             .store
-            .record_messages(&thread.key, recorded, now_ms() as i64);
+            .record_messages(thread.key.as_str(), recorded, now_ms() as i64);
         lock(&run.aliases).push(input.run_id.clone());
         lock(&self.inner.runs).insert(thread.run_key(&input.run_id), run.clone());
         // The segment the answer opens starts after the suspended one's terminal frame,
@@ -222,7 +222,7 @@ impl Runtime {
         if !recorded.is_empty() {
             self.inner
                 .store
-                .record_messages(&thread.key, recorded, now_ms() as i64);
+                .record_messages(thread.key.as_str(), recorded, now_ms() as i64);
             if let Err(error) = self.inner.store.commit().await {
                 tracing::error!(%error, "store commit failed");
             }

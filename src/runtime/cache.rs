@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::access::ThreadKey;
 use crate::clock::now_ms;
 use crate::protocol::Message;
 use crate::runtime::LoadError;
@@ -15,7 +16,7 @@ use crate::runtime::{Runtime, memory};
 use crate::sync::lock;
 
 impl Runtime {
-    pub(in crate::runtime) fn memory_thread(&self, id: &str) -> Option<Arc<Thread>> {
+    pub(in crate::runtime) fn memory_thread(&self, id: &ThreadKey) -> Option<Arc<Thread>> {
         let thread = lock(&self.inner.threads).get(id).cloned()?;
         thread.last_used.store(now_ms(), Ordering::Relaxed);
         Some(thread)
@@ -26,7 +27,7 @@ impl Runtime {
     /// not exist is kept for the request that creates it.
     pub(in crate::runtime) async fn load_thread(
         &self,
-        id: &str,
+        id: &ThreadKey,
     ) -> Result<Option<Arc<Thread>>, LoadError> {
         if let Some(thread) = self.memory_thread(id) {
             if !self.lease_lost(id) {
@@ -36,7 +37,7 @@ impl Runtime {
             self.let_go(id);
         }
         self.claim(id).await?;
-        let Some(stored) = self.inner.store.load_thread(id).await? else {
+        let Some(stored) = self.inner.store.load_thread(id.as_str()).await? else {
             return Ok(None);
         };
         let thread = self.new_thread(
@@ -55,7 +56,7 @@ impl Runtime {
 
     pub(in crate::runtime) fn new_thread(
         &self,
-        id: &str,
+        id: &ThreadKey,
         agent: &str,
         stored: Option<Vec<Message>>,
         session_id: Option<String>,
@@ -101,7 +102,7 @@ impl Runtime {
         // Lock order: the map, then a thread's state (nothing takes the map under a state
         // lock). Holding the map, nobody takes a new reference to a thread meanwhile.
         let mut threads = lock(&self.inner.threads);
-        let mut by_use: Vec<(u64, &String, &Arc<Thread>)> = threads
+        let mut by_use: Vec<(u64, &ThreadKey, &Arc<Thread>)> = threads
             .iter()
             .map(|(id, t)| (t.last_used.load(Ordering::Relaxed), id, t))
             .collect();
@@ -253,16 +254,21 @@ pub(in crate::runtime) fn low_water(bound: usize) -> usize {
 /// The threads nobody but the map holds (no request, no stream, no run), with when each was
 /// last used. Holding the map lock, nobody can take a new reference meanwhile, so a thread
 /// removed from the map never exists twice in memory.
-pub(in crate::runtime) fn idle_by_use(threads: &HashMap<String, Arc<Thread>>) -> Vec<(u64, &str)> {
+pub(in crate::runtime) fn idle_by_use(
+    threads: &HashMap<ThreadKey, Arc<Thread>>,
+) -> Vec<(u64, &ThreadKey)> {
     threads
         .iter()
         .filter(|(_, t)| Arc::strong_count(t) == 1)
-        .map(|(id, t)| (t.last_used.load(Ordering::Relaxed), id.as_str()))
+        .map(|(id, t)| (t.last_used.load(Ordering::Relaxed), id))
         .collect()
 }
 
 /// Takes these threads out of memory (they reload from the store when next needed).
-pub(in crate::runtime) fn retire(threads: &mut HashMap<String, Arc<Thread>>, ids: Vec<String>) {
+pub(in crate::runtime) fn retire(
+    threads: &mut HashMap<ThreadKey, Arc<Thread>>,
+    ids: Vec<ThreadKey>,
+) {
     for id in ids {
         if let Some(evicted) = threads.remove(&id) {
             evicted.retired.store(true, Ordering::SeqCst);

@@ -16,7 +16,7 @@ impl Runtime {
         principal: &Principal,
         id: &str,
     ) -> Result<Option<ThreadRow>, StoreError> {
-        let row = self.store().thread(&principal.key(id)).await?;
+        let row = self.store().thread(principal.key(id).as_str()).await?;
         Ok(row.filter(|row| principal.may_use(&row.agent)))
     }
 
@@ -29,7 +29,7 @@ impl Runtime {
         limit: usize,
     ) -> Result<Option<(Vec<Value>, bool)>, StoreError> {
         match self.visible_thread(principal, id).await? {
-            Some(row) => self.store().messages(&row.key, limit).await,
+            Some(row) => self.store().messages(row.key.as_str(), limit).await,
             None => Ok(None),
         }
     }

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::{CancelReason, Runtime};
+use crate::access::ThreadKey;
 use crate::cluster::{Claim, Owner};
 use crate::store::StoreError;
 use crate::sync::lock;
@@ -38,20 +39,20 @@ impl From<StoreError> for LoadError {
 impl Runtime {
     /// Takes `key`'s lease before the thread is loaded or created on this node (nothing to
     /// do without a cluster).
-    pub(super) async fn claim(&self, key: &str) -> Result<(), LoadError> {
+    pub(super) async fn claim(&self, key: &ThreadKey) -> Result<(), LoadError> {
         let Some(cluster) = &self.inner.options.cluster else {
             return Ok(());
         };
-        match cluster.claim(key).await {
+        match cluster.claim(key.as_str()).await {
             Ok(Claim::Mine { taken_over, epoch }) => {
                 if taken_over {
-                    match self.inner.store.recover_thread(key).await {
+                    match self.inner.store.recover_thread(key.as_str()).await {
                         Ok(runs) => {
                             tracing::info!(epoch, runs, "thread taken over from another holder");
                         }
                         Err(error) => {
                             // Taken over again (and recovered) by the next request.
-                            cluster.forget(key);
+                            cluster.forget(key.as_str());
                             return Err(error.into());
                         }
                     }
@@ -68,12 +69,12 @@ impl Runtime {
 
     /// The other node that owns thread `key`, when the thread is not in this node's memory
     /// and another node holds its lease (always `None` without a cluster).
-    pub async fn owner_elsewhere(&self, key: &str) -> Option<Owner> {
+    pub async fn owner_elsewhere(&self, key: &ThreadKey) -> Option<Owner> {
         let cluster = self.inner.options.cluster.as_ref()?;
         if self.memory_thread(key).is_some() {
             return None;
         }
-        match cluster.owner_elsewhere(key).await {
+        match cluster.owner_elsewhere(key.as_str()).await {
             Ok(owner) => owner,
             Err(error) => {
                 tracing::warn!(%error, "thread owner could not be looked up");
@@ -109,12 +110,12 @@ impl Runtime {
 
     /// Whether a write for thread `key` was refused because this node lost its lease
     /// (always `false` without a cluster).
-    pub(crate) fn lease_lost(&self, key: &str) -> bool {
+    pub(crate) fn lease_lost(&self, key: &ThreadKey) -> bool {
         self.inner
             .options
             .cluster
             .as_ref()
-            .is_some_and(|cluster| cluster.fence().is_lost(key))
+            .is_some_and(|cluster| cluster.fence().is_lost(key.as_str()))
     }
 
     /// Renews the leases of the threads in memory every third of the lease lifetime, and
@@ -136,14 +137,15 @@ impl Runtime {
                     return;
                 };
                 let runtime = Runtime { inner };
-                let keys: Vec<String> = lock(&runtime.inner.threads).keys().cloned().collect();
+                let keys: Vec<ThreadKey> = lock(&runtime.inner.threads).keys().cloned().collect();
+                let texts: Vec<String> = keys.iter().map(|k| k.as_str().to_owned()).collect();
                 runtime.adopt_orphans(&cluster).await;
-                match cluster.renew(&keys).await {
+                match cluster.renew(&texts).await {
                     Ok(_) => {
                         // Lost at this renewal, or earlier by a refused write: either way
                         // the thread is no longer this node's.
                         for key in keys {
-                            if cluster.fence().is_lost(&key) {
+                            if cluster.fence().is_lost(key.as_str()) {
                                 runtime.let_go(&key);
                             }
                         }
@@ -153,10 +155,10 @@ impl Runtime {
                         // Past a whole lifetime without renewal another node may have
                         // taken them: stop acting for those threads.
                         for key in keys {
-                            if cluster.may_have_lapsed(&key)
-                                && let Some(held) = cluster.fence().held(&key)
+                            if cluster.may_have_lapsed(key.as_str())
+                                && let Some(held) = cluster.fence().held(key.as_str())
                             {
-                                cluster.fence().mark_lost(&key, held.epoch);
+                                cluster.fence().mark_lost(key.as_str(), held.epoch);
                                 runtime.let_go(&key);
                             }
                         }
@@ -167,9 +169,9 @@ impl Runtime {
     }
 
     /// Gives back the lease of a thread that was deleted (nothing to do without a cluster).
-    pub(super) async fn release_lease(&self, key: &str) {
+    pub(super) async fn release_lease(&self, key: &ThreadKey) {
         if let Some(cluster) = &self.inner.options.cluster
-            && let Err(error) = cluster.release(key).await
+            && let Err(error) = cluster.release(key.as_str()).await
         {
             tracing::warn!(%error, "the lease of a deleted thread could not be given back; it lapses");
         }
@@ -189,7 +191,7 @@ impl Runtime {
                 return;
             }
         };
-        for key in orphans {
+        for key in orphans.into_iter().map(ThreadKey::stored) {
             if self.memory_thread(&key).is_none() {
                 // A failure is logged by `claim`; the next tick tries again.
                 let _ = self.claim(&key).await;
@@ -199,7 +201,7 @@ impl Runtime {
 
     /// This node lost `key`'s lease: its live run ends (`LEASE_LOST`) and the thread leaves
     /// memory, so the next request for it is claimed afresh.
-    pub(super) fn let_go(&self, key: &str) {
+    pub(super) fn let_go(&self, key: &ThreadKey) {
         let Some(thread) = lock(&self.inner.threads).get(key).cloned() else {
             return;
         };

@@ -53,7 +53,7 @@ pub use journal::{EventId, Gap, Journal, JournalLimits};
 pub(crate) use run::{Control, LiveRun, NextSegment, Phase};
 pub use sessions::{NewThread, SessionRequestError};
 
-use crate::access::Principal;
+use crate::access::{Principal, ThreadKey};
 use crate::agent::Agent;
 use crate::agent::Hitl;
 use crate::clock::now_ms;
@@ -165,7 +165,7 @@ pub struct Runtime {
 struct Inner {
     agents: BTreeMap<String, Arc<dyn Agent>>,
     /// Threads in memory, by key ([`crate::access::scoped_key`]).
-    threads: Mutex<HashMap<String, Arc<Thread>>>,
+    threads: Mutex<HashMap<ThreadKey, Arc<Thread>>>,
     /// Live runs by key: every AG-UI run id of their segments, in the owner's namespace.
     runs: Mutex<HashMap<String, Arc<LiveRun>>>,
     slots: Arc<Semaphore>,
@@ -285,7 +285,7 @@ impl Runtime {
     }
 
     /// The status of a thread as this process sees it (`running` while a run is live).
-    pub fn live_status(&self, key: &str) -> Option<&'static str> {
+    pub fn live_status(&self, key: &ThreadKey) -> Option<&'static str> {
         let thread = self.memory_thread(key)?;
         let state = lock(&thread.state);
         state.live.as_ref().map(|run| match run.phase.get() {
@@ -353,7 +353,7 @@ impl Runtime {
                     .map(|(_, run)| run.clone())
                     .collect()
             } else {
-                runs.get(&principal.key(run_id))
+                runs.get(&principal.run_key(run_id))
                     .filter(|run| principal.may_use(&run.agent))
                     .cloned()
                     .into_iter()
@@ -436,9 +436,9 @@ impl Runtime {
             // The agent forgets its session while the thread is still the one in memory,
             // so a session a brand-new thread of the same id binds later is never the one
             // forgotten.
-            let stored = self.inner.store.delete_thread(&key).await;
+            let stored = self.inner.store.delete_thread(key.as_str()).await;
             if let Some(agent) = self.inner.agents.get(&thread.agent)
-                && tokio::time::timeout(FORGET_BOUND, agent.forget_thread(&key))
+                && tokio::time::timeout(FORGET_BOUND, agent.forget_thread(key.as_str()))
                     .await
                     .is_err()
             {
@@ -506,9 +506,9 @@ impl Runtime {
     pub fn workspace(
         &self,
         agent: &str,
-        key: &str,
+        key: &ThreadKey,
     ) -> Option<(std::path::PathBuf, crate::workspace::Workspaces)> {
-        self.inner.agents.get(agent)?.workspace(key)
+        self.inner.agents.get(agent)?.workspace(key.as_str())
     }
 
     /// Each agent's last known state (`GET {path}/agents`), by name.

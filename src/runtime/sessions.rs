@@ -9,7 +9,7 @@
 //! client that also posts a run on the id it names, at the same moment, could race the
 //! writes (its run would start the thread first and the import would add to it).
 
-use crate::access::Principal;
+use crate::access::{Principal, ThreadKey};
 use crate::agent::{SessionError, SessionPage};
 use crate::protocol::input::{Content, Message};
 use crate::store::StoreError;
@@ -91,7 +91,7 @@ impl Runtime {
         let thread_id = self.fresh_thread_id(principal, thread_id).await?;
         let key = principal.key(&thread_id);
         let transcript = agent
-            .import_session(&key, session_id)
+            .import_session(key.as_str(), session_id)
             .await
             .map_err(|e| self.agent_error(e))?;
         let title = transcript.iter().find_map(|m| match m {
@@ -133,7 +133,7 @@ impl Runtime {
         let stored = self
             .inner
             .store
-            .load_thread(&source_key)
+            .load_thread(source_key.as_str())
             .await?
             .filter(|stored| principal.may_use(&stored.row.agent))
             .ok_or(SessionRequestError::UnknownThread)?;
@@ -145,7 +145,11 @@ impl Runtime {
         let thread_id = self.fresh_thread_id(principal, thread_id).await?;
         let key = principal.key(&thread_id);
         let session_id = agent
-            .fork_session(&source_key, stored.row.session_id.as_deref(), &key)
+            .fork_session(
+                source_key.as_str(),
+                stored.row.session_id.as_deref(),
+                key.as_str(),
+            )
             .await
             .map_err(|e| self.agent_error(e))?;
         let message_count = stored.transcript.len();
@@ -195,7 +199,9 @@ impl Runtime {
             return Ok(uuid::Uuid::new_v4().to_string());
         };
         let key = principal.key(&id);
-        if self.memory_thread(&key).is_some() || self.inner.store.thread(&key).await?.is_some() {
+        if self.memory_thread(&key).is_some()
+            || self.inner.store.thread(key.as_str()).await?.is_some()
+        {
             return Err(SessionRequestError::ThreadExists);
         }
         Ok(id)
@@ -204,7 +210,7 @@ impl Runtime {
     /// Writes a new idle thread (by key) bound to `session_id`, and waits for the commit.
     async fn write_thread(
         &self,
-        thread_id: &str,
+        thread_id: &ThreadKey,
         agent: &str,
         title: Option<String>,
         transcript: Vec<Message>,
@@ -219,9 +225,10 @@ impl Runtime {
         let store = &self.inner.store;
         let now = now_ms() as i64;
         let run_id = format!("{how}-{}", uuid::Uuid::new_v4());
-        store.record_run_start(thread_id, agent, title, &run_id, transcript, now);
-        store.record_run_end(thread_id, &run_id, how, "idle", now);
-        store.set_session(thread_id, session_id, how, now);
+        let key = thread_id.as_str();
+        store.record_run_start(key, agent, title, &run_id, transcript, now);
+        store.record_run_end(key, &run_id, how, "idle", now);
+        store.set_session(key, session_id, how, now);
         store.commit().await?;
         if self.lease_lost(thread_id) {
             // Refused by the fence: nothing of it was stored.

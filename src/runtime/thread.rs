@@ -16,7 +16,7 @@ use super::answer::SUSPENSION_LOST;
 use super::memory::{Meter, json_size};
 use super::suspension::PERMISSION_TOOL;
 use super::{Journal, JournalLimits, LiveRun, StartError, state};
-use crate::access::{Capability, Caps};
+use crate::access::{Capability, Caps, ThreadKey};
 use crate::clock::now_ms;
 use crate::protocol::input::Message;
 use crate::protocol::{Profile, RunAgentInput};
@@ -43,7 +43,7 @@ pub(super) enum Decision {
 pub(crate) struct Thread {
     /// Its key in its owner's namespace ([`crate::access::scoped_key`]): the key of the
     /// threads map, the store and the agent's session map.
-    pub(crate) key: String,
+    pub(crate) key: ThreadKey,
     /// The thread id the client chose (what the wire shows).
     pub(crate) id: String,
     pub(crate) agent: String,
@@ -125,7 +125,7 @@ impl ThreadState {
 pub(super) struct Retry;
 
 pub(super) fn new_thread(
-    key: &str,
+    key: &ThreadKey,
     agent: &str,
     epoch: u64,
     limits: JournalLimits,
@@ -136,8 +136,8 @@ pub(super) fn new_thread(
     let history_pending = stored.is_some();
     let transcript = stored.unwrap_or_default();
     Thread {
-        key: key.to_owned(),
-        id: crate::access::split_key(key).1.to_owned(),
+        key: key.clone(),
+        id: key.split().1.to_owned(),
         agent: agent.to_owned(),
         journal: Journal::metered(epoch, limits, meter.clone()),
         last_used: AtomicU64::new(now_ms()),
@@ -167,7 +167,7 @@ impl Thread {
 
     /// Its owner's namespace (`""`: the operator's).
     pub(crate) fn owner(&self) -> &str {
-        crate::access::split_key(&self.key).0
+        crate::access::split_key(self.key.as_str()).0
     }
 
     /// Brings this thread's share of the memory count up to date with its transcript

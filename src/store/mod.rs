@@ -88,8 +88,8 @@ pub enum StoreError {
 /// Thread metadata as the thread API shows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ThreadRow {
-    /// The key in its owner's namespace ([`crate::access::scoped_key`]).
-    pub key: String,
+    /// The key in its owner's namespace.
+    pub key: crate::access::ThreadKey,
     /// The thread id its owner chose.
     pub id: String,
     /// The owning principal (`""`: the operator).
@@ -135,7 +135,11 @@ impl ThreadPage {
     /// A page of `threads`, with a cursor after its last one when `more` follow.
     fn new(threads: Vec<ThreadRow>, more: bool) -> ThreadPage {
         let next_cursor = more
-            .then(|| threads.last().map(|t| encode_cursor(t.updated_at, &t.key)))
+            .then(|| {
+                threads
+                    .last()
+                    .map(|t| encode_cursor(t.updated_at, t.key.as_str()))
+            })
             .flatten();
         ThreadPage {
             threads,

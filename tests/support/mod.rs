@@ -371,6 +371,12 @@ pub fn text_of(frames: &[SseFrame]) -> String {
 }
 
 /// A decoded run input with one user message (for runtime-level tests).
+/// The key of the operator's thread `id` (a runtime driven without HTTP runs as the
+/// operator).
+pub fn operator_key(id: &str) -> agui_serve::access::ThreadKey {
+    agui_serve::access::Principal::operator().key(id)
+}
+
 pub fn run_input(thread: &str, run: &str, text: &str) -> agui_serve::protocol::RunAgentInput {
     agui_serve::protocol::decode_run_input(run_body(thread, run, text).to_string().as_bytes())
         .expect("valid input")

@@ -83,7 +83,7 @@ impl Runtime {
                     .collect();
                 entry["waitingFor"] = Value::Array(waits);
             }
-            runs.insert(thread.key.clone(), entry);
+            runs.insert(thread.key.to_string(), entry);
         }
         let processes: HashMap<&str, crate::agent::Processes> =
             self.agent_processes().into_iter().collect();

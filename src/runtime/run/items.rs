@@ -38,7 +38,7 @@ impl Pump {
             }
             SinkItem::Title(title) => {
                 self.writer.rt.inner.store.set_title(
-                    &self.writer.thread.key,
+                    self.writer.thread.key.as_str(),
                     &title,
                     now_ms() as i64,
                 );
@@ -46,7 +46,7 @@ impl Pump {
             SinkItem::Session { id, how } => {
                 lock(&self.writer.thread.state).session_id = Some(id.clone());
                 self.writer.rt.inner.store.set_session(
-                    &self.writer.thread.key,
+                    self.writer.thread.key.as_str(),
                     &id,
                     &how,
                     now_ms() as i64,

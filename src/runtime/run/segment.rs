@@ -98,7 +98,7 @@ impl SegmentWriter {
         if run_id != self.run.id {
             // A later segment: counted on the run, shown as running again.
             self.rt.inner.store.record_run_start(
-                &self.thread.key,
+                self.thread.key.as_str(),
                 &self.thread.agent,
                 None,
                 &self.run.id,
@@ -172,7 +172,7 @@ impl SegmentWriter {
         self.rt
             .inner
             .store
-            .set_status(&self.thread.key, "suspended", now_ms() as i64);
+            .set_status(self.thread.key.as_str(), "suspended", now_ms() as i64);
     }
 
     /// Ends the segment because the run waits on the client: the terminal event, once
@@ -298,15 +298,16 @@ impl SegmentWriter {
         state.seen.insert(id);
         state.transcript.push(recorded.clone());
         drop(state);
-        self.rt
-            .inner
-            .store
-            .record_messages(&self.thread.key, vec![recorded], now_ms() as i64);
+        self.rt.inner.store.record_messages(
+            self.thread.key.as_str(),
+            vec![recorded],
+            now_ms() as i64,
+        );
     }
 
     pub(in crate::runtime) fn record_end(&self, ending: &Ending) {
         self.rt.inner.store.record_run_end(
-            &self.thread.key,
+            self.thread.key.as_str(),
             &self.run.id,
             ending_kind(ending),
             "idle",
@@ -336,7 +337,7 @@ impl SegmentWriter {
         }
         drop(translator);
         self.rt.inner.store.record_run_end(
-            &self.thread.key,
+            self.thread.key.as_str(),
             &self.run.id,
             outcome_row,
             "idle",
@@ -375,7 +376,7 @@ impl SegmentWriter {
         self.rt
             .inner
             .store
-            .record_messages(&self.thread.key, changed, now_ms() as i64);
+            .record_messages(self.thread.key.as_str(), changed, now_ms() as i64);
     }
 
     pub(in crate::runtime) fn count_end(&self, ending: &Ending) {

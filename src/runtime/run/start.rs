@@ -124,7 +124,7 @@ impl Runtime {
             return Err(StartError::UnknownAgent);
         };
         let key = principal.key(&input.thread_id);
-        let run_key = principal.key(&input.run_id);
+        let run_key = principal.run_key(&input.run_id);
         let existing = match self.load_thread(&key).await {
             Ok(existing) => existing,
             Err(LoadError::Store) => return Err(StartError::Store),
@@ -178,7 +178,7 @@ impl Runtime {
         if self.is_draining() {
             return Err(StartError::Draining);
         }
-        if lock(&inner.runs).contains_key(&principal.key(&input.run_id)) {
+        if lock(&inner.runs).contains_key(&principal.run_key(&input.run_id)) {
             return Err(StartError::RunIdInUse);
         }
         let permit = match permit {
@@ -313,7 +313,7 @@ pub(in crate::runtime) fn start(
     );
 
     let turn = Box::new(Turn {
-        thread_id: thread.key.clone(),
+        thread_id: thread.key.to_string(),
         run_id: run.id.clone(),
         messages: input.messages,
         new_messages,
@@ -463,7 +463,7 @@ fn record_start(rt: &Runtime, thread: &Thread, run: &Arc<LiveRun>, new_messages:
         _ => None,
     });
     inner.store.record_run_start(
-        &thread.key,
+        thread.key.as_str(),
         &thread.agent,
         title,
         &run.id,

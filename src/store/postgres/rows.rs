@@ -122,7 +122,7 @@ fn thread_from(r: &Row) -> Result<ThreadRow, StoreError> {
     Ok(ThreadRow {
         id,
         owner,
-        key,
+        key: crate::access::ThreadKey::stored(key),
         agent: r.try_get(1)?,
         session_id: r.try_get(2)?,
         title: r.try_get(3)?,

@@ -72,7 +72,7 @@ pub(super) fn thread_row(
             Ok(ThreadRow {
                 id: id.to_owned(),
                 owner: owner.to_owned(),
-                key,
+                key: crate::access::ThreadKey::stored(key.clone()),
                 agent: r.get(1)?,
                 session_id: r.get(2)?,
                 title: r.get(3)?,
