@@ -139,6 +139,20 @@ fn is_key_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
 }
 
+impl super::Runtime {
+    /// `text` of an agent's, scrubbed as above of the daemon's own secrets too.
+    pub(in crate::runtime) fn sanitized(&self, text: &str) -> String {
+        let secrets: Vec<&str> = self
+            .inner
+            .options
+            .secrets
+            .iter()
+            .map(String::as_str)
+            .collect();
+        sanitize(text, &secrets)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

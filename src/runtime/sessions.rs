@@ -14,7 +14,6 @@ use crate::agent::{SessionError, SessionPage};
 use crate::protocol::input::{Content, Message};
 use crate::store::StoreError;
 
-use super::sanitize::sanitize;
 use super::{LoadError, Runtime};
 use crate::clock::now_ms;
 
@@ -173,15 +172,8 @@ impl Runtime {
 
     /// An agent's refusal, its text sanitized like a run's errors.
     fn agent_error(&self, error: SessionError) -> SessionRequestError {
-        let secrets: Vec<&str> = self
-            .inner
-            .options
-            .secrets
-            .iter()
-            .map(String::as_str)
-            .collect();
         SessionRequestError::Agent(match error {
-            SessionError::Failed(message) => SessionError::Failed(sanitize(&message, &secrets)),
+            SessionError::Failed(message) => SessionError::Failed(self.sanitized(&message)),
             other => other,
         })
     }

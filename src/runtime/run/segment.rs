@@ -16,7 +16,6 @@ use crate::protocol::input::{
 };
 use crate::protocol::{Event, Message};
 use crate::runtime::CancelReason;
-use crate::runtime::sanitize::sanitize;
 use crate::runtime::suspension::{Channel, Suspension};
 use crate::runtime::thread::Thread;
 use crate::runtime::translator::{Ending, Produced, Translator};
@@ -420,15 +419,7 @@ impl SegmentWriter {
     }
 
     pub(in crate::runtime) fn sanitize(&self, message: &str) -> String {
-        let secrets: Vec<&str> = self
-            .rt
-            .inner
-            .options
-            .secrets
-            .iter()
-            .map(String::as_str)
-            .collect();
-        sanitize(message, &secrets)
+        self.rt.sanitized(message)
     }
 }
 
