@@ -225,6 +225,15 @@ async fn permissions_ask_allow_and_deny() {
         .find(|f| f.kind() == "TOOL_CALL_RESULT")
         .expect("result");
     assert_eq!(result.data["toolCallId"], "call-p");
+    // An answer naming no offered option is a refusal, not a cancelled turn: the agent is
+    // sent its reject option and the turn goes on.
+    let unknown = permission_round_trip(&server, "pu", "maybe").await;
+    assert_eq!(text_of(&unknown), "Permission rejected.");
+    assert_eq!(
+        unknown.last().expect("end").kind(),
+        "RUN_FINISHED",
+        "the turn was not cancelled"
+    );
 
     // Configured answers never reach the client.
     let frames = run(

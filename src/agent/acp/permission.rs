@@ -1,12 +1,16 @@
 //! A permission request of the agent (`session/request_permission`): answered at once by
 //! option kind (`permissions = "allow"|"deny"`), or asked of the client (`"ask"`) and the
-//! chosen option sent back; anything else answers `cancelled`.
+//! chosen option sent back. A denial, a timeout or an answer naming no offered option picks
+//! the request's reject option (the agent then tells its model the person refused);
+//! `cancelled` is kept for a cancelled turn, as ACP means it, and for a request that offers
+//! no option to pick.
 
 use agent_client_protocol::v1::schema::{
     PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest,
     RequestPermissionResponse, SelectedPermissionOutcome, ToolCallUpdate,
 };
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 
 use super::process::{self, PermissionResponder};
 use super::translate::UpdateTranslator;
@@ -20,8 +24,13 @@ impl Inner {
         request: RequestPermissionRequest,
         responder: Box<PermissionResponder>,
         translator: &mut UpdateTranslator,
+        cancel: &CancellationToken,
         sink: &EventSink,
     ) -> Result<(), Stop> {
+        let reject = [
+            PermissionOptionKind::RejectOnce,
+            PermissionOptionKind::RejectAlways,
+        ];
         let chosen = match self.config.permissions {
             Permissions::Allow => by_kind(
                 &request,
@@ -30,14 +39,12 @@ impl Inner {
                     PermissionOptionKind::AllowAlways,
                 ],
             ),
-            Permissions::Deny => by_kind(
-                &request,
-                &[
-                    PermissionOptionKind::RejectOnce,
-                    PermissionOptionKind::RejectAlways,
-                ],
-            ),
-            Permissions::Ask => self.ask(&request, translator, sink).await?,
+            Permissions::Deny => by_kind(&request, &reject),
+            Permissions::Ask => match self.ask(&request, translator, sink).await? {
+                Some(option) => Some(option),
+                None if cancel.is_cancelled() => None,
+                None => by_kind(&request, &reject),
+            },
         };
         let response = match chosen {
             Some(option_id) => RequestPermissionResponse::new(RequestPermissionOutcome::Selected(

@@ -128,7 +128,7 @@ impl Inner {
             tokio::select! {
                 biased;
                 Some(event) = flight.events.recv() => {
-                    self.on_event(event, &mut flight.translator, sink).await?;
+                    self.on_event(event, &mut flight.translator, &flight.turn.cancel, sink).await?;
                 }
                 () = flight.turn.cancel.cancelled(), if !cancel_sent => {
                     cancel_sent = true;
@@ -167,6 +167,7 @@ impl Inner {
         &self,
         event: SessionEvent,
         translator: &mut UpdateTranslator,
+        cancel: &CancellationToken,
         sink: &EventSink,
     ) -> Result<(), Stop> {
         match event {
@@ -174,7 +175,7 @@ impl Inner {
                 translator.apply(subagent.as_deref(), &update, sink).await?;
             }
             SessionEvent::Permission(request, responder) => {
-                self.permission(*request, responder, translator, sink)
+                self.permission(*request, responder, translator, cancel, sink)
                     .await?;
             }
             SessionEvent::Elicitation(request, responder) => {
