@@ -421,6 +421,11 @@ fn add_acp_json(value: &mut serde_json::Value, acp: &AcpConfig) {
     value["permissions"] = json!(format!("{:?}", acp.permissions).to_lowercase());
     value["mcp_frontend_tools"] = json!(format!("{:?}", acp.frontend_mcp).to_lowercase());
     value["session_ttl"] = json!(format_duration(acp.session_ttl));
+    for (key, name) in [("mode", "mode"), ("configOptions", "config_options")] {
+        if let Some(set) = acp.session_defaults.get(key) {
+            value[name] = set.clone();
+        }
+    }
     value["workspace"] = acp.workspace.as_ref().map_or(json!(null), |w| {
         json!({
             "source": w.source.to_string(),

@@ -134,6 +134,15 @@ fn acp_config(agent: &FileAgent, data_dir: &Path) -> Result<AcpConfig, ConfigErr
         None => Duration::from_secs(600),
     };
     let workspace = acp_workspace(agent, data_dir)?;
+    let mut session_defaults = serde_json::json!({});
+    if let Some(mode) = &agent.mode {
+        session_defaults["mode"] = serde_json::json!(mode);
+    }
+    if let Some(options) = &agent.config_options {
+        session_defaults["configOptions"] = serde_json::Value::Object(options.clone());
+    }
+    crate::agent::acp::check_session_defaults(&session_defaults)
+        .map_err(|e| ConfigError::new(format!("agent {:?}: {e}", agent.name)))?;
     Ok(AcpConfig {
         command: agent.command.clone(),
         cwd: agent.cwd.clone(),
@@ -146,6 +155,7 @@ fn acp_config(agent: &FileAgent, data_dir: &Path) -> Result<AcpConfig, ConfigErr
         confinement: agent.confinement,
         sandbox: agent.sandbox.clone().unwrap_or_default(),
         session_ttl,
+        session_defaults,
     })
 }
 
@@ -225,6 +235,8 @@ fn agent_from_flag(spec: &str, data_dir: &Path) -> Result<AgentConfig, ConfigErr
             confinement: None,
             sandbox: None,
             session_ttl: None,
+            mode: None,
+            config_options: None,
         },
         data_dir,
     )

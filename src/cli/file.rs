@@ -119,6 +119,10 @@ pub(super) struct FileAgent {
     pub(super) confinement: Option<crate::confine::Confinement>,
     pub(super) sandbox: Option<crate::confine::Sandbox>,
     pub(super) session_ttl: Option<String>,
+    /// The mode a new session is set to (`session/set_mode`).
+    pub(super) mode: Option<String>,
+    /// Config options a new session is set to: option id -> value id or boolean.
+    pub(super) config_options: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// `[agents.workspace]`.

@@ -228,6 +228,8 @@ impl Inner {
         sink.set_session(&session, how).await?;
         show_session_settings(&created, sink).await?;
         self.remember(&turn.thread_id, process, &session);
+        self.apply_defaults(&created, process, &session, sink)
+            .await?;
         Ok(session)
     }
 

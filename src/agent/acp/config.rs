@@ -31,10 +31,27 @@ pub struct AcpConfig {
     /// How long a thread's session stays open with no turn (then `session/close`, and the
     /// next turn loads it again).
     pub session_ttl: Duration,
+    /// What a new session is set to before its first prompt: `{"mode"?: "<mode id>",
+    /// "configOptions"?: {"<option id>": "<value id>" | bool}}` (null: as the agent starts
+    /// it). Checked by [`check_session_defaults`].
+    pub session_defaults: serde_json::Value,
+}
+
+/// Checks an agent's session defaults (see [`AcpConfig::session_defaults`]); the error
+/// names the key.
+pub fn check_session_defaults(defaults: &serde_json::Value) -> Result<(), String> {
+    super::settings::Settings::from_defaults(defaults)
+        .map(|_| ())
+        .map_err(|e| {
+            e.message
+                .replacen("forwardedProps.acp.configOptions", "config_options", 1)
+                .replacen("forwardedProps.acp.mode", "mode", 1)
+        })
 }
 
 impl AcpConfig {
-    /// An agent started by `command` with every other setting at its default: no    /// workspaces (sessions in the daemon's working directory), default confinement.
+    /// An agent started by `command` with every other setting at its default: no
+    /// workspaces (sessions in the daemon's working directory), default confinement.
     pub fn new(command: Vec<String>) -> AcpConfig {
         AcpConfig {
             command,
@@ -48,6 +65,7 @@ impl AcpConfig {
             confinement: None,
             sandbox: Sandbox::default(),
             session_ttl: Duration::from_secs(600),
+            session_defaults: serde_json::Value::Null,
         }
     }
 }
@@ -78,6 +96,7 @@ impl fmt::Debug for AcpConfig {
             .field("confinement", &self.confinement)
             .field("sandbox", &self.sandbox)
             .field("session_ttl", &self.session_ttl)
+            .field("session_defaults", &self.session_defaults)
             .finish()
     }
 }

@@ -66,7 +66,7 @@ use crate::protocol::InputError;
 use crate::protocol::input::{Message, RunAgentInput};
 use crate::sync::lock;
 use crate::workspace::Workspaces;
-pub use config::{AcpConfig, FrontendMcp, Permissions};
+pub use config::{AcpConfig, FrontendMcp, Permissions, check_session_defaults};
 pub use launch::AgentHost;
 pub use mcp::{FrontendTools, McpEndpoint, McpHost, McpListener};
 use pool::Bound;

@@ -32,6 +32,55 @@ impl Inner {
                     message: e.message,
                 }
             })?;
+        let current = Current {
+            mode: turn.document["mode"].as_str(),
+            config: &turn.document["config"],
+        };
+        self.set(settings, current, process, session, sink).await
+    }
+
+    /// Applies the agent's configured session defaults (`mode`, `config_options`) to a
+    /// session just made, as it was made (`created`).
+    pub(super) async fn apply_defaults(
+        &self,
+        created: &NewSessionResponse,
+        process: &AcpProcess,
+        session: &str,
+        sink: &EventSink,
+    ) -> Result<(), Stop> {
+        let Ok(defaults) = Settings::from_defaults(&self.config.session_defaults) else {
+            // Checked when the configuration is read.
+            return Ok(());
+        };
+        if defaults == Settings::default() {
+            return Ok(());
+        }
+        let mode = created
+            .modes
+            .as_ref()
+            .map(|m| m.current_mode_id.to_string());
+        let config = created
+            .config_options
+            .as_ref()
+            .and_then(|o| serde_json::to_value(o).ok())
+            .map(|options| json!({ "configOptions": options }))
+            .unwrap_or(Value::Null);
+        let current = Current {
+            mode: mode.as_deref(),
+            config: &config,
+        };
+        self.set(defaults, current, process, session, sink).await
+    }
+
+    /// Sets on the session what `settings` asks and `current` does not already have.
+    async fn set(
+        &self,
+        settings: Settings,
+        current: Current<'_>,
+        process: &AcpProcess,
+        session: &str,
+        sink: &EventSink,
+    ) -> Result<(), Stop> {
         let refused = |what: &str, error: agent_client_protocol::Error| {
             Stop::Failed(AgentError::Failed {
                 code: "AGENT_ERROR".to_owned(),
@@ -39,7 +88,7 @@ impl Inner {
             })
         };
         if let Some(mode) = settings.mode
-            && turn.document["mode"].as_str() != Some(mode.as_str())
+            && current.mode != Some(mode.as_str())
         {
             process
                 .connection
@@ -50,7 +99,7 @@ impl Inner {
             sink.set_state("/mode", json!(mode)).await?;
         }
         for (id, value) in settings.config_options {
-            let current = turn.document["config"]["configOptions"]
+            let now = current.config["configOptions"]
                 .as_array()
                 .into_iter()
                 .flatten()
@@ -60,7 +109,7 @@ impl Inner {
                 .as_value_id()
                 .map(|id| json!(id.to_string()))
                 .or_else(|| value.as_bool().map(|b| json!(b)));
-            if current.is_some() && current.cloned() == wanted {
+            if now.is_some() && now.cloned() == wanted {
                 continue;
             }
             let request = SetSessionConfigOptionRequest::new(session.to_owned(), id.clone(), value);
@@ -79,6 +128,13 @@ impl Inner {
     }
 }
 
+/// A session's mode and config options as they are before settings are applied.
+struct Current<'a> {
+    mode: Option<&'a str>,
+    /// `{"configOptions":[...]}`, or null.
+    config: &'a Value,
+}
+
 /// What a client may set on a session before a turn: `forwardedProps.acp`.
 #[derive(Debug, Default, PartialEq)]
 pub(super) struct Settings {
@@ -87,6 +143,12 @@ pub(super) struct Settings {
 }
 
 impl Settings {
+    /// Reads an agent's configured session defaults: `{"mode"?, "configOptions"?}`, as
+    /// `forwardedProps.acp` would give them.
+    pub(super) fn from_defaults(defaults: &Value) -> Result<Settings, InputError> {
+        Settings::from_forwarded_props(Some(&json!({ "acp": defaults })))
+    }
+
     /// Reads `forwardedProps.acp.mode` (a mode id) and `forwardedProps.acp.configOptions`
     /// (`{"<option id>": "<value id>" | true | false}`); anything else there is an error
     /// naming the field.
