@@ -241,6 +241,7 @@ impl Agent for AsksThenWorks {
                 .request_permission(PermissionRequest {
                     title: "Go on?".to_owned(),
                     tool_call_id: None,
+                    tool_call: None,
                     options: vec![PermissionOption {
                         option_id: "yes".to_owned(),
                         name: "Yes".to_owned(),

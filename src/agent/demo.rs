@@ -343,6 +343,7 @@ async fn approve(sink: &EventSink, action: &str) -> Result<(), SinkClosed> {
         .request_permission(PermissionRequest {
             title: format!("Allow the demo agent to {action}?"),
             tool_call_id: Some(tool_call_id.clone()),
+            tool_call: None,
             options: options.clone(),
         })
         .await?;

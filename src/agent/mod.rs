@@ -394,6 +394,9 @@ pub struct PermissionRequest {
     pub title: String,
     /// The agent's own tool call this permission is about (already opened on the stream).
     pub tool_call_id: Option<String>,
+    /// What that call is about, for the person to judge: `{"name","kind"?,"input"?,
+    /// "diff"?:[{"path","oldText","newText"}]}`.
+    pub tool_call: Option<Value>,
     pub options: Vec<PermissionOption>,
 }
 

@@ -9,7 +9,9 @@
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use crate::agent::{InputAnswer, InputRequest, PermissionOption, PermissionOutcome, ToolAnswer};
+use crate::agent::{
+    InputAnswer, InputRequest, PermissionOption, PermissionOutcome, PermissionRequest, ToolAnswer,
+};
 use crate::protocol::Event;
 use crate::protocol::input::{Content, Message, Resume, ResumeStatus};
 
@@ -313,15 +315,16 @@ fn resumed(wait: &Wait, entry: &Resume) -> Answer {
     }
 }
 
-/// The `agui_permission_request` arguments for a permission request.
-pub fn permission_arguments(
-    title: &str,
-    tool_call_id: Option<&str>,
-    options: &[PermissionOption],
-) -> String {
-    let mut args = json!({"title": title, "options": options});
-    if let Some(id) = tool_call_id {
+/// The `agui_permission_request` arguments for a permission request:
+/// `{"title","options","toolCallId"?,"toolCall"?}` (`toolCall`: what the call is about,
+/// see [`PermissionRequest::tool_call`]).
+pub fn permission_arguments(request: &PermissionRequest) -> String {
+    let mut args = json!({"title": request.title, "options": request.options});
+    if let Some(id) = &request.tool_call_id {
         args["toolCallId"] = json!(id);
+    }
+    if let Some(about) = &request.tool_call {
+        args["toolCall"] = about.clone();
     }
     args.to_string()
 }

@@ -69,12 +69,11 @@ impl Inner {
         let options = offered(request);
         let tool_call = &request.tool_call;
         let acp_id = Some(tool_call.tool_call_id.to_string()).filter(|id| !id.is_empty());
-        if let Some(id) = &acp_id
-            && !translator.is_open(id)
-        {
-            open_call(tool_call, translator, sink).await?;
+        if acp_id.is_some() {
+            settle_call(tool_call, translator, sink).await?;
         }
         translator.close(sink).await?;
+        let about = acp_id.as_deref().and_then(|id| translator.describe(id));
         let tool_call_id = acp_id.map(|id| translator.wire_id(&id));
         let title = tool_call
             .fields
@@ -86,6 +85,7 @@ impl Inner {
             .request_permission(PermissionRequest {
                 title,
                 tool_call_id,
+                tool_call: about,
                 options: options.clone(),
             })
             .await?;
@@ -101,10 +101,11 @@ impl Inner {
     }
 }
 
-/// The call a permission is about, never reported before: opened on the stream from the
-/// request's own description of it. (Through JSON: the translator reads every update that
-/// way, see `translate.rs`.)
-async fn open_call(
+/// The call a permission is about, opened on the stream (if it is not yet) with the
+/// request's description of it merged over what the agent said before: its input has
+/// settled. (Through JSON: the translator reads every update that way, see
+/// `translate.rs`.)
+async fn settle_call(
     tool_call: &ToolCallUpdate,
     translator: &mut UpdateTranslator,
     sink: &EventSink,
@@ -115,7 +116,7 @@ async fn open_call(
     if let Some(map) = opening.as_object_mut() {
         map.remove("status");
     }
-    translator.apply(None, &opening, sink).await?;
+    translator.settle(&opening, sink).await?;
     Ok(())
 }
 

@@ -34,9 +34,17 @@ pub(super) struct UpdateTranslator {
     thought: Option<String>,
     /// Tool calls opened on the AG-UI stream.
     tools: HashSet<String>,
+    /// Every tool call of the turn as the agent last described it (its updates merged),
+    /// by ACP id.
+    calls: HashMap<String, Value>,
+    /// Calls reported but not opened yet, in the order the agent reported them: their
+    /// input may still change (see [`UpdateTranslator::tool_call`]).
+    pending: Vec<String>,
     /// Tool calls already answered with a result.
     answered: HashSet<String>,
     files: Vec<Value>,
+    /// Diffs already shown, by AG-UI call id and the diff's JSON.
+    diffs_shown: HashSet<(String, String)>,
     /// Names of the browser's tools (served to the agent over MCP).
     frontend: Vec<String>,
     /// The agent's own tool calls for frontend tools, held back: id -> tool name.
@@ -226,22 +234,23 @@ impl UpdateTranslator {
         .await
     }
 
-    /// A `tool_call`: the call opened (unless it is the agent's report of a frontend
-    /// call), its files noted, and its result when it already has one.
+    /// A `tool_call`: noted (unless it is the agent's report of a frontend call), and
+    /// opened once its input has settled.
+    ///
+    /// Agents report a call before its input is known (Claude Code sends `rawInput: {}`
+    /// and "Preparing file…" while the model still streams the input, then the real input,
+    /// title and diff in `tool_call_update`s). So a call opens on the AG-UI stream only when
+    /// its input has settled: when it runs (`in_progress`), ends (`completed`, `failed`), a
+    /// permission is asked about it ([`UpdateTranslator::settle`]) or the turn ends; then it
+    /// carries the latest title, kind and input.
     async fn tool_call(&mut self, update: &Value, sink: &EventSink) -> Result<(), SinkClosed> {
         self.close_text(sink).await?;
         self.close_thought(sink).await?;
-        let id = update["toolCallId"].as_str().unwrap_or_default().to_owned();
-        if id.is_empty() || self.frontend_report(&id, update) {
-            return Ok(());
-        }
-        self.open_tool(&id, update, sink).await?;
-        self.track_files(update, sink).await?;
-        self.maybe_result(&id, update, sink).await
+        self.tool_call_update(update, sink).await
     }
 
-    /// A `tool_call_update`: the call opened first if it never was, its files noted, and
-    /// its result once it has one.
+    /// A `tool_call_update` (or a `tool_call`): merged into what the call is; the call
+    /// opened when its input has settled, its files noted, and its result once it has one.
     async fn tool_call_update(
         &mut self,
         update: &Value,
@@ -251,17 +260,106 @@ impl UpdateTranslator {
         if id.is_empty() || self.frontend_report(&id, update) {
             return Ok(());
         }
-        if !self.tools.contains(&id) {
-            self.close_text(sink).await?;
-            self.close_thought(sink).await?;
-            self.open_tool(&id, update, sink).await?;
+        self.merge(&id, update);
+        let status = update["status"].as_str().unwrap_or("");
+        if self.tools.contains(&id) {
+            return self.after_open(&id, update, sink).await;
         }
-        self.track_files(update, sink).await?;
-        self.maybe_result(&id, update, sink).await
+        if matches!(status, "in_progress" | "completed" | "failed") {
+            self.open_pending(&id, sink).await?;
+        }
+        Ok(())
     }
 
-    /// Closes the open text messages and thought (before a tool call or the end).
+    /// Opens call `update.toolCallId` now, as the permission request about it describes it
+    /// (merged over what the agent said before).
+    pub(super) async fn settle(
+        &mut self,
+        update: &Value,
+        sink: &EventSink,
+    ) -> Result<(), SinkClosed> {
+        let id = update["toolCallId"].as_str().unwrap_or_default().to_owned();
+        if id.is_empty() || self.frontend_report(&id, update) {
+            return Ok(());
+        }
+        self.merge(&id, update);
+        if self.tools.contains(&id) {
+            return self.after_open(&id, update, sink).await;
+        }
+        self.close_text(sink).await?;
+        self.close_thought(sink).await?;
+        self.open_pending(&id, sink).await
+    }
+
+    /// What call `acp_id` is about, for a permission prompt: its name, kind, input and
+    /// diffs (`{"name","kind"?,"input"?,"diff"?:[{"path","oldText","newText"}]}`).
+    pub(super) fn describe(&self, acp_id: &str) -> Option<Value> {
+        let call = self.calls.get(acp_id)?;
+        let mut about = json!({"name": tool_name(call)});
+        if let Some(kind) = call.get("kind").filter(|v| !v.is_null()) {
+            about["kind"] = kind.clone();
+        }
+        if let Some(input) = call.get("rawInput").filter(|v| !v.is_null()) {
+            about["input"] = input.clone();
+        }
+        let diffs = diffs(&call["content"]);
+        if !diffs.is_empty() {
+            about["diff"] = Value::Array(diffs);
+        }
+        Some(about)
+    }
+
+    /// Merges an update into what call `id` is: each field the update carries replaces
+    /// the one before (ACP's rule for `tool_call_update`).
+    fn merge(&mut self, id: &str, update: &Value) {
+        let call = self.calls.entry(id.to_owned()).or_insert_with(|| {
+            self.pending.push(id.to_owned());
+            json!({})
+        });
+        if let (Some(call), Some(fields)) = (call.as_object_mut(), update.as_object()) {
+            for (key, value) in fields {
+                if key != "sessionUpdate" && !value.is_null() {
+                    call.insert(key.clone(), value.clone());
+                }
+            }
+        }
+    }
+
+    /// Opens pending call `id` as it now is: details, start, input, end; then its files,
+    /// diffs and result.
+    async fn open_pending(&mut self, id: &str, sink: &EventSink) -> Result<(), SinkClosed> {
+        self.pending.retain(|p| p != id);
+        let call = self.calls.get(id).cloned().unwrap_or_default();
+        self.open_tool(id, &call, sink).await?;
+        self.after_open(id, &call, sink).await
+    }
+
+    /// What an update of an open call shows: its files, its diffs and its result.
+    async fn after_open(
+        &mut self,
+        id: &str,
+        update: &Value,
+        sink: &EventSink,
+    ) -> Result<(), SinkClosed> {
+        self.track_files(id, update, sink).await?;
+        self.show_diffs(id, update, sink).await?;
+        self.maybe_result(id, update, sink).await
+    }
+
+    /// Opens every call still pending (the turn ends, or a permission is asked).
+    async fn open_all_pending(&mut self, sink: &EventSink) -> Result<(), SinkClosed> {
+        for id in std::mem::take(&mut self.pending) {
+            if !self.tools.contains(&id) {
+                self.open_pending(&id, sink).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes the open text messages and thought, and opens the calls still pending
+    /// (before a question to the client, or at the end).
     pub(super) async fn close(&mut self, sink: &EventSink) -> Result<(), SinkClosed> {
+        self.open_all_pending(sink).await?;
         self.close_text(sink).await?;
         for (_, message_id) in std::mem::take(&mut self.child_text) {
             sink.send(AgentEvent::TextEnd { message_id }).await?;
@@ -333,49 +431,74 @@ impl UpdateTranslator {
         .await
     }
 
+    /// The call's result, once: when it has `completed` or `failed`, its text content and
+    /// diffs, else its `rawOutput`.
     async fn maybe_result(
         &mut self,
-        id: &str,
+        acp_id: &str,
         update: &Value,
         sink: &EventSink,
     ) -> Result<(), SinkClosed> {
         let status = update["status"].as_str().unwrap_or("");
-        if !matches!(status, "completed" | "failed") || self.answered.contains(id) {
+        if !matches!(status, "completed" | "failed") || self.answered.contains(acp_id) {
             return Ok(());
         }
-        self.answered.insert(id.to_owned());
-        let id = &self.wire_id(id);
-        let mut content = contents_text(&update["content"]);
+        self.answered.insert(acp_id.to_owned());
+        let call = self.calls.get(acp_id).cloned().unwrap_or_default();
+        let mut content = contents_text(&call["content"]);
         if content.is_empty()
-            && let Some(raw) = update.get("rawOutput").filter(|v| !v.is_null())
+            && let Some(raw) = call.get("rawOutput").filter(|v| !v.is_null())
         {
             content = match raw {
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
             };
         }
+        for diff in diffs(&call["content"]) {
+            if !content.is_empty() {
+                content.push('\n');
+            }
+            content.push_str(&unified_diff(
+                diff["path"].as_str().unwrap_or_default(),
+                diff["oldText"].as_str().unwrap_or(""),
+                diff["newText"].as_str().unwrap_or(""),
+            ));
+        }
         if status == "failed" && content.is_empty() {
             content = "the tool call failed".to_owned();
         }
+        let id = self.wire_id(acp_id);
         sink.send(AgentEvent::ToolCallResult {
-            tool_call_id: id.to_owned(),
+            tool_call_id: id.clone(),
             message_id: format!("result-{id}"),
             content,
         })
         .await
     }
 
-    async fn track_files(&mut self, update: &Value, sink: &EventSink) -> Result<(), SinkClosed> {
-        let kind = update["kind"].as_str().unwrap_or("read");
-        let action = if matches!(kind, "read" | "edit" | "delete" | "move") {
-            kind
-        } else {
-            "read"
-        };
+    /// Notes the files an update of call `acp_id` names: its locations under the call's
+    /// kind as the agent last gave it (`read`, `edit`, `delete`, `move`, `execute`; any
+    /// other kind, or none, as `read`), its diffs as edits.
+    async fn track_files(
+        &mut self,
+        acp_id: &str,
+        update: &Value,
+        sink: &EventSink,
+    ) -> Result<(), SinkClosed> {
+        let kind = self
+            .calls
+            .get(acp_id)
+            .and_then(|c| c["kind"].as_str())
+            .unwrap_or("read");
+        let action = match kind {
+            "read" | "edit" | "delete" | "move" | "execute" => kind,
+            _ => "read",
+        }
+        .to_owned();
         let mut changed = false;
         for location in update["locations"].as_array().into_iter().flatten() {
             if let Some(path) = location["path"].as_str() {
-                changed |= self.note_file(path, action);
+                changed |= self.note_file(path, &action);
             }
         }
         for item in update["content"].as_array().into_iter().flatten() {
@@ -388,6 +511,32 @@ impl UpdateTranslator {
         if changed {
             sink.set_state("/files", Value::Array(self.files.clone()))
                 .await?;
+        }
+        Ok(())
+    }
+
+    /// Shows each diff an update of call `acp_id` carries as an activity of type `diff`
+    /// (`{"toolCallId","path","oldText","newText"}`, `oldText` null for a new file), once
+    /// per diff.
+    async fn show_diffs(
+        &mut self,
+        acp_id: &str,
+        update: &Value,
+        sink: &EventSink,
+    ) -> Result<(), SinkClosed> {
+        let id = self.wire_id(acp_id);
+        for diff in diffs(&update["content"]) {
+            if !self.diffs_shown.insert((id.clone(), diff.to_string())) {
+                continue;
+            }
+            let mut content = diff;
+            content["toolCallId"] = json!(id);
+            sink.send(AgentEvent::Activity {
+                message_id: format!("diff-{}", uuid::Uuid::new_v4()),
+                activity_type: "diff".to_owned(),
+                content,
+            })
+            .await?;
         }
         Ok(())
     }
@@ -456,20 +605,43 @@ pub(super) fn text_of(content: &Value) -> Option<String> {
     }
 }
 
-/// The text of a tool call's `content` list.
+/// The text of a tool call's `content` list (its text blocks).
 fn contents_text(content: &Value) -> String {
     content
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|item| match item["type"].as_str() {
-            Some("content") => text_of(&item["content"]),
-            Some("diff") => item["path"].as_str().map(|p| format!("edited {p}")),
-            Some("terminal") => item["terminalId"].as_str().map(|t| format!("terminal {t}")),
-            _ => None,
-        })
+        .filter(|item| item["type"] == "content")
+        .filter_map(|item| text_of(&item["content"]))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// The diffs of a tool call's `content` list: `{"path","oldText","newText"}` each
+/// (`oldText` null for a new file).
+fn diffs(content: &Value) -> Vec<Value> {
+    content
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|item| item["type"] == "diff" && item["path"].is_string())
+        .map(|item| {
+            json!({
+                "path": item["path"],
+                "oldText": item.get("oldText").cloned().unwrap_or(Value::Null),
+                "newText": item.get("newText").cloned().unwrap_or(json!("")),
+            })
+        })
+        .collect()
+}
+
+/// A unified diff of one file, as a tool result's text.
+fn unified_diff(path: &str, old: &str, new: &str) -> String {
+    similar::TextDiff::from_lines(old, new)
+        .unified_diff()
+        .context_radius(3)
+        .header(path, path)
+        .to_string()
 }
 
 /// A `plan`'s entries as the state's `/todos`.

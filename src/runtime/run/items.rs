@@ -114,11 +114,7 @@ impl Pump {
         match self.hitl {
             Hitl::Tool => {
                 let id = format!("perm-{}", uuid::Uuid::new_v4());
-                let arguments = suspension::permission_arguments(
-                    &request.title,
-                    request.tool_call_id.as_deref(),
-                    &request.options,
-                );
+                let arguments = suspension::permission_arguments(&request);
                 self.call_on_client(&id, suspension::PERMISSION_TOOL.to_owned(), arguments);
                 if let Some(trace) = &mut self.writer.trace {
                     trace.tool_on_client(&id);
@@ -139,7 +135,12 @@ impl Pump {
                     &request.title,
                     request.tool_call_id.clone(),
                     suspension::response_schema(&request.options),
-                    Some(serde_json::json!({"options": request.options})),
+                    Some(match &request.tool_call {
+                        Some(about) => {
+                            serde_json::json!({"options": request.options, "toolCall": about})
+                        }
+                        None => serde_json::json!({"options": request.options}),
+                    }),
                 );
                 let id = interrupt.id.clone();
                 self.suspend(
