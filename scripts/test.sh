@@ -82,6 +82,8 @@ cargo test --locked --no-fail-fast
 echo "== tests that need outside tools (promtool, systemd-analyze, bwrap)"
 # Each fails, not skips, when its tool is missing.
 cargo test --locked --no-fail-fast --test metrics --test deploy --test confine -- --ignored
+echo "== the real Claude Code and Codex adapters against scripted models"
+scripts/real-agents.sh
 echo "== conformance (official AG-UI clients)"
 # `cargo test` has built the binary (the integration tests run it); build only if missing.
 [ -x "$root/target/debug/agui-serve" ] || cargo build --locked --bin agui-serve

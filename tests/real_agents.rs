@@ -1,0 +1,373 @@
+//! The real Claude Code and Codex adapters, from npm at the versions `scripts/test.sh`
+//! pins, driven through the daemon by a scripted model API on loopback
+//! (`support/scripted_model.rs`). Ignored by a bare `cargo test` (they need the adapters
+//! and node); `scripts/test.sh` installs the adapters into `target/tools/real-agents` and
+//! runs them with `--ignored`, `AGUI_REAL_AGENTS` naming that folder.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agui_serve::config::{AcpConfig, AgentConfig, AgentKind, Config, Hitl, Permissions};
+use serde_json::{Value, json};
+use support::scripted_model::{ScriptedModel, Step};
+use support::*;
+
+/// The folder holding the adapters' `node_modules` (`AGUI_REAL_AGENTS`).
+fn tools() -> PathBuf {
+    let dir = std::env::var_os("AGUI_REAL_AGENTS")
+        .map(PathBuf::from)
+        .expect("AGUI_REAL_AGENTS names the folder scripts/test.sh installs the adapters into");
+    assert!(
+        dir.join("node_modules/.bin/claude-agent-acp").exists(),
+        "{} holds no claude-agent-acp",
+        dir.display()
+    );
+    dir
+}
+
+fn port_of(url: &str) -> u16 {
+    url.rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("port")
+}
+
+fn claude(model: &ScriptedModel, workspaces: &Path, permissions: Permissions) -> AgentConfig {
+    let tools = tools();
+    let mut env = std::collections::BTreeMap::new();
+    for (name, value) in [
+        ("ANTHROPIC_BASE_URL", model.url.as_str()),
+        ("ANTHROPIC_API_KEY", "sk-ant-scripted"),
+        ("IS_SANDBOX", "1"),
+        ("DISABLE_AUTOUPDATER", "1"),
+        ("DISABLE_TELEMETRY", "1"),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+    ] {
+        env.insert(name.to_owned(), value.to_owned());
+    }
+    AgentConfig {
+        name: "claude".to_owned(),
+        description: "Claude Code".to_owned(),
+        hitl: Hitl::Tool,
+        kind: AgentKind::Acp(AcpConfig {
+            env,
+            permissions,
+            // Claude Code starts sessions in `auto`, which asks nobody.
+            session_defaults: json!({"mode": "default"}),
+            workspace: Some(agui_serve::workspace::WorkspaceConfig {
+                source: agui_serve::workspace::Source::Empty,
+                root: workspaces.to_owned(),
+                quota: None,
+                unit: agui_serve::workspace::Unit::Thread,
+            }),
+            sandbox: agui_serve::confine::Sandbox {
+                read: vec![tools.clone()],
+                connect: vec![port_of(&model.url)],
+                ..Default::default()
+            },
+            ..AcpConfig::new(vec![
+                tools
+                    .join("node_modules/.bin/claude-agent-acp")
+                    .to_str()
+                    .expect("utf8")
+                    .to_owned(),
+            ])
+        }),
+    }
+}
+
+async fn server(model: &ScriptedModel, data: &Path) -> TestServer {
+    let (workspaces, d) = (data.join("workspaces"), data.to_owned());
+    let agent = claude(model, &workspaces, Permissions::Ask);
+    TestServer::with(move |c: &mut Config| {
+        c.agents = vec![agent];
+        c.data_dir = d;
+        c.stall_timeout = Duration::from_secs(120);
+    })
+    .await
+}
+
+async fn run(server: &TestServer, body: &Value) -> Vec<SseFrame> {
+    let response = post_run(server, "claude", body).await;
+    assert_eq!(response.status(), 200);
+    let frames = SseReader::new(response).collect().await;
+    assert_valid_segment(&frames);
+    frames
+}
+
+/// A conversation as a client keeps it: every message so far, resent with each run.
+struct Conversation {
+    thread: String,
+    messages: Vec<Value>,
+    runs: usize,
+}
+
+impl Conversation {
+    fn new(thread: &str) -> Conversation {
+        Conversation {
+            thread: thread.to_owned(),
+            messages: Vec::new(),
+            runs: 0,
+        }
+    }
+
+    fn body(&mut self) -> Value {
+        self.runs += 1;
+        json!({"threadId": self.thread, "runId": format!("{}-r{}", self.thread, self.runs),
+               "protocolVersion": "1.0", "messages": self.messages})
+    }
+
+    /// A run with a new user message.
+    async fn say(&mut self, server: &TestServer, text: &str) -> Vec<SseFrame> {
+        let id = format!("{}-u{}", self.thread, self.messages.len());
+        self.messages
+            .push(json!({"id": id, "role": "user", "content": text}));
+        let body = self.body();
+        run(server, &body).await
+    }
+
+    /// A run answering the permission request `asked` (the frames that asked) with the
+    /// option of kind `kind`.
+    async fn answer(
+        &mut self,
+        server: &TestServer,
+        asked: &[SseFrame],
+        kind: &str,
+    ) -> Vec<SseFrame> {
+        let perm = permission_call_id(asked);
+        let n = self.messages.len();
+        self.messages.push(
+            json!({"id": format!("{}-a{n}", self.thread), "role": "assistant",
+            "toolCalls": [{"id": perm, "type": "function",
+                "function": {"name": "agui_permission_request", "arguments": "{}"}}]}),
+        );
+        self.messages.push(
+            json!({"id": format!("{}-t{n}", self.thread), "role": "tool",
+            "toolCallId": perm, "content": json!({"optionId": kind}).to_string()}),
+        );
+        let body = self.body();
+        run(server, &body).await
+    }
+}
+
+/// The arguments of the permission request on a stream.
+fn permission_args(frames: &[SseFrame]) -> Value {
+    let id = permission_call_id(frames);
+    let args: String = frames
+        .iter()
+        .filter(|f| f.kind() == "TOOL_CALL_ARGS" && f.data["toolCallId"] == id.as_str())
+        .filter_map(|f| f.data["delta"].as_str())
+        .collect();
+    serde_json::from_str(&args).expect("JSON arguments")
+}
+
+/// The arguments a tool call carried on a stream, parsed.
+fn call_args(frames: &[SseFrame], id: &str) -> Value {
+    let args: String = frames
+        .iter()
+        .filter(|f| f.kind() == "TOOL_CALL_ARGS" && f.data["toolCallId"] == id)
+        .filter_map(|f| f.data["delta"].as_str())
+        .collect();
+    serde_json::from_str(&args).unwrap_or_else(|_| panic!("{id}: arguments {args:?}"))
+}
+
+/// The tool results the model was sent in its newest request of script `marker`.
+fn results_sent(model: &ScriptedModel, marker: &str) -> Vec<Value> {
+    let requests = model.scripted_requests(marker);
+    let last = requests.last().expect("a request");
+    last["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .filter(|part| part["type"] == "tool_result")
+        .cloned()
+        .collect()
+}
+
+fn text_of_result(result: &Value) -> String {
+    match &result["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+fn only<'a>(frames: &'a [SseFrame], kind: &str) -> &'a SseFrame {
+    let found: Vec<&SseFrame> = frames.iter().filter(|f| f.kind() == kind).collect();
+    assert_eq!(found.len(), 1, "one {kind}: {frames:#?}");
+    found[0]
+}
+
+#[tokio::test]
+#[ignore = "needs the real adapters: scripts/test.sh installs them"]
+async fn claude_asks_with_the_input_then_writes_then_runs_a_command() {
+    let model = ScriptedModel::start().await;
+    model.script(
+        "task-write",
+        vec![
+            Step::Tool(
+                "Write".to_owned(),
+                json!({"file_path": "{cwd}/notes.txt", "content": "hello from claude\n"}),
+            ),
+            Step::Tool(
+                "Bash".to_owned(),
+                json!({"command": "echo bye >> notes.txt && wc -c notes.txt", "description": "Add a line"}),
+            ),
+            Step::Say("All done.".to_owned()),
+        ],
+    );
+    let data = temp_dir("real");
+    let server = server(&model, &data).await;
+    let mut chat = Conversation::new("w");
+
+    // The Write is asked about with what it writes, not "{}".
+    let asked = chat.say(&server, "task-write: write notes").await;
+    let args = permission_args(&asked);
+    let write_id = args["toolCallId"].as_str().expect("toolCallId").to_owned();
+    assert_eq!(args["title"], "Write notes.txt");
+    assert_eq!(args["toolCall"]["name"], "Write");
+    assert_eq!(args["toolCall"]["input"]["content"], "hello from claude\n");
+    assert_eq!(
+        args["toolCall"]["diff"][0]["newText"], "hello from claude\n",
+        "the approval carries the diff: {args}"
+    );
+    let input = call_args(&asked, &write_id);
+    assert!(
+        input["file_path"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("/notes.txt")),
+        "the call's arguments are its settled input: {input}"
+    );
+    let details = asked
+        .iter()
+        .find(|f| f.kind() == "CUSTOM" && f.data["name"] == "acp.tool_call")
+        .expect("details");
+    assert_eq!(details.data["value"]["title"], "Write notes.txt");
+    assert_eq!(
+        asked
+            .iter()
+            .filter(|f| f.kind() == "TOOL_CALL_START" && f.data["toolCallId"] == write_id.as_str())
+            .count(),
+        1
+    );
+    let diff = asked
+        .iter()
+        .find(|f| f.kind() == "ACTIVITY_SNAPSHOT" && f.data["activityType"] == "diff")
+        .expect("the diff as an activity");
+    assert_eq!(diff.data["content"]["toolCallId"], write_id.as_str());
+    assert_eq!(diff.data["content"]["newText"], "hello from claude\n");
+
+    // Allowed: written, then the command asked about.
+    let asked = chat.answer(&server, &asked, "allow_once").await;
+    let file = std::fs::read_dir(data.join("workspaces/claude/_operator/threads"))
+        .expect("workspaces")
+        .filter_map(Result::ok)
+        .map(|e| e.path().join("notes.txt"))
+        .find(|p| p.exists())
+        .expect("notes.txt written in the thread's workspace");
+    assert_eq!(
+        std::fs::read_to_string(&file).expect("read"),
+        "hello from claude\n"
+    );
+    let result = asked
+        .iter()
+        .find(|f| f.kind() == "TOOL_CALL_RESULT" && f.data["toolCallId"] == write_id.as_str())
+        .expect("the write's result");
+    let said = result.data["content"].as_str().expect("text");
+    assert!(
+        said.contains("File created") && said.contains("+hello from claude"),
+        "the result carries the agent's words and the diff: {said}"
+    );
+    let args = permission_args(&asked);
+    assert_eq!(args["toolCall"]["name"], "Bash");
+    assert_eq!(
+        args["toolCall"]["input"]["command"],
+        "echo bye >> notes.txt && wc -c notes.txt"
+    );
+
+    // Allowed: the command's output comes back, and the answer.
+    let done = chat.answer(&server, &asked, "allow_once").await;
+    let bash_id = args["toolCallId"].as_str().expect("id");
+    let output = done
+        .iter()
+        .find(|f| f.kind() == "TOOL_CALL_RESULT" && f.data["toolCallId"] == bash_id)
+        .expect("the command's result");
+    assert!(
+        output.data["content"]
+            .as_str()
+            .expect("text")
+            .contains("22 notes.txt"),
+        "{}",
+        output.data
+    );
+    assert_eq!(text_of(&done).trim(), "All done.");
+    assert!(only(&done, "RUN_FINISHED").data.get("outcome").is_none());
+
+    // The model was sent both results.
+    let sent = results_sent(&model, "task-write");
+    assert_eq!(sent.len(), 2, "{sent:#?}");
+    assert!(text_of_result(&sent[0]).contains("notes.txt"));
+    assert!(text_of_result(&sent[1]).contains("22 notes.txt"));
+
+    // The transcript keeps the settled input, as JSON.
+    let transcript = get_json(&server, "/threads/w/messages").await.1["messages"].clone();
+    let write = transcript
+        .as_array()
+        .expect("messages")
+        .iter()
+        .flat_map(|m| m["toolCalls"].as_array().cloned().unwrap_or_default())
+        .find(|c| c["id"] == write_id.as_str())
+        .expect("the write in the transcript");
+    let stored: Value =
+        serde_json::from_str(write["function"]["arguments"].as_str().expect("arguments"))
+            .expect("JSON arguments");
+    assert_eq!(stored["content"], "hello from claude\n");
+    assert_every_client_call_answered(&transcript);
+    // A write is filed once, as an edit (and the command that named the file as a command).
+    let state = apply_state(&done, None).expect("state");
+    let actions: Vec<&str> = state["files"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["action"].as_str())
+        .collect();
+    assert_eq!(actions, ["edit", "execute"], "{state}");
+}
+
+#[tokio::test]
+#[ignore = "needs the real adapters: scripts/test.sh installs them"]
+async fn claude_is_told_a_person_refused() {
+    let model = ScriptedModel::start().await;
+    model.script(
+        "task-refuse",
+        vec![
+            Step::Tool(
+                "Bash".to_owned(),
+                json!({"command": "touch refused.txt", "description": "Make a file"}),
+            ),
+            Step::Say("Understood.".to_owned()),
+        ],
+    );
+    let data = temp_dir("real");
+    let server = server(&model, &data).await;
+    let mut chat = Conversation::new("d");
+    let asked = chat.say(&server, "task-refuse: make a file").await;
+    let done = chat.answer(&server, &asked, "reject_once").await;
+    assert_eq!(text_of(&done).trim(), "Understood.");
+    let sent = results_sent(&model, "task-refuse");
+    assert_eq!(sent.len(), 1, "{sent:#?}");
+    let said = text_of_result(&sent[0]);
+    assert_eq!(sent[0]["is_error"], true);
+    assert!(
+        !said.to_lowercase().contains("abort"),
+        "a refusal is not an aborted tool use: {said}"
+    );
+}
