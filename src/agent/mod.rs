@@ -343,6 +343,20 @@ pub enum AgentEvent {
         activity_type: String,
         content: Value,
     },
+    /// An activity shown while it changes, not kept in the transcript (a running
+    /// command's output): its first state. Its last state is sent as an
+    /// [`AgentEvent::Activity`] with the same id, which is kept.
+    ActivityLive {
+        message_id: String,
+        activity_type: String,
+        content: Value,
+    },
+    /// A change (RFC 6902 operations) to an [`AgentEvent::ActivityLive`].
+    ActivityDelta {
+        message_id: String,
+        activity_type: String,
+        patch: Value,
+    },
     /// A subagent (a child agent run inside this one) started; `subagent_run_id` names it
     /// until it finishes.
     SubagentStarted {

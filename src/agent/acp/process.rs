@@ -442,9 +442,14 @@ async fn initialize(
     // No `fs` and no `terminal`: the agent uses its own tools. Form elicitation is
     // offered (it becomes an interrupt or a tool call for the person at the
     // client), and subagents are welcome (their sessions come on this connection).
+    // `_meta.terminal_output` asks agents that run commands themselves to stream the
+    // output in their tool-call updates (the convention codex-acp and Zed share).
+    let mut meta = serde_json::Map::new();
+    meta.insert("terminal_output".to_owned(), serde_json::Value::Bool(true));
     let capabilities = ClientCapabilities::new()
         .elicitation(ElicitationCapabilities::new().form(ElicitationFormCapabilities::new()))
-        .subagents(SubagentCapabilities::new());
+        .subagents(SubagentCapabilities::new())
+        .meta(meta);
     let init = InitializeRequest::new(ProtocolVersion::V1)
         .client_capabilities(capabilities)
         .client_info(Implementation::new("agui-serve", env!("CARGO_PKG_VERSION")));

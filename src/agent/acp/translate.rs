@@ -43,6 +43,8 @@ pub(super) struct UpdateTranslator {
     /// Tool calls already answered with a result.
     answered: HashSet<String>,
     files: Vec<Value>,
+    /// Output of the commands running in calls (`_meta.terminal_output`), by ACP id.
+    terminals: HashMap<String, Terminal>,
     /// Diffs already shown, by AG-UI call id and the diff's JSON.
     diffs_shown: HashSet<(String, String)>,
     /// Names of the browser's tools (served to the agent over MCP).
@@ -262,13 +264,79 @@ impl UpdateTranslator {
         }
         self.merge(&id, update);
         let status = update["status"].as_str().unwrap_or("");
-        if self.tools.contains(&id) {
-            return self.after_open(&id, update, sink).await;
+        let output = terminal_output(update);
+        if !self.tools.contains(&id)
+            && (matches!(status, "in_progress" | "completed" | "failed") || output.is_some())
+        {
+            // A call that runs (or ran) has settled.
+            self.pending.retain(|p| *p != id);
+            let call = self.calls.get(&id).cloned().unwrap_or_default();
+            self.open_tool(&id, &call, sink).await?;
         }
-        if matches!(status, "in_progress" | "completed" | "failed") {
-            self.open_pending(&id, sink).await?;
+        if !self.tools.contains(&id) {
+            return Ok(());
         }
-        Ok(())
+        if let Some(data) = output {
+            self.terminal_output(&id, data, sink).await?;
+        }
+        if let Some(exit) = update["_meta"].get("terminal_exit") {
+            self.terminal_exit(&id, exit, sink).await?;
+        }
+        let call = self.calls.get(&id).cloned().unwrap_or_default();
+        self.after_open(&id, &call, sink).await
+    }
+
+    /// A piece of a running command's output: shown live as an activity of type
+    /// `terminal` (`{"toolCallId","output":[pieces...],"exit":null}`; each later piece an
+    /// `ACTIVITY_DELTA` adding to `/output`).
+    async fn terminal_output(
+        &mut self,
+        acp_id: &str,
+        data: &str,
+        sink: &EventSink,
+    ) -> Result<(), SinkClosed> {
+        let id = self.wire_id(acp_id);
+        let terminal = self.terminals.entry(acp_id.to_owned()).or_default();
+        terminal.output.push(data.to_owned());
+        if terminal.shown {
+            return sink
+                .send(AgentEvent::ActivityDelta {
+                    message_id: format!("terminal-{id}"),
+                    activity_type: "terminal".to_owned(),
+                    patch: json!([{"op": "add", "path": "/output/-", "value": data}]),
+                })
+                .await;
+        }
+        terminal.shown = true;
+        sink.send(AgentEvent::ActivityLive {
+            message_id: format!("terminal-{id}"),
+            activity_type: "terminal".to_owned(),
+            content: json!({"toolCallId": id, "output": [data], "exit": null}),
+        })
+        .await
+    }
+
+    /// A command's end (`_meta.terminal_exit`: `exit_code`, `signal`): its activity's last
+    /// state, kept in the transcript.
+    async fn terminal_exit(
+        &mut self,
+        acp_id: &str,
+        exit: &Value,
+        sink: &EventSink,
+    ) -> Result<(), SinkClosed> {
+        let id = self.wire_id(acp_id);
+        let terminal = self.terminals.entry(acp_id.to_owned()).or_default();
+        if terminal.exit.is_some() {
+            return Ok(());
+        }
+        let exit = json!({"exitCode": exit["exit_code"], "signal": exit["signal"]});
+        terminal.exit = Some(exit.clone());
+        sink.send(AgentEvent::Activity {
+            message_id: format!("terminal-{id}"),
+            activity_type: "terminal".to_owned(),
+            content: json!({"toolCallId": id, "output": terminal.output, "exit": exit}),
+        })
+        .await
     }
 
     /// Opens call `update.toolCallId` now, as the permission request about it describes it
@@ -454,6 +522,14 @@ impl UpdateTranslator {
                 other => other.to_string(),
             };
         }
+        if content.is_empty()
+            && let Some(terminal) = self.terminals.get(acp_id)
+        {
+            content = terminal.output.concat();
+            if let Some(code) = terminal.exit.as_ref().and_then(|e| e["exitCode"].as_i64()) {
+                content.push_str(&format!("\n(exit code {code})"));
+            }
+        }
         for diff in diffs(&call["content"]) {
             if !content.is_empty() {
                 content.push('\n');
@@ -555,6 +631,25 @@ impl UpdateTranslator {
         self.files = files;
         self
     }
+}
+
+/// What a call's command has printed so far, and how it ended.
+#[derive(Debug, Default)]
+struct Terminal {
+    output: Vec<String>,
+    /// Whether its activity is on the stream yet.
+    shown: bool,
+    /// `{"exitCode","signal"}` once it ended.
+    exit: Option<Value>,
+}
+
+/// The piece of command output an update carries: `_meta.terminal_output.data` (or
+/// `_meta.terminal_output_delta.data`, the name agents use when the client did not ask).
+fn terminal_output(update: &Value) -> Option<&str> {
+    let meta = &update["_meta"];
+    ["terminal_output", "terminal_output_delta"]
+        .iter()
+        .find_map(|key| meta[*key]["data"].as_str())
 }
 
 /// The AG-UI name of an ACP tool call: its `name` if it has one, its `title` when that

@@ -208,6 +208,25 @@ impl Translator {
                 activity_type,
                 content,
             } => self.on_activity(message_id, activity_type, content, out),
+            AgentEvent::ActivityLive {
+                message_id,
+                activity_type,
+                content,
+            } => out.push(Event::ActivitySnapshot {
+                message_id,
+                activity_type,
+                content,
+                replace: None,
+            }),
+            AgentEvent::ActivityDelta {
+                message_id,
+                activity_type,
+                patch,
+            } => out.push(Event::ActivityDelta {
+                message_id,
+                activity_type,
+                patch,
+            }),
             AgentEvent::SubagentStarted {
                 subagent_run_id,
                 name,
@@ -563,6 +582,8 @@ fn event_kind(event: &AgentEvent) -> &'static str {
         AgentEvent::StepFinished { .. } => "step_finished",
         AgentEvent::Custom { .. } => "custom",
         AgentEvent::Activity { .. } => "activity",
+        AgentEvent::ActivityLive { .. } => "activity_live",
+        AgentEvent::ActivityDelta { .. } => "activity_delta",
         AgentEvent::SubagentStarted { .. } => "subagent_started",
         AgentEvent::SubagentFinished { .. } => "subagent_finished",
         AgentEvent::SubagentError { .. } => "subagent_error",
