@@ -27,6 +27,9 @@ use crate::agent::{AgentEvent, EventSink, SinkClosed};
 
 mod subagent;
 
+/// The start of the id the daemon gives a message the agent sent without `messageId`.
+const UNNAMED: &str = "acp~";
+
 /// One session turn's translation state.
 #[derive(Debug, Default)]
 pub(super) struct UpdateTranslator {
@@ -45,8 +48,9 @@ pub(super) struct UpdateTranslator {
     files: Vec<Value>,
     /// Output of the commands running in calls (`_meta.terminal_output`), by ACP id.
     terminals: HashMap<String, Terminal>,
-    /// Diffs already shown, by AG-UI call id and the diff's JSON.
-    diffs_shown: HashSet<(String, String)>,
+    /// Every diff a call's updates carried, by ACP id (a later update's `content` may
+    /// replace the one that carried it), and how many of them are on the stream.
+    call_diffs: HashMap<String, (Vec<Value>, usize)>,
     /// Names of the browser's tools (served to the agent over MCP).
     frontend: Vec<String>,
     /// The agent's own tool calls for frontend tools, held back: id -> tool name.
@@ -370,9 +374,8 @@ impl UpdateTranslator {
         if let Some(input) = call.get("rawInput").filter(|v| !v.is_null()) {
             about["input"] = input.clone();
         }
-        let diffs = diffs(&call["content"]);
-        if !diffs.is_empty() {
-            about["diff"] = Value::Array(diffs);
+        if let Some((diffs, _)) = self.call_diffs.get(acp_id).filter(|(d, _)| !d.is_empty()) {
+            about["diff"] = Value::Array(diffs.clone());
         }
         Some(about)
     }
@@ -380,6 +383,12 @@ impl UpdateTranslator {
     /// Merges an update into what call `id` is: each field the update carries replaces
     /// the one before (ACP's rule for `tool_call_update`).
     fn merge(&mut self, id: &str, update: &Value) {
+        let (known, _) = self.call_diffs.entry(id.to_owned()).or_default();
+        for diff in diffs(&update["content"]) {
+            if !known.contains(&diff) {
+                known.push(diff);
+            }
+        }
         let call = self.calls.entry(id.to_owned()).or_insert_with(|| {
             self.pending.push(id.to_owned());
             json!({})
@@ -410,7 +419,7 @@ impl UpdateTranslator {
         sink: &EventSink,
     ) -> Result<(), SinkClosed> {
         self.track_files(id, update, sink).await?;
-        self.show_diffs(id, update, sink).await?;
+        self.show_diffs(id, sink).await?;
         self.maybe_result(id, update, sink).await
     }
 
@@ -450,16 +459,20 @@ impl UpdateTranslator {
         Ok(())
     }
 
+    /// The AG-UI id of a chunk's message: the agent's `messageId`; else the open message,
+    /// when that has no id of the agent's either (an agent that never sends ids); else a
+    /// new one. So a chunk without an id (an agent's notice) never joins the model's
+    /// answer, whose chunks carry an id.
     fn message_id(&mut self, update: &Value, thought: bool) -> String {
         if let Some(id) = update["messageId"].as_str().filter(|id| !id.is_empty()) {
             return format!("acp-{id}");
         }
         let current = if thought { &self.thought } else { &self.text };
-        if let Some(id) = current {
+        if let Some(id) = current.as_ref().filter(|id| id.starts_with(UNNAMED)) {
             return id.clone();
         }
         format!(
-            "acp-{}-{}",
+            "{UNNAMED}{}-{}",
             if thought { "thought" } else { "msg" },
             uuid::Uuid::new_v4()
         )
@@ -530,7 +543,12 @@ impl UpdateTranslator {
                 content.push_str(&format!("\n(exit code {code})"));
             }
         }
-        for diff in diffs(&call["content"]) {
+        let carried = self
+            .call_diffs
+            .get(acp_id)
+            .map(|(all, _)| all.clone())
+            .unwrap_or_default();
+        for diff in carried {
             if !content.is_empty() {
                 content.push('\n');
             }
@@ -591,21 +609,17 @@ impl UpdateTranslator {
         Ok(())
     }
 
-    /// Shows each diff an update of call `acp_id` carries as an activity of type `diff`
+    /// Shows each diff call `acp_id` has carried as an activity of type `diff`
     /// (`{"toolCallId","path","oldText","newText"}`, `oldText` null for a new file), once
     /// per diff.
-    async fn show_diffs(
-        &mut self,
-        acp_id: &str,
-        update: &Value,
-        sink: &EventSink,
-    ) -> Result<(), SinkClosed> {
+    async fn show_diffs(&mut self, acp_id: &str, sink: &EventSink) -> Result<(), SinkClosed> {
         let id = self.wire_id(acp_id);
-        for diff in diffs(&update["content"]) {
-            if !self.diffs_shown.insert((id.clone(), diff.to_string())) {
-                continue;
-            }
-            let mut content = diff;
+        let Some((all, shown)) = self.call_diffs.get_mut(acp_id) else {
+            return Ok(());
+        };
+        let new: Vec<Value> = all[*shown..].to_vec();
+        *shown = all.len();
+        for mut content in new {
             content["toolCallId"] = json!(id);
             sink.send(AgentEvent::Activity {
                 message_id: format!("diff-{}", uuid::Uuid::new_v4()),
@@ -783,6 +797,116 @@ fn without_tag(update: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::SinkItem;
+
+    /// Applies `updates` in order (then the turn's end) and returns what reached the sink:
+    /// events and state changes, as JSON-ish strings.
+    async fn translated(updates: &[Value]) -> Vec<String> {
+        let (sink, mut items) = EventSink::channel(1024);
+        let mut translator = UpdateTranslator::default();
+        for update in updates {
+            translator.apply(None, update, &sink).await.expect("open");
+        }
+        translator.close(&sink).await.expect("open");
+        drop(sink);
+        let mut out = Vec::new();
+        while let Some(item) = items.recv().await {
+            match *item {
+                SinkItem::Event(event) => out.push(format!("{event:?}")),
+                SinkItem::State { pointer, value } => out.push(format!("state {pointer} {value}")),
+                _ => {}
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn a_call_opens_with_the_input_it_settles_on() {
+        let out = translated(&[
+            json!({"sessionUpdate": "tool_call", "toolCallId": "t", "name": "Write",
+                   "title": "Preparing file…", "kind": "edit", "rawInput": {}, "status": "pending"}),
+            json!({"sessionUpdate": "tool_call_update", "toolCallId": "t", "title": "Write a.txt",
+                   "rawInput": {"file_path": "/w/a.txt", "content": "hi"},
+                   "locations": [{"path": "/w/a.txt"}],
+                   "content": [{"type": "diff", "path": "/w/a.txt", "oldText": null, "newText": "hi"}]}),
+            json!({"sessionUpdate": "tool_call_update", "toolCallId": "t", "status": "completed",
+                   "content": [{"type": "content", "content": {"type": "text", "text": "Wrote it"}}]}),
+        ])
+        .await;
+        let joined = out.join("\n");
+        assert!(!joined.contains("Preparing"), "{joined}");
+        assert!(!joined.contains("delta: \"{}\""), "{joined}");
+        assert!(joined.contains(r#"\"file_path\":\"/w/a.txt\""#), "{joined}");
+        assert_eq!(
+            out.iter()
+                .filter(|e| e.starts_with("ToolCallStart"))
+                .count(),
+            1
+        );
+        assert!(
+            joined.contains(r#"state /files [{"path":"/w/a.txt","action":"edit"}]"#),
+            "{joined}"
+        );
+        assert!(
+            !joined.contains(r#""action":"read""#),
+            "a write is not filed as a read: {joined}"
+        );
+        assert!(joined.contains("activity_type: \"diff\""), "{joined}");
+        let result = out
+            .iter()
+            .find(|e| e.starts_with("ToolCallResult"))
+            .expect("result");
+        assert!(
+            result.contains("Wrote it") && result.contains("+hi"),
+            "{result}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_call_still_pending_opens_at_the_turns_end() {
+        let out = translated(&[json!({"sessionUpdate": "tool_call", "toolCallId": "p",
+            "title": "ls", "kind": "execute", "rawInput": {"command": "ls"}, "status": "pending"})])
+        .await;
+        assert_eq!(
+            out.iter()
+                .filter(|e| e.starts_with("ToolCallStart"))
+                .count(),
+            1,
+            "{out:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_notice_without_an_id_does_not_join_the_models_answer() {
+        let chunk = |id: Option<&str>, text: &str| {
+            let mut update = json!({"sessionUpdate": "agent_message_chunk",
+                "content": {"type": "text", "text": text}});
+            if let Some(id) = id {
+                update["messageId"] = json!(id);
+            }
+            update
+        };
+        let out = translated(&[
+            chunk(Some("m1"), "The answer"),
+            chunk(None, "Notice"),
+            chunk(None, " goes on"),
+        ])
+        .await;
+        let starts: Vec<&String> = out.iter().filter(|e| e.starts_with("TextStart")).collect();
+        assert_eq!(starts.len(), 2, "{out:?}");
+        let notice = out.iter().find(|e| e.contains("Notice")).expect("notice");
+        let continued = out
+            .iter()
+            .find(|e| e.contains("goes on"))
+            .expect("continued");
+        let id = |e: &str| e.split('"').nth(1).map(str::to_owned);
+        assert_eq!(
+            id(notice),
+            id(continued),
+            "an agent without ids keeps one message"
+        );
+        assert!(!notice.contains("acp-m1"));
+    }
 
     #[test]
     fn a_title_that_is_a_name_names_the_tool_else_the_kind_does() {
