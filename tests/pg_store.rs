@@ -139,6 +139,14 @@ async fn threads_messages_and_runs_round_trip() {
 
 #[tokio::test]
 #[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
+async fn a_threads_state_is_kept() {
+    let on = Fresh::new().await;
+    store_contract::a_threads_state_is_kept(&on.store, async |key: &str| on.hold(key).await).await;
+    on.drop().await;
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
 async fn listing_pages_newest_first_with_agent_filter() {
     let on = Fresh::new().await;
     store_contract::listing_pages_newest_first_with_agent_filter(&on.store, async |key: &str| {

@@ -145,8 +145,11 @@ enabled = false
 
 async fn server(model: &ScriptedModel, data: &Path) -> TestServer {
     let (workspaces, d) = (data.join("workspaces"), data.to_owned());
+    let mut allowing = claude(model, &workspaces, Permissions::Allow);
+    allowing.name = "claude-allow".to_owned();
     let agents = vec![
         claude(model, &workspaces, Permissions::Ask),
+        allowing,
         // Outside the data directory, which a confined agent cannot reach.
         codex(model, &workspaces, &temp_dir("codex-home")),
     ];
@@ -519,4 +522,186 @@ async fn codex_streams_a_commands_output_after_approval() {
         .find(|m| m["role"] == "activity" && m["activityType"] == "terminal")
         .unwrap_or_else(|| panic!("the terminal in the transcript: {transcript:#}"));
     assert_eq!(kept["content"], last.data["content"]);
+}
+
+/// The text of each message on a stream, in order.
+fn message_texts(frames: &[SseFrame]) -> Vec<String> {
+    let mut texts: Vec<(String, String)> = Vec::new();
+    for frame in frames.iter().filter(|f| f.kind() == "TEXT_MESSAGE_CONTENT") {
+        let id = frame.data["messageId"].as_str().unwrap_or_default();
+        let delta = frame.data["delta"].as_str().unwrap_or_default();
+        match texts.iter_mut().find(|(known, _)| known == id) {
+            Some((_, text)) => text.push_str(delta),
+            None => texts.push((id.to_owned(), delta.to_owned())),
+        }
+    }
+    texts.into_iter().map(|(_, text)| text).collect()
+}
+
+/// The texts of a request's messages of `role`, as the model was sent them.
+fn texts_sent(request: &Value, role: &str) -> Vec<String> {
+    request["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == role)
+        .flat_map(|m| match &m["content"] {
+            Value::String(s) => vec![s.clone()],
+            Value::Array(parts) => parts
+                .iter()
+                .filter_map(|p| p["text"].as_str().map(str::to_owned))
+                .collect(),
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+#[tokio::test]
+#[ignore = "needs the real adapters: scripts/test.sh installs them"]
+async fn claude_keeps_its_session_across_turns_and_a_restart() {
+    let model = ScriptedModel::start().await;
+    model.script("turn-one", vec![Step::Say("First answer.".to_owned())]);
+    model.script("turn-two", vec![Step::Say("Second answer.".to_owned())]);
+    model.script("turn-three", vec![Step::Say("Third answer.".to_owned())]);
+    let data = temp_dir("real");
+    let daemon = server(&model, &data).await;
+    let mut chat = Conversation::new("k");
+    let first = chat.say(&daemon, "turn-one: hello").await;
+    assert_eq!(text_of(&first).trim(), "First answer.");
+    chat.messages
+        .push(json!({"id": "k-a1", "role": "assistant", "content": "First answer."}));
+    let second = chat.say(&daemon, "turn-two: and again").await;
+    assert_eq!(text_of(&second).trim(), "Second answer.");
+    chat.messages
+        .push(json!({"id": "k-a2", "role": "assistant", "content": "Second answer."}));
+    let before = apply_state(&second, None).expect("state");
+    assert_eq!(before["mode"], "default");
+    let session = before["session"].clone();
+    daemon.stop().await;
+
+    // A new daemon on the same data directory: the third turn loads the same session.
+    let daemon = server(&model, &data).await;
+    let third = chat.say(&daemon, "turn-three: once more").await;
+    // (Claude may add a notice of its own as a message apart.)
+    assert!(
+        message_texts(&third).contains(&"Third answer.".to_owned()),
+        "{:?}",
+        message_texts(&third)
+    );
+    let request = model
+        .scripted_requests("turn-three")
+        .pop()
+        .expect("the third turn's request");
+    let said = texts_sent(&request, "assistant").join("\n");
+    assert!(
+        said.contains("First answer.") && said.contains("Second answer."),
+        "the model was sent the earlier turns (the session was loaded): {said}"
+    );
+    let after = apply_state(&third, None).expect("state");
+    assert_eq!(after["session"], session);
+    // What the session's load answer says, and what the thread summed, survive.
+    assert_eq!(after["mode"], "default", "{after}");
+    assert!(
+        after["modes"].as_array().is_some_and(|m| !m.is_empty()),
+        "{after}"
+    );
+    assert_eq!(
+        after["usage"]["total"]["totalTokens"],
+        before["usage"]["total"]["totalTokens"]
+            .as_u64()
+            .expect("total")
+            + after["usage"]["turn"]["totalTokens"]
+                .as_u64()
+                .expect("turn"),
+        "{after}"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs the real adapters: scripts/test.sh installs them"]
+async fn claude_stops_a_running_command_when_the_run_is_cancelled() {
+    let model = ScriptedModel::start().await;
+    model.script(
+        "task-long",
+        vec![
+            Step::Tool(
+                "Bash".to_owned(),
+                json!({"command": "touch started.txt && sleep 300 && touch finished.txt",
+                       "description": "Wait a long time"}),
+            ),
+            Step::Say("Waited.".to_owned()),
+        ],
+    );
+    model.script("task-after", vec![Step::Say("Still here.".to_owned())]);
+    let data = temp_dir("real");
+    let server = server(&model, &data).await;
+    let body = json!({"threadId": "x", "runId": "x-r1", "protocolVersion": "1.0",
+        "messages": [{"id": "x-u1", "role": "user", "content": "task-long: wait"}]});
+    let mut reader = SseReader::new(post_run(&server, "claude-allow", &body).await);
+    while let Some(frame) = reader.next().await {
+        if frame.kind() == "TOOL_CALL_END" {
+            break;
+        }
+    }
+    // The command has started once its file exists.
+    let threads = data.join("workspaces/claude-allow/_operator/threads");
+    eventually("the command starts", || {
+        std::fs::read_dir(&threads)
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .any(|e| e.path().join("started.txt").exists())
+            })
+            .unwrap_or(false)
+    })
+    .await;
+    let r = server.post("/runs/x-r1/cancel").sent().await;
+    assert_eq!(r.status(), 202);
+    let rest = reader.collect().await;
+    let last = rest.last().expect("end");
+    assert_eq!(
+        last.data["outcome"]["type"],
+        "cancelled",
+        "{:?}",
+        kinds(&rest)
+    );
+    // The thread goes on.
+    let body = json!({"threadId": "x", "runId": "x-r2", "protocolVersion": "1.0",
+        "messages": [{"id": "x-u1", "role": "user", "content": "task-long: wait"},
+                     {"id": "x-u2", "role": "user", "content": "task-after: go on"}]});
+    let next = run_on(&server, "claude-allow", &body).await;
+    assert_eq!(text_of(&next).trim(), "Still here.");
+}
+
+#[tokio::test]
+#[ignore = "needs the real adapters: scripts/test.sh installs them"]
+async fn two_claude_threads_at_once() {
+    let model = ScriptedModel::start().await;
+    model.script(
+        "task-left",
+        vec![Step::Slow(
+            Duration::from_millis(500),
+            Box::new(Step::Say("Left answer.".to_owned())),
+        )],
+    );
+    model.script(
+        "task-right",
+        vec![Step::Slow(
+            Duration::from_millis(500),
+            Box::new(Step::Say("Right answer.".to_owned())),
+        )],
+    );
+    let data = temp_dir("real");
+    let server = server(&model, &data).await;
+    let (mut left, mut right) = (Conversation::new("l"), Conversation::new("r"));
+    let (l, r) = tokio::join!(
+        left.say(&server, "task-left: go"),
+        right.say(&server, "task-right: go")
+    );
+    assert_eq!(text_of(&l).trim(), "Left answer.");
+    assert_eq!(text_of(&r).trim(), "Right answer.");
+    let (sl, sr) = (
+        apply_state(&l, None).expect("state")["session"].clone(),
+        apply_state(&r, None).expect("state")["session"].clone(),
+    );
+    assert_ne!(sl, sr, "each thread its own session");
 }

@@ -25,6 +25,11 @@ async fn threads_messages_and_runs_round_trip() {
 }
 
 #[tokio::test]
+async fn a_threads_state_is_kept() {
+    store_contract::a_threads_state_is_kept(&open(), any).await;
+}
+
+#[tokio::test]
 async fn listing_pages_newest_first_with_agent_filter() {
     store_contract::listing_pages_newest_first_with_agent_filter(&open(), any).await;
 }

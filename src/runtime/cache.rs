@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use crate::access::ThreadKey;
 use crate::clock::now_ms;
-use crate::protocol::Message;
 use crate::runtime::LoadError;
 use crate::runtime::thread::{Thread, new_thread};
 use crate::runtime::{Runtime, memory};
@@ -43,7 +42,7 @@ impl Runtime {
         let thread = self.new_thread(
             id,
             &stored.row.agent,
-            Some(stored.transcript),
+            Some((stored.transcript, stored.state)),
             stored.row.session_id.clone(),
         );
         let (thread, inserted) = self.insert_thread(thread);
@@ -58,7 +57,7 @@ impl Runtime {
         &self,
         id: &ThreadKey,
         agent: &str,
-        stored: Option<Vec<Message>>,
+        stored: Option<super::thread::Stored>,
         session_id: Option<String>,
     ) -> Thread {
         new_thread(

@@ -24,6 +24,16 @@ pub fn initial(agent: &str) -> Value {
 pub struct Document(Option<Value>);
 
 impl Document {
+    /// A document as a thread's last run left it (`None`: a fresh one).
+    pub fn stored(stored: Option<Value>) -> Document {
+        Document(stored)
+    }
+
+    /// The document, if it differs from a fresh thread's.
+    pub fn changed(&self) -> Option<&Value> {
+        self.0.as_ref()
+    }
+
     /// The document as it is (a fresh one for `agent` until it was changed).
     pub fn value(&self, agent: &str) -> Value {
         self.0.clone().unwrap_or_else(|| initial(agent))

@@ -121,6 +121,10 @@ impl ThreadState {
     }
 }
 
+/// What the store holds of a thread: its transcript, and the state document its last run
+/// left.
+pub(super) type Stored = (Vec<Message>, Option<serde_json::Value>);
+
 /// The thread object a request used left memory: start the request over.
 pub(super) struct Retry;
 
@@ -129,12 +133,12 @@ pub(super) fn new_thread(
     agent: &str,
     epoch: u64,
     limits: JournalLimits,
-    stored: Option<Vec<Message>>,
+    stored: Option<Stored>,
     session_id: Option<String>,
     meter: Arc<Meter>,
 ) -> Thread {
     let history_pending = stored.is_some();
-    let transcript = stored.unwrap_or_default();
+    let (transcript, document) = stored.unwrap_or_default();
     Thread {
         key: key.clone(),
         id: key.split().1.to_owned(),
@@ -148,7 +152,7 @@ pub(super) fn new_thread(
             seen: transcript.iter().map(|m| m.id().to_owned()).collect(),
             history_pending,
             transcript,
-            document: state::Document::default(),
+            document: state::Document::stored(document),
             profile: Profile::V1,
             expired_interrupts: HashSet::new(),
             session_id,

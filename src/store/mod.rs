@@ -153,6 +153,20 @@ impl ThreadPage {
 pub struct StoredThread {
     pub row: ThreadRow,
     pub transcript: Vec<Message>,
+    /// The shared state document its last run left (`None`: never kept, or unreadable).
+    pub state: Option<Value>,
+}
+
+/// A stored state document, read back; one that does not parse is left out (logged).
+fn read_state(id: &str, text: Option<String>) -> Option<Value> {
+    let text = text?;
+    match serde_json::from_str(&text) {
+        Ok(state) => Some(state),
+        Err(error) => {
+            tracing::warn!(%error, thread.id = %id, "stored state unreadable; a fresh one used");
+            None
+        }
+    }
 }
 
 /// The data directory's lock, held by a daemon on the embedded store while it runs.
@@ -308,6 +322,11 @@ impl Store {
     /// Sets a thread's title.
     pub fn set_title(&self, thread_id: &str, title: &str, now: i64) {
         dispatch!(self.set_title(thread_id, title, now))
+    }
+
+    /// Keeps a thread's shared state document (read back by [`Store::load_thread`]).
+    pub fn set_state(&self, thread_id: &str, state: &Value) {
+        dispatch!(self.set_state(thread_id, state))
     }
 
     /// Sets a thread's status (`idle|running|suspended`).

@@ -197,7 +197,18 @@ impl PgStore {
                     }
                 }
             }
-            Ok(Some(StoredThread { row, transcript }))
+            let state: Option<String> = match conn
+                .query_opt("SELECT state FROM threads WHERE id = $1", &[&id])
+                .await?
+            {
+                Some(row) => row.try_get(0)?,
+                None => None,
+            };
+            Ok(Some(StoredThread {
+                row,
+                transcript,
+                state: super::read_state(&id, state),
+            }))
         })
         .await
     }
@@ -298,6 +309,18 @@ impl PgStore {
             conn.execute(
                 "UPDATE threads SET title = $2, updated_at = $3 WHERE id = $1",
                 &[&key, &title, &now],
+            )
+            .await?;
+            Ok(())
+        });
+    }
+
+    pub(super) fn set_state(&self, thread_id: &str, state: &Value) {
+        let (key, state) = (thread_id.to_owned(), state.to_string());
+        self.write("state", thread_id, move |conn| async move {
+            conn.execute(
+                "UPDATE threads SET state = $2 WHERE id = $1",
+                &[&key, &state],
             )
             .await?;
             Ok(())

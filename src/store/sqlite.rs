@@ -190,7 +190,14 @@ impl SqliteStore {
                     Err(e) => Some(Err(e)),
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            Ok(Some(StoredThread { row, transcript }))
+            let state: Option<String> = conn
+                .prepare_cached("SELECT state FROM threads WHERE id = ?1")?
+                .query_row([&id], |r| r.get(0))?;
+            Ok(Some(StoredThread {
+                row,
+                transcript,
+                state: super::read_state(&id, state),
+            }))
         })
         .await
     }
@@ -296,6 +303,16 @@ impl SqliteStore {
         self.enqueue("title", move |conn| {
             conn.prepare_cached("UPDATE threads SET title = ?2, updated_at = ?3 WHERE id = ?1")?
                 .execute(params![thread_id, title, now])?;
+            Ok(())
+        });
+    }
+
+    /// Keeps a thread's state document.
+    pub(super) fn set_state(&self, thread_id: &str, state: &Value) {
+        let (thread_id, state) = (thread_id.to_owned(), state.to_string());
+        self.enqueue("state", move |conn| {
+            conn.prepare_cached("UPDATE threads SET state = ?2 WHERE id = ?1")?
+                .execute(params![thread_id, state])?;
             Ok(())
         });
     }

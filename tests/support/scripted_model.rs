@@ -1,9 +1,10 @@
 //! A scripted model API on loopback for the real agents: the Anthropic Messages API
 //! (streamed, as Claude Code asks for it) and the OpenAI Responses API (as Codex asks).
 //!
-//! A test registers a script under a marker word; a request whose newest user text contains
-//! the marker is answered with the script's next step, counted from the number of assistant
-//! turns after that text (so a script needs no state of its own and threads run at once).
+//! A test registers a script under a marker word; a request whose newest user message
+//! holding any marker holds this one is answered with the script's next step, counted from
+//! the number of assistant turns after that message (so a script needs no state of its
+//! own and threads run at once).
 //! Tool inputs are streamed in small pieces, as real models stream them. Any other request
 //! (a title, a summary, a quota check) gets a short text. Every request is recorded.
 #![allow(dead_code)]
@@ -94,11 +95,21 @@ impl ScriptedModel {
         self.shared.lock().expect("lock").requests.clone()
     }
 
-    /// The requests that followed the script of `marker`.
+    /// The requests answered from the script of `marker`.
     pub fn scripted_requests(&self, marker: &str) -> Vec<Value> {
+        let markers: Vec<String> = self
+            .shared
+            .lock()
+            .expect("lock")
+            .scripts
+            .keys()
+            .cloned()
+            .collect();
+        let markers: Vec<&String> = markers.iter().collect();
         self.requests()
             .into_iter()
-            .filter(|r| newest_user_text(&r.body).is_some_and(|t| t.contains(marker)))
+            .filter(|r| has_tools(&r.body))
+            .filter(|r| scripted_turn(&r.body, &markers).is_some_and(|(m, _)| m == marker))
             .map(|r| r.body)
             .collect()
     }
@@ -183,16 +194,15 @@ fn stream(events: Events) -> Response<Body> {
         .expect("response")
 }
 
-/// The script step answering `body`: the script whose marker the newest user text holds,
-/// at the index of the assistant turns after that text.
+/// The script step answering `body`: the script whose marker the newest user message
+/// that holds any marker holds, at the index of the assistant turns after that message.
 fn next_step(scripts: &HashMap<String, Vec<Step>>, body: &Value) -> Option<Step> {
     if !has_tools(body) {
         return None;
     }
-    let text = newest_user_text(body)?;
-    let (_, steps) = scripts.iter().find(|(marker, _)| text.contains(*marker))?;
-    let index = answers_since_user_text(body);
-    steps.get(index).cloned()
+    let markers: Vec<&String> = scripts.keys().collect();
+    let (marker, index) = scripted_turn(body, &markers)?;
+    scripts[&marker].get(index).cloned()
 }
 
 fn has_tools(body: &Value) -> bool {
@@ -208,7 +218,7 @@ fn messages(body: &Value) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-/// Whether `message` is a person's text (not a tool result, not an instruction block).
+/// The text a user message holds (beside any tool results it carries).
 fn user_text(message: &Value) -> Option<String> {
     if message["role"] != "user" {
         return None;
@@ -221,24 +231,24 @@ fn user_text(message: &Value) -> Option<String> {
                 .filter(|p| matches!(p["type"].as_str(), Some("text" | "input_text")))
                 .filter_map(|p| p["text"].as_str())
                 .collect();
-            let results = parts.iter().any(|p| p["type"] == "tool_result");
-            (!texts.is_empty() && !results).then(|| texts.join("\n"))
+            (!texts.is_empty()).then(|| texts.join("\n"))
         }
         _ => None,
     }
 }
 
-pub fn newest_user_text(body: &Value) -> Option<String> {
-    messages(body).iter().rev().find_map(user_text)
-}
-
-fn answers_since_user_text(body: &Value) -> usize {
+/// The marker of the newest user message that holds one of `markers`, and how many
+/// assistant turns came after that message.
+fn scripted_turn(body: &Value, markers: &[&String]) -> Option<(String, usize)> {
     let all = messages(body);
-    let last = all
-        .iter()
-        .rposition(|m| user_text(m).is_some())
-        .unwrap_or(0);
-    all[last..]
+    let (at, marker) = all.iter().enumerate().rev().find_map(|(i, m)| {
+        let text = user_text(m)?;
+        markers
+            .iter()
+            .find(|marker| text.contains(marker.as_str()))
+            .map(|marker| (i, (*marker).clone()))
+    })?;
+    let answers = all[at..]
         .iter()
         .filter(|m| {
             m["role"] == "assistant"
@@ -247,7 +257,8 @@ fn answers_since_user_text(body: &Value) -> usize {
                     Some("function_call" | "custom_tool_call")
                 )
         })
-        .count()
+        .count();
+    Some((marker, answers))
 }
 
 /// The session's directory as the agent tells the model (`Primary working directory: …`

@@ -83,6 +83,33 @@ pub async fn threads_messages_and_runs_round_trip(store: &Store, hold: impl Asyn
 }
 
 /// A listing pages newest activity first through its cursors, and filters by agent.
+/// A thread's state document is read back with it as last kept; a thread that never kept
+/// one has none.
+pub async fn a_threads_state_is_kept(store: &Store, hold: impl AsyncFn(&str)) {
+    hold("s1").await;
+    store.record_run_start("s1", "demo", None, "r1", vec![user("u1", "hi")], 10);
+    store.record_run_end("s1", "r1", "finished", "idle", 11);
+    let fresh = store
+        .load_thread("s1")
+        .await
+        .expect("read")
+        .expect("exists");
+    assert_eq!(fresh.state, None);
+    store.set_state("s1", &serde_json::json!({"agent": "demo", "mode": "plan"}));
+    store.set_state(
+        "s1",
+        &serde_json::json!({"agent": "demo", "mode": "default", "usage": {"total": {"totalTokens": 7}}}),
+    );
+    store.commit().await.expect("commit");
+    let kept = store
+        .load_thread("s1")
+        .await
+        .expect("read")
+        .expect("exists");
+    assert_eq!(kept.state.expect("state")["mode"], "default");
+    assert_eq!(kept.transcript.len(), 1);
+}
+
 pub async fn listing_pages_newest_first_with_agent_filter(store: &Store, hold: impl AsyncFn(&str)) {
     for i in 0..5 {
         let key = format!("t{i}");

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::pool::Bound;
 use super::process::AcpProcess;
-use super::settings::show_session_settings;
+use super::settings::{SessionSettings, show_session_settings};
 use super::{FrontendMcp, Inner, Stop, lock, mcp};
 use crate::agent::{AgentError, EventSink, Turn};
 
@@ -64,9 +64,12 @@ impl Inner {
                     mcp_handle.as_ref(),
                 )
                 .await?;
-            if let Some(how) = restored {
+            if let Some((how, settings)) = restored {
                 sink.set_session(stored, how).await?;
                 self.remember(&turn.thread_id, &process, stored);
+                show_session_settings(&settings, sink).await?;
+                self.restore_settings(turn, &settings, &process, stored, sink)
+                    .await?;
                 return Ok((process, stored.clone()));
             }
         }
@@ -105,7 +108,8 @@ impl Inner {
     }
 
     /// The stored session `stored` taken up on `process`, as the agent offers: how it came
-    /// (`loaded`, `resumed`), or `None` when it could not be (a new session follows).
+    /// (`loaded`, `resumed`) and its mode and options as the agent reports them, or `None`
+    /// when it could not be (a new session follows).
     async fn restore(
         &self,
         turn: &Turn,
@@ -114,7 +118,7 @@ impl Inner {
         cwd: &Path,
         mcp_servers: &[McpServer],
         mcp_handle: Option<&mcp::McpHandle>,
-    ) -> Result<Option<&'static str>, Stop> {
+    ) -> Result<Option<(&'static str, SessionSettings)>, Stop> {
         let capabilities = process.capabilities();
         let cancel = &turn.cancel;
         if capabilities.load_session {
@@ -138,7 +142,7 @@ impl Inner {
         cwd: &Path,
         mcp_servers: &[McpServer],
         mcp_handle: Option<&mcp::McpHandle>,
-    ) -> Result<Option<&'static str>, Stop> {
+    ) -> Result<Option<(&'static str, SessionSettings)>, Stop> {
         let replay = process.router.register(stored);
         if let Some(handle) = mcp_handle {
             handle.set_session(stored);
@@ -150,10 +154,16 @@ impl Inner {
         process.router.unregister(stored);
         drop(replay);
         match loaded? {
-            Ok(_) => {
+            Ok(loaded) => {
                 self.health.session_ok();
                 tracing::info!(session = %stored, "ACP session loaded");
-                Ok(Some("loaded"))
+                Ok(Some((
+                    "loaded",
+                    SessionSettings {
+                        modes: loaded.modes,
+                        config_options: loaded.config_options,
+                    },
+                )))
             }
             Err(error) => {
                 tracing::warn!(session = %stored, error = %error.message, "session/load failed; starting a new session");
@@ -171,7 +181,7 @@ impl Inner {
         cwd: &Path,
         mcp_servers: &[McpServer],
         mcp_handle: Option<&mcp::McpHandle>,
-    ) -> Result<Option<&'static str>, Stop> {
+    ) -> Result<Option<(&'static str, SessionSettings)>, Stop> {
         if let Some(handle) = mcp_handle {
             handle.set_session(stored);
         }
@@ -179,10 +189,16 @@ impl Inner {
             ResumeSessionRequest::new(stored.to_owned(), cwd).mcp_servers(mcp_servers.to_vec());
         let request = process.connection.send_request(resume).block_task();
         match session_answer(cancel, "session/resume", request).await? {
-            Ok(_) => {
+            Ok(resumed) => {
                 self.health.session_ok();
                 tracing::info!(session = %stored, "ACP session resumed");
-                Ok(Some("resumed"))
+                Ok(Some((
+                    "resumed",
+                    SessionSettings {
+                        modes: resumed.modes,
+                        config_options: resumed.config_options,
+                    },
+                )))
             }
             Err(error) => {
                 tracing::warn!(session = %stored, error = %error.message, "session/resume failed; starting a new session");
@@ -226,9 +242,13 @@ impl Inner {
             "new"
         };
         sink.set_session(&session, how).await?;
-        show_session_settings(&created, sink).await?;
+        let settings = SessionSettings {
+            modes: created.modes,
+            config_options: created.config_options,
+        };
+        show_session_settings(&settings, sink).await?;
         self.remember(&turn.thread_id, process, &session);
-        self.apply_defaults(&created, process, &session, sink)
+        self.apply_defaults(&settings, process, &session, sink)
             .await?;
         Ok(session)
     }

@@ -2,7 +2,7 @@
 //! config options), and how a session's modes and options are shown in the shared state.
 
 use agent_client_protocol::v1::schema::{
-    NewSessionResponse, SessionConfigOptionValue, SetSessionConfigOptionRequest,
+    SessionConfigOption, SessionConfigOptionValue, SessionModeState, SetSessionConfigOptionRequest,
     SetSessionModeRequest,
 };
 use serde_json::{Value, json};
@@ -43,7 +43,7 @@ impl Inner {
     /// session just made, as it was made (`created`).
     pub(super) async fn apply_defaults(
         &self,
-        created: &NewSessionResponse,
+        created: &SessionSettings,
         process: &AcpProcess,
         session: &str,
         sink: &EventSink,
@@ -55,21 +55,65 @@ impl Inner {
         if defaults == Settings::default() {
             return Ok(());
         }
-        let mode = created
-            .modes
-            .as_ref()
-            .map(|m| m.current_mode_id.to_string());
-        let config = created
-            .config_options
-            .as_ref()
-            .and_then(|o| serde_json::to_value(o).ok())
-            .map(|options| json!({ "configOptions": options }))
-            .unwrap_or(Value::Null);
+        let (mode, config) = created.current();
         let current = Current {
             mode: mode.as_deref(),
             config: &config,
         };
         self.set(defaults, current, process, session, sink).await
+    }
+
+    /// Puts a session loaded or resumed after a restart back as the thread had it: the
+    /// mode and config options the thread's state holds (an agent may start a loaded
+    /// session in its own default mode), else the configured defaults.
+    pub(super) async fn restore_settings(
+        &self,
+        turn: &Turn,
+        loaded: &SessionSettings,
+        process: &AcpProcess,
+        session: &str,
+        sink: &EventSink,
+    ) -> Result<(), Stop> {
+        let Ok(mut wanted) = Settings::from_defaults(&self.config.session_defaults) else {
+            return Ok(());
+        };
+        if let Some(mode) = turn.document["mode"].as_str() {
+            wanted.mode = Some(mode.to_owned());
+        }
+        for option in turn.document["config"]["configOptions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let (Some(id), Some(value)) = (option["id"].as_str(), option.get("currentValue"))
+            else {
+                continue;
+            };
+            let value = match value {
+                Value::String(v) => SessionConfigOptionValue::from(v.as_str()),
+                Value::Bool(b) => SessionConfigOptionValue::boolean(*b),
+                _ => continue,
+            };
+            wanted.config_options.retain(|(known, _)| known != id);
+            wanted.config_options.push((id.to_owned(), value));
+        }
+        let (mode, config) = loaded.current();
+        let offered: Vec<String> = config["configOptions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|o| o["id"].as_str().map(str::to_owned))
+            .collect();
+        // Only what the loaded session still offers.
+        wanted.config_options.retain(|(id, _)| offered.contains(id));
+        if mode.is_none() {
+            wanted.mode = None;
+        }
+        let current = Current {
+            mode: mode.as_deref(),
+            config: &config,
+        };
+        self.set(wanted, current, process, session, sink).await
     }
 
     /// Sets on the session what `settings` asks and `current` does not already have.
@@ -125,6 +169,28 @@ impl Inner {
                 .await?;
         }
         Ok(())
+    }
+}
+
+/// A session's modes and config options, as the agent's answer to `session/new`,
+/// `session/load` or `session/resume` reports them.
+pub(super) struct SessionSettings {
+    pub(super) modes: Option<SessionModeState>,
+    pub(super) config_options: Option<Vec<SessionConfigOption>>,
+}
+
+impl SessionSettings {
+    /// The current mode, and the options as the state shows them
+    /// (`{"configOptions":[...]}`, or null).
+    fn current(&self) -> (Option<String>, Value) {
+        let mode = self.modes.as_ref().map(|m| m.current_mode_id.to_string());
+        let config = self
+            .config_options
+            .as_ref()
+            .and_then(|o| serde_json::to_value(o).ok())
+            .map(|options| json!({ "configOptions": options }))
+            .unwrap_or(Value::Null);
+        (mode, config)
     }
 }
 
@@ -210,10 +276,10 @@ impl Settings {
     }
 }
 
-/// Shows a new session's modes and config options in the shared state (`/mode`, `/modes`,
-/// `/config`), as later updates would.
+/// Shows a session's modes and config options (made, loaded or resumed) in the shared
+/// state (`/mode`, `/modes`, `/config`), as later updates would.
 pub(super) async fn show_session_settings(
-    created: &NewSessionResponse,
+    created: &SessionSettings,
     sink: &EventSink,
 ) -> Result<(), SinkClosed> {
     if let Some(modes) = &created.modes {

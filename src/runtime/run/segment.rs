@@ -305,6 +305,7 @@ impl SegmentWriter {
     }
 
     pub(in crate::runtime) fn record_end(&self, ending: &Ending) {
+        self.keep_state();
         self.rt.inner.store.record_run_end(
             self.thread.key.as_str(),
             &self.run.id,
@@ -312,6 +313,18 @@ impl SegmentWriter {
             "idle",
             now_ms() as i64,
         );
+    }
+
+    /// Keeps the thread's state document as the run leaves it (when it is not a fresh
+    /// thread's), in the same commit as the run's end.
+    fn keep_state(&self) {
+        let state = lock(&self.thread.state);
+        if let Some(document) = state.document.changed() {
+            self.rt
+                .inner
+                .store
+                .set_state(self.thread.key.as_str(), document);
+        }
     }
 
     /// [`SegmentWriter::finish`] without waiting for the store (a pump that ended without
@@ -335,6 +348,7 @@ impl SegmentWriter {
             self.emit(&mut translator, &out);
         }
         drop(translator);
+        self.keep_state();
         self.rt.inner.store.record_run_end(
             self.thread.key.as_str(),
             &self.run.id,
