@@ -22,12 +22,16 @@
 //! | `crash` | one chunk, a line on stderr, then exits with status 3 |
 //! | `auth` | answers the prompt with error -32000 |
 //! | `recall` | `Heard: <every prompt line this session received, joined by " | ">` |
+//! | `blocks` | `Blocks: <the prompt's content blocks as JSON>` |
 //! | `mcp TOOL JSON` | reports a tool call, then calls TOOL on the `frontend` MCP server it was given (streamable HTTP), and reports the result |
 //! | `pwd` | `Cwd: <the session's working directory>` |
 //! | `write NAME TEXT` | writes TEXT (and a newline) to NAME in the session's directory: `Wrote NAME` or `Write failed: ...` |
 //! | `fill NAME BYTES` | writes BYTES zero bytes to NAME there |
 //! | `symlink NAME TARGET` | makes NAME there a symlink to TARGET |
 //! | `probe JSON` | tries what a prompt-injected agent tries and reports each outcome (`ok`, `denied`, `error: ...`) as `Probe: {...}`: `{"read":[paths],"list":[dirs],"write":[paths],"connect":["host:port"],"signal":[pids]}` (relative paths are in the session's directory) |
+//!
+//! Prompts may carry audio and embedded resources (`promptCapabilities.audio` and
+//! `embeddedContext`), not images.
 //!
 //! Modes `code` (current at first) and `plan`, and config options `model` (`fast` or
 //! `smart`) and `fast_apply` (a boolean), are offered with every new session and can be
@@ -325,6 +329,7 @@ async fn play(
     shared: Arc<Shared>,
     session: String,
     text: String,
+    blocks: Value,
 ) -> Result<PromptResponse, Error> {
     // The last block is the user's message; earlier ones may be context.
     let command = text.lines().last().unwrap_or("").trim().to_owned();
@@ -658,6 +663,15 @@ async fn play(
                 &format!("Heard: {}", heard.join(" | ")),
             )?;
         }
+        "blocks" => {
+            chunk(
+                &cx,
+                &session,
+                "agent_message_chunk",
+                &mid,
+                &format!("Blocks: {blocks}"),
+            )?;
+        }
         "mcp" => {
             let (tool, args) = rest.split_once(' ').unwrap_or((rest, "{}"));
             let args: Value = serde_json::from_str(args).unwrap_or(json!({}));
@@ -765,7 +779,12 @@ async fn main() -> Result<(), Error> {
                 }
                 let capabilities = AgentCapabilities::new()
                     .load_session(!resume)
-                    .prompt_capabilities(PromptCapabilities::new().image(false))
+                    .prompt_capabilities(
+                        PromptCapabilities::new()
+                            .image(false)
+                            .audio(true)
+                            .embedded_context(true),
+                    )
                     .mcp_capabilities(McpCapabilities::new().http(true))
                     .session_capabilities(sessions);
                 let response = InitializeResponse::new(request.protocol_version)
@@ -963,6 +982,7 @@ async fn main() -> Result<(), Error> {
             async move |request: PromptRequest, responder, cx: Connection| {
                 let session = request.session_id.to_string();
                 let text = prompt_text(&request);
+                let blocks = serde_json::to_value(&request.prompt).unwrap_or(Value::Null);
                 let shared = on_prompt.clone();
                 if let Ok(mut cancelled) = shared.cancelled.lock() {
                     cancelled.remove(&session);
@@ -972,7 +992,7 @@ async fn main() -> Result<(), Error> {
                 }
                 let worker = cx.clone();
                 cx.spawn(async move {
-                    match play(worker, shared, session, text).await {
+                    match play(worker, shared, session, text, blocks).await {
                         Ok(response) => responder.respond(response),
                         Err(error) => responder.respond_with_error(error),
                     }

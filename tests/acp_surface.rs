@@ -1,7 +1,8 @@
 //! The newer ACP surface against the scripted agent (`examples/scripted_acp_agent.rs`):
 //! end-of-turn token usage, form elicitation (as an interrupt and as a tool call),
 //! subagents, modes and config options set from the client, the agent's sessions listed
-//! and imported as threads, and threads forked.
+//! and imported as threads, threads forked, and multimodal input mapped to the blocks the
+//! agent takes (or refused by name).
 
 mod support;
 
@@ -689,4 +690,82 @@ async fn an_unanswered_form_is_cancelled_after_the_suspension_timeout() {
         result.data
     );
     assert_eq!(text_of(&frames), "Form cancelled.");
+}
+
+fn media(kind: &str, source: Value) -> Value {
+    json!({"type": kind, "source": source})
+}
+
+fn data(value: &str, mime_type: &str) -> Value {
+    json!({"type": "data", "value": value, "mimeType": mime_type})
+}
+
+fn user_parts(id: &str, parts: Value) -> Value {
+    json!({"id": id, "role": "user", "content": parts})
+}
+
+/// The prompt blocks the scripted agent reports for its `blocks` command.
+fn blocks_heard(frames: &[SseFrame]) -> Value {
+    let text = text_of(frames);
+    let json = text.strip_prefix("Blocks: ").expect("a blocks report");
+    serde_json::from_str(json).expect("JSON blocks")
+}
+
+#[tokio::test]
+async fn audio_documents_and_urls_reach_the_agent_as_the_blocks_it_takes() {
+    // The scripted agent takes audio and embedded resources, not images.
+    let server = server("acp-parts").await;
+    let parts = json!([
+        {"type": "text", "text": "blocks"},
+        media("audio", data("UklGRg==", "audio/wav")),
+        media("document", data("JVBERi0x", "application/pdf")),
+        media("image", json!({"type": "url", "value": "https://x.test/cat.png", "mimeType": "image/png"})),
+        {"type": "binary", "mimeType": "text/csv", "data": "YSxiCjEsMgo=", "filename": "t.csv"},
+    ]);
+    let mut body = turns("p", "r1", &[], false);
+    body["messages"] = json!([user_parts("p-u0", parts)]);
+    let frames = run(&server, "scripted", &body).await;
+    assert_eq!(
+        blocks_heard(&frames),
+        json!([
+            {"type": "text", "text": "blocks"},
+            {"type": "audio", "data": "UklGRg==", "mimeType": "audio/wav"},
+            {"type": "resource", "resource": {"blob": "JVBERi0x",
+                "mimeType": "application/pdf", "uri": "agui:message/p-u0/content/2"}},
+            {"type": "resource_link", "name": "cat.png", "uri": "https://x.test/cat.png",
+                "mimeType": "image/png"},
+            {"type": "resource", "resource": {"text": "a,b\n1,2\n",
+                "mimeType": "text/csv", "uri": "agui:message/p-u0/content/4/t.csv"}},
+        ])
+    );
+    only(&frames, "RUN_FINISHED");
+}
+
+#[tokio::test]
+async fn an_image_sent_before_the_agent_ever_started_fails_the_run_before_its_prompt() {
+    let server = server("acp-no-images-yet").await;
+    let image = user_parts(
+        "n-u0",
+        json!([{"type": "text", "text": "blocks"},
+            media("image", data("iVBORw0K", "image/png"))]),
+    );
+    let mut body = turns("n", "r1", &[], false);
+    body["messages"] = json!([image.clone()]);
+    let frames = run(&server, "scripted", &body).await;
+    let error = only(&frames, "RUN_ERROR");
+    assert_eq!(error.data["code"], "INVALID_INPUT");
+    let message = error.data["message"].as_str().expect("message");
+    assert!(
+        message.contains("`messages[0].content[1]`: an image part (image/png)")
+            && message.contains("does not accept images"),
+        "{message}"
+    );
+    assert!(frames.iter().all(|f| f.kind() != "RUN_FINISHED"));
+
+    // The client keeps the message in its transcript; it is not prompted again, and the
+    // agent never heard any of it.
+    let mut next = turns("n", "r2", &[], false);
+    next["messages"] = json!([image, {"id": "n-u1", "role": "user", "content": "recall"}]);
+    let frames = run(&server, "scripted", &next).await;
+    assert_eq!(text_of(&frames), "Heard: recall");
 }

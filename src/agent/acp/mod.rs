@@ -37,6 +37,7 @@ mod elicit;
 mod health;
 mod launch;
 mod mcp;
+mod parts;
 mod permission;
 mod pool;
 mod process;

@@ -1,14 +1,26 @@
 //! What a turn prompts: the thread's undelivered input and the turn's new messages (or,
 //! on a thread that never had a session, the client's transcript), as ACP content blocks
-//! after the turn's context; and the input kept when it never reached the agent.
+//! after the turn's context; the input kept when it never reached the agent; and input
+//! the agent cannot take (`parts.rs` says what it takes), refused by name before the
+//! prompt.
 
-use agent_client_protocol::v1::schema::{ContentBlock, ImageContent, TextContent};
+use agent_client_protocol::v1::schema::{ContentBlock, PromptCapabilities, TextContent};
 
-use super::Inner;
-use super::process::AcpProcess;
-use crate::agent::Turn;
-use crate::protocol::input::{BinaryPart, Content, ContentPart, DataSource, MediaSource, Message};
+use super::parts::{self, Refusal};
+use super::{Inner, Stop};
+use crate::agent::{AgentError, Turn};
+use crate::protocol::input::{Content, Message};
 use crate::sync::lock;
+
+/// Input of a turn the agent cannot take: the first part refused, and every message
+/// holding one.
+#[derive(Debug)]
+pub(super) struct Refused {
+    message_id: String,
+    part: usize,
+    refusal: Refusal,
+    messages: Vec<String>,
+}
 
 impl Inner {
     /// What this turn prompts: the thread's undelivered input, then the turn's new
@@ -42,15 +54,42 @@ impl Inner {
             lock(&self.undelivered).insert(thread_id.to_owned(), input);
         }
     }
+
+    /// A turn whose input the agent cannot take fails before its prompt, naming the first
+    /// part refused (by its place in the request's messages when it is there). The refused
+    /// messages are dropped (the client was told); the rest of the input waits for the
+    /// thread's next prompt.
+    pub(super) fn refuse_input(
+        &self,
+        turn: &Turn,
+        mut input: Vec<Message>,
+        refused: Refused,
+    ) -> Stop {
+        input.retain(|m| !refused.messages.iter().any(|id| id == m.id()));
+        self.keep_undelivered(&turn.thread_id, input);
+        let field = match turn
+            .messages
+            .iter()
+            .position(|m| m.id() == refused.message_id)
+        {
+            Some(i) => format!("messages[{i}].content[{}]", refused.part),
+            None => format!("message {:?} content[{}]", refused.message_id, refused.part),
+        };
+        Stop::Failed(AgentError::Failed {
+            code: "INVALID_INPUT".to_owned(),
+            message: invalid(&field, &refused.refusal, &self.name),
+        })
+    }
 }
 
-/// The prompt for a turn: context first, then the user messages of `input` (text; images
-/// when the agent accepts them).
+/// The prompt for a turn: context first, then the user messages of `input`, each part as
+/// the block an agent with `capabilities` takes; or, when a part cannot go, what was
+/// refused (nothing is sent then: a message never goes without one of its parts).
 pub(super) fn prompt_blocks(
     turn: &Turn,
     input: &[Message],
-    process: &AcpProcess,
-) -> Vec<ContentBlock> {
+    capabilities: &PromptCapabilities,
+) -> Result<Vec<ContentBlock>, Refused> {
     let mut blocks = Vec::new();
     if !turn.context.is_empty() {
         let lines: Vec<String> = turn
@@ -60,35 +99,57 @@ pub(super) fn prompt_blocks(
             .collect();
         blocks.push(text(&format!("Context:\n{}", lines.join("\n"))));
     }
-    let images = process.capabilities().prompt_capabilities.image;
+    let mut refused: Option<Refused> = None;
     for message in input {
         let Message::User(user) = message else {
             continue;
         };
-        match &user.content {
-            Content::Text(content) => blocks.push(text(content)),
-            Content::Parts(parts) => blocks.extend(parts.iter().filter_map(|p| part(p, images))),
+        let parts = match &user.content {
+            Content::Text(content) => {
+                blocks.push(text(content));
+                continue;
+            }
+            Content::Parts(parts) => parts,
+        };
+        // Once a part is refused nothing is sent: the rest are only checked.
+        if let Some(refused) = &mut refused {
+            if parts
+                .iter()
+                .any(|part| parts::check(part, Some(capabilities)).is_err())
+            {
+                refused.messages.push(user.id.clone());
+            }
+            continue;
+        }
+        let mapped: Result<Vec<ContentBlock>, (usize, Refusal)> = parts
+            .iter()
+            .enumerate()
+            .map(|(i, part)| parts::block(part, &user.id, i, capabilities).map_err(|r| (i, r)))
+            .collect();
+        match mapped {
+            Ok(mapped) => blocks.extend(mapped),
+            Err((part, refusal)) => {
+                refused = Some(Refused {
+                    message_id: user.id.clone(),
+                    part,
+                    refusal,
+                    messages: vec![user.id.clone()],
+                });
+            }
         }
     }
-    blocks
+    match refused {
+        Some(refused) => Err(refused),
+        None => Ok(blocks),
+    }
 }
 
-/// The block of one part of a user message: its text, or its image when the agent
-/// accepts `images` (`None`: the part is not sent).
-fn part(part: &ContentPart, images: bool) -> Option<ContentBlock> {
-    match part {
-        ContentPart::Text(part) => Some(text(&part.text)),
-        ContentPart::Image(media) if images => match &media.source {
-            MediaSource::Data(DataSource { value, mime_type }) => Some(image(value, mime_type)),
-            _ => None,
-        },
-        ContentPart::Binary(BinaryPart {
-            mime_type,
-            data: Some(data),
-            ..
-        }) if images && mime_type.starts_with("image/") => Some(image(data, mime_type)),
-        _ => None,
-    }
+/// The message of a refused part at `field`.
+fn invalid(field: &str, refusal: &Refusal, agent: &str) -> String {
+    format!(
+        "invalid RunAgentInput at `{field}`: {}",
+        refusal.reason(agent)
+    )
 }
 
 /// A text block.
@@ -96,7 +157,115 @@ fn text(text: &str) -> ContentBlock {
     ContentBlock::Text(TextContent::new(text))
 }
 
-/// An image block of base64 `data`.
-fn image(data: &str, mime_type: &str) -> ContentBlock {
-    ContentBlock::Image(ImageContent::new(data, mime_type))
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use serde_json::{Value, json};
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::protocol::input::Context;
+
+    fn turn(context: Vec<Context>) -> Turn {
+        Turn {
+            thread_id: "t".to_owned(),
+            run_id: "r".to_owned(),
+            messages: Vec::new(),
+            new_messages: Vec::new(),
+            tools: Vec::new(),
+            context,
+            client_state: None,
+            forwarded_props: None,
+            session_id: None,
+            document: Value::Null,
+            tool_call_ids: HashSet::new(),
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    fn user(id: &str, content: Value) -> Message {
+        serde_json::from_value(json!({"id": id, "role": "user", "content": content}))
+            .expect("a user message")
+    }
+
+    fn image() -> Value {
+        json!({"type": "image", "source": {"type": "data", "value": "iVBO", "mimeType": "image/png"}})
+    }
+
+    fn audio() -> Value {
+        json!({"type": "audio", "source": {"type": "data", "value": "UklGRg==", "mimeType": "audio/wav"}})
+    }
+
+    fn pdf() -> Value {
+        json!({"type": "document", "source": {"type": "data", "value": "JVBERi0x",
+            "mimeType": "application/pdf"}})
+    }
+
+    fn json_of(blocks: &[ContentBlock]) -> Value {
+        serde_json::to_value(blocks).expect("serializes")
+    }
+
+    #[test]
+    fn an_image_only_message_to_an_agent_without_images_is_refused_not_an_empty_prompt() {
+        let input = [user("u1", json!([image()]))];
+        let refused = prompt_blocks(&turn(Vec::new()), &input, &PromptCapabilities::new())
+            .expect_err("refused");
+        assert_eq!((refused.message_id.as_str(), refused.part), ("u1", 0));
+        assert!(
+            refused
+                .refusal
+                .reason("a")
+                .contains("does not accept images")
+        );
+    }
+
+    #[test]
+    fn context_comes_first_then_every_part_in_order() {
+        let context = vec![Context {
+            description: "page".to_owned(),
+            value: "home".to_owned(),
+        }];
+        let input = [
+            user("u1", json!("hello")),
+            user(
+                "u2",
+                json!([{"type": "text", "text": "listen"}, audio(), pdf(), image()]),
+            ),
+        ];
+        let everything = PromptCapabilities::new()
+            .image(true)
+            .audio(true)
+            .embedded_context(true);
+        let blocks = prompt_blocks(&turn(context), &input, &everything).expect("prompted");
+        assert_eq!(
+            json_of(&blocks),
+            json!([
+                {"type": "text", "text": "Context:\n- page: home"},
+                {"type": "text", "text": "hello"},
+                {"type": "text", "text": "listen"},
+                {"type": "audio", "data": "UklGRg==", "mimeType": "audio/wav"},
+                {"type": "resource", "resource": {"blob": "JVBERi0x",
+                    "mimeType": "application/pdf", "uri": "agui:message/u2/content/2"}},
+                {"type": "image", "data": "iVBO", "mimeType": "image/png"},
+            ])
+        );
+    }
+
+    #[test]
+    fn every_message_with_a_refused_part_is_named_and_none_goes_in_part() {
+        let input = [
+            user("u1", json!("fine")),
+            user(
+                "u2",
+                json!([{"type": "text", "text": "hear this"}, audio()]),
+            ),
+            user("u3", json!([pdf()])),
+            user("u4", json!([image()])),
+        ];
+        let images = PromptCapabilities::new().image(true);
+        let refused = prompt_blocks(&turn(Vec::new()), &input, &images).expect_err("refused");
+        assert_eq!((refused.message_id.as_str(), refused.part), ("u2", 1));
+        assert_eq!(refused.messages, ["u2", "u3"]);
+    }
 }

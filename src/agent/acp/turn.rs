@@ -73,7 +73,14 @@ impl Inner {
             process.router.unregister(&session);
             return Err(self.not_prompted(&turn, input, stop));
         }
-        let blocks = prompt_blocks(&turn, &input, &process);
+        let capabilities = &process.capabilities().prompt_capabilities;
+        let blocks = match prompt_blocks(&turn, &input, capabilities) {
+            Ok(blocks) => blocks,
+            Err(refused) => {
+                process.router.unregister(&session);
+                return Err(self.refuse_input(&turn, input, refused));
+            }
+        };
         if blocks.is_empty() {
             process.router.unregister(&session);
             return Ok(TurnEnd::Finished {
