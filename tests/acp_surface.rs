@@ -742,6 +742,55 @@ async fn audio_documents_and_urls_reach_the_agent_as_the_blocks_it_takes() {
 }
 
 #[tokio::test]
+async fn an_image_to_an_agent_without_images_is_a_400_naming_the_part() {
+    let server = server("acp-no-images").await;
+    // The agent has started once: its capabilities are known.
+    let first = run(&server, "scripted", &turns("i", "r1", &["hello"], false)).await;
+    assert_eq!(text_of(&first), "Echo: hello");
+
+    let mut body = turns("i", "r2", &["hello"], false);
+    body["messages"]
+        .as_array_mut()
+        .expect("messages")
+        .push(user_parts(
+            "i-u1",
+            json!([{"type": "text", "text": "what is this?"},
+            media("image", data("iVBORw0K", "image/png"))]),
+        ));
+    let response = post_run(&server, "scripted", &body).await;
+    assert_eq!(response.status().as_u16(), 400);
+    let error: Value = response.json().await.expect("JSON error");
+    assert_eq!(error["code"], "INVALID_INPUT");
+    assert_eq!(error["field"], "messages[1].content[1]");
+    let message = error["message"].as_str().expect("message");
+    assert!(
+        message.contains("an image part (image/png)")
+            && message.contains("agent \"scripted\" does not accept images"),
+        "{message}"
+    );
+    // A new thread refused so is not made at all.
+    let mut fresh = body.clone();
+    fresh["threadId"] = json!("i2");
+    assert_eq!(
+        post_run(&server, "scripted", &fresh)
+            .await
+            .status()
+            .as_u16(),
+        400
+    );
+    assert_eq!(get_json(&server, "/threads/i2").await.0, 404);
+
+    // Nothing of it reached the agent; the thread goes on.
+    let next = run(
+        &server,
+        "scripted",
+        &turns("i", "r3", &["hello", "recall"], false),
+    )
+    .await;
+    assert_eq!(text_of(&next), "Heard: hello | recall");
+}
+
+#[tokio::test]
 async fn an_image_sent_before_the_agent_ever_started_fails_the_run_before_its_prompt() {
     let server = server("acp-no-images-yet").await;
     let image = user_parts(

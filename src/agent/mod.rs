@@ -43,6 +43,15 @@ pub trait Agent: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Checks the messages a new turn brings (`new`: those the thread has not seen, each
+    /// with its index in the request's `messages`) for what this backend cannot pass on,
+    /// before any stream starts: an error is a 400 naming the field
+    /// (`messages[2].content[1]`). What it cannot know yet here, the turn refuses itself.
+    fn check_new_messages(&self, new: &[(usize, &Message)]) -> Result<(), InputError> {
+        let _ = new;
+        Ok(())
+    }
+
     /// Whether the backend can serve runs as far as it knows (`/readyz`).
     fn ready(&self) -> bool {
         true

@@ -397,6 +397,7 @@ impl From<StartError> for ApiError {
                 "this token lacks the `{}` capability",
                 capability.name()
             )),
+            StartError::Input(error) => error.into(),
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use crate::access::Capability;
 use crate::cluster::Owner;
+use crate::protocol::InputError;
 
 /// Why a run request was refused before any stream started.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -28,11 +29,15 @@ pub enum StartError {
     /// Another node owns the thread (cluster): the request belongs there.
     #[error("another node owns the thread")]
     Elsewhere(Owner),
+    /// A new message holds what the agent cannot take (see
+    /// [`crate::agent::Agent::check_new_messages`]).
+    #[error("{}", .0.message)]
+    Input(InputError),
 }
 
 impl StartError {
     /// Every [`StartError::reason`].
-    pub const REASONS: [&'static str; 10] = [
+    pub const REASONS: [&'static str; 11] = [
         "unknown_agent",
         "draining",
         "over_capacity",
@@ -43,6 +48,7 @@ impl StartError {
         "principal_busy",
         "forbidden",
         "elsewhere",
+        "invalid_input",
     ];
 
     /// A stable snake_case word for the metrics.
@@ -58,6 +64,7 @@ impl StartError {
             StartError::PrincipalBusy => "principal_busy",
             StartError::Forbidden(_) => "forbidden",
             StartError::Elsewhere(_) => "elsewhere",
+            StartError::Input(_) => "invalid_input",
         }
     }
 }
@@ -114,6 +121,10 @@ mod tests {
             StartError::PrincipalBusy,
             StartError::Forbidden(Capability::Run),
             StartError::Elsewhere(owner),
+            StartError::Input(InputError {
+                field: None,
+                message: "m".to_owned(),
+            }),
         ];
         for error in &all {
             match error {
@@ -126,7 +137,8 @@ mod tests {
                 | StartError::Store
                 | StartError::PrincipalBusy
                 | StartError::Forbidden(_)
-                | StartError::Elsewhere(_) => {}
+                | StartError::Elsewhere(_)
+                | StartError::Input(_) => {}
             }
         }
         all

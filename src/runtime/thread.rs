@@ -111,6 +111,18 @@ impl ThreadState {
         new
     }
 
+    /// The messages of a request [`ThreadState::take_new`] would take, each with its index
+    /// in `messages`; nothing is recorded.
+    pub(super) fn peek_new<'m>(&self, messages: &'m [Message]) -> Vec<(usize, &'m Message)> {
+        let mut ids = HashSet::new();
+        messages
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| !self.seen.contains(m.id()) && ids.insert(m.id()))
+            .filter(|(_, m)| !self.is_client_copy(m))
+            .collect()
+    }
+
     /// Whether `message` is the client's copy of an assistant tool-call message the agent
     /// produced (clients give it their own id): no text, and every call already seen.
     fn is_client_copy(&self, message: &Message) -> bool {
@@ -343,5 +355,62 @@ impl ThreadState {
             Message::Tool(t) if t.tool_call_id == tool_call_id => Some(t.id.as_str()),
             _ => None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::access::Principal;
+
+    #[test]
+    fn peek_new_finds_what_take_new_takes() {
+        let message = |value: serde_json::Value| -> Message {
+            serde_json::from_value(value).expect("a message")
+        };
+        let stored = vec![
+            message(json!({"id": "u1", "role": "user", "content": "hi"})),
+            message(json!({"id": "a1", "role": "assistant", "toolCalls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]})),
+        ];
+        let thread = new_thread(
+            &Principal::operator().key("t"),
+            "agent",
+            0,
+            JournalLimits::default(),
+            Some((stored.clone(), None)),
+            None,
+            Arc::new(Meter::default()),
+        );
+        let request = [
+            stored[0].clone(),
+            // The client's copy of the agent's tool call, under its own id.
+            message(json!({"id": "copy", "role": "assistant", "toolCalls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]})),
+            message(json!({"id": "u2", "role": "user", "content": "again"})),
+            message(json!({"id": "u2", "role": "user", "content": "twice"})),
+            message(json!({"id": "u3", "role": "user", "content": "more"})),
+        ];
+        let mut state = lock(&thread.state);
+        // As a run records the agent's tool calls.
+        state.seen.insert("c1".to_owned());
+        let peeked: Vec<(usize, Message)> = state
+            .peek_new(&request)
+            .into_iter()
+            .map(|(i, m)| (i, m.clone()))
+            .collect();
+        let taken = state.take_new(&request);
+        assert_eq!(
+            peeked.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+            [2, 4],
+            "indices into the request"
+        );
+        assert_eq!(
+            peeked.into_iter().map(|(_, m)| m).collect::<Vec<_>>(),
+            taken
+        );
+        assert!(state.peek_new(&request).is_empty(), "all seen now");
     }
 }

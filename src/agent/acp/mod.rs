@@ -55,6 +55,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use agent_client_protocol::v1::schema::PromptCapabilities;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -131,6 +132,9 @@ struct Inner {
     /// was bound outside a turn: the thread's first turn shows it in the state.
     bound_outside: Mutex<HashMap<String, &'static str>>,
     spawning: tokio::sync::Mutex<()>,
+    /// What the agent takes in a prompt, from its last successful `initialize` (`None`
+    /// until a process of it has started).
+    prompt_capabilities: Mutex<Option<PromptCapabilities>>,
     health: health::Health,
     reaper: AtomicBool,
     stopped: CancellationToken,
@@ -165,6 +169,7 @@ impl AcpBackend {
                 undelivered: Mutex::new(HashMap::new()),
                 bound_outside: Mutex::new(HashMap::new()),
                 spawning: tokio::sync::Mutex::new(()),
+                prompt_capabilities: Mutex::new(None),
                 health: health::Health::default(),
                 reaper: AtomicBool::new(false),
                 stopped: CancellationToken::new(),
@@ -208,6 +213,11 @@ impl Agent for AcpBackend {
 
     fn check_input(&self, input: &RunAgentInput) -> Result<(), InputError> {
         Settings::from_forwarded_props(input.forwarded_props.as_ref()).map(|_| ())
+    }
+
+    fn check_new_messages(&self, new: &[(usize, &Message)]) -> Result<(), InputError> {
+        let capabilities = lock(&self.inner.prompt_capabilities).clone();
+        prompt::check_parts(new, capabilities.as_ref(), &self.inner.name)
     }
 
     fn ready(&self) -> bool {

@@ -111,6 +111,7 @@ impl Inner {
         let process = AcpProcess::spawn(&self.name, &launch, key.clone())
             .await
             .inspect_err(|_| self.health.spawn_failed())?;
+        *lock(&self.prompt_capabilities) = Some(process.capabilities().prompt_capabilities.clone());
         lock(&self.processes).push(process.clone());
         if !self.reaper.swap(true, Ordering::SeqCst) {
             tokio::spawn(reap(Arc::downgrade(self)));

@@ -1,15 +1,16 @@
 //! What a turn prompts: the thread's undelivered input and the turn's new messages (or,
 //! on a thread that never had a session, the client's transcript), as ACP content blocks
 //! after the turn's context; the input kept when it never reached the agent; and input
-//! the agent cannot take (`parts.rs` says what it takes), refused by name before the
-//! prompt.
+//! the agent cannot take (`parts.rs` says what it takes), refused by name: before the
+//! stream when the agent's capabilities are known, else by the turn, before its prompt.
 
 use agent_client_protocol::v1::schema::{ContentBlock, PromptCapabilities, TextContent};
 
 use super::parts::{self, Refusal};
 use super::{Inner, Stop};
 use crate::agent::{AgentError, Turn};
-use crate::protocol::input::{Content, Message};
+use crate::protocol::InputError;
+use crate::protocol::input::{Content, Message, UserMessage};
 use crate::sync::lock;
 
 /// Input of a turn the agent cannot take: the first part refused, and every message
@@ -144,6 +145,35 @@ pub(super) fn prompt_blocks(
     }
 }
 
+/// Checks the parts of a run request's new messages (`new`: each with its index in the
+/// request's `messages`) before any stream starts: a part no agent can take, or one an
+/// agent with `capabilities` (when known) cannot, is an error naming it.
+pub(super) fn check_parts(
+    new: &[(usize, &Message)],
+    capabilities: Option<&PromptCapabilities>,
+    agent: &str,
+) -> Result<(), InputError> {
+    for (i, message) in new {
+        let Message::User(UserMessage {
+            content: Content::Parts(parts),
+            ..
+        }) = message
+        else {
+            continue;
+        };
+        for (j, part) in parts.iter().enumerate() {
+            if let Err(refusal) = parts::check(part, capabilities) {
+                let field = format!("messages[{i}].content[{j}]");
+                return Err(InputError {
+                    message: invalid(&field, &refusal, agent),
+                    field: Some(field),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The message of a refused part at `field`.
 fn invalid(field: &str, refusal: &Refusal, agent: &str) -> String {
     format!(
@@ -267,5 +297,32 @@ mod tests {
         let refused = prompt_blocks(&turn(Vec::new()), &input, &images).expect_err("refused");
         assert_eq!((refused.message_id.as_str(), refused.part), ("u2", 1));
         assert_eq!(refused.messages, ["u2", "u3"]);
+    }
+
+    #[test]
+    fn new_parts_are_checked_by_their_place_in_the_request() {
+        let assistant: Message =
+            serde_json::from_value(json!({"id": "a", "role": "assistant", "content": "hi"}))
+                .expect("assistant");
+        let first = user("u1", json!("text only"));
+        let second = user("u2", json!([{"type": "text", "text": "see"}, image()]));
+        let new = [(2, &assistant), (3, &first), (4, &second)];
+        let error =
+            check_parts(&new, Some(&PromptCapabilities::new()), "coder").expect_err("refused");
+        assert_eq!(error.field.as_deref(), Some("messages[4].content[1]"));
+        assert_eq!(
+            error.message,
+            "invalid RunAgentInput at `messages[4].content[1]`: an image part (image/png): \
+             agent \"coder\" does not accept images (its ACP promptCapabilities.image is \
+             false); send it as a URL, which goes as a link, or leave it out"
+        );
+        // With the capabilities unknown, only what no agent takes is refused here.
+        assert_eq!(check_parts(&new, None, "coder"), Ok(()));
+        let file = user(
+            "u3",
+            json!([{"type": "video", "source": {"type": "file", "value": "f1"}}]),
+        );
+        let error = check_parts(&[(0, &file)], None, "coder").expect_err("refused");
+        assert_eq!(error.field.as_deref(), Some("messages[0].content[0]"));
     }
 }

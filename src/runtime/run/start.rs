@@ -90,18 +90,25 @@ impl Runtime {
             Decision::LostAnswers(calls) => {
                 Ok(Ok(self.lost_answers(&thread, input, profile, calls).await))
             }
-            Decision::Start => match self.start_decided(principal, input, permit) {
-                // The start gate is held until the pump is spawned.
-                Ok((_gate, permit)) => Ok(Ok(start(
-                    self,
-                    &thread,
-                    backend,
-                    input.clone(),
-                    profile,
-                    permit,
-                ))),
-                Err(error) => refused(error),
-            },
+            Decision::Start => {
+                // What the agent cannot take is refused before anything starts.
+                let new = lock(&thread.state).peek_new(&input.messages);
+                if let Err(error) = backend.check_new_messages(&new) {
+                    return refused(StartError::Input(error));
+                }
+                match self.start_decided(principal, input, permit) {
+                    // The start gate is held until the pump is spawned.
+                    Ok((_gate, permit)) => Ok(Ok(start(
+                        self,
+                        &thread,
+                        backend,
+                        input.clone(),
+                        profile,
+                        permit,
+                    ))),
+                    Err(error) => refused(error),
+                }
+            }
         }
     }
 
