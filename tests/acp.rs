@@ -873,9 +873,17 @@ async fn a_prompt_refused_for_authentication_at_session_prompt_goes_with_the_nex
     std::fs::write(&switch, b"").expect("switch");
     let failed = run(&server, "scripted", &turns("ap", &["one", "two"])).await;
     assert_eq!(terminal(&failed).data["code"], "AUTH_REQUIRED");
+    // Sessions still work, so the probe (which makes one) proves nothing: not ready until
+    // a prompt succeeds, through several probe intervals.
+    let until = tokio::time::Instant::now() + Duration::from_millis(4500);
+    while tokio::time::Instant::now() < until {
+        assert_eq!(readyz(&server).await.0, 503);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
     std::fs::remove_file(&switch).expect("credentials");
     let frames = run(&server, "scripted", &turns("ap", &["one", "two", "recall"])).await;
     assert_eq!(text_of(&frames), "Heard: one | two | recall");
+    assert_eq!(readyz(&server).await.0, 200);
 }
 
 #[tokio::test]

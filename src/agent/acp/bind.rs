@@ -223,7 +223,7 @@ impl Inner {
             .await?
             .map_err(|error| {
                 if error.code == ErrorCode::AUTH_REQUIRED {
-                    self.auth_required(process, &error.message)
+                    self.auth_required(process, &error.message, false)
                 } else {
                     AgentError::Failed {
                         code: "AGENT_ERROR".to_owned(),

@@ -6,7 +6,11 @@
 //! `/readyz` starts at most every [`PROBE_EVERY`] while the agent is not ready, so a
 //! daemon taken out of rotation finds out by itself when the credentials arrive. Details
 //! are plain words of our own, never the agent's error text (which may quote secrets).
-//! An `AUTH_REQUIRED` answer is noted here and becomes the run's error, with advice.
+//! An `AUTH_REQUIRED` answer is noted here and becomes the run's error, with advice. When
+//! it was `session/prompt` that was refused (agents that take sessions without
+//! credentials and refuse only the prompt), a session that works proves nothing: the
+//! agent stays not ready until a prompt succeeds, and the probe (which never prompts: a
+//! prompt costs the operator a model call) does not clear it.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -47,7 +51,12 @@ enum Last {
     #[default]
     Fine,
     SpawnFailed,
-    AuthRequired(Vec<AuthMethod>),
+    /// Refused for credentials (`at_prompt`: at `session/prompt`, after its session was
+    /// made).
+    AuthRequired {
+        methods: Vec<AuthMethod>,
+        at_prompt: bool,
+    },
 }
 
 impl Health {
@@ -56,14 +65,25 @@ impl Health {
         lock(&self.known).last = Last::SpawnFailed;
     }
 
-    /// The agent answered `AUTH_REQUIRED`; `methods` are those it advertised.
-    pub(super) fn auth_required(&self, methods: Vec<AuthMethod>) {
-        lock(&self.known).last = Last::AuthRequired(methods);
+    /// The agent answered `AUTH_REQUIRED` (`at_prompt`: to `session/prompt`); `methods`
+    /// are those it advertised.
+    pub(super) fn auth_required(&self, methods: Vec<AuthMethod>, at_prompt: bool) {
+        lock(&self.known).last = Last::AuthRequired { methods, at_prompt };
     }
 
-    /// A session was created or restored.
+    /// A session was created or restored: the agent is fine unless it was its prompts
+    /// that were refused.
     pub(super) fn session_ok(&self) {
-        lock(&self.known).last = Last::Fine;
+        let mut known = lock(&self.known);
+        if !matches!(
+            known.last,
+            Last::AuthRequired {
+                at_prompt: true,
+                ..
+            }
+        ) {
+            known.last = Last::Fine;
+        }
     }
 
     /// A turn ended normally: the agent works, whatever it did before.
@@ -95,7 +115,7 @@ impl Health {
                 AgentState::Unavailable,
                 "the agent process did not start or did not initialize; the daemon's log says why",
             ),
-            Last::AuthRequired(methods) => {
+            Last::AuthRequired { methods, .. } => {
                 let mut status = AgentStatus::new(AgentState::AuthRequired, &auth_advice(methods));
                 status.auth_methods = methods.clone();
                 status
@@ -112,12 +132,20 @@ impl Health {
         }
     }
 
-    /// Whether a probe should start now (the agent is not ready and the last probe is at
-    /// least [`PROBE_EVERY`] old); if so, counts it as started.
+    /// Whether a probe should start now (the agent is not ready, a probe can tell when it
+    /// is again, and the last probe is at least [`PROBE_EVERY`] old); if so, counts it as
+    /// started.
     pub(super) fn probe_due(&self, command_found: bool) -> bool {
         let mut known = lock(&self.known);
         let unready = !matches!(known.last, Last::Fine) || crash_loop(&known.exits);
-        if !command_found || !unready {
+        let provable = !matches!(
+            known.last,
+            Last::AuthRequired {
+                at_prompt: true,
+                ..
+            }
+        );
+        if !command_found || !unready || !provable {
             return false;
         }
         let now = Instant::now();
@@ -130,11 +158,17 @@ impl Health {
 }
 
 impl Inner {
-    /// Notes `AUTH_REQUIRED` from `process` and says what to do about it.
-    pub(super) fn auth_required(&self, process: &AcpProcess, agent_message: &str) -> AgentError {
+    /// Notes `AUTH_REQUIRED` from `process` (`at_prompt`: to `session/prompt`) and says
+    /// what to do about it.
+    pub(super) fn auth_required(
+        &self,
+        process: &AcpProcess,
+        agent_message: &str,
+        at_prompt: bool,
+    ) -> AgentError {
         let methods = auth_methods(process);
         let advice = auth_advice(&methods);
-        self.health.auth_required(methods);
+        self.health.auth_required(methods, at_prompt);
         AgentError::Failed {
             code: "AUTH_REQUIRED".to_owned(),
             message: format!(
@@ -166,7 +200,7 @@ impl Inner {
                 }
             }
             Err(error) if error.code == ErrorCode::AUTH_REQUIRED => {
-                self.health.auth_required(auth_methods(&process));
+                self.health.auth_required(auth_methods(&process), false);
             }
             Err(error) => {
                 tracing::debug!(agent = %self.name, error = %error.message, "readiness probe: session/new failed");

@@ -263,7 +263,7 @@ impl Inner {
     ) -> AgentError {
         if error.code == ErrorCode::AUTH_REQUIRED {
             self.keep_undelivered(&turn.thread_id, input);
-            self.auth_required(process, &error.message)
+            self.auth_required(process, &error.message, true)
         } else if exited_meanwhile(process).await {
             self.health.exited();
             self.forget_process(process);
