@@ -19,6 +19,7 @@
 //! | `permission` | a tool call, then `session/request_permission`; reports what was chosen |
 //! | `permission-later` | the same after 1 s |
 //! | `slow N` | N chunks 50 ms apart; honours `session/cancel` |
+//! | `late-title TITLE` | `Titled later.`, then 200 ms after the turn a session title update |
 //! | `crash` | one chunk, a line on stderr, then exits with status 3 |
 //! | `auth` | answers the prompt with error -32000 |
 //! | `recall` | `Heard: <every prompt line this session received, joined by " | ">` |
@@ -635,6 +636,18 @@ async fn play(
                 chunk(&cx, &session, "agent_message_chunk", &mid, &format!("{i} "))?;
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
+        }
+        "late-title" => {
+            chunk(&cx, &session, "agent_message_chunk", &mid, "Titled later.")?;
+            let (late, session, title) = (cx.clone(), session.clone(), rest.trim().to_owned());
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let _ = update(
+                    &late,
+                    &session,
+                    json!({"sessionUpdate": "session_info_update", "title": title}),
+                );
+            });
         }
         "crash" => {
             chunk(&cx, &session, "agent_message_chunk", &mid, "about to fail")?;

@@ -1149,3 +1149,30 @@ async fn an_acp_agent_shows_components_through_emit_ui_over_mcp() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn an_update_between_turns_is_shown_by_the_next_turn() {
+    let state = temp_dir("acp-late");
+    let s = state.clone();
+    let server = TestServer::with(move |c| configure(c, &s)).await;
+    let first = run(
+        &server,
+        "scripted",
+        &turns("late", &["late-title Named afterwards"]),
+    )
+    .await;
+    assert_eq!(text_of(&first), "Titled later.");
+    // The title comes after the turn ended: nobody listens to the session then.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let second = run(
+        &server,
+        "scripted",
+        &turns("late", &["late-title Named afterwards", "hello"]),
+    )
+    .await;
+    assert_eq!(text_of(&second), "Echo: hello");
+    let state = apply_state(&second, None).expect("state");
+    assert_eq!(state["title"], "Named afterwards", "{state}");
+    let (_, thread) = get_json(&server, "/threads/late").await;
+    assert_eq!(thread["title"], "Named afterwards");
+}

@@ -169,6 +169,7 @@ impl Inner {
             process.stop().await;
             return;
         }
+        process.router.forget(&session);
         let sessions = &process.capabilities().session_capabilities;
         let close = sessions.close.is_some().then(|| {
             process

@@ -87,13 +87,39 @@ pub(super) struct Router {
     sessions: Mutex<HashMap<String, mpsc::UnboundedSender<SessionEvent>>>,
     /// subagent session id -> the session that announced it.
     parents: Mutex<HashMap<String, String>>,
+    /// Updates that came between turns (a session title the agent makes after the turn,
+    /// its commands, usage), by session: the session's next turn shows them first.
+    held: Mutex<HashMap<String, VecDeque<Value>>>,
 }
 
+/// Updates kept per session between turns; older ones beyond it are let go.
+const HELD_UPDATES: usize = 64;
+
 impl Router {
+    /// Listens to `session` (a `session/load` replay, an import).
     pub(super) fn register(&self, session: &str) -> mpsc::UnboundedReceiver<SessionEvent> {
         let (tx, rx) = mpsc::unbounded_channel();
         lock(&self.sessions).insert(session.to_owned(), tx);
         rx
+    }
+
+    /// Listens to `session` for a turn: the updates held since its last turn come first.
+    pub(super) fn register_turn(&self, session: &str) -> mpsc::UnboundedReceiver<SessionEvent> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut sessions = lock(&self.sessions);
+        for update in lock(&self.held).remove(session).unwrap_or_default() {
+            let _ = tx.send(SessionEvent::Update {
+                subagent: None,
+                update,
+            });
+        }
+        sessions.insert(session.to_owned(), tx);
+        rx
+    }
+
+    /// Lets go of what is held for `session` (it was closed).
+    pub(super) fn forget(&self, session: &str) {
+        lock(&self.held).remove(session);
     }
 
     /// Hands an event to the session's turn; `false` when no turn is listening.
@@ -126,6 +152,10 @@ impl Router {
         Some((tx, Some(session.to_owned())))
     }
 
+    fn is_known_subagent(&self, session: &str) -> bool {
+        lock(&self.parents).contains_key(session)
+    }
+
     fn notify(&self, message: UntypedMessage) {
         if message.method != "session/update" {
             tracing::debug!(method = %message.method, "agent notification ignored");
@@ -144,7 +174,17 @@ impl Router {
             Some((tx, subagent)) => {
                 let _ = tx.send(SessionEvent::Update { subagent, update });
             }
-            None => tracing::debug!(session, "update for a session with no turn dropped"),
+            None if self.is_known_subagent(session) => {
+                tracing::debug!(session, "update for a subagent with no turn dropped");
+            }
+            None => {
+                let mut held = lock(&self.held);
+                let queue = held.entry(session.to_owned()).or_default();
+                if queue.len() == HELD_UPDATES {
+                    queue.pop_front();
+                }
+                queue.push_back(update);
+            }
         }
     }
 

@@ -68,7 +68,7 @@ impl Inner {
         let over_quota = workspace
             .as_ref()
             .map_or_else(CancellationToken::new, |w| w.over_quota.clone());
-        let events = process.router.register(&session);
+        let events = process.router.register_turn(&session);
         if let Err(stop) = self.apply_settings(&turn, &process, &session, sink).await {
             process.router.unregister(&session);
             return Err(self.not_prompted(&turn, input, stop));
