@@ -19,6 +19,7 @@
 //! | `permission` | a tool call, then `session/request_permission`; reports what was chosen |
 //! | `permission-later` | the same after 1 s |
 //! | `slow N` | N chunks 50 ms apart; honours `session/cancel` |
+//! | `pid` | `Pid: <this process's id>` |
 //! | `late-title TITLE` | `Titled later.`, then 200 ms after the turn a session title update |
 //! | `crash` | one chunk, a line on stderr, then exits with status 3 |
 //! | `auth` | answers the prompt with error -32000 |
@@ -636,6 +637,10 @@ async fn play(
                 chunk(&cx, &session, "agent_message_chunk", &mid, &format!("{i} "))?;
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
+        }
+        "pid" => {
+            let pid = format!("Pid: {}", std::process::id());
+            chunk(&cx, &session, "agent_message_chunk", &mid, &pid)?;
         }
         "late-title" => {
             chunk(&cx, &session, "agent_message_chunk", &mid, "Titled later.")?;

@@ -1176,3 +1176,27 @@ async fn an_update_between_turns_is_shown_by_the_next_turn() {
     let (_, thread) = get_json(&server, "/threads/late").await;
     assert_eq!(thread["title"], "Named afterwards");
 }
+
+#[tokio::test]
+async fn a_cold_burst_of_new_threads_spreads_over_the_pool() {
+    let state = temp_dir("acp-burst");
+    let s = state.clone();
+    let server = TestServer::with(move |c| {
+        c.agents = vec![acp_agent("pooled", Permissions::Ask, 2, &s)];
+    })
+    .await;
+    let bodies: Vec<Value> = (0..4)
+        .map(|i| run_body(&format!("burst{i}"), &format!("burst-r{i}"), "pid"))
+        .collect();
+    let runs = bodies.iter().map(|body| run(&server, "pooled", body));
+    let pids: std::collections::HashSet<String> = futures_util::future::join_all(runs)
+        .await
+        .iter()
+        .map(|frames| text_of(frames))
+        .collect();
+    assert_eq!(
+        pids.len(),
+        2,
+        "four new threads on both processes: {pids:?}"
+    );
+}

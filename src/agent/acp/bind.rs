@@ -13,7 +13,7 @@ use agent_client_protocol::v1::schema::{
 use tokio_util::sync::CancellationToken;
 
 use super::pool::Bound;
-use super::process::AcpProcess;
+use super::process::{AcpProcess, Busy};
 use super::settings::{SessionSettings, show_session_settings};
 use super::{FrontendMcp, Inner, Stop, lock, mcp};
 use crate::agent::{AgentError, EventSink, Turn};
@@ -46,12 +46,13 @@ impl Inner {
         self: &Arc<Self>,
         turn: &Turn,
         sink: &EventSink,
-    ) -> Result<(Arc<AcpProcess>, String), Stop> {
-        if let Some(live) = self.live_session(turn, sink).await? {
-            return Ok(live);
+    ) -> Result<(Busy, String), Stop> {
+        if let Some((process, session)) = self.live_session(turn, sink).await? {
+            return Ok((Busy::new(process), session));
         }
         let cwd = self.workdir(&turn.thread_id).await?;
-        let process = self.acquire(&self.key_for(&turn.thread_id)).await?;
+        let busy = self.acquire(&self.key_for(&turn.thread_id)).await?;
+        let process = busy.0.clone();
         let (mcp_servers, mcp_handle) = self.mcp_servers(&process).await;
         if let Some(stored) = &turn.session_id {
             let restored = self
@@ -70,13 +71,13 @@ impl Inner {
                 show_session_settings(&settings, sink).await?;
                 self.restore_settings(turn, &settings, &process, stored, sink)
                     .await?;
-                return Ok((process, stored.clone()));
+                return Ok((busy, stored.clone()));
             }
         }
         let session = self
             .new_session(turn, sink, &process, &cwd, mcp_servers, mcp_handle.as_ref())
             .await?;
-        Ok((process, session))
+        Ok((busy, session))
     }
 
     /// The thread's session when it is live on a running process. A session that was

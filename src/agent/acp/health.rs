@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 use super::Inner;
 use super::launch::PoolKey;
-use super::process::{AcpProcess, Busy};
+use super::process::AcpProcess;
 use crate::agent::{AgentError, AgentState, AgentStatus, AuthMethod};
 use crate::sync::lock;
 
@@ -185,10 +185,10 @@ impl Inner {
             principal: String::new(),
             thread: None,
         };
-        let Ok(process) = self.acquire(&operator).await else {
+        let Ok(busy) = self.acquire(&operator).await else {
             return;
         };
-        let _busy = Busy::new(process.clone());
+        let process = busy.0.clone();
         let new = NewSessionRequest::new(self.shared_dir());
         match process.connection.send_request(new).block_task().await {
             Ok(created) => {

@@ -17,7 +17,7 @@ use agent_client_protocol::v1::schema::CloseSessionRequest;
 use tokio::time::Instant;
 
 use super::launch::{Launch, PoolKey};
-use super::process::AcpProcess;
+use super::process::{AcpProcess, Busy};
 use super::{Inner, lock};
 use crate::agent::AgentError;
 use crate::confine::Confinement;
@@ -84,11 +84,10 @@ impl Inner {
     }
 
     /// A process of pool `key` for a new session: an idle one, a new one while the pool
-    /// has room, else the least busy.
-    pub(super) async fn acquire(
-        self: &Arc<Self>,
-        key: &PoolKey,
-    ) -> Result<Arc<AcpProcess>, AgentError> {
+    /// has room, else the least busy. It counts as busy from the moment it is chosen (the
+    /// guard), so a burst of new threads spreads over the pool instead of all choosing the
+    /// same process before any of them has made its session.
+    pub(super) async fn acquire(self: &Arc<Self>, key: &PoolKey) -> Result<Busy, AgentError> {
         let _spawning = self.spawning.lock().await;
         {
             let mut processes = lock(&self.processes);
@@ -97,14 +96,12 @@ impl Inner {
             // Marked used as it is handed out: the reaper does not stop it under the
             // session about to be made on it.
             if let Some(idle) = pool.clone().find(|p| p.active.load(Ordering::SeqCst) == 0) {
-                idle.touch();
-                return Ok(idle.clone());
+                return Ok(Busy::new(idle.clone()));
             }
             if pool.clone().count() >= self.config.pool_size
                 && let Some(least) = pool.min_by_key(|p| p.active.load(Ordering::SeqCst))
             {
-                least.touch();
-                return Ok(least.clone());
+                return Ok(Busy::new(least.clone()));
             }
         }
         let launch = self.launch(key).await?;
@@ -112,11 +109,12 @@ impl Inner {
             .await
             .inspect_err(|_| self.health.spawn_failed())?;
         *lock(&self.prompt_capabilities) = Some(process.capabilities().prompt_capabilities.clone());
-        lock(&self.processes).push(process.clone());
+        let busy = Busy::new(process.clone());
+        lock(&self.processes).push(process);
         if !self.reaper.swap(true, Ordering::SeqCst) {
             tokio::spawn(reap(Arc::downgrade(self)));
         }
-        Ok(process)
+        Ok(busy)
     }
 
     /// How to start a process of pool `key`.

@@ -23,8 +23,8 @@ impl Inner {
         cursor: Option<String>,
     ) -> Result<SessionPage, SessionError> {
         let operator = self.key_for("");
-        let process = self.acquire(&operator).await.map_err(could_not_start)?;
-        let _busy = Busy::new(process.clone());
+        let busy = self.acquire(&operator).await.map_err(could_not_start)?;
+        let process = busy.0.clone();
         if process.capabilities().session_capabilities.list.is_none() {
             return Err(SessionError::unsupported("does not list its sessions"));
         }
@@ -69,11 +69,11 @@ impl Inner {
             )));
         }
         let cwd = self.workdir(thread_id).await.map_err(could_not_start)?;
-        let process = self
+        let busy = self
             .acquire(&self.key_for(thread_id))
             .await
             .map_err(could_not_start)?;
-        let _busy = Busy::new(process.clone());
+        let process = busy.0.clone();
         if !process.capabilities().load_session {
             return Err(SessionError::unsupported(
                 "cannot load its sessions (no loadSession)",
@@ -130,8 +130,8 @@ impl Inner {
             .get(thread_id)
             .cloned()
             .filter(|b| b.process.is_alive());
-        let (process, source) = match live {
-            Some(bound) => (bound.process, bound.session),
+        let (busy, source) = match live {
+            Some(bound) => (Busy::new(bound.process), bound.session),
             None => {
                 let Some(stored) = stored else {
                     return Err(SessionError::NotFound(
@@ -146,7 +146,7 @@ impl Inner {
                 )
             }
         };
-        let _busy = Busy::new(process.clone());
+        let process = busy.0.clone();
         if process.capabilities().session_capabilities.fork.is_none() {
             return Err(SessionError::unsupported("cannot fork sessions"));
         }

@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::elicit::elicitation;
-use super::process::{self, AcpProcess, Busy, SessionEvent};
+use super::process::{self, AcpProcess, SessionEvent};
 use super::prompt::prompt_blocks;
 use super::translate::UpdateTranslator;
 use super::usage::note_usage;
@@ -56,11 +56,11 @@ impl Inner {
         sink: &EventSink,
     ) -> Result<TurnEnd, Stop> {
         let input = self.input_for(&turn);
-        let (process, session) = match self.session_for(&turn, sink).await {
+        let (busy, session) = match self.session_for(&turn, sink).await {
             Ok(bound) => bound,
             Err(stop) => return Err(self.not_prompted(&turn, input, stop)),
         };
-        let _busy = Busy::new(process.clone());
+        let process = busy.0.clone();
         if let Some(bridge) = self.mcp.get().cloned().flatten() {
             bridge.set_tools(&session, &turn.tools);
         }
