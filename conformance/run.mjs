@@ -367,6 +367,15 @@ const acpCases = [
         ["hello acp", (ev) => text(ev) === "Echo: hello acp"],
         ["think", (ev) => ev.some((e) => e.type === "REASONING_MESSAGE_CONTENT")],
         ["tool", (ev) => ev.some((e) => e.type === "TOOL_CALL_RESULT")],
+        [
+          "terminal",
+          (ev, agent) =>
+            ev.some((e) => e.type === "ACTIVITY_DELTA" && e.activityType === "terminal") &&
+            ev.some((e) => e.type === "TOOL_CALL_RESULT" && e.content === "one\ntwo\n\n(exit code 0)") &&
+            agent.messages.some(
+              (m) => m.role === "activity" && m.activityType === "terminal" && m.content.exit && m.content.exit.exitCode === 0,
+            ),
+        ],
         ["plan", (_ev, agent) => agent.state && agent.state.todos && agent.state.todos.length === 3],
         ["usage", (_ev, agent) => agent.state && agent.state.usage && agent.state.usage.used === 1200],
         ["misc", (ev) => ev.some((e) => e.type === "CUSTOM" && e.name === "acp.something_new")],

@@ -8,6 +8,7 @@
 //! | anything else | `Echo: <text>` in two message chunks |
 //! | `think` | a thought, then a message |
 //! | `tool` | a tool call (pending, no status key) with input and locations, then its completion with text and a diff |
+//! | `terminal` | a command run as a tool call (`kind: execute`, a display terminal) whose output comes in two pieces in `_meta.terminal_output`, its exit (status 0) in `_meta.terminal_exit`, then its completion with no content |
 //! | `tools` | two tool calls, `call_1` (title `get_weather`, kind `execute`) and `call_2` (title `List the files`, kind `read`), each completed; the same ids every turn |
 //! | `plan` | a plan of three entries |
 //! | `usage` | a usage update, and the turn's token counts in the prompt's answer (100 in, 50 out, 150 in all, 10 thought, 20 cached) |
@@ -384,6 +385,35 @@ async fn play(
                 }),
             )?;
             chunk(&cx, &session, "agent_message_chunk", &mid, "Read it.")?;
+        }
+        "terminal" => {
+            let tool = |meta: Value, status: Option<&str>| {
+                let mut body = json!({"sessionUpdate": "tool_call_update",
+                    "toolCallId": "call-t", "_meta": meta});
+                if let Some(status) = status {
+                    body["status"] = json!(status);
+                }
+                body
+            };
+            update(
+                &cx,
+                &session,
+                json!({
+                    "sessionUpdate": "tool_call", "toolCallId": "call-t", "title": "echo one; echo two",
+                    "kind": "execute", "status": "in_progress",
+                    "rawInput": {"command": "echo one; echo two"},
+                    "content": [{"type": "terminal", "terminalId": "call-t"}]
+                }),
+            )?;
+            for piece in ["one\n", "two\n"] {
+                let output = json!({"terminal_output": {"data": piece, "terminal_id": "call-t"}});
+                update(&cx, &session, tool(output, None))?;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let exit =
+                json!({"terminal_exit": {"exit_code": 0, "signal": null, "terminal_id": "call-t"}});
+            update(&cx, &session, tool(exit, Some("completed")))?;
+            chunk(&cx, &session, "agent_message_chunk", &mid, "Ran it.")?;
         }
         "tools" => {
             update(
