@@ -2,8 +2,10 @@
 # Every test: formatting, lints, dependency policy (cargo deny), unit and integration tests,
 # the conformance suite with the official AG-UI clients, frontend tools over MCP with
 # elizacp, streaming through nginx, Caddy and the Go reverse proxy, a cluster of three nodes
-# on a throwaway PostgreSQL, and the CopilotKit example in headless Chromium. Installs what
-# it needs from the registries (cargo-deny, npm packages, a Python virtualenv, elizacp);
+# on a throwaway PostgreSQL, the real Claude Code and Codex adapters against scripted model
+# APIs, and the CopilotKit example in headless Chromium (with the demo agent and with the
+# real adapters). Installs what it needs from the registries (cargo-deny, npm packages, a
+# Python virtualenv, elizacp);
 # needs cargo, node, python3, curl, nginx, caddy, go, chromium, systemd-analyze, promtool,
 # bwrap and PostgreSQL's server binaries: run as root on Debian it installs the missing
 # ones itself, elsewhere it names them before it starts. `cargo test` alone needs only
@@ -96,3 +98,5 @@ echo "== a cluster of three nodes on PostgreSQL"
 scripts/cluster.sh "$root/target/debug/agui-serve"
 echo "== the CopilotKit example in headless Chromium"
 scripts/browser-e2e.sh "$root/target/debug/agui-serve"
+echo "== the CopilotKit example with the real Claude Code and Codex adapters"
+scripts/browser-real-agents.sh "$root/target/debug/agui-serve"

@@ -7,7 +7,7 @@
 //! own and threads run at once).
 //! Tool inputs are streamed in small pieces, as real models stream them. Any other request
 //! (a title, a summary, a quota check) gets a short text. Every request is recorded.
-#![allow(dead_code)]
+#![allow(dead_code, unreachable_pub)]
 
 use std::collections::HashMap;
 use std::convert::Infallible;

@@ -246,6 +246,17 @@ const permissionArgs = z.object({
   title: z.string(),
   toolCallId: z.string().optional(),
   options: z.array(z.object({ optionId: z.string(), name: z.string(), kind: z.string() })),
+  // What the agent's call is about (agui-serve): its name, kind, input and diffs.
+  toolCall: z
+    .object({
+      name: z.string(),
+      kind: z.string().optional(),
+      input: z.unknown().optional(),
+      diff: z
+        .array(z.object({ path: z.string(), oldText: z.string().nullable(), newText: z.string() }))
+        .optional(),
+    })
+    .optional(),
 });
 
 function Tools() {
@@ -277,6 +288,7 @@ function ApprovalCard({ args, status, respond, result }) {
   return (
     <div className="card approval" data-testid="approval" data-status={status}>
       <strong>{args.title ?? "Permission requested"}</strong>
+      {args.toolCall ? <CallDetails call={args.toolCall} /> : null}
       {status === "complete" ? (
         <p className="muted">Answered: {answerName(args.options, result)}</p>
       ) : (
@@ -294,6 +306,42 @@ function ApprovalCard({ args, status, respond, result }) {
           ))}
         </div>
       )}
+    </div>
+  );
+}
+
+// What a person approves: the command, or the file and what it will hold, and each diff.
+function CallDetails({ call }) {
+  const input = call.input && typeof call.input === "object" ? call.input : {};
+  const command = typeof input.command === "string" ? input.command : null;
+  const file = typeof input.file_path === "string" ? input.file_path : null;
+  return (
+    <div className="call" data-testid="approval-call">
+      <p className="muted">
+        {call.name}
+        {command ? ": " : null}
+        {command ? <code>{command}</code> : null}
+        {file ? ` ${file}` : null}
+      </p>
+      {(call.diff ?? []).map((diff, i) => (
+        <pre key={i} data-testid="approval-diff">
+          {(diff.oldText ?? "")
+            .split("\n")
+            .filter((l) => l)
+            .map((l, j) => (
+              <span key={`o${j}`} className="removed">{`- ${l}\n`}</span>
+            ))}
+          {diff.newText
+            .split("\n")
+            .filter((l) => l)
+            .map((l, j) => (
+              <span key={`n${j}`} className="added">{`+ ${l}\n`}</span>
+            ))}
+        </pre>
+      ))}
+      {!command && !(call.diff ?? []).length && Object.keys(input).length ? (
+        <pre data-testid="approval-input">{JSON.stringify(input, null, 2).slice(0, 4096)}</pre>
+      ) : null}
     </div>
   );
 }

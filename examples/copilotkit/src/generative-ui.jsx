@@ -15,6 +15,21 @@ const text = (max) => z.string().max(max);
 const choice = z.object({ id: text(128), label: text(256) }).strict();
 
 const schemas = {
+  // A command an agent runs, its output as it comes (ACTIVITY_DELTA adds each piece), then
+  // how it ended (agui-serve's `terminal` activity).
+  terminal: z.object({
+    toolCallId: text(256),
+    output: z.array(z.string()),
+    exit: z.object({ exitCode: z.number().int().nullable(), signal: z.string().nullable() }).nullable(),
+  }),
+  // A file a tool call changed (agui-serve's `diff` activity): the text before (null for
+  // a new file) and after.
+  diff: z.object({
+    toolCallId: text(256),
+    path: text(4096),
+    oldText: z.string().nullable(),
+    newText: z.string(),
+  }),
   approval_card: z
     .object({
       title: text(256),
@@ -310,7 +325,49 @@ function Unknown({ activityType, content }) {
   );
 }
 
+// A command's output, as it streams.
+function Terminal({ content }) {
+  const { output, exit } = content;
+  const ended = exit
+    ? exit.exitCode === null
+      ? `ended (${exit.signal ?? "no status"})`
+      : `exit ${exit.exitCode}`
+    : "running…";
+  return (
+    <Frame type="terminal" title={`Command ${ended}`} data-ended={exit ? "true" : "false"}>
+      <pre className="gen-ui-terminal" data-testid="terminal-output">
+        {output.join("").slice(-65536)}
+      </pre>
+    </Frame>
+  );
+}
+
+// One file's change: the lines removed and added (a plain line diff, enough to judge).
+function FileDiff({ content }) {
+  const { path, oldText, newText } = content;
+  const before = (oldText ?? "").split("\n");
+  const after = newText.split("\n");
+  const lines = [
+    ...before.filter((l) => l && !after.includes(l)).map((l) => ["removed", `- ${l}`]),
+    ...after.filter((l) => l && !before.includes(l)).map((l) => ["added", `+ ${l}`]),
+  ];
+  return (
+    <Frame type="diff" title={`${oldText === null ? "New file" : "Changed"} ${path}`}>
+      <pre className="gen-ui-file-diff" data-testid="file-diff">
+        {lines.slice(0, 400).map(([kind, line], i) => (
+          <span key={i} className={kind}>
+            {line}
+            {"\n"}
+          </span>
+        ))}
+      </pre>
+    </Frame>
+  );
+}
+
 const RENDERERS = {
+  terminal: Terminal,
+  diff: FileDiff,
   approval_card: ApprovalCard,
   choice_prompt: ChoicePrompt,
   diff_summary: DiffSummary,
