@@ -38,9 +38,52 @@ impl Resolved {
                         agent.name
                     )),
                 }
+                if let Some(warning) = claude_mode_warning(&agent.name, acp) {
+                    warnings.push(warning);
+                }
             }
         }
         value["warnings"] = serde_json::json!(warnings);
         (value, warnings)
+    }
+}
+
+/// Claude Code's adapter starts sessions in mode `auto`, which asks nobody: with
+/// `permissions = "ask"` and no `mode`, nothing is ever asked.
+fn claude_mode_warning(name: &str, acp: &crate::agent::acp::AcpConfig) -> Option<String> {
+    let claude = acp
+        .command
+        .iter()
+        .any(|word| word.contains("claude-agent-acp"));
+    let asks = acp.permissions == crate::agent::acp::Permissions::Ask;
+    let mode_set = acp.session_defaults.get("mode").is_some();
+    (claude && asks && !mode_set).then(|| {
+        format!(
+            "agent {name:?}: Claude Code's adapter starts sessions in mode \"auto\", which asks \
+             nobody: set mode = \"default\" for permissions = \"ask\" to ask"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::acp::{AcpConfig, Permissions};
+
+    #[test]
+    fn claude_asking_with_no_mode_is_warned_about() {
+        let mut acp = AcpConfig::new(vec![
+            "npx".to_owned(),
+            "-y".to_owned(),
+            "@agentclientprotocol/claude-agent-acp".to_owned(),
+        ]);
+        assert!(claude_mode_warning("claude", &acp).is_some());
+        acp.session_defaults = serde_json::json!({"mode": "default"});
+        assert!(claude_mode_warning("claude", &acp).is_none());
+        acp.session_defaults = serde_json::Value::Null;
+        acp.permissions = Permissions::Allow;
+        assert!(claude_mode_warning("claude", &acp).is_none());
+        let other = AcpConfig::new(vec!["gemini".to_owned(), "--acp".to_owned()]);
+        assert!(claude_mode_warning("gemini", &other).is_none());
     }
 }
