@@ -26,6 +26,8 @@ pub(super) async fn elicitation(
         ElicitationMode::Form(form) => {
             let schema = serde_json::to_value(&form.requested_schema)
                 .map_err(|e| AgentError::Backend(format!("ACP elicitation schema: {e}")))?;
+            // Closed first: a call still settling opens now, so the form can name it.
+            translator.close(sink).await?;
             let tool_call_id = match &form.scope {
                 ElicitationScope::Session(scope) => scope
                     .tool_call_id
@@ -35,7 +37,6 @@ pub(super) async fn elicitation(
                     .map(|id| translator.wire_id(&id)),
                 _ => None,
             };
-            translator.close(sink).await?;
             let answer = sink
                 .request_input(InputRequest {
                     message: request.message.clone(),
