@@ -351,7 +351,15 @@ async fn nodes_starting_together_migrate_an_empty_database_once() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(versions, [1, 2, 3]);
+    // Every migration the build ships, each applied once.
+    let shipped = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/postgres"))
+        .expect("migrations")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "sql"))
+        })
+        .count() as i32;
+    assert_eq!(versions, (1..=shipped).collect::<Vec<_>>());
 
     // A database migrated by a newer build is refused.
     admin
