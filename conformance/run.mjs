@@ -9,6 +9,16 @@
 import * as v1 from "agui-client-1";
 import * as v0 from "agui-client-0";
 import { randomUUID } from "node:crypto";
+import { createRequire } from "node:module";
+import { isDeepStrictEqual } from "node:util";
+
+// The SDK's capability schema (`AgentCapabilitiesSchema`): 0.0.59's client exports it;
+// 1.0.0 has it in its `@ag-ui/core`'s `schemas` entry.
+const fromClient1 = createRequire(createRequire(import.meta.url).resolve("agui-client-1"));
+const capabilitySchemas = new Map([
+  [v0, v0.AgentCapabilitiesSchema],
+  [v1, fromClient1("@ag-ui/core/schemas").AgentCapabilitiesSchema],
+]);
 
 const base = process.env.AGUI_URL;
 const token = process.env.AGUI_TOKEN;
@@ -356,6 +366,29 @@ cases.push({
       (await supersedePermission(lib, "scripted", "permission", "Echo: hello again")) ||
       (await supersedePermission(lib, "python", "permission", "Python says: hello again"))
     );
+  },
+});
+
+cases.push({
+  name: "/info: every agent's capabilities parse with the SDK's AgentCapabilitiesSchema, nothing left out",
+  async run(lib) {
+    const schema = capabilitySchemas.get(lib);
+    if (!schema) return "no AgentCapabilitiesSchema in this client";
+    const response = await fetch(`${base}/info`, { headers: { Authorization: `Bearer ${token}` } });
+    if (response.status !== 200) return `/info: ${response.status}`;
+    const info = await response.json();
+    const agents = Object.values(info.agents ?? {});
+    if (agents.length === 0) return "no agents";
+    for (const agent of agents) {
+      const caps = agent.capabilities;
+      if (!caps) return `${agent.name}: no capabilities`;
+      const parsed = schema.safeParse(caps);
+      if (!parsed.success) return `${agent.name}: ${parsed.error.message}`;
+      // The schema strips what it does not know: a field lost is one the SDK does not have.
+      if (!isDeepStrictEqual(parsed.data, caps)) return `${agent.name}: fields outside the schema in ${JSON.stringify(caps)}`;
+    }
+    const demo = info.agents.demo?.capabilities;
+    if (demo && demo.multimodal?.input?.image !== false) return `demo: ${JSON.stringify(demo.multimodal)}`;
   },
 });
 

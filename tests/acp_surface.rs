@@ -818,3 +818,26 @@ async fn an_image_sent_before_the_agent_ever_started_fails_the_run_before_its_pr
     let frames = run(&server, "scripted", &next).await;
     assert_eq!(text_of(&frames), "Heard: recall");
 }
+
+#[tokio::test]
+async fn an_acp_agent_s_capabilities_say_what_its_initialize_said_once_known() {
+    let server = server("acp-caps").await;
+    let caps = |info: &Value| info["agents"]["scripted"]["capabilities"].clone();
+    let (_, before) = get_json(&server, "/info").await;
+    let before = caps(&before);
+    assert_eq!(before["identity"]["type"], "agui-serve/acp");
+    assert!(
+        before.get("multimodal").is_none(),
+        "unknown before the agent ever started: {before}"
+    );
+    run(&server, "scripted", &turns("caps", "r1", &["hello"], false)).await;
+    let (_, after) = get_json(&server, "/info").await;
+    let after = caps(&after);
+    assert_eq!(after["identity"]["provider"], "scripted-acp-agent");
+    assert_eq!(after["identity"]["version"], "1.0.0");
+    assert_eq!(
+        after["multimodal"]["input"],
+        json!({"image": false, "audio": true, "pdf": true, "file": true, "video": false}),
+        "{after}"
+    );
+}

@@ -429,4 +429,13 @@ async fn info_is_the_copilotkit_runtime_shape_plus_our_fields() {
     assert_eq!(info["protocolVersion"], "1.0");
     assert_eq!(info["path"], "/agui");
     assert_eq!(info["capabilities"]["reattach"], true);
+    // Each agent's capabilities, in the AG-UI SDK's shape (the conformance suite parses
+    // them with its schema).
+    let caps = &demo["capabilities"];
+    assert_eq!(caps["identity"]["type"], "agui-serve/demo");
+    assert_eq!(caps["transport"]["streaming"], true);
+    assert_eq!(caps["humanInTheLoop"]["approvals"], true);
+    assert_eq!(caps["humanInTheLoop"]["interrupts"], false);
+    assert_eq!(caps["multimodal"]["input"]["image"], false);
+    assert_eq!(caps["reasoning"]["supported"], true);
 }

@@ -138,6 +138,17 @@ impl Command {
 }
 
 impl Agent for DemoAgent {
+    fn features(&self) -> super::Features {
+        super::Features {
+            kind: "demo",
+            input: Some(super::InputKinds::default()),
+            reasoning: Some(true),
+            runs_code: Some(false),
+            subagents: Some(false),
+            ..super::Features::default()
+        }
+    }
+
     fn run(&self, turn: Turn, sink: EventSink) -> BoxFuture<Result<TurnEnd, AgentError>> {
         let text = last_user_text(&turn.messages).unwrap_or_default();
         let cancel = turn.cancel.clone();

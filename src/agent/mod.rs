@@ -52,6 +52,11 @@ pub trait Agent: Send + Sync + 'static {
         Ok(())
     }
 
+    /// What the agent can take and do, as far as the backend knows now (`/info`).
+    fn features(&self) -> Features {
+        Features::default()
+    }
+
     /// Whether the backend can serve runs as far as it knows (`/readyz`).
     fn ready(&self) -> bool {
         true
@@ -124,6 +129,33 @@ pub trait Agent: Send + Sync + 'static {
         let _ = (thread_id, session_id, new_thread_id);
         Box::pin(async { Err(SessionError::unsupported("cannot fork sessions")) })
     }
+}
+
+/// What an agent can take and do, as its backend knows it (`GET {path}/info` shows it in
+/// the AG-UI SDK's capability shape). `None`: not known (yet).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Features {
+    /// What runs it: `demo`, `acp`.
+    pub kind: &'static str,
+    /// Who made it and its version, as it says (an ACP agent's `agentInfo`).
+    pub made_by: Option<(String, Option<String>)>,
+    /// The kinds of input besides text it takes.
+    pub input: Option<InputKinds>,
+    /// Whether it shows its reasoning.
+    pub reasoning: Option<bool>,
+    /// Whether it runs code (commands, scripts) itself.
+    pub runs_code: Option<bool>,
+    /// Whether it runs sub-agents.
+    pub subagents: Option<bool>,
+}
+
+/// The kinds of input besides text an agent takes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InputKinds {
+    pub image: bool,
+    pub audio: bool,
+    /// Documents and other files (as embedded resources).
+    pub file: bool,
 }
 
 /// One of an agent's own sessions.

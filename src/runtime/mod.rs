@@ -520,6 +520,22 @@ impl Runtime {
             .collect()
     }
 
+    /// What agent `name` can take and do, and how it asks a person (`None`: no such agent).
+    pub fn agent_features(
+        &self,
+        name: &str,
+    ) -> Option<(crate::agent::Features, crate::agent::Hitl)> {
+        let agent = self.inner.agents.get(name)?;
+        let hitl = self
+            .inner
+            .options
+            .hitl
+            .get(name)
+            .copied()
+            .unwrap_or(crate::agent::Hitl::Tool);
+        Some((agent.features(), hitl))
+    }
+
     /// Stops every agent backend (end of shutdown).
     pub async fn shutdown_agents(&self) {
         futures_util::future::join_all(self.inner.agents.values().map(|a| a.shutdown())).await;

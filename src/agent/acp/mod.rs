@@ -55,7 +55,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use agent_client_protocol::v1::schema::PromptCapabilities;
+use agent_client_protocol::v1::schema::{Implementation, PromptCapabilities};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -135,6 +135,8 @@ struct Inner {
     /// What the agent takes in a prompt, from its last successful `initialize` (`None`
     /// until a process of it has started).
     prompt_capabilities: Mutex<Option<PromptCapabilities>>,
+    /// Who the agent says it is (`agentInfo`), from the same answer.
+    agent_info: Mutex<Option<Implementation>>,
     health: health::Health,
     reaper: AtomicBool,
     stopped: CancellationToken,
@@ -170,6 +172,7 @@ impl AcpBackend {
                 bound_outside: Mutex::new(HashMap::new()),
                 spawning: tokio::sync::Mutex::new(()),
                 prompt_capabilities: Mutex::new(None),
+                agent_info: Mutex::new(None),
                 health: health::Health::default(),
                 reaper: AtomicBool::new(false),
                 stopped: CancellationToken::new(),
@@ -213,6 +216,29 @@ impl Agent for AcpBackend {
 
     fn check_input(&self, input: &RunAgentInput) -> Result<(), InputError> {
         Settings::from_forwarded_props(input.forwarded_props.as_ref()).map(|_| ())
+    }
+
+    fn features(&self) -> crate::agent::Features {
+        let input =
+            lock(&self.inner.prompt_capabilities)
+                .as_ref()
+                .map(|p| crate::agent::InputKinds {
+                    image: p.image,
+                    audio: p.audio,
+                    file: p.embedded_context,
+                });
+        let made_by = lock(&self.inner.agent_info).as_ref().map(|info| {
+            let name = info.title.clone().unwrap_or_else(|| info.name.clone());
+            (name, Some(info.version.clone()).filter(|v| !v.is_empty()))
+        });
+        crate::agent::Features {
+            kind: "acp",
+            made_by,
+            input,
+            // Whether it shows reasoning, runs code or runs sub-agents is not in ACP's
+            // `initialize`: left unknown.
+            ..crate::agent::Features::default()
+        }
     }
 
     fn check_new_messages(&self, new: &[(usize, &Message)]) -> Result<(), InputError> {

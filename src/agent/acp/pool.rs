@@ -109,6 +109,7 @@ impl Inner {
             .await
             .inspect_err(|_| self.health.spawn_failed())?;
         *lock(&self.prompt_capabilities) = Some(process.capabilities().prompt_capabilities.clone());
+        *lock(&self.agent_info) = process.initialized.agent_info.clone();
         let busy = Busy::new(process.clone());
         lock(&self.processes).push(process);
         if !self.reaper.swap(true, Ordering::SeqCst) {

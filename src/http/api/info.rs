@@ -48,6 +48,9 @@ pub(super) fn info(
                 "description": description,
                 "className": "HttpAgent",
             });
+            if let Some((features, hitl)) = app.runtime.agent_features(name) {
+                agent["capabilities"] = capabilities(name, description, &features, hitl);
+            }
             if let Some(host) = &host {
                 let encoded =
                     percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC);
@@ -86,6 +89,67 @@ pub(super) fn info(
             "reattach": true,
         },
     })
+}
+
+/// An agent's capabilities in the AG-UI SDK's shape (`AgentCapabilities` of
+/// `@ag-ui/core`): what the daemon does for every agent (transport, tools, state, human in
+/// the loop), and what the agent's backend knows of it (identity, input kinds, reasoning).
+/// A field the daemon does not know is left out: the SDK reads that as unknown.
+fn capabilities(
+    name: &str,
+    description: &str,
+    features: &crate::agent::Features,
+    hitl: crate::agent::Hitl,
+) -> serde_json::Value {
+    let mut identity = json!({
+        "name": name,
+        "type": format!("agui-serve/{}", features.kind),
+        "description": description,
+    });
+    if let Some((provider, version)) = &features.made_by {
+        identity["provider"] = json!(provider);
+        if let Some(version) = version {
+            identity["version"] = json!(version);
+        }
+    }
+    let mut value = json!({
+        "identity": identity,
+        "transport": {
+            "streaming": true,
+            "websocket": false,
+            "httpBinary": false,
+            "pushNotifications": false,
+            // A cut stream is taken up again after its last event id (reattach).
+            "resumable": true,
+        },
+        "tools": {"supported": true, "clientProvided": true},
+        "state": {"snapshots": true, "deltas": true, "persistentState": true},
+        "humanInTheLoop": {
+            "supported": true,
+            "approvals": true,
+            "interrupts": hitl == crate::agent::Hitl::Interrupt,
+            "approveWithEdits": false,
+        },
+    });
+    if let Some(input) = features.input {
+        value["multimodal"] = json!({"input": {
+            "image": input.image,
+            "audio": input.audio,
+            "pdf": input.file,
+            "file": input.file,
+            "video": false,
+        }});
+    }
+    if let Some(reasoning) = features.reasoning {
+        value["reasoning"] = json!({"supported": reasoning, "streaming": reasoning});
+    }
+    if let Some(runs_code) = features.runs_code {
+        value["execution"] = json!({"codeExecution": runs_code});
+    }
+    if let Some(subagents) = features.subagents {
+        value["multiAgent"] = json!({"supported": subagents});
+    }
+    value
 }
 
 /// A `Host` value we are willing to echo into URLs.
