@@ -34,7 +34,7 @@
 //! | `probe JSON` | tries what a prompt-injected agent tries and reports each outcome (`ok`, `denied`, `error: ...`) as `Probe: {...}`: `{"read":[paths],"list":[dirs],"write":[paths],"connect":["host:port"],"signal":[pids]}` (relative paths are in the session's directory) |
 //!
 //! Prompts may carry audio and embedded resources (`promptCapabilities.audio` and
-//! `embeddedContext`), not images.
+//! `embeddedContext`), and images only with `SCRIPTED_AGENT_IMAGES=1`.
 //!
 //! Modes `code` (current at first) and `plan`, and config options `model` (`fast` or
 //! `smart`) and `fast_apply` (a boolean), are offered with every new session and can be
@@ -829,7 +829,9 @@ async fn main() -> Result<(), Error> {
                     .load_session(!resume)
                     .prompt_capabilities(
                         PromptCapabilities::new()
-                            .image(false)
+                            .image(
+                                std::env::var_os("SCRIPTED_AGENT_IMAGES").is_some_and(|v| v == "1"),
+                            )
                             .audio(true)
                             .embedded_context(true),
                     )

@@ -59,6 +59,8 @@ pub struct Config {
     /// The executable that confines and starts agents (`None`: this one). Set when the
     /// library runs in another program.
     pub launcher: Option<PathBuf>,
+    /// What `POST {path}/uploads` accepts (`[uploads]`).
+    pub uploads: crate::uploads::UploadLimits,
 }
 
 /// The generative-UI catalog: component names with their props' JSON Schemas.
@@ -281,6 +283,7 @@ impl Config {
             cluster: None,
             private_files: Vec::new(),
             launcher: None,
+            uploads: crate::uploads::UploadLimits::default(),
         }
     }
 

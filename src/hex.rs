@@ -24,6 +24,13 @@ pub(crate) fn decode(text: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// The first 16 bytes of the SHA-256 of `bytes`, in lowercase hex: a name for a directory
+/// that stands for `bytes` (any text) and is safe in a path.
+pub(crate) fn short_hash(bytes: &[u8]) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    encode(&digest.as_ref()[..16])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -42,6 +42,7 @@ mod server;
 pub mod store;
 mod sync;
 pub mod traces;
+pub mod uploads;
 pub mod workspace;
 
 pub use server::{Server, serve};

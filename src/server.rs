@@ -113,6 +113,10 @@ impl Server {
         let (traces, tracer) = trace_exporter(&config)?;
         options.tracer = tracer.clone();
         options.cluster = cluster.clone();
+        if let Some(uploads) = &options.uploads {
+            // What no run used within its TTL, and what a crash left half-written.
+            uploads.sweep().await;
+        }
         let runtime = Runtime::new(agents, options, store);
         let metrics = Arc::new(Metrics::new(Arc::new(runtime.clone())));
         let metrics_listener = match config.metrics_listen {
@@ -447,6 +451,11 @@ fn runtime_options(config: &Config) -> Result<RuntimeOptions, ServeError> {
         .iter()
         .map(|a| (a.name.clone(), a.hitl))
         .collect();
+    options.uploads = Some(Arc::new(crate::uploads::Uploads::new(
+        config.data_dir.join("uploads"),
+        &config.path,
+        config.uploads.clone(),
+    )));
     Ok(options)
 }
 

@@ -21,6 +21,22 @@ pub(super) struct FileConfig {
     pub(super) auth: FileAuth,
     #[serde(default)]
     pub(super) ui: FileUi,
+    #[serde(default)]
+    pub(super) uploads: FileUploads,
+}
+
+/// `[uploads]`: what `POST {path}/uploads` accepts.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileUploads {
+    /// Largest file (`20MiB`).
+    pub(super) max_size: Option<String>,
+    /// Bytes one principal may keep in all (`512MiB`).
+    pub(super) quota: Option<String>,
+    /// Content types accepted: `type/subtype` or `type/*`.
+    pub(super) types: Option<Vec<String>>,
+    /// How long an upload no run has used is kept (`24h`).
+    pub(super) unused_ttl: Option<String>,
 }
 
 /// `[ui]`: the components agents may show.

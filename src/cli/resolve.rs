@@ -15,6 +15,7 @@ use super::agents::{check_agent_ports, resolve_agents};
 use super::file::{FileConfig, FileServer, read_file_config};
 use super::flags::{LogFormatArg, ServeArgs};
 use super::ui::resolve_ui;
+use crate::uploads::UploadLimits;
 
 /// The result of resolving a command line: the configuration and where the token came from.
 #[derive(Debug)]
@@ -71,6 +72,7 @@ impl ServeArgs {
         let ui = resolve_ui(&file.ui)?;
         let private_files = self.private_files(server, &access);
         let fleet_history = fleet_history(server)?;
+        let uploads = resolve_uploads(&file.uploads)?;
         Ok(Resolved {
             config: Config {
                 host,
@@ -97,6 +99,7 @@ impl ServeArgs {
                 ui,
                 cluster,
                 private_files,
+                uploads,
                 launcher: None,
             },
             token_source,
@@ -280,6 +283,43 @@ fn duration(
 ) -> Result<Duration, ConfigError> {
     let text = flag.as_deref().or(key.as_deref()).unwrap_or(default);
     parse_duration(text).map_err(|e| ConfigError::new(format!("{name}: {e}")))
+}
+
+/// The `[uploads]` table over the defaults.
+fn resolve_uploads(file: &super::file::FileUploads) -> Result<UploadLimits, ConfigError> {
+    let mut limits = UploadLimits::default();
+    let size = |key: &str, text: &str| {
+        parse_size(text)
+            .map(|n| n as u64)
+            .map_err(|e| ConfigError::new(format!("uploads.{key}: {e}")))
+    };
+    if let Some(text) = &file.max_size {
+        limits.max_bytes = size("max_size", text)?;
+    }
+    if let Some(text) = &file.quota {
+        limits.quota = size("quota", text)?;
+    }
+    if let Some(text) = &file.unused_ttl {
+        limits.unused_ttl = parse_duration(text)
+            .map_err(|e| ConfigError::new(format!("uploads.unused_ttl: {e}")))?;
+    }
+    if let Some(types) = &file.types {
+        for t in types {
+            let (major, minor) = t.split_once('/').unwrap_or(("", ""));
+            let token = |s: &str| {
+                !s.is_empty()
+                    && s.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "!#$&-^_.+".contains(c))
+            };
+            if !token(major) || !(minor == "*" || token(minor)) {
+                return Err(ConfigError::new(format!(
+                    "uploads.types: {t:?} is not a content type (`type/subtype` or `type/*`)"
+                )));
+            }
+        }
+        limits.types = types.iter().map(|t| t.to_ascii_lowercase()).collect();
+    }
+    Ok(limits)
 }
 
 /// How many fleet document changes are kept for replay: at least 1.

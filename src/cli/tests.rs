@@ -264,3 +264,34 @@ fn acp_flag_splits_shell_words() {
     }
     assert!(parse(&["--acp", "noequals"]).args.resolve(&no_env).is_err());
 }
+
+#[test]
+fn the_uploads_table_sets_the_limits_and_refuses_a_bad_type() {
+    let dir = std::env::temp_dir().join(format!("agui-cli-uploads-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("c.toml");
+    std::fs::write(
+        &file,
+        "[uploads]\nmax_size = \"1MiB\"\nquota = \"10MiB\"\ntypes = [\"image/*\", \"Text/Plain\"]\nunused_ttl = \"1h\"\n",
+    )
+    .expect("write");
+    let config = parse(&["--config", file.to_str().expect("utf8")])
+        .args
+        .resolve(&no_env)
+        .expect("config")
+        .config;
+    assert_eq!(config.uploads.max_bytes, 1024 * 1024);
+    assert_eq!(config.uploads.quota, 10 * 1024 * 1024);
+    assert_eq!(config.uploads.types, ["image/*", "text/plain"]);
+    assert_eq!(
+        config.uploads.unused_ttl,
+        std::time::Duration::from_secs(3600)
+    );
+
+    std::fs::write(&file, "[uploads]\ntypes = [\"html\"]\n").expect("write");
+    let err = parse(&["--config", file.to_str().expect("utf8")])
+        .args
+        .resolve(&no_env)
+        .expect_err("a bad type");
+    assert!(err.to_string().contains("uploads.types"), "{err}");
+}

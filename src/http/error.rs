@@ -63,6 +63,47 @@ impl From<BodyError> for ApiError {
     }
 }
 
+impl From<crate::uploads::UploadError> for ApiError {
+    fn from(error: crate::uploads::UploadError) -> ApiError {
+        use crate::uploads::UploadError;
+        match error {
+            UploadError::TooLarge(limit) => ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "PAYLOAD_TOO_LARGE",
+                format!("the file is larger than {limit} bytes"),
+            ),
+            UploadError::OverQuota(quota) => ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "UPLOAD_QUOTA",
+                format!("the principal's uploads would exceed their quota of {quota} bytes"),
+            ),
+            UploadError::Type(declared) if declared.is_empty() => ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "UNSUPPORTED_MEDIA_TYPE",
+                "an upload needs a Content-Type (the accepted ones are in /info's `uploads.types`)",
+            ),
+            UploadError::Type(declared) => ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "UNSUPPORTED_MEDIA_TYPE",
+                format!(
+                    "content type {declared:?} is not accepted (the accepted ones are in \
+                     /info's `uploads.types`)"
+                ),
+            ),
+            UploadError::Mismatch(declared) => ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "CONTENT_MISMATCH",
+                format!("the file's bytes are not {declared}, as its Content-Type says"),
+            ),
+            UploadError::Body => ApiError::invalid_request("the request body could not be read"),
+            UploadError::Io(error) => {
+                tracing::error!(%error, "an upload could not be stored");
+                ApiError::internal()
+            }
+        }
+    }
+}
+
 impl ApiError {
     /// Whether this is a 404 (a thing that is not here may be on another node).
     pub fn is_not_found(&self) -> bool {

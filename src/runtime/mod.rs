@@ -120,6 +120,9 @@ pub struct RuntimeOptions {
     pub tracer: Option<Tracer>,
     /// This node's membership of a cluster (PostgreSQL store), if any.
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// The principals' uploads, resolved into the parts that name them (`None`: a part's
+    /// URL always goes as a link).
+    pub uploads: Option<Arc<crate::uploads::Uploads>>,
 }
 
 impl RuntimeOptions {
@@ -145,6 +148,7 @@ impl RuntimeOptions {
             ui: Arc::new(ui::UiCatalog::defaults()),
             tracer: None,
             cluster: None,
+            uploads: None,
         }
     }
 }
@@ -450,9 +454,17 @@ impl Runtime {
             self.discard_thread(&thread);
             drop(decide);
             stored?;
+            if let Some(uploads) = &self.inner.options.uploads {
+                uploads.remove_thread(principal.owner(), key.as_str()).await;
+            }
             self.release_lease(&key).await;
             return Ok(true);
         }
+    }
+
+    /// The principals' uploads, when this runtime keeps them.
+    pub fn uploads(&self) -> Option<&Arc<crate::uploads::Uploads>> {
+        self.inner.options.uploads.as_ref()
     }
 
     /// Refuses new runs from now on (`503 DRAINING`), and ends at once every run parked on

@@ -248,7 +248,10 @@ fn discard(repo: &Path, dir: &Path) -> Result<(), WorkspaceError> {
 
 /// The branch of the worktree at `dir` (absolute): `agui/ws-<hash of the path>`.
 fn branch(dir: &Path) -> String {
-    format!("agui/ws-{}", super::short_hash(dir.as_os_str().as_bytes()))
+    format!(
+        "agui/ws-{}",
+        crate::hex::short_hash(dir.as_os_str().as_bytes())
+    )
 }
 
 fn resolve_commit(repo: &Path, reference: &str) -> Result<String, WorkspaceError> {

@@ -337,7 +337,7 @@ pub fn name_segment(name: &str) -> String {
         .take(READABLE_PREFIX)
         .collect();
     let readable = if readable.is_empty() { "_" } else { &readable };
-    format!("{readable}-{}", short_hash(name.as_bytes()))
+    format!("{readable}-{}", crate::hex::short_hash(name.as_bytes()))
 }
 
 /// Whether `name` can be a path segment as it is.
@@ -349,18 +349,6 @@ fn plain_segment(name: &str) -> bool {
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-}
-
-/// The first 16 bytes of the SHA-256 of `bytes`, in lowercase hex.
-fn short_hash(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
-    let mut out = String::with_capacity(32);
-    for byte in &digest.as_ref()[..16] {
-        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
-    }
-    out
 }
 
 fn absolute_source_path(kind: &str, path: &str) -> Result<PathBuf, String> {

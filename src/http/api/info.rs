@@ -18,25 +18,7 @@ pub(super) fn info(
     uri: &http::Uri,
     tls: bool,
 ) -> serde_json::Value {
-    let scheme = if tls {
-        "https"
-    } else {
-        match headers
-            .get("x-forwarded-proto")
-            .and_then(|v| v.to_str().ok())
-            .map(|v| v.trim().to_ascii_lowercase())
-            .as_deref()
-        {
-            Some("https") => "https",
-            _ => "http",
-        }
-    };
-    let host = headers
-        .get(HOST)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .or_else(|| uri.authority().map(|a| a.as_str().to_owned()))
-        .filter(|h| valid_host(h));
+    let (scheme, host) = origin(headers, uri, tls);
     // Keyed by name: CopilotKit reads `agents` with `Object.entries`.
     let agents: serde_json::Map<String, serde_json::Value> = app
         .agents
@@ -63,7 +45,7 @@ pub(super) fn info(
     // own fields. Of CopilotKit's thread endpoints the list is served (`{path}/threads`);
     // its inspect and mutation routes, suggestions, transcription and generative UI are
     // not, so they are advertised as off.
-    json!({
+    let mut value = json!({
         "version": env!("CARGO_PKG_VERSION"),
         "agents": agents,
         "mode": "sse",
@@ -87,8 +69,22 @@ pub(super) fn info(
             "sharedState": true,
             "interrupts": true,
             "reattach": true,
+            "uploads": app.runtime.uploads().is_some(),
         },
-    })
+    });
+    if let Some(uploads) = app.runtime.uploads() {
+        let limits = uploads.limits();
+        let path = format!("{}/uploads", app.path.trim_end_matches('/'));
+        value["uploads"] = json!({
+            "url": match &host {
+                Some(host) => format!("{scheme}://{host}{path}"),
+                None => path,
+            },
+            "maxSize": limits.max_bytes,
+            "types": limits.types,
+        });
+    }
+    value
 }
 
 /// An agent's capabilities in the AG-UI SDK's shape (`AgentCapabilities` of
@@ -150,6 +146,36 @@ fn capabilities(
         value["multiAgent"] = json!({"supported": subagents});
     }
     value
+}
+
+/// The scheme and host (when the request names one we will echo) that URLs in an answer
+/// to this request start with: the `Host` header's; `X-Forwarded-Proto` counts only on a
+/// connection that is not TLS itself, and `X-Forwarded-Host` never.
+pub(super) fn origin(
+    headers: &HeaderMap,
+    uri: &http::Uri,
+    tls: bool,
+) -> (&'static str, Option<String>) {
+    let scheme = if tls {
+        "https"
+    } else {
+        match headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.trim().to_ascii_lowercase())
+            .as_deref()
+        {
+            Some("https") => "https",
+            _ => "http",
+        }
+    };
+    let host = headers
+        .get(HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| uri.authority().map(|a| a.as_str().to_owned()))
+        .filter(|h| valid_host(h));
+    (scheme, host)
 }
 
 /// A `Host` value we are willing to echo into URLs.

@@ -28,6 +28,7 @@ mod runs;
 mod sessions;
 mod threads;
 mod tokens;
+mod uploads;
 mod workspace;
 
 use std::sync::Arc;
@@ -362,6 +363,11 @@ async fn serve(
         }
         Route::Workspace(id, route) => workspace::serve(app, &principal, &id, route, query).await,
         Route::ForkThread(source) => threads::fork(app, &principal, &source, req, &conn).await,
+        Route::Uploads => uploads::create(app, &principal, req, &conn).await,
+        Route::Upload(id) if req.method() == Method::DELETE => {
+            uploads::delete(app, &principal, &id).await
+        }
+        Route::Upload(id) => uploads::get(app, &principal, &id).await,
         Route::Thread(id) if req.method() == Method::DELETE => {
             threads::delete(app, &principal, &id).await
         }

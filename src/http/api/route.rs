@@ -43,6 +43,10 @@ pub(super) enum Route {
     FleetStream,
     /// The operator console's page (`None`) or one of its files.
     Console(Option<String>),
+    /// A new upload.
+    Uploads,
+    /// One upload.
+    Upload(String),
 }
 
 /// What a route asks of the principal beyond a valid token.
@@ -76,6 +80,8 @@ impl Route {
             ["fleet", "stream"] => Route::FleetStream,
             ["console"] => Route::Console(None),
             ["console", file] if !file.is_empty() => Route::Console(Some((*file).to_owned())),
+            ["uploads"] => Route::Uploads,
+            ["uploads", id] if !id.is_empty() => Route::Upload((*id).to_owned()),
             ["threads"] => Route::Threads,
             ["threads", id] if !id.is_empty() => Route::Thread((*id).to_owned()),
             ["threads", id, "messages"] if !id.is_empty() => {
@@ -143,8 +149,9 @@ impl Route {
             | Route::AgentStop(..)
             | Route::Tokens
             | Route::ImportSession(..)
-            | Route::ForkThread(_) => "POST, OPTIONS",
-            Route::Thread(_) => "GET, DELETE, OPTIONS",
+            | Route::ForkThread(_)
+            | Route::Uploads => "POST, OPTIONS",
+            Route::Thread(_) | Route::Upload(_) => "GET, DELETE, OPTIONS",
             Route::Healthz | Route::Readyz | Route::Console(_) => "GET, HEAD, OPTIONS",
             _ => "GET, OPTIONS",
         }
@@ -205,6 +212,8 @@ impl Route {
             Route::FleetStream => "/fleet/stream",
             Route::Console(None) => "/console",
             Route::Console(Some(_)) => "/console/{file}",
+            Route::Uploads => "/uploads",
+            Route::Upload(_) => "/uploads/{id}",
         }
     }
 
@@ -216,7 +225,9 @@ impl Route {
             Route::Metrics | Route::Tokens | Route::AgentSessions(_) | Route::ImportSession(..) => {
                 Need::Operator
             }
-            Route::ForkThread(_) => Need::Capability(Capability::Run),
+            Route::ForkThread(_) | Route::Uploads => Need::Capability(Capability::Run),
+            Route::Upload(_) if method == Method::DELETE => Need::Capability(Capability::Run),
+            Route::Upload(_) => Need::Capability(Capability::Read),
             Route::Thread(_) if method == Method::DELETE => Need::Capability(Capability::Run),
             Route::Cancel(_) | Route::AgentStop(..) => Need::Capability(Capability::Run),
             Route::Threads
@@ -277,6 +288,8 @@ impl Route {
             Route::Workspace(_, WorkspaceRoute::List) => "workspace",
             Route::Workspace(_, WorkspaceRoute::File) => "workspace_file",
             Route::Workspace(_, WorkspaceRoute::Changes) => "workspace_changes",
+            Route::Uploads => "uploads",
+            Route::Upload(_) => "upload",
         }
     }
 }

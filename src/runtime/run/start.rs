@@ -23,6 +23,7 @@ use crate::runtime::{CancelReason, StartError};
 use crate::runtime::{LoadError, answer, attach};
 use crate::runtime::{Runtime, state};
 use crate::sync::lock;
+use crate::uploads::Resolved;
 use std::sync::RwLockReadGuard;
 
 impl Runtime {
@@ -91,23 +92,50 @@ impl Runtime {
                 Ok(Ok(self.lost_answers(&thread, input, profile, calls).await))
             }
             Decision::Start => {
-                // What the agent cannot take is refused before anything starts.
-                let new = lock(&thread.state).peek_new(&input.messages);
-                if let Err(error) = backend.check_new_messages(&new) {
+                // The uploads the messages name are read, and what the agent cannot
+                // take is refused, before anything starts.
+                let resolved = match &self.inner.options.uploads {
+                    Some(uploads) => {
+                        match uploads.resolve(principal.owner(), &input.messages).await {
+                            Ok(resolved) => resolved,
+                            Err(error) => return refused(StartError::Input(error)),
+                        }
+                    }
+                    None => Resolved::default(),
+                };
+                let checked = if resolved.is_empty() {
+                    let new = lock(&thread.state).peek_new(&input.messages);
+                    backend.check_new_messages(&new)
+                } else {
+                    let mut messages = input.messages.clone();
+                    resolved.apply(&mut messages);
+                    let new = lock(&thread.state).peek_new(&messages);
+                    backend.check_new_messages(&new)
+                };
+                if let Err(error) = checked {
                     return refused(StartError::Input(error));
                 }
-                match self.start_decided(principal, input, permit) {
+                let attachment = match self.start_decided(principal, input, permit) {
                     // The start gate is held until the pump is spawned.
-                    Ok((_gate, permit)) => Ok(Ok(start(
+                    Ok((_gate, permit)) => start(
                         self,
                         &thread,
                         backend,
                         input.clone(),
                         profile,
                         permit,
-                    ))),
-                    Err(error) => refused(error),
+                        &resolved,
+                    ),
+                    Err(error) => return refused(error),
+                };
+                if let Some(uploads) = &self.inner.options.uploads
+                    && !resolved.is_empty()
+                {
+                    uploads
+                        .bind(principal.owner(), &resolved, thread.key.as_str())
+                        .await;
                 }
+                Ok(Ok(attachment))
             }
         }
     }
@@ -280,6 +308,7 @@ pub(in crate::runtime) fn start(
     input: RunAgentInput,
     profile: Profile,
     permit: super::Slot,
+    uploads: &Resolved,
 ) -> Attachment {
     let inner = &rt.inner;
     let segment_start = thread.journal.next_seq();
@@ -319,10 +348,15 @@ pub(in crate::runtime) fn start(
         Mode::Segment,
     );
 
+    // The transcript keeps the parts as the client sent them; the agent gets the uploads'
+    // data.
+    let (mut messages, mut new_messages) = (input.messages, new_messages);
+    uploads.apply(&mut messages);
+    uploads.apply(&mut new_messages);
     let turn = Box::new(Turn {
         thread_id: thread.key.to_string(),
         run_id: run.id.clone(),
-        messages: input.messages,
+        messages,
         new_messages,
         tools: input.tools,
         context: input.context,

@@ -117,7 +117,10 @@ fn names_map_to_distinct_deterministic_single_segments() {
         name_segment("alice"),
         "alice-2bd806c97f0e00af1a1fc3328fa763a9"
     );
-    assert_eq!(name_segment("../x"), format!("x-{}", short_hash(b"../x")));
+    assert_eq!(
+        name_segment("../x"),
+        format!("x-{}", crate::hex::short_hash(b"../x"))
+    );
     assert!(name_segment(&long).starts_with(&format!("{}-", "x".repeat(32))));
 
     let ws = workspaces(Path::new("/srv/ws"), Source::Empty, Unit::Thread);

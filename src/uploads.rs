@@ -1,0 +1,621 @@
+//! Files a principal uploads for its messages (`POST {path}/uploads`).
+//!
+//! An upload is stored in the data directory, in a directory of its principal's own
+//! (`uploads/<hash of the principal>/<id>`, its description beside it in `<id>.json`),
+//! capped in size per file and per principal, and of a type the configuration allows
+//! whose first bytes agree with it where the type has a signature. The answer's URL goes
+//! into a message's content part; when the agent's prompt is built, such a part gets the
+//! upload's bytes as its data (the daemon reads its own file; it never fetches a URL for
+//! the agent). The first run that uses an upload binds it to its thread: it is removed
+//! with that thread. An upload no run has used is removed once its TTL is over.
+//!
+//! A cluster's nodes each keep their own uploads: a run is resolved by the node that runs
+//! it, so an upload is used on a thread its node owns (the daemon forwards runs to the
+//! owner; it does not forward uploads).
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http_body_util::BodyExt as _;
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncWriteExt as _;
+
+use crate::clock::now_ms;
+use crate::protocol::InputError;
+use crate::protocol::input::{BinaryPart, Content, ContentPart, DataSource, MediaSource, Message};
+
+/// What uploads may be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadLimits {
+    /// Largest file.
+    pub max_bytes: u64,
+    /// Bytes one principal may keep in all.
+    pub quota: u64,
+    /// Content types allowed: `type/subtype`, or `type/*` for every subtype.
+    pub types: Vec<String>,
+    /// How long an upload no run has used is kept.
+    pub unused_ttl: Duration,
+}
+
+impl Default for UploadLimits {
+    fn default() -> UploadLimits {
+        UploadLimits {
+            // CopilotKit's attachments go up to 20 MB.
+            max_bytes: 20 * 1024 * 1024,
+            quota: 512 * 1024 * 1024,
+            types: DEFAULT_TYPES.iter().map(|t| (*t).to_owned()).collect(),
+            unused_ttl: Duration::from_secs(24 * 60 * 60),
+        }
+    }
+}
+
+/// The types allowed when the configuration names none: images, audio, video, PDF and
+/// plain text formats (no HTML, no scripts, no archives).
+pub const DEFAULT_TYPES: &[&str] = &[
+    "image/png",
+    "image/jpeg",
+    "image/gif",
+    "image/webp",
+    "audio/*",
+    "video/*",
+    "application/pdf",
+    "text/plain",
+    "text/markdown",
+    "text/csv",
+    "application/json",
+];
+
+/// First bytes a file of these types starts with; a file declared as one of them that does
+/// not is refused.
+const SIGNATURES: &[(&str, &[&[u8]])] = &[
+    ("image/png", &[b"\x89PNG\r\n\x1a\n"]),
+    ("image/jpeg", &[b"\xff\xd8\xff"]),
+    ("image/gif", &[b"GIF87a", b"GIF89a"]),
+    ("application/pdf", &[b"%PDF-"]),
+];
+
+/// One upload, as stored beside its file and as answered (`id`, `size`, `contentType`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Upload {
+    pub id: String,
+    pub content_type: String,
+    pub size: u64,
+    /// Milliseconds since the Unix epoch.
+    pub created_at: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filename: Option<String>,
+    /// The key of the thread it is bound to, once a run used it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread: Option<String>,
+}
+
+/// Why an upload was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    #[error("the file is larger than {0} bytes")]
+    TooLarge(u64),
+    #[error("the principal's uploads would exceed their quota of {0} bytes")]
+    OverQuota(u64),
+    #[error("content type {0:?} is not accepted here")]
+    Type(String),
+    #[error("the file's bytes are not {0}")]
+    Mismatch(String),
+    #[error("the upload body could not be read")]
+    Body,
+    #[error("the upload could not be stored: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Every principal's uploads.
+#[derive(Debug)]
+pub struct Uploads {
+    root: PathBuf,
+    /// The route namespace (`/agui`): an upload's URL path is `{namespace}/uploads/{id}`.
+    namespace: String,
+    limits: UploadLimits,
+}
+
+impl Uploads {
+    /// Uploads kept under `root`, addressed under `namespace`.
+    pub fn new(root: PathBuf, namespace: &str, limits: UploadLimits) -> Uploads {
+        Uploads {
+            root,
+            namespace: namespace.trim_end_matches('/').to_owned(),
+            limits,
+        }
+    }
+
+    pub fn limits(&self) -> &UploadLimits {
+        &self.limits
+    }
+
+    /// The path of upload `id`'s URL.
+    pub fn url_path(&self, id: &str) -> String {
+        format!("{}/uploads/{id}", self.namespace)
+    }
+
+    fn dir(&self, owner: &str) -> PathBuf {
+        self.root.join(crate::hex::short_hash(owner.as_bytes()))
+    }
+
+    /// Stores `body` (declared `content_type`, at most `declared` bytes when the client
+    /// said) as a new upload of `owner`. What was stored is removed again when it fails.
+    pub async fn put<B>(
+        &self,
+        owner: &str,
+        content_type: &str,
+        filename: Option<String>,
+        declared: Option<u64>,
+        body: B,
+    ) -> Result<Upload, UploadError>
+    where
+        B: http_body::Body<Data = Bytes>,
+    {
+        let content_type = self.accepted_type(content_type)?;
+        let limit = self.limits.max_bytes;
+        if declared.is_some_and(|len| len > limit) {
+            return Err(UploadError::TooLarge(limit));
+        }
+        let dir = self.dir(owner);
+        tokio::fs::create_dir_all(&dir).await?;
+        self.sweep_dir(&dir).await;
+        let used = stored(&dir).await.iter().map(|u| u.size).sum::<u64>();
+        if used + declared.unwrap_or(0) > self.limits.quota {
+            return Err(UploadError::OverQuota(self.limits.quota));
+        }
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let partial = dir.join(format!("{id}.part"));
+        let written = write_body(&partial, body, limit, &content_type).await;
+        let size = match written {
+            Ok(size) if used + size <= self.limits.quota => size,
+            Ok(_) => {
+                let _ = tokio::fs::remove_file(&partial).await;
+                return Err(UploadError::OverQuota(self.limits.quota));
+            }
+            Err(error) => {
+                let _ = tokio::fs::remove_file(&partial).await;
+                return Err(error);
+            }
+        };
+        let upload = Upload {
+            id: id.clone(),
+            content_type,
+            size,
+            created_at: now_ms(),
+            filename: filename.filter(|name| !name.is_empty() && name.len() <= 255),
+            thread: None,
+        };
+        let placed = async {
+            tokio::fs::rename(&partial, dir.join(&id)).await?;
+            write_description(&dir, &upload).await
+        };
+        if let Err(error) = placed.await {
+            let _ = tokio::fs::remove_file(&partial).await;
+            let _ = tokio::fs::remove_file(dir.join(&id)).await;
+            return Err(error.into());
+        }
+        Ok(upload)
+    }
+
+    /// The content type `declared` stands for, when it is allowed (lower case, parameters
+    /// dropped).
+    fn accepted_type(&self, declared: &str) -> Result<String, UploadError> {
+        let essence = declared
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        let allowed = !essence.is_empty()
+            && essence.split('/').count() == 2
+            && self
+                .limits
+                .types
+                .iter()
+                .any(|pattern| match pattern.strip_suffix("/*") {
+                    Some(major) => essence
+                        .strip_prefix(major)
+                        .is_some_and(|rest| rest.starts_with('/')),
+                    None => *pattern == essence,
+                });
+        if allowed {
+            Ok(essence)
+        } else {
+            Err(UploadError::Type(declared.to_owned()))
+        }
+    }
+
+    /// Upload `id` of `owner`, if there is one.
+    pub async fn get(&self, owner: &str, id: &str) -> Option<Upload> {
+        if !valid_id(id) {
+            return None;
+        }
+        read_description(&self.dir(owner).join(format!("{id}.json"))).await
+    }
+
+    /// The path of upload `id`'s bytes (of an upload [`Uploads::get`] found).
+    pub fn file(&self, owner: &str, id: &str) -> PathBuf {
+        self.dir(owner).join(id)
+    }
+
+    /// Removes upload `id` of `owner`; `false` when there was none.
+    pub async fn delete(&self, owner: &str, id: &str) -> bool {
+        if self.get(owner, id).await.is_none() {
+            return false;
+        }
+        remove(&self.dir(owner), id).await;
+        true
+    }
+
+    /// Removes every upload of `owner` bound to thread `thread` (its key).
+    pub async fn remove_thread(&self, owner: &str, thread: &str) {
+        let dir = self.dir(owner);
+        for upload in stored(&dir).await {
+            if upload.thread.as_deref() == Some(thread) {
+                remove(&dir, &upload.id).await;
+            }
+        }
+    }
+
+    /// Removes, in every principal's directory, what no run used within the TTL (and
+    /// files left half-written by a crash).
+    pub async fn sweep(&self) {
+        let Ok(mut dirs) = tokio::fs::read_dir(&self.root).await else {
+            return;
+        };
+        while let Ok(Some(entry)) = dirs.next_entry().await {
+            self.sweep_dir(&entry.path()).await;
+        }
+    }
+
+    async fn sweep_dir(&self, dir: &Path) {
+        let ttl = self.limits.unused_ttl.as_millis() as u64;
+        let now = now_ms();
+        for upload in stored(dir).await {
+            if upload.thread.is_none() && now.saturating_sub(upload.created_at) > ttl {
+                remove(dir, &upload.id).await;
+            }
+        }
+        let Ok(mut entries) = tokio::fs::read_dir(dir).await else {
+            return;
+        };
+        while let Ok(Some(entry)) = entries.next_entry().await {
+            let path = entry.path();
+            let stale = path.extension().is_some_and(|x| x == "part")
+                && entry
+                    .metadata()
+                    .await
+                    .ok()
+                    .and_then(|m| m.modified().ok())
+                    .and_then(|m| m.elapsed().ok())
+                    .is_some_and(|age| age > self.limits.unused_ttl);
+            if stale {
+                let _ = tokio::fs::remove_file(&path).await;
+            }
+        }
+    }
+
+    /// The upload id a content part's URL names: `{namespace}/uploads/{id}`, absolute
+    /// (any host: the daemon's own name for itself depends on how it is reached) or a
+    /// path alone.
+    pub fn id_in(&self, url: &str) -> Option<String> {
+        let path = match url.split_once("://") {
+            Some((scheme, rest)) if scheme == "http" || scheme == "https" => {
+                &rest[rest.find('/')?..]
+            }
+            Some(_) => return None,
+            None => url,
+        };
+        let path = path.split(['?', '#']).next().unwrap_or(path);
+        let id = path
+            .strip_prefix(&self.namespace)?
+            .strip_prefix("/uploads/")?;
+        valid_id(id).then(|| id.to_owned())
+    }
+
+    /// The uploads of `owner` that `messages` name, each with its bytes in base64; an
+    /// upload that is not there (or not `owner`'s), or whose type the part cannot carry,
+    /// is an input error naming the part.
+    pub async fn resolve(&self, owner: &str, messages: &[Message]) -> Result<Resolved, InputError> {
+        let mut found = HashMap::new();
+        for (m, message) in messages.iter().enumerate() {
+            let Message::User(user) = message else {
+                continue;
+            };
+            let Content::Parts(parts) = &user.content else {
+                continue;
+            };
+            for (p, part) in parts.iter().enumerate() {
+                let Some(url) = part_url(part) else { continue };
+                let Some(id) = self.id_in(url) else { continue };
+                if found.contains_key(url) {
+                    continue;
+                }
+                let field = format!("messages[{m}].content[{p}]");
+                let refuse = |message: String| InputError {
+                    field: Some(field.clone()),
+                    message,
+                };
+                let Some(upload) = self.get(owner, &id).await else {
+                    return Err(refuse(format!("upload {id} does not exist")));
+                };
+                if let Some(kind) = media_kind(part)
+                    && !upload.content_type.starts_with(&format!("{kind}/"))
+                {
+                    return Err(refuse(format!(
+                        "upload {id} is {}, not {kind}",
+                        upload.content_type
+                    )));
+                }
+                let bytes = tokio::fs::read(self.file(owner, &id))
+                    .await
+                    .map_err(|_| refuse(format!("upload {id} could not be read")))?;
+                found.insert(
+                    url.to_owned(),
+                    (
+                        upload,
+                        base64::engine::general_purpose::STANDARD.encode(bytes),
+                    ),
+                );
+            }
+        }
+        Ok(Resolved { found })
+    }
+
+    /// Binds every upload of `resolved` that is bound to nothing yet to thread `thread`.
+    pub async fn bind(&self, owner: &str, resolved: &Resolved, thread: &str) {
+        let dir = self.dir(owner);
+        for (upload, _) in resolved.found.values() {
+            if upload.thread.is_none() {
+                let bound = Upload {
+                    thread: Some(thread.to_owned()),
+                    ..upload.clone()
+                };
+                if let Err(error) = write_description(&dir, &bound).await {
+                    tracing::warn!(upload = %upload.id, %error, "an upload could not be bound to its thread");
+                }
+            }
+        }
+    }
+}
+
+/// The uploads a run's messages name, read (see [`Uploads::resolve`]).
+#[derive(Debug, Default)]
+pub struct Resolved {
+    /// By the URL the part gave: the upload, its bytes in base64.
+    found: HashMap<String, (Upload, String)>,
+}
+
+impl Resolved {
+    pub fn is_empty(&self) -> bool {
+        self.found.is_empty()
+    }
+
+    /// `messages` with every part that names an upload carrying its data instead.
+    pub fn apply(&self, messages: &mut [Message]) {
+        if self.found.is_empty() {
+            return;
+        }
+        for message in messages {
+            let Message::User(user) = message else {
+                continue;
+            };
+            let Content::Parts(parts) = &mut user.content else {
+                continue;
+            };
+            for part in parts {
+                let Some((upload, data)) = part_url(part).and_then(|url| self.found.get(url))
+                else {
+                    continue;
+                };
+                match part {
+                    ContentPart::Image(media)
+                    | ContentPart::Audio(media)
+                    | ContentPart::Video(media)
+                    | ContentPart::Document(media) => {
+                        media.source = MediaSource::Data(DataSource {
+                            value: data.clone(),
+                            mime_type: upload.content_type.clone(),
+                        });
+                        if upload.filename.is_some() && media.metadata.is_none() {
+                            media.metadata = Some(serde_json::json!({"filename": upload.filename}));
+                        }
+                    }
+                    ContentPart::Binary(binary) => {
+                        *binary = BinaryPart {
+                            mime_type: upload.content_type.clone(),
+                            data: Some(data.clone()),
+                            url: None,
+                            id: None,
+                            filename: binary.filename.clone().or(upload.filename.clone()),
+                        };
+                    }
+                    ContentPart::Text(_) => {}
+                }
+            }
+        }
+    }
+}
+
+/// The URL a part names, if it names one.
+fn part_url(part: &ContentPart) -> Option<&str> {
+    match part {
+        ContentPart::Image(media)
+        | ContentPart::Audio(media)
+        | ContentPart::Video(media)
+        | ContentPart::Document(media) => match &media.source {
+            MediaSource::Url(linked) => Some(&linked.value),
+            _ => None,
+        },
+        ContentPart::Binary(binary) if binary.data.is_none() => binary.url.as_deref(),
+        _ => None,
+    }
+}
+
+/// The top-level type a part's data must have (`None`: any).
+fn media_kind(part: &ContentPart) -> Option<&'static str> {
+    match part {
+        ContentPart::Image(_) => Some("image"),
+        ContentPart::Audio(_) => Some("audio"),
+        ContentPart::Video(_) => Some("video"),
+        _ => None,
+    }
+}
+
+/// An id this module could have made: 32 lowercase hex digits.
+fn valid_id(id: &str) -> bool {
+    id.len() == 32
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Writes `body` to `path`, at most `limit` bytes, checking its first bytes against
+/// `content_type`'s signature; the number of bytes written.
+async fn write_body<B>(
+    path: &Path,
+    body: B,
+    limit: u64,
+    content_type: &str,
+) -> Result<u64, UploadError>
+where
+    B: http_body::Body<Data = Bytes>,
+{
+    let mut file = tokio::fs::File::create(path).await?;
+    let mut body = std::pin::pin!(body);
+    let mut size = 0u64;
+    let mut head = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|_| UploadError::Body)?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        size += data.len() as u64;
+        if size > limit {
+            return Err(UploadError::TooLarge(limit));
+        }
+        if head.len() < 16 {
+            head.extend_from_slice(&data[..data.len().min(16 - head.len())]);
+        }
+        file.write_all(&data).await?;
+    }
+    if let Some((_, signatures)) = SIGNATURES.iter().find(|(t, _)| *t == content_type)
+        && !signatures.iter().any(|s| head.starts_with(s))
+    {
+        return Err(UploadError::Mismatch(content_type.to_owned()));
+    }
+    if content_type == "image/webp"
+        && !(head.starts_with(b"RIFF") && head.get(8..12) == Some(b"WEBP"))
+    {
+        return Err(UploadError::Mismatch(content_type.to_owned()));
+    }
+    file.sync_all().await?;
+    Ok(size)
+}
+
+/// Every upload described in `dir`.
+async fn stored(dir: &Path) -> Vec<Upload> {
+    let mut uploads = Vec::new();
+    let Ok(mut entries) = tokio::fs::read_dir(dir).await else {
+        return uploads;
+    };
+    while let Ok(Some(entry)) = entries.next_entry().await {
+        let path = entry.path();
+        if path.extension().is_some_and(|x| x == "json")
+            && let Some(upload) = read_description(&path).await
+        {
+            uploads.push(upload);
+        }
+    }
+    uploads
+}
+
+async fn read_description(path: &Path) -> Option<Upload> {
+    let text = tokio::fs::read(path).await.ok()?;
+    serde_json::from_slice(&text).ok()
+}
+
+/// Writes `upload`'s description in `dir` whole or not at all.
+async fn write_description(dir: &Path, upload: &Upload) -> io::Result<()> {
+    let json = serde_json::to_vec(upload).map_err(io::Error::other)?;
+    let temporary = dir.join(format!("{}.json.tmp", upload.id));
+    tokio::fs::write(&temporary, json).await?;
+    tokio::fs::rename(&temporary, dir.join(format!("{}.json", upload.id))).await
+}
+
+/// Removes upload `id`'s description first (then nothing names the file), then its file.
+async fn remove(dir: &Path, id: &str) {
+    let _ = tokio::fs::remove_file(dir.join(format!("{id}.json"))).await;
+    let _ = tokio::fs::remove_file(dir.join(id)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn uploads(types: &[&str]) -> Uploads {
+        Uploads::new(
+            PathBuf::from("/nonexistent"),
+            "/agui",
+            UploadLimits {
+                types: types.iter().map(|t| (*t).to_owned()).collect(),
+                ..UploadLimits::default()
+            },
+        )
+    }
+
+    #[test]
+    fn an_upload_url_is_its_path_under_the_namespace_on_any_host() {
+        let u = uploads(&[]);
+        let id = "0123456789abcdef0123456789abcdef";
+        for url in [
+            format!("https://example.test/agui/uploads/{id}"),
+            format!("http://127.0.0.1:8443/agui/uploads/{id}?x=1"),
+            format!("/agui/uploads/{id}"),
+        ] {
+            assert_eq!(u.id_in(&url).as_deref(), Some(id), "{url}");
+        }
+        for url in [
+            format!("ftp://example.test/agui/uploads/{id}"),
+            format!("https://example.test/other/uploads/{id}"),
+            format!("https://example.test/agui/uploads/{id}/x"),
+            "https://example.test/agui/uploads/../../etc/passwd".to_owned(),
+            format!("https://example.test/agui/uploads/{}", id.to_uppercase()),
+            "https://example.test".to_owned(),
+        ] {
+            assert_eq!(u.id_in(&url), None, "{url}");
+        }
+    }
+
+    #[test]
+    fn content_types_are_matched_by_essence_and_pattern() {
+        let u = uploads(&["image/png", "audio/*"]);
+        assert_eq!(
+            u.accepted_type("image/png").ok().as_deref(),
+            Some("image/png")
+        );
+        assert_eq!(
+            u.accepted_type("Image/PNG; x=1").ok().as_deref(),
+            Some("image/png")
+        );
+        assert_eq!(
+            u.accepted_type("audio/ogg").ok().as_deref(),
+            Some("audio/ogg")
+        );
+        for refused in [
+            "image/gif",
+            "audio",
+            "audiox/ogg",
+            "",
+            "text/html",
+            "audio/ogg/x",
+        ] {
+            assert!(u.accepted_type(refused).is_err(), "{refused}");
+        }
+    }
+}
