@@ -217,3 +217,132 @@ async fn the_thread_list_reads_as_copilotkits_thread_records() {
     let (_, other) = get_json(&server, "/threads?agentId=other").await;
     assert_eq!(other["threads"], json!([]));
 }
+
+async fn send(request: reqwest::RequestBuilder) -> (u16, Value) {
+    let response = request.sent().await;
+    let status = response.status().as_u16();
+    let text = response.text().await.expect("body");
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn copilotkit_s_thread_mutations_rename_archive_and_delete_their_principal_s_threads() {
+    let server = TestServer::start().await;
+    for id in ["m1", "m2"] {
+        frames_of(post_json(&server, "/agent/demo/run", &run_body(id, "r", "hello")).await).await;
+    }
+    // Rename: the record as it is then; the listing shows the name and the last run.
+    let (status, record) = send(
+        server
+            .patch("/threads/m1")
+            .json(&json!({"agentId": "demo", "name": "  Trip plans "})),
+    )
+    .await;
+    assert_eq!(status, 200, "{record}");
+    assert_eq!(record["name"], "Trip plans");
+    assert!(record["lastRunAt"].is_string(), "{record}");
+    // Archive: gone from the default listing, there with includeArchived (as the drawer
+    // asks), and back when unarchived.
+    let (status, answer) = send(
+        server
+            .post("/threads/m1/archive")
+            .json(&json!({"agentId": "demo"})),
+    )
+    .await;
+    assert_eq!(
+        (status, answer),
+        (200, json!({"threadId": "m1", "archived": true}))
+    );
+    let ids = |page: &Value| -> Vec<(String, bool)> {
+        page["threads"]
+            .as_array()
+            .expect("threads")
+            .iter()
+            .map(|t| {
+                (
+                    t["id"].as_str().expect("id").to_owned(),
+                    t["archived"] == true,
+                )
+            })
+            .collect()
+    };
+    let (_, page) = get_json(&server, "/threads?agentId=demo").await;
+    assert_eq!(ids(&page), [("m2".to_owned(), false)]);
+    let (_, page) = get_json(&server, "/threads?agentId=demo&includeArchived=true").await;
+    assert_eq!(
+        ids(&page),
+        [("m1".to_owned(), true), ("m2".to_owned(), false)]
+    );
+    let (status, record) = send(
+        server
+            .patch("/threads/m1")
+            .json(&json!({"agentId": "demo", "archived": false})),
+    )
+    .await;
+    assert_eq!((status, record["archived"].clone()), (200, json!(false)));
+
+    // What cannot be changed, or is not this principal's, is refused.
+    for (body, field) in [
+        (json!({"name": ""}), "name"),
+        (json!({"name": 7}), "name"),
+        (json!({"archived": "yes"}), "archived"),
+        (json!({"agent": "other"}), "agent"),
+    ] {
+        let (status, error) = send(server.patch("/threads/m1").json(&body)).await;
+        assert_eq!(
+            (status, error["field"].clone()),
+            (400, json!(field)),
+            "{body}"
+        );
+    }
+    let (status, _) = send(
+        server
+            .patch("/threads/m1")
+            .json(&json!({"agentId": "other", "name": "x"})),
+    )
+    .await;
+    assert_eq!(status, 404);
+    let (status, _) = send(server.patch("/threads/nope").json(&json!({"name": "x"}))).await;
+    assert_eq!(status, 404);
+    let (status, _) = send(server.get("/threads?includeArchived=maybe")).await;
+    assert_eq!(status, 400);
+
+    // Another principal sees none of it.
+    let minted: Value = server
+        .post("/tokens")
+        .json(&json!({"sub": "eve"}))
+        .sent()
+        .await
+        .json()
+        .await
+        .expect("token");
+    let eve = minted["token"].as_str().expect("token");
+    let (status, _) = send(
+        client()
+            .patch(server.url("/threads/m1"))
+            .bearer_auth(eve)
+            .json(&json!({"name": "mine"})),
+    )
+    .await;
+    assert_eq!(status, 404);
+    let (status, _) = send(
+        client()
+            .post(server.url("/threads/m1/archive"))
+            .bearer_auth(eve),
+    )
+    .await;
+    assert_eq!(status, 404);
+
+    // Delete, as CopilotKit sends it (with a JSON body).
+    let (status, _) = send(
+        server
+            .delete("/threads/m2")
+            .json(&json!({"agentId": "demo"})),
+    )
+    .await;
+    assert_eq!(status, 204);
+    let (_, page) = get_json(&server, "/threads?agentId=demo&includeArchived=true").await;
+    assert_eq!(ids(&page), [("m1".to_owned(), false)]);
+    let (_, page) = get_json(&server, "/threads/m1").await;
+    assert_eq!(page["name"], "Trip plans");
+}

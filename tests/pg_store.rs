@@ -147,6 +147,17 @@ async fn a_threads_state_is_kept() {
 
 #[tokio::test]
 #[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
+async fn archived_threads_are_listed_only_when_asked() {
+    let on = Fresh::new().await;
+    store_contract::archived_threads_are_listed_only_when_asked(&on.store, async |key: &str| {
+        on.hold(key).await
+    })
+    .await;
+    on.drop().await;
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
 async fn listing_pages_newest_first_with_agent_filter() {
     let on = Fresh::new().await;
     store_contract::listing_pages_newest_first_with_agent_filter(&on.store, async |key: &str| {

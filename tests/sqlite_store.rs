@@ -30,6 +30,11 @@ async fn a_threads_state_is_kept() {
 }
 
 #[tokio::test]
+async fn archived_threads_are_listed_only_when_asked() {
+    store_contract::archived_threads_are_listed_only_when_asked(&open(), any).await;
+}
+
+#[tokio::test]
 async fn listing_pages_newest_first_with_agent_filter() {
     store_contract::listing_pages_newest_first_with_agent_filter(&open(), any).await;
 }

@@ -413,9 +413,12 @@ async fn info_is_the_copilotkit_runtime_shape_plus_our_fields() {
     assert_eq!(info["mode"], "sse");
     assert_eq!(info["version"], env!("CARGO_PKG_VERSION"));
     assert_eq!(info["threadEndpoints"]["list"], true);
-    for key in ["inspect", "mutations", "realtimeMetadata"] {
+    assert_eq!(info["threadEndpoints"]["mutations"], true);
+    for key in ["inspect", "realtimeMetadata"] {
         assert_eq!(info["threadEndpoints"][key], false, "{key}");
     }
+    // No license is checked here: CopilotKit's threads UI asks the threads endpoint.
+    assert_eq!(info["licenseStatus"], "unknown");
     for key in [
         "suggestions",
         "audioFileTranscriptionEnabled",

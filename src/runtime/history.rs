@@ -20,6 +20,30 @@ impl Runtime {
         Ok(row.filter(|row| principal.may_use(&row.agent)))
     }
 
+    /// Renames thread `id` of `principal` (its title) and archives it or takes it out of
+    /// the archive, as given; the row as it is then, committed. `None` when the principal
+    /// has no such thread.
+    pub async fn update_thread_as(
+        &self,
+        principal: &Principal,
+        id: &str,
+        title: Option<&str>,
+        archived: Option<bool>,
+    ) -> Result<Option<ThreadRow>, StoreError> {
+        let Some(row) = self.visible_thread(principal, id).await? else {
+            return Ok(None);
+        };
+        let now = crate::clock::now_ms() as i64;
+        if let Some(title) = title {
+            self.store().set_title(row.key.as_str(), title, now);
+        }
+        if let Some(archived) = archived {
+            self.store().set_archived(row.key.as_str(), archived, now);
+        }
+        self.store().commit().await?;
+        self.visible_thread(principal, id).await
+    }
+
     /// The last `limit` messages of thread `id` of `principal` and whether older ones were
     /// left out; `None` when the principal has no such thread.
     pub async fn thread_messages(
@@ -35,17 +59,19 @@ impl Runtime {
     }
 
     /// `principal`'s threads (every principal's for the operator), newest activity first,
-    /// of `agent` if given.
+    /// of `agent` if given, archived ones too when `archived`.
     pub async fn list_threads_as(
         &self,
         principal: &Principal,
         limit: usize,
         cursor: Option<(i64, String)>,
         agent: Option<String>,
+        archived: bool,
     ) -> Result<ThreadPage, StoreError> {
         let scope = ListScope {
             owner: (!principal.sees_everyone()).then(|| principal.owner().to_owned()),
             agents: principal.agents().map(<[String]>::to_vec),
+            archived,
         };
         self.store().list_threads(limit, cursor, agent, scope).await
     }

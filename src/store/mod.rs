@@ -97,6 +97,8 @@ pub struct ThreadRow {
     pub agent: String,
     pub session_id: Option<String>,
     pub title: Option<String>,
+    /// Archived by its owner (left out of the listing unless asked for).
+    pub archived: bool,
     pub created_at: i64,
     pub updated_at: i64,
     pub status: String,
@@ -122,6 +124,8 @@ pub struct ListScope {
     pub owner: Option<String>,
     /// Only threads of these agents (`None`: every agent's).
     pub agents: Option<Vec<String>>,
+    /// Archived threads too.
+    pub archived: bool,
 }
 
 /// A page of threads.
@@ -322,6 +326,11 @@ impl Store {
     /// Sets a thread's title.
     pub fn set_title(&self, thread_id: &str, title: &str, now: i64) {
         dispatch!(self.set_title(thread_id, title, now))
+    }
+
+    /// Archives a thread or takes it out of the archive.
+    pub fn set_archived(&self, thread_id: &str, archived: bool, now: i64) {
+        dispatch!(self.set_archived(thread_id, archived, now))
     }
 
     /// Keeps a thread's shared state document (read back by [`Store::load_thread`]).

@@ -315,6 +315,18 @@ impl PgStore {
         });
     }
 
+    pub(super) fn set_archived(&self, thread_id: &str, archived: bool, now: i64) {
+        let key = thread_id.to_owned();
+        self.write("archived", thread_id, move |conn| async move {
+            conn.execute(
+                "UPDATE threads SET archived = $2, updated_at = $3 WHERE id = $1",
+                &[&key, &archived, &now],
+            )
+            .await?;
+            Ok(())
+        });
+    }
+
     pub(super) fn set_state(&self, thread_id: &str, state: &Value) {
         let (key, state) = (thread_id.to_owned(), state.to_string());
         self.write("state", thread_id, move |conn| async move {

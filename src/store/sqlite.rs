@@ -307,6 +307,16 @@ impl SqliteStore {
         });
     }
 
+    /// Archives a thread or takes it out of the archive.
+    pub(super) fn set_archived(&self, thread_id: &str, archived: bool, now: i64) {
+        let thread_id = thread_id.to_owned();
+        self.enqueue("archived", move |conn| {
+            conn.prepare_cached("UPDATE threads SET archived = ?2, updated_at = ?3 WHERE id = ?1")?
+                .execute(params![thread_id, archived, now])?;
+            Ok(())
+        });
+    }
+
     /// Keeps a thread's state document.
     pub(super) fn set_state(&self, thread_id: &str, state: &Value) {
         let (thread_id, state) = (thread_id.to_owned(), state.to_string());
@@ -380,7 +390,8 @@ impl SqliteStore {
                         unbounded,
                         (limit + 1) as i64,
                         scope.owner,
-                        agents
+                        agents,
+                        scope.archived
                     ],
                     |r| r.get::<_, String>(0),
                 )?

@@ -105,6 +105,11 @@ impl TestServer {
         client().delete(self.url(path)).bearer_auth(TOKEN)
     }
 
+    /// `PATCH path` (under the route namespace) with the test token.
+    pub fn patch(&self, path: &str) -> reqwest::RequestBuilder {
+        client().patch(self.url(path)).bearer_auth(TOKEN)
+    }
+
     /// Signals shutdown and waits for the server to finish.
     pub async fn stop(mut self) {
         self.shutdown.cancel();

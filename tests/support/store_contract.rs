@@ -110,6 +110,50 @@ pub async fn a_threads_state_is_kept(store: &Store, hold: impl AsyncFn(&str)) {
     assert_eq!(kept.transcript.len(), 1);
 }
 
+/// An archived thread leaves the listing unless archived ones are asked for, and comes
+/// back when taken out of the archive; its row says which it is.
+pub async fn archived_threads_are_listed_only_when_asked(store: &Store, hold: impl AsyncFn(&str)) {
+    for (key, now) in [("a1", 10), ("a2", 11)] {
+        hold(key).await;
+        store.record_run_start(key, "demo", None, "r", vec![], now);
+    }
+    store.set_archived("a1", true, 12);
+    store.commit().await.expect("commit");
+    let ids = |archived: bool| {
+        let store = store.clone();
+        async move {
+            let scope = ListScope {
+                archived,
+                ..ListScope::default()
+            };
+            let page = store
+                .list_threads(10, None, None, scope)
+                .await
+                .expect("list");
+            page.threads
+                .iter()
+                .map(|t| (t.id.clone(), t.archived))
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(ids(false).await, [("a2".to_owned(), false)]);
+    assert_eq!(
+        ids(true).await,
+        [("a1".to_owned(), true), ("a2".to_owned(), false)]
+    );
+    store.set_archived("a1", false, 13);
+    store.commit().await.expect("commit");
+    assert_eq!(ids(false).await.len(), 2);
+    assert!(
+        !store
+            .thread("a1")
+            .await
+            .expect("read")
+            .expect("there")
+            .archived
+    );
+}
+
 pub async fn listing_pages_newest_first_with_agent_filter(store: &Store, hold: impl AsyncFn(&str)) {
     for i in 0..5 {
         let key = format!("t{i}");
@@ -145,6 +189,7 @@ pub async fn listing_pages_newest_first_with_agent_filter(store: &Store, hold: i
     let only_a = ListScope {
         owner: None,
         agents: Some(vec!["a".into(), "zz".into()]),
+        archived: false,
     };
     let page = store
         .list_threads(10, None, None, only_a)
@@ -186,11 +231,13 @@ pub async fn owners_keep_their_own_threads(store: &Store, hold: impl AsyncFn(&st
     let alice = ListScope {
         owner: Some("alice".into()),
         agents: None,
+        archived: false,
     };
     assert_eq!(rows(alice).await, [pair("alice", "t1")]);
     let bob_on_a = ListScope {
         owner: Some("bob".into()),
         agents: Some(vec!["a".into()]),
+        archived: false,
     };
     assert!(rows(bob_on_a).await.is_empty());
     let row = store

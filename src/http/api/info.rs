@@ -42,17 +42,20 @@ pub(super) fn info(
         })
         .collect();
     // The CopilotKit runtime-info shape (`RuntimeInfo` of @copilotkit/shared 1.74), then our
-    // own fields. Of CopilotKit's thread endpoints the list is served (`{path}/threads`);
-    // its inspect and mutation routes, suggestions, transcription and generative UI are
-    // not, so they are advertised as off.
+    // own fields. Of CopilotKit's thread endpoints the list (`{path}/threads`) and the
+    // mutations (rename, archive, delete) are served; its inspect routes, suggestions,
+    // transcription and generative UI are not, so they are advertised as off. The daemon
+    // checks no CopilotKit license: its status is `unknown`, which CopilotKit's threads UI
+    // takes as "ask the threads endpoint" (an absent status keeps it loading forever).
     let mut value = json!({
         "version": env!("CARGO_PKG_VERSION"),
         "agents": agents,
         "mode": "sse",
+        "licenseStatus": "unknown",
         "threadEndpoints": {
             "list": true,
             "inspect": false,
-            "mutations": false,
+            "mutations": true,
             "realtimeMetadata": false,
         },
         "suggestions": false,

@@ -368,6 +368,10 @@ async fn serve(
             uploads::delete(app, &principal, &id).await
         }
         Route::Upload(id) => uploads::get(app, &principal, &id).await,
+        Route::ArchiveThread(id) => threads::archive(app, &principal, &id, req, &conn).await,
+        Route::Thread(id) if req.method() == Method::PATCH => {
+            threads::update(app, &principal, &id, req, &conn).await
+        }
         Route::Thread(id) if req.method() == Method::DELETE => {
             threads::delete(app, &principal, &id).await
         }

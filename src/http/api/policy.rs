@@ -143,7 +143,7 @@ pub fn cors_headers(headers: &mut HeaderMap, origin: &OriginCheck) {
 pub fn preflight_headers(headers: &mut HeaderMap) {
     headers.insert(
         ACCESS_CONTROL_ALLOW_METHODS,
-        HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
+        HeaderValue::from_static("GET, POST, PATCH, DELETE, OPTIONS"),
     );
     headers.insert(
         ACCESS_CONTROL_ALLOW_HEADERS,

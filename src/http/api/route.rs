@@ -37,6 +37,8 @@ pub(super) enum Route {
     ImportSession(String, String),
     /// Fork a thread into a new one.
     ForkThread(String),
+    /// Archive a thread (CopilotKit's thread mutation).
+    ArchiveThread(String),
     /// A thread's workspace: a listing, a file, or what changed.
     Workspace(String, WorkspaceRoute),
     /// The ambient plane: the fleet document and its changes.
@@ -89,6 +91,7 @@ impl Route {
             }
             ["threads", id, "stream"] if !id.is_empty() => Route::ThreadStream((*id).to_owned()),
             ["threads", id, "fork"] if !id.is_empty() => Route::ForkThread((*id).to_owned()),
+            ["threads", id, "archive"] if !id.is_empty() => Route::ArchiveThread((*id).to_owned()),
             ["threads", id, "workspace"] if !id.is_empty() => {
                 Route::Workspace((*id).to_owned(), WorkspaceRoute::List)
             }
@@ -134,6 +137,7 @@ impl Route {
                 | Route::ThreadStream(_)
                 | Route::Cancel(_)
                 | Route::ForkThread(_)
+                | Route::ArchiveThread(_)
                 | Route::Workspace(..)
         )
     }
@@ -150,8 +154,10 @@ impl Route {
             | Route::Tokens
             | Route::ImportSession(..)
             | Route::ForkThread(_)
+            | Route::ArchiveThread(_)
             | Route::Uploads => "POST, OPTIONS",
-            Route::Thread(_) | Route::Upload(_) => "GET, DELETE, OPTIONS",
+            Route::Thread(_) => "GET, PATCH, DELETE, OPTIONS",
+            Route::Upload(_) => "GET, DELETE, OPTIONS",
             Route::Healthz | Route::Readyz | Route::Console(_) => "GET, HEAD, OPTIONS",
             _ => "GET, OPTIONS",
         }
@@ -171,6 +177,7 @@ impl Route {
             | Route::ThreadMessages(id)
             | Route::ThreadStream(id)
             | Route::ForkThread(id)
+            | Route::ArchiveThread(id)
             | Route::Workspace(id, _) => check_id(id, "threadId"),
             Route::ImportSession(_, session) => check_id(session, "sessionId"),
             Route::Cancel(id) => check_id(id, "runId"),
@@ -206,6 +213,7 @@ impl Route {
             Route::AgentSessions(_) => "/agents/{agent}/sessions",
             Route::ImportSession(..) => "/agents/{agent}/sessions/{sessionId}/import",
             Route::ForkThread(_) => "/threads/{id}/fork",
+            Route::ArchiveThread(_) => "/threads/{id}/archive",
             Route::Workspace(_, WorkspaceRoute::List) => "/threads/{id}/workspace",
             Route::Workspace(_, WorkspaceRoute::File) => "/threads/{id}/workspace/file",
             Route::Workspace(_, WorkspaceRoute::Changes) => "/threads/{id}/workspace/changes",
@@ -225,7 +233,10 @@ impl Route {
             Route::Metrics | Route::Tokens | Route::AgentSessions(_) | Route::ImportSession(..) => {
                 Need::Operator
             }
-            Route::ForkThread(_) | Route::Uploads => Need::Capability(Capability::Run),
+            Route::ForkThread(_) | Route::ArchiveThread(_) | Route::Uploads => {
+                Need::Capability(Capability::Run)
+            }
+            Route::Thread(_) if method == Method::PATCH => Need::Capability(Capability::Run),
             Route::Upload(_) if method == Method::DELETE => Need::Capability(Capability::Run),
             Route::Upload(_) => Need::Capability(Capability::Read),
             Route::Thread(_) if method == Method::DELETE => Need::Capability(Capability::Run),
@@ -256,6 +267,7 @@ impl Route {
             | Route::ThreadStream(id)
             | Route::AgentStop(_, id)
             | Route::ForkThread(id)
+            | Route::ArchiveThread(id)
             | Route::Workspace(id, _) => audit.thread = Some(id.clone()),
             Route::Cancel(id) => audit.run = Some(id.clone()),
             _ => {}
@@ -285,6 +297,7 @@ impl Route {
             Route::AgentSessions(_) => "agent_sessions",
             Route::ImportSession(..) => "import_session",
             Route::ForkThread(_) => "fork_thread",
+            Route::ArchiveThread(_) => "archive_thread",
             Route::Workspace(_, WorkspaceRoute::List) => "workspace",
             Route::Workspace(_, WorkspaceRoute::File) => "workspace_file",
             Route::Workspace(_, WorkspaceRoute::Changes) => "workspace_changes",

@@ -33,9 +33,19 @@ pub(super) async fn list_threads(
         };
     // `agentId` is CopilotKit's name for the same filter.
     let agent = query_param(query, "agent").or_else(|| query_param(query, "agentId"));
+    let archived = match query_param(query, "includeArchived").as_deref() {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(_) => {
+            return Err(ApiError::invalid_input(
+                "includeArchived must be true or false",
+                Some("includeArchived".to_owned()),
+            ));
+        }
+    };
     let page = app
         .runtime
-        .list_threads_as(principal, limit, cursor, agent)
+        .list_threads_as(principal, limit, cursor, agent, archived)
         .await
         .map_err(|error| {
             tracing::error!(%error, "thread listing failed");
@@ -61,6 +71,131 @@ pub(super) async fn get(
 ) -> Result<Response<Body>, ApiError> {
     let row = visible_thread(app, principal, id).await?;
     Ok(json_response(StatusCode::OK, thread_json(app, &row, true)))
+}
+
+/// `PATCH {path}/threads/{id}`: CopilotKit's rename and unarchive, body `{"agentId"?,
+/// "name"?, "archived"?}`; the thread as it is then.
+pub(super) async fn update(
+    app: &App,
+    principal: &Principal,
+    id: &str,
+    req: Request<RequestBody>,
+    conn: &ConnInfo,
+) -> Result<Response<Body>, ApiError> {
+    let (parts, body) = req.into_parts();
+    let body = read_request_body(body, &parts.headers, conn).await?;
+    let body = parse_json(&body)?;
+    let Some(fields) = body.as_object() else {
+        return Err(ApiError::invalid_input(
+            "the body must be a JSON object",
+            None,
+        ));
+    };
+    for key in fields.keys() {
+        if !matches!(key.as_str(), "agentId" | "name" | "archived") {
+            return Err(ApiError::invalid_input(
+                format!("{key:?} cannot be changed (only name and archived)"),
+                Some(key.clone()),
+            ));
+        }
+    }
+    let name = match fields.get("name") {
+        None => None,
+        Some(serde_json::Value::String(name)) => {
+            let name = name.trim();
+            if name.is_empty() || name.chars().count() > 200 {
+                return Err(ApiError::invalid_input(
+                    "name must be 1 to 200 characters",
+                    Some("name".to_owned()),
+                ));
+            }
+            Some(name.to_owned())
+        }
+        Some(_) => {
+            return Err(ApiError::invalid_input(
+                "name must be a string",
+                Some("name".to_owned()),
+            ));
+        }
+    };
+    let archived = match fields.get("archived") {
+        None => None,
+        Some(serde_json::Value::Bool(archived)) => Some(*archived),
+        Some(_) => {
+            return Err(ApiError::invalid_input(
+                "archived must be true or false",
+                Some("archived".to_owned()),
+            ));
+        }
+    };
+    change(
+        app,
+        principal,
+        id,
+        fields.get("agentId"),
+        name.as_deref(),
+        archived,
+    )
+    .await
+    .map(|row| json_response(StatusCode::OK, thread_json(app, &row, false)))
+}
+
+/// `POST {path}/threads/{id}/archive`: CopilotKit's archive, body `{"agentId"?}`.
+pub(super) async fn archive(
+    app: &App,
+    principal: &Principal,
+    id: &str,
+    req: Request<RequestBody>,
+    conn: &ConnInfo,
+) -> Result<Response<Body>, ApiError> {
+    let (parts, body) = req.into_parts();
+    let body = read_request_body(body, &parts.headers, conn).await?;
+    let body = if body.iter().all(u8::is_ascii_whitespace) {
+        serde_json::Value::Null
+    } else {
+        parse_json(&body)?
+    };
+    change(app, principal, id, body.get("agentId"), None, Some(true)).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        json!({"threadId": id, "archived": true}),
+    ))
+}
+
+/// Applies a rename or (un)archive to thread `id`: 404 when the principal has no such
+/// thread, or it is another agent's than the `agentId` CopilotKit names.
+async fn change(
+    app: &App,
+    principal: &Principal,
+    id: &str,
+    agent: Option<&serde_json::Value>,
+    name: Option<&str>,
+    archived: Option<bool>,
+) -> Result<store::ThreadRow, ApiError> {
+    let row = visible_thread(app, principal, id).await?;
+    match agent {
+        None => {}
+        Some(serde_json::Value::String(agent)) if *agent == row.agent => {}
+        Some(serde_json::Value::String(_)) => return Err(ApiError::not_found("thread")),
+        Some(_) => {
+            return Err(ApiError::invalid_input(
+                "agentId must be a string",
+                Some("agentId".to_owned()),
+            ));
+        }
+    }
+    match app
+        .runtime
+        .update_thread_as(principal, id, name, archived)
+        .await
+    {
+        Ok(Some(row)) => Ok(row),
+        Ok(None) => Err(ApiError::not_found("thread")),
+        Err(error) => {
+            tracing::error!(%error, "thread update failed");
+            Err(ApiError::store_unavailable())
+        }
+    }
 }
 
 /// `DELETE {path}/threads/{id}`.
@@ -216,8 +351,11 @@ pub(super) fn thread_json(app: &App, row: &store::ThreadRow, detail: bool) -> se
         "id": row.id,
         "agentId": row.agent,
         "name": row.title,
-        "archived": false,
+        "archived": row.archived,
     });
+    if let Some(run) = &row.last_run {
+        value["lastRunAt"] = json!(rfc3339(run.started_at));
+    }
     if let Some(title) = &row.title {
         value["title"] = json!(title);
     }

@@ -12,7 +12,7 @@ macro_rules! thread_select {
     () => {
         "SELECT t.id, t.agent, t.session_id, t.title, t.created_at, t.updated_at, t.status,
                 t.metadata, (SELECT COUNT(*) FROM messages m WHERE m.thread_id = t.id),
-                r.id, r.started_at, r.ended_at, r.segments, r.outcome
+                r.id, r.started_at, r.ended_at, r.segments, r.outcome, t.archived
          FROM threads t LEFT JOIN LATERAL (
              SELECT id, started_at, ended_at, segments, outcome FROM runs
              WHERE runs.thread_id = t.id ORDER BY started_at DESC, ord DESC LIMIT 1
@@ -38,6 +38,7 @@ pub(super) async fn list_page(
                 " WHERE ($1::text IS NULL OR t.agent = $1)
                     AND ($6::text IS NULL OR t.owner = $6)
                     AND ($7::text[] IS NULL OR t.agent = ANY($7::text[]))
+                    AND ($8 OR NOT t.archived)
                     AND ($4 OR t.updated_at < $2 OR (t.updated_at = $2 AND t.id < $3))
                   ORDER BY t.updated_at DESC, t.id DESC
                   LIMIT $5"
@@ -50,6 +51,7 @@ pub(super) async fn list_page(
                 &((limit + 1) as i64),
                 &scope.owner,
                 &scope.agents,
+                &scope.archived,
             ],
         )
         .await?;
@@ -133,6 +135,7 @@ fn thread_from(r: &Row) -> Result<ThreadRow, StoreError> {
             .try_get::<_, Option<String>>(7)?
             .and_then(|m| serde_json::from_str(&m).ok()),
         message_count: r.try_get(8)?,
+        archived: r.try_get(14)?,
         last_run,
     })
 }

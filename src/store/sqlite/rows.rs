@@ -17,6 +17,7 @@ pub(super) fn list_sql(one_owner: bool) -> &'static str {
                 $owner,
                 " AND (?1 IS NULL OR agent = ?1)
                   AND (?7 IS NULL OR agent IN (SELECT value FROM json_each(?7)))
+                  AND (?8 OR archived = 0)
                   AND (?4 OR updated_at < ?2 OR (updated_at = ?2 AND id < ?3))
                 ORDER BY updated_at DESC, id DESC
                 LIMIT ?5"
@@ -63,7 +64,7 @@ pub(super) fn thread_row(
     let row = conn
         .prepare_cached(
             "SELECT id, agent, session_id, title, created_at, updated_at, status, metadata,
-                    (SELECT COUNT(*) FROM messages m WHERE m.thread_id = threads.id)
+                    (SELECT COUNT(*) FROM messages m WHERE m.thread_id = threads.id), archived
              FROM threads WHERE id = ?1",
         )?
         .query_row([id], |r| {
@@ -83,6 +84,7 @@ pub(super) fn thread_row(
                     .get::<_, Option<String>>(7)?
                     .and_then(|m| serde_json::from_str(&m).ok()),
                 message_count: r.get(8)?,
+                archived: r.get(9)?,
                 last_run: None,
             })
         })

@@ -14,6 +14,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/0002_owners.sql"),
     include_str!("../../../migrations/0003_lean_threads.sql"),
     include_str!("../../../migrations/0004_thread_state.sql"),
+    include_str!("../../../migrations/0005_thread_archived.sql"),
 ];
 
 /// Creates the database file readable and writable by this user only (0600), whatever the

@@ -56,6 +56,7 @@ async fn the_lean_threads_migration_keeps_every_row() {
     let scope = ListScope {
         owner: Some("alice".into()),
         agents: None,
+        archived: false,
     };
     let page = store
         .list_threads(10, None, None, scope)

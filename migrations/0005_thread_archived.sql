@@ -1,0 +1,2 @@
+-- A thread its owner archived: left out of the listing unless asked for.
+ALTER TABLE threads ADD COLUMN archived INTEGER NOT NULL DEFAULT 0;
