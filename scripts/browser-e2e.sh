@@ -54,8 +54,21 @@ echo "== the built-in operator console"
 [ -f "$app/dist-direct/index.html" ] || { echo "browser-e2e: the direct page did not build" >&2; exit 1; }
 (cd "$root/examples/reverse-proxy" && GOFLAGS=-mod=mod go build -o "$work/reverse-proxy" .)
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-# Its own daemon on a fixed port and data directory, so the test can restart it.
+# Its own daemon on a fixed port and data directory, so the test can restart it; besides
+# the demo agent it serves the scripted ACP agent, taking images, for the upload case.
 direct_port="$(free_port)"
+(cd "$root" && cargo build --quiet --example scripted_acp_agent)
+cat >"$work/direct.toml" <<TOML
+[[agents]]
+name = "demo"
+kind = "demo"
+
+[[agents]]
+name = "scripted"
+kind = "acp"
+command = ["$root/target/debug/examples/scripted_acp_agent"]
+env = { SCRIPTED_AGENT_IMAGES = "1" }
+TOML
 cat >"$work/direct-daemon.sh" <<SH
 #!/usr/bin/env bash
 # (Re)starts the direct-mode daemon and waits until it listens.
@@ -66,7 +79,7 @@ if [ -f "$work/direct.pid" ]; then
   while kill -0 "\$pid" 2>/dev/null; do sleep 0.1; done
 fi
 : >"$work/direct.out"
-"$bin" --port "$direct_port" --data-dir "$work/direct-data" --token-file "$work/token" \
+"$bin" --config "$work/direct.toml" --port "$direct_port" --data-dir "$work/direct-data" --token-file "$work/token" \
   >"$work/direct.out" 2>>"$work/direct.err" &
 echo \$! >"$work/direct.pid"
 for _ in \$(seq 1 600); do
@@ -91,7 +104,7 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 echo "== direct mode: the page on agui-serve's CopilotKit routes through the Go proxy"
-(cd "$app" && E2E_URL="http://127.0.0.1:$proxy_port" E2E_RESTART="$work/direct-daemon.sh" E2E_THREADS=1 E2E_V1=1 E2E_SCREENSHOTS= \
+(cd "$app" && E2E_URL="http://127.0.0.1:$proxy_port" E2E_RESTART="$work/direct-daemon.sh" E2E_THREADS=1 E2E_UPLOAD_AGENT=scripted E2E_V1=1 E2E_SCREENSHOTS= \
   CHROMIUM="$chromium" AGUI_BASE="$direct" AGUI_TOKEN_FILE="$work/token" \
   NODE_EXTRA_CA_CERTS="$work/direct-data/tls/cert.pem" node e2e/run.mjs) || status=$?
 kill -TERM "$(cat "$work/direct.pid")" 2>/dev/null || true

@@ -460,7 +460,7 @@ pub fn valid_agent_name(name: &str) -> bool {
 /// request to `{path}/<word>` must never be ambiguous), and the path dots.
 pub const RESERVED_AGENT_NAMES: &[&str] = &[
     "info", "healthz", "readyz", "threads", "runs", "agent", "agents", "metrics", "tokens",
-    "fleet", "console", ".", "..",
+    "fleet", "console", "uploads", ".", "..",
 ];
 
 /// What `check-config` shows of an agent's confinement.

@@ -479,30 +479,119 @@ const cases = [
   ],
 ];
 
-// In direct mode the page lists the agent's threads from the daemon.
+// In direct mode CopilotKit's own threads drawer lists the agent's threads from the daemon,
+// archives and deletes them; the page renames through the drawer's store.
+async function daemonThread(id) {
+  const response = await fetch(`${daemon}/threads/${encodeURIComponent(id)}`, {
+    headers: { Authorization: `Bearer ${daemonToken}` },
+  });
+  return { status: response.status, body: response.status === 200 ? await response.json() : null };
+}
+
 if (process.env.E2E_THREADS) {
+  const row = (id) => page.locator(`li[data-thread-id="${id}"]`);
   cases.push([
-    "the thread list shows the threads and switches between them",
+    "CopilotKit's threads drawer lists the threads, shows a new one without a reload, switches",
     async () => {
       const first = new URL(page.url()).searchParams.get("thread");
-      await page.getByTestId("new-thread").click();
+      await row(first).waitFor();
+      await page.locator('[part="new-thread-button"]').click();
       await page.waitForURL((url) => {
         const thread = url.searchParams.get("thread");
         return Boolean(thread) && thread !== first;
       });
       const second = new URL(page.url()).searchParams.get("thread");
+      await row(first).waitFor();
+      check((await row(second).count()) === 0, "the new thread is listed before it has a run");
       await send("in the second thread");
       await reply("You said: in the second thread");
       check((await assistant.filter({ hasText: "You said: hello browser" }).count()) === 0, "the new thread shows the old one");
-      // The list is read when the page loads: both threads are in it after a reload.
-      await page.reload();
-      const link = (id) => page.getByTestId("threads").locator(`a[data-thread="${id}"]`);
-      await link(second).waitFor();
-      await link(first).waitFor();
-      await link(first).click();
+      // No reload: the drawer lists the new thread once its run has ended.
+      await row(second).waitFor();
+      await row(first).click();
       await page.waitForURL((url) => url.searchParams.get("thread") === first);
       await reply("You said: hello browser");
       check((await assistant.filter({ hasText: "in the second thread" }).count()) === 0, "the first thread shows the second one");
+    },
+  ]);
+  cases.push([
+    "a thread renamed, archived and deleted in the drawer is so in the daemon",
+    async () => {
+      const current = new URL(page.url()).searchParams.get("thread");
+      const form = page.getByTestId("rename-thread");
+      await form.locator("input").fill("Browser thread");
+      await form.locator("button").click();
+      await row(current).filter({ hasText: "Browser thread" }).waitFor();
+      const renamed = await daemonThread(current);
+      check(renamed.body?.name === "Browser thread", `the daemon's name: ${JSON.stringify(renamed.body)}`);
+      // Another thread, to archive and then delete from its row's menu.
+      await page.locator('[part="new-thread-button"]').click();
+      await page.waitForURL((url) => Boolean(url.searchParams.get("thread")) && url.searchParams.get("thread") !== current);
+      const other = new URL(page.url()).searchParams.get("thread");
+      await send("to be archived");
+      await reply("You said: to be archived");
+      await row(other).waitFor();
+      // A row's menu shows on hover.
+      await row(other).hover();
+      await row(other).locator('[part="row-menu"]').click();
+      await row(other).locator('[part="row-archive"]').click();
+      await row(other).waitFor({ state: "detached" });
+      const archived = await daemonThread(other);
+      check(archived.body?.archived === true, `archived in the daemon: ${JSON.stringify(archived.body)}`);
+      // Shown again with every thread, then deleted.
+      await page.locator('[part="filter-toggle"]').click();
+      await page.locator('[part="filter-all"]').click();
+      await row(other).waitFor();
+      await row(other).hover();
+      await row(other).locator('[part="row-menu"]').click();
+      await row(other).locator('[part="row-delete"]').click();
+      await page.locator('[part="confirm-delete"]').click();
+      await row(other).waitFor({ state: "detached" });
+      const deleted = await daemonThread(other);
+      check(deleted.status === 404, `the deleted thread answers ${deleted.status}`);
+      // The renamed one is still there.
+      await row(current).filter({ hasText: "Browser thread" }).waitFor();
+      await page.goto(new URL(`?thread=${encodeURIComponent(current)}`, base).toString());
+      await reply("You said: hello browser");
+    },
+  ]);
+}
+
+// With E2E_UPLOAD_AGENT (an ACP agent of the daemon that takes images and answers its
+// `blocks` command with the prompt's blocks), an image attached in the page reaches it.
+if (process.env.E2E_UPLOAD_AGENT) {
+  cases.push([
+    "an image attached in the page reaches an ACP agent as an image block",
+    async () => {
+      const back = page.url();
+      const png = Buffer.from(
+        "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d49444154789c63f8cfc0f01f00050001ff89993d1d0000000049454e44ae426082",
+        "hex",
+      );
+      await page.goto(new URL(`?agent=${process.env.E2E_UPLOAD_AGENT}`, base).toString());
+      await page.getByTestId("copilot-chat-textarea").waitFor();
+      await page.locator('input[type="file"]').setInputFiles({ name: "dot.png", mimeType: "image/png", buffer: png });
+      // The attachment is uploaded before the message can go.
+      const input = page.getByTestId("copilot-chat-textarea");
+      await input.fill("blocks");
+      for (let i = 0; i < 100; i += 1) {
+        await input.press("Enter");
+        if (await user.filter({ hasText: "blocks" }).count()) break;
+        await page.waitForTimeout(100);
+      }
+      const image = `{"type":"image","data":"${png.toString("base64")}","mimeType":"image/png"}`;
+      await assistant.filter({ hasText: image }).last().waitFor();
+      // The daemon's transcript keeps the upload's URL, not the bytes.
+      const thread = new URL(page.url()).searchParams.get("thread");
+      const response = await fetch(`${daemon}/threads/${encodeURIComponent(thread)}/messages`, {
+        headers: { Authorization: `Bearer ${daemonToken}` },
+      });
+      const { messages } = await response.json();
+      const sent = JSON.stringify(messages.find((m) => m.role === "user"));
+      check(/"type":"url","value":"[^"]*\/uploads\/[0-9a-f]{32}"/.test(sent), `no upload URL in ${sent.slice(0, 300)}`);
+      check(!sent.includes(png.toString("base64")), "the transcript's message holds the image's bytes");
+      await page.goto(back);
+      await page.getByTestId("copilot-chat-textarea").waitFor();
     },
   ]);
 }

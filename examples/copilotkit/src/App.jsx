@@ -1,14 +1,14 @@
-import { createContext, useContext, useMemo, useState } from "react";
+import { createContext, useContext, useEffect, useMemo, useState } from "react";
 import {
   CopilotChat,
   CopilotChatAssistantMessage,
   CopilotChatUserMessage,
   CopilotKitProvider,
+  CopilotThreadsDrawer,
   useAgent,
   useCopilotKit,
   useFrontendTool,
   useHumanInTheLoop,
-  useThreads,
 } from "@copilotkit/react-core/v2";
 import { z } from "zod";
 import { ACTIVITY_RENDERERS } from "./generative-ui.jsx";
@@ -31,9 +31,39 @@ function threadFromUrl() {
 // - direct: VITE_RUNTIME_URL=/agui VITE_AGENT_ID=demo, the daemon's own CopilotKit routes
 //   behind a proxy that serves this page and adds the token (examples/reverse-proxy).
 const RUNTIME_URL = import.meta.env.VITE_RUNTIME_URL ?? "/api/copilotkit";
-const AGENT_ID = import.meta.env.VITE_AGENT_ID ?? "default";
-// In direct mode the daemon serves CopilotKit's thread list (`{path}/threads`).
+// ?agent=NAME picks another of the daemon's agents (direct mode).
+const AGENT_ID =
+  new URL(window.location.href).searchParams.get("agent") ?? import.meta.env.VITE_AGENT_ID ?? "default";
+// In direct mode the daemon serves CopilotKit's threads (`{path}/threads`: the list, rename,
+// archive, delete) and uploads (`{path}/uploads`).
 const DIRECT = import.meta.env.VITE_RUNTIME_URL !== undefined;
+
+// A page of this app on thread `thread` (a new one when absent), keeping ?agent=.
+function pageFor(thread) {
+  const url = new URL(window.location.href);
+  url.search = "";
+  const agent = new URL(window.location.href).searchParams.get("agent");
+  if (agent) url.searchParams.set("agent", agent);
+  if (thread) url.searchParams.set("thread", thread);
+  return url.toString();
+}
+
+// Attachments go to the daemon's uploads route; the message carries the upload's URL,
+// which the daemon reads into the agent's prompt.
+const ATTACHMENTS = {
+  enabled: true,
+  onUpload: async (file) => {
+    const response = await fetch(
+      `${RUNTIME_URL}/uploads?filename=${encodeURIComponent(file.name)}`,
+      { method: "POST", headers: { "Content-Type": file.type || "application/octet-stream" }, body: file },
+    );
+    const upload = await response.json();
+    if (!response.ok) throw new Error(upload.message ?? `upload failed: ${response.status}`);
+    // The page's own route to it (the proxy in front adds the token), so that CopilotKit's
+    // preview loads from this origin; the daemon takes the path as well as the full URL.
+    return { type: "url", value: `${RUNTIME_URL}/uploads/${upload.id}`, mimeType: upload.contentType };
+  },
+};
 
 export function App() {
   const threadId = useMemo(threadFromUrl, []);
@@ -44,11 +74,18 @@ export function App() {
       renderActivityMessages={ACTIVITY_RENDERERS}
     >
       <Tools />
-      <div className="layout">
+      <div className={DIRECT ? "layout with-drawer" : "layout"}>
+        {DIRECT ? (
+          <CopilotThreadsDrawer
+            agentId={AGENT_ID}
+            onThreadSelect={(id) => window.location.assign(pageFor(id))}
+            onNewThread={() => window.location.assign(pageFor(null))}
+          />
+        ) : null}
         <Chat threadId={threadId} />
         <aside className="side">
           <TodoPanel />
-          {DIRECT ? <ThreadList current={threadId} /> : null}
+          {DIRECT ? <RenameThread current={threadId} /> : null}
         </aside>
       </div>
     </CopilotKitProvider>
@@ -83,6 +120,15 @@ function Chat({ threadId }) {
     if (anchor) setNotes((n) => ({ ...n, stopped: new Set(n.stopped).add(anchor) }));
     copilotkit.stopAgent({ agent });
   };
+  // The daemon pushes no thread changes to CopilotKit's threads UI: its list is read again
+  // when a run ends, so a new thread (or a title set by the agent) shows at once.
+  useEffect(() => {
+    if (!DIRECT) return undefined;
+    const subscription = agent.subscribe({
+      onRunFinalized: () => copilotkit.getThreadStore?.(AGENT_ID)?.refetchThreads(),
+    });
+    return () => subscription.unsubscribe();
+  }, [agent, copilotkit]);
   const empty = agent.messages.length === 0 && !agent.isRunning;
   return (
     <section className="chat" aria-label="Chat">
@@ -105,6 +151,7 @@ function Chat({ threadId }) {
             onError={onError}
             onStop={onStop}
             messageView={MESSAGE_VIEW}
+            attachments={DIRECT ? ATTACHMENTS : undefined}
           />
         </Notes.Provider>
       </div>
@@ -218,22 +265,26 @@ function TodoPanel() {
 
 // The agent's threads, newest first, from the daemon's thread list; each one a link that
 // opens it (its history comes back through connect).
-function ThreadList({ current }) {
-  const { threads } = useThreads({ agentId: AGENT_ID, limit: 20 });
+// Renames the current thread through the threads drawer's own store (CopilotKit's
+// `renameThread`: `PATCH {path}/threads/{id}`); the drawer archives and deletes.
+function RenameThread({ current }) {
+  const { copilotkit } = useCopilotKit();
+  const [name, setName] = useState("");
+  const onSubmit = async (event) => {
+    event.preventDefault();
+    const store = copilotkit.getThreadStore?.(AGENT_ID);
+    if (!name.trim() || !store) return;
+    await store.renameThread(current, name.trim());
+    setName("");
+  };
   return (
-    <nav className="threads" aria-label="Threads" data-testid="threads">
-      <h2>Threads</h2>
-      <ul>
-        {threads.map((thread) => (
-          <li key={thread.id} data-current={thread.id === current ? "true" : undefined}>
-            <a href={`?thread=${encodeURIComponent(thread.id)}`} data-thread={thread.id}>
-              {thread.name ?? `${thread.id.slice(0, 8)}…`}
-            </a>
-          </li>
-        ))}
-      </ul>
-      <a href="?" data-testid="new-thread">New thread</a>
-    </nav>
+    <form className="rename" onSubmit={onSubmit} data-testid="rename-thread">
+      <label>
+        Rename this thread
+        <input value={name} onChange={(e) => setName(e.target.value)} placeholder="A name" />
+      </label>
+      <button type="submit">Rename</button>
+    </form>
   );
 }
 
