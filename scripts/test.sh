@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test: formatting, lints, dependency policy (cargo deny), unit and integration tests,
-# the conformance suite with the official AG-UI clients, frontend tools over MCP with
+# the conformance suite with the official AG-UI clients, the resumable client package
+# (clients/resume) through a proxy that cuts streams, frontend tools over MCP with
 # elizacp, streaming through nginx, Caddy and the Go reverse proxy, a cluster of three nodes
 # on a throwaway PostgreSQL, the real Claude Code and Codex adapters against scripted model
 # APIs, and the CopilotKit example in headless Chromium (with the demo agent and with the
@@ -90,6 +91,8 @@ echo "== conformance (official AG-UI clients)"
 # `cargo test` has built the binary (the integration tests run it); build only if missing.
 [ -x "$root/target/debug/agui-serve" ] || cargo build --locked --bin agui-serve
 scripts/conformance.sh "$root/target/debug/agui-serve"
+echo "== the resumable client through a proxy that cuts streams (both official clients)"
+scripts/resume.sh "$root/target/debug/agui-serve"
 echo "== frontend tools over MCP with an independent ACP agent (elizacp)"
 scripts/elizacp-mcp.sh "$root/target/debug/agui-serve"
 echo "== streaming through nginx, Caddy and the Go reverse proxy"
