@@ -9,6 +9,7 @@
 import * as v1 from "agui-client-1";
 import * as v0 from "agui-client-0";
 import { randomUUID } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { isDeepStrictEqual } from "node:util";
 
@@ -370,7 +371,7 @@ cases.push({
 });
 
 cases.push({
-  name: "/info: every agent's capabilities parse with the SDK's AgentCapabilitiesSchema, nothing left out",
+  name: "/info: every agent's capabilities parse with the SDK's AgentCapabilitiesSchema, nothing left out; each is resumable and says how",
   async run(lib) {
     const schema = capabilitySchemas.get(lib);
     if (!schema) return "no AgentCapabilitiesSchema in this client";
@@ -389,6 +390,14 @@ cases.push({
     }
     const demo = info.agents.demo?.capabilities;
     if (demo && demo.multimodal?.input?.image !== false) return `demo: ${JSON.stringify(demo.multimodal)}`;
+    // Resumable, and how: the stream route and the client package in this repository.
+    const resumeClient = JSON.parse(readFileSync(new URL("../clients/resume/package.json", import.meta.url), "utf8")).name;
+    for (const agent of agents) {
+      const { transport, custom } = agent.capabilities;
+      if (transport?.resumable !== true) return `${agent.name}: transport ${JSON.stringify(transport)}`;
+      if (custom?.resume?.stream !== `${info.path}/threads/{threadId}/stream` || custom.resume.client !== resumeClient)
+        return `${agent.name}: custom ${JSON.stringify(custom)}`;
+    }
   },
 });
 

@@ -437,6 +437,20 @@ async fn info_is_the_copilotkit_runtime_shape_plus_our_fields() {
     let caps = &demo["capabilities"];
     assert_eq!(caps["identity"]["type"], "agui-serve/demo");
     assert_eq!(caps["transport"]["streaming"], true);
+    assert_eq!(caps["transport"]["resumable"], true);
+    // How to resume: the stream route, and the client package that uses it.
+    assert_eq!(
+        caps["custom"]["resume"]["stream"],
+        "/agui/threads/{threadId}/stream"
+    );
+    let package: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/resume/package.json"),
+        )
+        .expect("clients/resume/package.json"),
+    )
+    .expect("package.json is JSON");
+    assert_eq!(caps["custom"]["resume"]["client"], package["name"]);
     assert_eq!(caps["humanInTheLoop"]["approvals"], true);
     assert_eq!(caps["humanInTheLoop"]["interrupts"], false);
     assert_eq!(caps["multimodal"]["input"]["image"], false);

@@ -31,7 +31,7 @@ pub(super) fn info(
                 "className": "HttpAgent",
             });
             if let Some((features, hitl)) = app.runtime.agent_features(name) {
-                agent["capabilities"] = capabilities(name, description, &features, hitl);
+                agent["capabilities"] = capabilities(name, description, &features, hitl, &app.path);
             }
             if let Some(host) = &host {
                 let encoded =
@@ -90,6 +90,9 @@ pub(super) fn info(
     value
 }
 
+/// The npm package (`clients/resume`) that resumes a cut stream for an AG-UI `HttpAgent`.
+const RESUME_CLIENT: &str = "@agui-serve/resume";
+
 /// An agent's capabilities in the AG-UI SDK's shape (`AgentCapabilities` of
 /// `@ag-ui/core`): what the daemon does for every agent (transport, tools, state, human in
 /// the loop), and what the agent's backend knows of it (identity, input kinds, reasoning).
@@ -99,6 +102,7 @@ fn capabilities(
     description: &str,
     features: &crate::agent::Features,
     hitl: crate::agent::Hitl,
+    path: &str,
 ) -> serde_json::Value {
     let mut identity = json!({
         "name": name,
@@ -121,6 +125,12 @@ fn capabilities(
             // A cut stream is taken up again after its last event id (reattach).
             "resumable": true,
         },
+        // How: the route a client reattaches to (with `Last-Event-ID`), and the client
+        // package that does it for an `HttpAgent` (clients/resume, docs/resume.md).
+        "custom": {"resume": {
+            "stream": format!("{path}/threads/{{threadId}}/stream"),
+            "client": RESUME_CLIENT,
+        }},
         "tools": {"supported": true, "clientProvided": true},
         "state": {"snapshots": true, "deltas": true, "persistentState": true},
         "humanInTheLoop": {
