@@ -145,11 +145,12 @@ async function journaled(threadId, lastEventId) {
 
 // A TCP proxy in front of the daemon: its first connections are each cut (the rest of the
 // response dropped, the connection closed) after the number of response bytes `budgets`
-// gives, in order; later connections pass whole.
-async function cuttingProxy(budgets) {
+// gives, in order; later connections pass whole. With `forget`, the `Last-Event-ID` of
+// every request is replaced by one the daemon cannot honour, so that it resyncs.
+async function cuttingProxy(budgets, { forget = false } = {}) {
   const target = new URL(base);
   const plan = [...budgets];
-  const stats = { connections: 0, cuts: 0 };
+  const stats = { connections: 0, cuts: 0, forgotten: 0 };
   const sockets = new Set();
   const server = net.createServer((client) => {
     stats.connections += 1;
@@ -162,7 +163,14 @@ async function cuttingProxy(budgets) {
     }
     let sent = 0;
     let cut = false;
-    client.pipe(upstream);
+    client.on("data", (chunk) => {
+      if (!forget) return void upstream.write(chunk);
+      const request = chunk.toString("latin1");
+      const rewritten = request.replace(/^(last-event-id:)[^\r]*/im, "$1 forgotten");
+      if (rewritten !== request) stats.forgotten += 1;
+      upstream.write(Buffer.from(rewritten, "latin1"));
+    });
+    client.on("end", () => upstream.end());
     upstream.on("data", (chunk) => {
       if (cut) return;
       if (budget === undefined || sent + chunk.length < budget) {
@@ -270,6 +278,37 @@ const cases = [
     },
   },
   {
+    name: "a reattach the daemon cannot honour is restated: RUN_ERROR STREAM_RESYNC, the run again from snapshots, the reply whole",
+    async run() {
+      const ref = await referenceRun();
+      const proxy = await cuttingProxy([900], { forget: true });
+      try {
+        const threadId = randomUUID();
+        const agent = resumable(proxy.url, threadId, [user(SLOW)]);
+        const r = await run(agent);
+        if (r.failure) return `run failed: ${r.failure.message}`;
+        if (proxy.stats.cuts !== 1 || proxy.stats.forgotten !== 1)
+          return `${proxy.stats.cuts} cuts, ${proxy.stats.forgotten} ids forgotten, not 1 and 1`;
+        const types = r.events.map((e) => e.type);
+        const at = types.indexOf("RUN_ERROR");
+        if (at < 0 || r.events[at].code !== RESYNC_CODE || types.lastIndexOf("RUN_ERROR") !== at)
+          return `events ${types.join(",")}`;
+        const again = r.events.slice(at + 1, at + 4).map((e) => e.type).join(",");
+        if (again !== "RUN_STARTED,MESSAGES_SNAPSHOT,STATE_SNAPSHOT") return `restated as ${again}`;
+        if (r.events[at + 1].runId !== r.events[0].runId) return "restated another run";
+        if (types[types.length - 1] !== "RUN_FINISHED") return `ended ${types[types.length - 1]}`;
+        if (lastText(agent) !== text(ref.events)) return `transcript ${JSON.stringify(lastText(agent))}`;
+        const response = await fetch(`${base}/threads/${threadId}/messages`, { headers });
+        const { messages } = await response.json();
+        const view = (list) => list.map((m) => [m.id, m.role, m.content]);
+        if (!isDeepStrictEqual(view(agent.messages), view(messages)))
+          return `client transcript ${JSON.stringify(view(agent.messages))} vs the daemon's ${JSON.stringify(view(messages))}`;
+      } finally {
+        proxy.close();
+      }
+    },
+  },
+  {
     name: "connect() to a live run: restated, then live to its end through two cuts, each event once",
     async run() {
       const threadId = randomUUID();
@@ -339,8 +378,8 @@ const cases = [
   },
 ];
 
-// The resync answer and a cut inside a restatement, from a scripted server: the daemon
-// resyncs only when its journal no longer holds the id, which a short test cannot cause.
+// A cut inside a restatement, and `onResync: "fail"`, against a scripted server: each of
+// its answers (resync, a restatement cut after two frames) is fixed, not left to timing.
 async function resyncCase() {
   const frame = (id, event) => `${id ? `id: ${id}\n` : ""}data: ${JSON.stringify(event)}\n\n`;
   const started = { type: "RUN_STARTED", threadId: "t", runId: "r" };
