@@ -376,7 +376,66 @@ const cases = [
       return await resyncCase();
     },
   },
+  {
+    name: "a connection that goes silent (no frame, no keep-alive) is taken as cut after idleTimeoutMs and reattached exactly",
+    async run() {
+      return await silentCase();
+    },
+  },
 ];
+
+// A run whose connection stays open but brings nothing after its first frame (a half-open
+// connection), against a scripted server that never ends it.
+async function silentCase() {
+  const frame = (id, event) => `id: ${id}\ndata: ${JSON.stringify(event)}\n\n`;
+  const asked = [];
+  const held = [];
+  let giveUp;
+  let endedByServer = false;
+  const server = http.createServer((req, res) => {
+    req.resume();
+    asked.push(`${req.method} ${req.headers["last-event-id"] ?? "-"}`);
+    res.writeHead(200, { "content-type": "text/event-stream", "agui-resume": "exact" });
+    if (req.method === "POST") {
+      res.write(frame("s-1", { type: "RUN_STARTED", threadId: "t", runId: "r" }));
+      held.push(res); // and nothing more, unless the client never gives up on it:
+      // then the connection ends, so that the case fails instead of hanging.
+      giveUp = setTimeout(() => {
+        endedByServer = true;
+        res.end();
+      }, 10_000);
+    } else {
+      clearTimeout(giveUp);
+      res.end(
+        frame("s-2", { type: "TEXT_MESSAGE_START", messageId: "m", role: "assistant" }) +
+          frame("s-3", { type: "TEXT_MESSAGE_CONTENT", messageId: "m", delta: "late" }) +
+          frame("s-4", { type: "TEXT_MESSAGE_END", messageId: "m" }) +
+          frame("s-5", { type: "RUN_FINISHED", threadId: "t", runId: "r" }),
+      );
+    }
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  try {
+    const agent = new ResumableHttpAgent({
+      url: `http://127.0.0.1:${server.address().port}/agui/demo`,
+      threadId: "t",
+      initialMessages: [user("hi")],
+      resume: { ...quick, idleTimeoutMs: 50 },
+    });
+    const r = await run(agent, "r");
+    if (endedByServer) return "the silent connection was never taken as cut";
+    if (r.failure) return `run failed: ${r.failure.message}`;
+    if (!isDeepStrictEqual(asked, ["POST -", "GET s-1"])) return `requests ${JSON.stringify(asked)}`;
+    const types = r.events.map((e) => e.type).join(",");
+    if (types !== "RUN_STARTED,TEXT_MESSAGE_START,TEXT_MESSAGE_CONTENT,TEXT_MESSAGE_END,RUN_FINISHED")
+      return `events ${types}`;
+    if (lastText(agent) !== "late") return `transcript ${JSON.stringify(agent.messages)}`;
+  } finally {
+    clearTimeout(giveUp);
+    for (const res of held) res.destroy();
+    server.close();
+  }
+}
 
 // A cut inside a restatement, and `onResync: "fail"`, against a scripted server: each of
 // its answers (resync, a restatement cut after two frames) is fixed, not left to timing.
