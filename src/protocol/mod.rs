@@ -1,5 +1,5 @@
-//! The AG-UI wire format and nothing else: typed events, request decoding, SSE framing and
-//! content negotiation.
+//! The AG-UI wire format and nothing else: typed events, request decoding, SSE framing, the
+//! protobuf encoding and content negotiation.
 //!
 //! Architecture invariant: this module does no I/O and knows nothing of tokio or hyper. It is
 //! the one place that knows what bytes go on the wire.
@@ -8,6 +8,7 @@ pub mod accept;
 mod decode;
 pub mod events;
 pub mod input;
+pub mod proto;
 pub mod sse;
 
 pub use accept::{Negotiated, negotiate};
