@@ -2,15 +2,17 @@
 //! always gets the same answer; surrounding whitespace never changes it).
 #![no_main]
 
-use agui_serve::protocol::negotiate;
+use agui_serve::protocol::{Offer, negotiate};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|accept: &str| {
-    let answer = negotiate(Some(accept));
-    assert_eq!(negotiate(Some(accept)), answer);
-    assert_eq!(
-        negotiate(Some(&format!("  {accept}  "))),
-        answer,
-        "{accept:?}"
-    );
+    for offer in [Offer::EventStream, Offer::EventStreamOrProtobuf] {
+        let answer = negotiate(Some(accept), offer);
+        assert_eq!(negotiate(Some(accept), offer), answer);
+        assert_eq!(
+            negotiate(Some(&format!("  {accept}  ")), offer),
+            answer,
+            "{accept:?}"
+        );
+    }
 });

@@ -109,6 +109,22 @@ pub fn event_stream(attachment: Attachment) -> Body {
     StreamBody::new(stream).boxed_unsync()
 }
 
+/// The protobuf body of `attachment`: the same chunks as [`event_stream`], each re-encoded
+/// as protobuf frames (`protocol::proto`). A chunk with no event in it (a keep-alive
+/// comment: the encoding has none) sends nothing.
+pub fn protobuf_stream(attachment: Attachment) -> Body {
+    let stream = futures_util::stream::unfold(attachment, |mut attachment| async move {
+        loop {
+            let sse = attachment.next_chunk().await?;
+            let frames = crate::protocol::proto::transcode(&sse);
+            if !frames.is_empty() {
+                return Some((Ok::<_, Infallible>(Frame::data(frames)), attachment));
+            }
+        }
+    });
+    StreamBody::new(stream).boxed_unsync()
+}
+
 /// The SSE body of a fleet subscription: each event as a frame with its id and timestamp,
 /// keep-alive comments in silences.
 pub fn fleet_stream(stream: crate::runtime::FleetStream) -> Body {

@@ -11,7 +11,7 @@ pub mod input;
 pub mod proto;
 pub mod sse;
 
-pub use accept::{Negotiated, negotiate};
+pub use accept::{Negotiated, Offer, negotiate};
 pub use events::{Event, Outcome, TextRole};
 pub use input::{InputError, Message, RunAgentInput, decode_run_input};
 pub use sse::{KEEP_ALIVE, encode_event, event_frame, sse_frame};

@@ -7,10 +7,12 @@ use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
 use crate::access::{Capability, Principal};
 pub(super) use crate::clock::rfc3339;
-use crate::http::body::{Body, MAX_BODY_BYTES, RequestBody, event_stream, full, read_body};
+use crate::http::body::{
+    Body, MAX_BODY_BYTES, RequestBody, event_stream, full, protobuf_stream, read_body,
+};
 use crate::http::error::ApiError;
 use crate::http::transport::ConnInfo;
-use crate::protocol::negotiate;
+use crate::protocol::{Negotiated, Offer, negotiate, proto};
 use crate::runtime::Attachment;
 
 /// What the audit line of a request says besides its principal, action and outcome.
@@ -38,25 +40,22 @@ pub(super) fn require(principal: &Principal, capability: Capability) -> Result<(
     }
 }
 
-/// A request answered with an event stream: a JSON body, and an `Accept` that allows SSE.
-pub(super) fn check_stream_request(headers: &HeaderMap) -> Result<(), ApiError> {
+/// A request answered with an event stream: a JSON body, and an `Accept` that allows one
+/// of the representations `offer` names; the one to send.
+pub(super) fn check_stream_request(
+    headers: &HeaderMap,
+    offer: Offer,
+) -> Result<Negotiated, ApiError> {
     if !is_json(headers) {
         return Err(ApiError::unsupported_media_type());
     }
-    let accept = headers.get(ACCEPT).and_then(|v| v.to_str().ok());
-    if negotiate(accept).is_none() {
-        return Err(ApiError::not_acceptable());
-    }
-    Ok(())
+    check_accept(headers, offer)
 }
 
-/// An error unless `headers` accept an event stream.
-pub(super) fn check_accept(headers: &HeaderMap) -> Result<(), ApiError> {
+/// The representation `headers` accept among those `offer` names, else 406.
+pub(super) fn check_accept(headers: &HeaderMap, offer: Offer) -> Result<Negotiated, ApiError> {
     let accept = headers.get(ACCEPT).and_then(|v| v.to_str().ok());
-    match negotiate(accept) {
-        Some(_) => Ok(()),
-        None => Err(ApiError::not_acceptable()),
-    }
+    negotiate(accept, offer).ok_or_else(ApiError::not_acceptable)
 }
 
 /// Reads a JSON request body (within the body limits).
@@ -146,12 +145,18 @@ pub(super) fn json_response(status: StatusCode, value: serde_json::Value) -> Res
     response
 }
 
-/// The 200 event-stream response for an attachment.
-pub(super) fn stream_response(attachment: Attachment) -> Response<Body> {
+/// The 200 event-stream response for an attachment, in the negotiated representation.
+pub(super) fn stream_response(attachment: Attachment, format: Negotiated) -> Response<Body> {
     let resume = attachment.resume();
-    let mut response = Response::new(event_stream(attachment));
+    let mut response = match format {
+        Negotiated::EventStream => Response::new(event_stream(attachment)),
+        Negotiated::Protobuf => Response::new(protobuf_stream(attachment)),
+    };
     let headers = response.headers_mut();
     sse_headers(headers);
+    if format == Negotiated::Protobuf {
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static(proto::MEDIA_TYPE));
+    }
     headers.insert("agui-resume", HeaderValue::from_static(resume.as_str()));
     response
 }

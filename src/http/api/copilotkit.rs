@@ -26,6 +26,7 @@ use crate::http::body::{Body, RequestBody, empty};
 use crate::http::error::ApiError;
 use crate::http::transport::ConnInfo;
 use crate::protocol::input::check_id;
+use crate::protocol::{Negotiated, Offer};
 
 /// `POST {path}/agent/{id}/connect` as it arrives: an event-stream request with a JSON body.
 pub(super) async fn connect_request(
@@ -36,7 +37,7 @@ pub(super) async fn connect_request(
     conn: &ConnInfo,
     audit: &mut Audit,
 ) -> Result<Response<Body>, ApiError> {
-    check_stream_request(req.headers())?;
+    check_stream_request(req.headers(), Offer::EventStream)?;
     let (parts, body) = req.into_parts();
     let body = read_json(body, &parts.headers, conn).await?;
     connect(app, principal, agent, &body, audit).await
@@ -97,7 +98,7 @@ pub(super) async fn connect(
         .runtime
         .reattach_as(principal, &thread_id, last_seen.as_deref())
         .await?;
-    Ok(stream_response(attachment))
+    Ok(stream_response(attachment, Negotiated::EventStream))
 }
 
 /// `POST {path}/agent/{id}/stop/{threadId}`: `body` is the request's JSON, if any.
@@ -159,9 +160,9 @@ pub(super) async fn envelope(
     match method.as_str() {
         "info" => Ok(json_response(StatusCode::OK, info())),
         "agent/run" => {
-            check_accept(headers)?;
+            let format = check_accept(headers, Offer::EventStream)?;
             let bytes = serde_json::to_vec(&body_or_empty()).unwrap_or_default();
-            start_run(app, principal, &agent()?, &bytes, audit).await
+            start_run(app, principal, &agent()?, &bytes, format, audit).await
         }
         "agent/connect" => {
             require(principal, Capability::Read)?;

@@ -8,6 +8,7 @@ use super::threads::last_event_id;
 use crate::access::Principal;
 use crate::http::body::{Body, fleet_stream};
 use crate::http::error::ApiError;
+use crate::protocol::Offer;
 use crate::runtime::FleetFrom;
 
 /// `GET {path}/fleet/stream`: the principal's view of the fleet; replay after
@@ -19,7 +20,7 @@ pub(super) fn stream(
     headers: &HeaderMap,
     query: Option<&str>,
 ) -> Result<Response<Body>, ApiError> {
-    check_accept(headers)?;
+    check_accept(headers, Offer::EventStream)?;
     let from = match (last_event_id(headers, query), query_param(query, "since")) {
         (Some(id), _) => FleetFrom::After(id),
         (None, Some(since)) => {

@@ -12,7 +12,7 @@ use crate::access::Principal;
 use crate::http::body::{Body, RequestBody};
 use crate::http::error::ApiError;
 use crate::http::transport::ConnInfo;
-use crate::protocol::decode_run_input;
+use crate::protocol::{Negotiated, Offer, decode_run_input};
 use crate::runtime::CancelReason;
 
 /// `POST {path}/{agent}` (and CopilotKit's `{path}/agent/{agent}/run`).
@@ -24,19 +24,20 @@ pub(super) async fn run(
     conn: ConnInfo,
     audit: &mut Audit,
 ) -> Result<Response<Body>, ApiError> {
-    check_stream_request(req.headers())?;
+    let format = check_stream_request(req.headers(), Offer::EventStreamOrProtobuf)?;
     let (parts, body) = req.into_parts();
     let body = read_request_body(body, &parts.headers, &conn).await?;
-    start_run(app, principal, agent, &body, audit).await
+    start_run(app, principal, agent, &body, format, audit).await
 }
 
-/// Starts a run of `agent` from a `RunAgentInput` body; the stream of its current segment.
-/// The caller has checked that the request accepts an event stream.
+/// Starts a run of `agent` from a `RunAgentInput` body; the stream of its current segment,
+/// in `format`, which the caller negotiated.
 pub(super) async fn start_run(
     app: &App,
     principal: &Principal,
     agent: &str,
     body: &[u8],
+    format: Negotiated,
     audit: &mut Audit,
 ) -> Result<Response<Body>, ApiError> {
     let input = decode_run_input(body)?;
@@ -47,7 +48,7 @@ pub(super) async fn start_run(
     }
     app.runtime.check_input(agent, &input)?;
     let attachment = app.runtime.start_run_as(principal, agent, input).await?;
-    Ok(stream_response(attachment))
+    Ok(stream_response(attachment, format))
 }
 
 /// `POST {path}/runs/{runId}/cancel`.

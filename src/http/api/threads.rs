@@ -13,6 +13,7 @@ use crate::access::Principal;
 use crate::http::body::{Body, RequestBody, empty};
 use crate::http::error::ApiError;
 use crate::http::transport::ConnInfo;
+use crate::protocol::Offer;
 use crate::protocol::input::check_id;
 use crate::runtime::LoadError;
 use crate::store;
@@ -246,12 +247,12 @@ pub(super) async fn stream(
     headers: &HeaderMap,
     query: Option<&str>,
 ) -> Result<Response<Body>, ApiError> {
-    check_accept(headers)?;
+    let format = check_accept(headers, Offer::EventStreamOrProtobuf)?;
     let attachment = app
         .runtime
         .reattach_as(principal, id, last_event_id(headers, query).as_deref())
         .await?;
-    Ok(stream_response(attachment))
+    Ok(stream_response(attachment, format))
 }
 
 /// The id a reconnecting client last saw. A header that is not text is a malformed id
