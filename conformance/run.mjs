@@ -43,12 +43,39 @@ for (const level of ["warn", "error"]) {
   };
 }
 
+// AGUI_TRANSPORT=protobuf: the agents ask for the protobuf encoding through the clients'
+// hook for it (HttpAgent.requestInit), and every response they read must be protobuf.
+const overProtobuf = process.env.AGUI_TRANSPORT === "protobuf";
+const PROTOBUF = "application/vnd.ag-ui.event+proto";
+const streamTypes = [];
+const protobufAgents = new Map();
+function protobufAgent(lib) {
+  if (!protobufAgents.has(lib)) {
+    protobufAgents.set(
+      lib,
+      class extends lib.HttpAgent {
+        requestInit(input) {
+          const init = super.requestInit(input);
+          return { ...init, headers: { ...init.headers, Accept: PROTOBUF } };
+        }
+      },
+    );
+  }
+  return protobufAgents.get(lib);
+}
+
 function agentFor(lib, agentName, threadId, messages) {
-  return new lib.HttpAgent({
+  const Agent = overProtobuf ? protobufAgent(lib) : lib.HttpAgent;
+  return new Agent({
     url: `${base}/${agentName}`,
     headers: { Authorization: `Bearer ${token}` },
     threadId,
     initialMessages: messages,
+    fetch: async (url, init) => {
+      const response = await fetch(url, init);
+      streamTypes.push(response.headers.get("content-type"));
+      return response;
+    },
   });
 }
 
@@ -114,12 +141,25 @@ const cases = [
   },
   {
     name: "/think",
+    sseOnly: "REASONING_* events have no message in the protobuf schema",
     async run(lib) {
       const r = await runOnce(lib, { text: "/think about it" });
       if (r.failure) return `run failed: ${r.failure.message}`;
       const t = terminalOf(r.events);
       if (!t || t.type !== "RUN_FINISHED") return "no RUN_FINISHED";
       if (!r.events.some((e) => e.type === "REASONING_MESSAGE_CONTENT")) return "no reasoning";
+    },
+  },
+  {
+    name: "over protobuf, /think's reasoning arrives as CUSTOM agui.event events carrying it",
+    onlyProtobuf: true,
+    async run(lib) {
+      const r = await runOnce(lib, { text: "/think about it" });
+      if (r.failure) return `run failed: ${r.failure.message}`;
+      const t = terminalOf(r.events);
+      if (!t || t.type !== "RUN_FINISHED") return "no RUN_FINISHED";
+      const carried = r.events.filter((e) => e.type === "CUSTOM" && e.name === "agui.event").map((e) => e.value);
+      if (!carried.some((e) => e.type === "REASONING_MESSAGE_CONTENT" && e.delta)) return `carried ${JSON.stringify(carried)}`;
     },
   },
   {
@@ -135,6 +175,7 @@ const cases = [
   },
   {
     name: "generative UI (/ui): every default component as an activity message; an off-list one refused",
+    sseOnly: "ACTIVITY_* events have no message in the protobuf schema",
     async run(lib) {
       const examples = {
         approval_card: { title: "Deploy?", risk: "high", actions: [{ id: "ok", label: "Deploy" }] },
@@ -284,12 +325,14 @@ const cases = [
         .map((l) => JSON.parse(l.slice(6)))
         .find((e) => e.type === "STATE_SNAPSHOT");
       if (!snapshot) return "no daemon snapshot";
-      if (JSON.stringify(snapshot.snapshot) !== JSON.stringify(agent.state))
+      // Deep equality: the protobuf encoding carries objects as maps, whose keys have no order.
+      if (!isDeepStrictEqual(snapshot.snapshot, agent.state))
         return `daemon ${JSON.stringify(snapshot.snapshot)} vs client ${JSON.stringify(agent.state)}`;
     },
   },
   {
     name: "interrupt answered with resume from buildResumeArray",
+    sseOnly: "TOOL_CALL_RESULT has no message in the protobuf schema",
     onlyV1: true,
     async run(lib) {
       for (const [optionId, verdict] of [["allow", "Approved"], ["deny", "Denied"]]) {
@@ -404,6 +447,7 @@ cases.push({
 const acpCases = [
   {
     name: "ACP scripted: text, thought, tool call, plan, usage, misc",
+    sseOnly: "a thought (REASONING_*) and TOOL_CALL_RESULT have no message in the protobuf schema",
     async run(lib) {
       for (const [prompt, check] of [
         ["hello acp", (ev) => text(ev) === "Echo: hello acp"],
@@ -431,6 +475,7 @@ const acpCases = [
   },
   {
     name: "ACP scripted: permission approved and denied via agui_permission_request",
+    sseOnly: "TOOL_CALL_RESULT has no message in the protobuf schema",
     async run(lib) {
       return (
         (await acpPermission(lib, "scripted", 0, "Permission allowed.")) ||
@@ -460,6 +505,7 @@ const acpCases = [
   },
   {
     name: "ACP Python SDK agent: permission approved and denied",
+    sseOnly: "TOOL_CALL_RESULT has no message in the protobuf schema",
     async run(lib) {
       return (
         (await acpPermission(lib, "python", 0, "Python: allowed")) ||
@@ -616,6 +662,11 @@ record("harness", "detects broken streams", selfProblems.length === 0, selfProbl
 for (const client of clients) {
   for (const c of cases) {
     if (c.onlyV1 && client.legacy) continue;
+    if (c.onlyProtobuf && !overProtobuf) continue;
+    if (overProtobuf && c.sseOnly) {
+      console.log(`skip ${label}${client.name} :: ${c.name} (over protobuf: ${c.sseOnly})`);
+      continue;
+    }
     const before = logged.length;
     let problem;
     try {
@@ -627,6 +678,11 @@ for (const client of clients) {
     if (!problem && warnings.length) problem = `client logged: ${warnings.join(" | ")}`;
     record(client.name, c.name, !problem, problem);
   }
+}
+
+if (overProtobuf) {
+  const other = streamTypes.filter((type) => type !== PROTOBUF && type !== "application/json");
+  record("transport", "every stream the clients read was protobuf", streamTypes.length > 0 && other.length === 0, other.join(", "));
 }
 
 const failed = results.filter((r) => !r.ok).length;

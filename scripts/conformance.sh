@@ -85,6 +85,10 @@ cd "$root/conformance"
 ca="$work/data/tls/cert.pem"
 AGUI_URL="$url" AGUI_TOKEN="$token" AGUI_LABEL="master token" NODE_EXTRA_CA_CERTS="$ca" node run.mjs
 
+# The same scenarios over the protobuf encoding (Accept: application/vnd.ag-ui.event+proto).
+AGUI_URL="$url" AGUI_TOKEN="$token" AGUI_LABEL="protobuf" AGUI_TRANSPORT=protobuf \
+  NODE_EXTRA_CA_CERTS="$ca" node run.mjs
+
 # The same scenarios as a principal: a scoped token minted by POST {path}/tokens.
 scoped="$(curl -sS --fail-with-body --cacert "$ca" -H "Authorization: Bearer $token" \
   -H 'content-type: application/json' -d '{"sub":"conformance","ttlSeconds":3600}' \
