@@ -373,3 +373,61 @@ async fn a_thread_at_rest_hydrates_over_protobuf() {
         Some("You said: hello")
     );
 }
+
+/// The body of a protobuf stream in paused time: what goes out in the first minute of a
+/// run whose chunks are 40 s apart, by second; the SSE stream of the same input has a
+/// keep-alive in each silence.
+#[tokio::test(start_paused = true)]
+async fn a_protobuf_stream_sends_nothing_in_a_silence_where_sse_sends_a_keep_alive() {
+    use agui_serve::agent::demo::DemoAgent;
+    use agui_serve::runtime::{Runtime, RuntimeOptions};
+    use http_body_util::BodyExt;
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    let mut agents: BTreeMap<String, Arc<dyn agui_serve::agent::Agent>> = BTreeMap::new();
+    agents.insert("demo".into(), Arc::new(DemoAgent));
+    let store = agui_serve::store::Store::open(&temp_dir("pb-ka")).expect("store");
+    let runtime = Runtime::new(agents, RuntimeOptions::new(2), store);
+    let first_minute = |origin: tokio::time::Instant| move || origin.elapsed().as_secs() <= 60;
+
+    let mut sse = runtime
+        .start_run("demo", run_input("ka-sse", "r", "/slow 3 40000"))
+        .await
+        .expect("start");
+    let in_time = first_minute(tokio::time::Instant::now());
+    let mut keep_alives = 0;
+    while let Some(bytes) = sse.next().await {
+        if !in_time() {
+            break;
+        }
+        keep_alives += usize::from(bytes.starts_with(b":"));
+    }
+    assert!(keep_alives > 0, "the SSE stream had no silence to fill");
+
+    let attachment = runtime
+        .start_run("demo", run_input("ka-pb", "r2", "/slow 3 40000"))
+        .await
+        .expect("start");
+    let origin = tokio::time::Instant::now();
+    let mut body = agui_serve::http::body::protobuf_stream(attachment);
+    let mut sent_at = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let at = origin.elapsed().as_secs();
+        if at > 60 {
+            break;
+        }
+        let data = frame.expect("frame").into_data().expect("data");
+        // Whole frames only: each a length and a message.
+        let mut rest = &data[..];
+        while !rest.is_empty() {
+            let len = u32::from_be_bytes(rest[..4].try_into().expect("prefix")) as usize;
+            ag_ui::Event::decode(&rest[4..4 + len]).expect("an Event");
+            rest = &rest[4 + len..];
+        }
+        sent_at.push(at);
+    }
+    sent_at.dedup();
+    // The run's chunks at 0 and 40 s, and nothing in between.
+    assert_eq!(sent_at, [0, 40]);
+}
