@@ -49,6 +49,12 @@ const overProtobuf = process.env.AGUI_TRANSPORT === "protobuf";
 const PROTOBUF = "application/vnd.ag-ui.event+proto";
 const streamTypes = [];
 const protobufAgents = new Map();
+// Each client's own decoder (its `@ag-ui/proto`), for streams read without an agent.
+const requireIn = (client) => createRequire(createRequire(import.meta.url).resolve(client));
+const protoOf = new Map([
+  [v0, requireIn("agui-client-0")("@ag-ui/proto")],
+  [v1, requireIn("agui-client-1")("@ag-ui/proto")],
+]);
 function protobufAgent(lib) {
   if (!protobufAgents.has(lib)) {
     protobufAgents.set(
@@ -160,6 +166,37 @@ const cases = [
       if (!t || t.type !== "RUN_FINISHED") return "no RUN_FINISHED";
       const carried = r.events.filter((e) => e.type === "CUSTOM" && e.name === "agui.event").map((e) => e.value);
       if (!carried.some((e) => e.type === "REASONING_MESSAGE_CONTENT" && e.delta)) return `carried ${JSON.stringify(carried)}`;
+    },
+  },
+  {
+    name: "over protobuf, a reattach hydrates: the client's decoder reads the snapshot of a frontend tool round trip",
+    onlyProtobuf: true,
+    async run(lib) {
+      const tools = [{ name: "chart", description: "draws a chart", parameters: { type: "object" } }];
+      const threadId = randomUUID();
+      const agent = agentFor(lib, "demo", threadId, [userMessage('/tool chart {"kind":"bar"}')]);
+      const first = [];
+      await agent.runAgent({ runId: randomUUID(), tools }, { onEvent: ({ event }) => first.push(event) });
+      const start = first.find((e) => e.type === "TOOL_CALL_START");
+      if (!start) return "no chart call";
+      agent.addMessage({ id: randomUUID(), role: "tool", toolCallId: start.toolCallId, content: "a bar chart" });
+      await agent.runAgent({ runId: randomUUID(), tools });
+      const response = await fetch(`${base}/threads/${threadId}/stream`, {
+        headers: { Authorization: `Bearer ${token}`, Accept: PROTOBUF },
+      });
+      if (response.headers.get("content-type") !== PROTOBUF) return `content-type ${response.headers.get("content-type")}`;
+      const bytes = new Uint8Array(await response.arrayBuffer());
+      const events = [];
+      for (let at = 0; at < bytes.length; ) {
+        const length = new DataView(bytes.buffer, bytes.byteOffset + at, 4).getUint32(0, false);
+        events.push(protoOf.get(lib).decode(bytes.slice(at + 4, at + 4 + length)));
+        at += 4 + length;
+      }
+      const types = events.map((e) => e.type).join(",");
+      if (types !== "RUN_STARTED,MESSAGES_SNAPSHOT,STATE_SNAPSHOT,RUN_FINISHED") return `events ${types}`;
+      const snapshot = events[1].messages.map((m) => `${m.role}:${m.id}`);
+      const client = agent.messages.map((m) => `${m.role}:${m.id}`);
+      if (!isDeepStrictEqual(snapshot, client)) return `snapshot ${snapshot} vs client ${client}`;
     },
   },
   {
