@@ -82,7 +82,16 @@ fn an_owners_listing_uses_the_owner_index() {
         .prepare(&format!("EXPLAIN QUERY PLAN {}", list_sql(true)))
         .expect("plan")
         .query_map(
-            params![None::<String>, 0, "", true, 10, "alice", None::<String>, false],
+            params![
+                None::<String>,
+                0,
+                "",
+                true,
+                10,
+                "alice",
+                None::<String>,
+                false
+            ],
             |r| r.get::<_, String>(3),
         )
         .expect("rows")
