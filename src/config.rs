@@ -138,6 +138,8 @@ pub struct AgentConfig {
     pub name: String,
     pub description: String,
     pub hitl: Hitl,
+    /// What new input does while a run is live (`multitask`; a request may choose its own).
+    pub multitask: crate::agent::Multitask,
     pub kind: AgentKind,
 }
 
@@ -386,6 +388,7 @@ impl AgentConfig {
             name: "demo".to_owned(),
             description: "Built-in deterministic demo agent".to_owned(),
             hitl: Hitl::Tool,
+            multitask: crate::agent::Multitask::Reject,
             kind: AgentKind::Demo,
         }
     }

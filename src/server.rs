@@ -451,6 +451,11 @@ fn runtime_options(config: &Config) -> Result<RuntimeOptions, ServeError> {
         .iter()
         .map(|a| (a.name.clone(), a.hitl))
         .collect();
+    options.multitask = config
+        .agents
+        .iter()
+        .map(|a| (a.name.clone(), a.multitask))
+        .collect();
     options.uploads = Some(Arc::new(crate::uploads::Uploads::new(
         config.data_dir.join("uploads"),
         &config.path,

@@ -27,6 +27,7 @@ fn acp_agent(
         name: name.to_owned(),
         description: "scripted ACP agent".to_owned(),
         hitl: Hitl::Tool,
+        multitask: Default::default(),
         kind: AgentKind::Acp(AcpConfig {
             command: vec![scripted_agent().to_str().expect("utf8").to_owned()],
             cwd: None,
@@ -466,6 +467,7 @@ async fn readyz_reports_whether_agents_can_start() {
             name: "missing".into(),
             description: String::new(),
             hitl: Hitl::Tool,
+            multitask: Default::default(),
             kind: AgentKind::Acp(AcpConfig {
                 command: vec!["/nonexistent/agent-binary".into()],
                 cwd: None,
@@ -1027,6 +1029,7 @@ async fn an_agent_whose_command_is_missing_is_unavailable_on_the_agents_route() 
             name: "missing".into(),
             description: String::new(),
             hitl: Hitl::Tool,
+            multitask: Default::default(),
             kind: AgentKind::Acp(AcpConfig {
                 command: vec!["/nonexistent/agent-binary".into()],
                 cwd: None,

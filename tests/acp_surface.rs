@@ -24,6 +24,7 @@ fn agent(name: &str, hitl: Hitl, state: &std::path::Path) -> AgentConfig {
         name: name.to_owned(),
         description: "scripted ACP agent".to_owned(),
         hitl,
+        multitask: Default::default(),
         kind: AgentKind::Acp(AcpConfig {
             command: vec![scripted_agent().to_str().expect("utf8").to_owned()],
             cwd: None,

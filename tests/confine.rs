@@ -36,6 +36,7 @@ fn probe_agent(
         name: name.to_owned(),
         description: "probe".to_owned(),
         hitl: Hitl::Tool,
+        multitask: Default::default(),
         kind: AgentKind::Acp(config),
     }
 }

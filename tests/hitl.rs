@@ -204,6 +204,7 @@ async fn interrupt_server(timeout: Duration) -> TestServer {
         c.suspend_timeout = timeout;
         c.agents = vec![AgentConfig {
             hitl: Hitl::Interrupt,
+            multitask: Default::default(),
             ..AgentConfig::demo()
         }];
     })

@@ -1412,6 +1412,7 @@ async fn start_server(dir: &Path) -> TestServer {
             AgentConfig {
                 name: "demoi".to_owned(),
                 hitl: Hitl::Interrupt,
+                multitask: Default::default(),
                 ..AgentConfig::demo()
             },
         ];

@@ -51,6 +51,7 @@ fn claude(model: &ScriptedModel, workspaces: &Path, permissions: Permissions) ->
         name: "claude".to_owned(),
         description: "Claude Code".to_owned(),
         hitl: Hitl::Tool,
+        multitask: Default::default(),
         kind: AgentKind::Acp(AcpConfig {
             env,
             permissions,
@@ -118,6 +119,7 @@ enabled = false
         name: "codex".to_owned(),
         description: "Codex".to_owned(),
         hitl: Hitl::Tool,
+        multitask: Default::default(),
         kind: AgentKind::Acp(AcpConfig {
             env,
             workspace: Some(agui_serve::workspace::WorkspaceConfig {

@@ -709,7 +709,7 @@ async fn answers_racing_the_end_of_a_run_that_parks_again_all_get_ended_streams(
     // waits on a pump that is gone.
     match runtime.start_run("demo", answer_y).await {
         Ok(answered_y) => assert_whole_segments(&drain_within(answered_y).await),
-        Err(error) => assert!(matches!(error, StartError::RunInProgress), "{error:?}"),
+        Err(error) => assert!(matches!(error, StartError::RunInProgress(_)), "{error:?}"),
     }
     for _ in 0..500 {
         if runtime.live_status(&support::operator_key("g")).is_none() {

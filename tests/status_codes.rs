@@ -4,7 +4,7 @@ mod support;
 
 use std::time::Duration;
 
-use agui_serve::config::Auth;
+use agui_serve::config::{AgentConfig, Auth};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use support::*;
@@ -241,12 +241,102 @@ async fn new_input_while_running_is_409() {
     let (status, _, body) = error_body(response).await;
     assert_eq!(status, 409);
     assert_eq!(body["code"], "RUN_IN_PROGRESS");
+    // The live run's id, to attach to or cancel.
+    assert_eq!(body["runId"], "r1");
     // The first run is unaffected.
     let rest = reader.collect().await;
     assert_eq!(
         rest.last().map(|f| f.kind().to_owned()).as_deref(),
         Some("RUN_FINISHED")
     );
+}
+
+/// `run_body` with `forwardedProps.agui.multitask` set to `strategy`.
+fn with_multitask(thread: &str, run: &str, text: &str, strategy: &str) -> serde_json::Value {
+    let mut body = run_body(thread, run, text);
+    body["forwardedProps"] = serde_json::json!({"agui": {"multitask": strategy}});
+    body
+}
+
+/// The last frame of a stream, its type and its outcome's type.
+fn ending(frames: &[SseFrame]) -> (String, Option<String>) {
+    let last = frames.last().expect("a frame");
+    (
+        last.kind().to_owned(),
+        last.data["outcome"]["type"].as_str().map(str::to_owned),
+    )
+}
+
+#[tokio::test]
+async fn new_input_with_multitask_interrupt_cancels_the_live_run_and_runs() {
+    let server = TestServer::start().await;
+    let first = post_run(&server, "demo", &run_body("busy", "r1", "/slow 200 20")).await;
+    let mut reader = SseReader::new(first);
+    assert_eq!(reader.next().await.expect("frame").kind(), "RUN_STARTED");
+
+    let second = post_run(
+        &server,
+        "demo",
+        &with_multitask("busy", "r2", "again", "interrupt"),
+    )
+    .await;
+    assert_eq!(second.status(), 200);
+    let frames = SseReader::new(second).collect().await;
+    assert_valid_segment(&frames);
+    assert_eq!(text_of(&frames), "You said: again");
+    // The interrupted run ended cancelled, on every stream that followed it.
+    let rest = reader.collect().await;
+    assert_eq!(
+        ending(&rest),
+        ("RUN_FINISHED".to_owned(), Some("cancelled".to_owned()))
+    );
+    let (_, thread) = get_json(&server, "/threads/busy").await;
+    assert_eq!(thread["lastRun"]["runId"], "r2");
+}
+
+#[tokio::test]
+async fn an_agent_s_multitask_default_and_a_request_s_own() {
+    let server = TestServer::with(|c| {
+        c.agents = vec![AgentConfig {
+            multitask: agui_serve::agent::Multitask::Interrupt,
+            ..AgentConfig::demo()
+        }];
+    })
+    .await;
+    let first = post_run(&server, "demo", &run_body("t", "r1", "/slow 200 20")).await;
+    let mut reader = SseReader::new(first);
+    assert_eq!(reader.next().await.expect("frame").kind(), "RUN_STARTED");
+    // The request's own strategy wins over the agent's.
+    let refused = post_run(&server, "demo", &with_multitask("t", "r2", "no", "reject")).await;
+    let (status, _, body) = error_body(refused).await;
+    assert_eq!(
+        (status, body["runId"].clone()),
+        (StatusCode::CONFLICT, serde_json::json!("r1"))
+    );
+    // Without one, the agent's: the live run is interrupted.
+    let second = post_run(&server, "demo", &run_body("t", "r3", "again")).await;
+    assert_eq!(second.status(), 200);
+    assert_eq!(
+        text_of(&SseReader::new(second).collect().await),
+        "You said: again"
+    );
+    assert_eq!(
+        ending(&reader.collect().await).1.as_deref(),
+        Some("cancelled")
+    );
+
+    // A strategy the server does not offer, or no string, is refused by name.
+    for strategy in [
+        serde_json::json!("enqueue"),
+        serde_json::json!("later"),
+        serde_json::json!(1),
+    ] {
+        let mut body = run_body("t", "r4", "x");
+        body["forwardedProps"] = serde_json::json!({"agui": {"multitask": strategy}});
+        let (status, _, error) = error_body(post_run(&server, "demo", &body).await).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{strategy}");
+        assert_eq!(error["field"], "forwardedProps.agui.multitask");
+    }
 }
 
 #[tokio::test]

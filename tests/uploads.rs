@@ -29,6 +29,7 @@ fn scripted(state: &std::path::Path) -> AgentConfig {
         name: "scripted".to_owned(),
         description: "scripted ACP agent".to_owned(),
         hitl: Hitl::Tool,
+        multitask: Default::default(),
         kind: AgentKind::Acp(AcpConfig {
             command: vec![scripted_agent().to_str().expect("utf8").to_owned()],
             env,

@@ -638,6 +638,40 @@ impl EventSink {
     }
 }
 
+/// What new input does to a thread whose run is live (and not waiting on the client).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Multitask {
+    /// Refused: 409 `RUN_IN_PROGRESS` with the live run's id.
+    #[default]
+    Reject,
+    /// The live run is cancelled and the new input starts a run of its own.
+    Interrupt,
+}
+
+impl Multitask {
+    pub fn name(self) -> &'static str {
+        match self {
+            Multitask::Reject => "reject",
+            Multitask::Interrupt => "interrupt",
+        }
+    }
+
+    /// The strategy `name` stands for; `enqueue` is named and not offered yet.
+    pub fn from_name(name: &str) -> Result<Multitask, String> {
+        match name {
+            "reject" => Ok(Multitask::Reject),
+            "interrupt" => Ok(Multitask::Interrupt),
+            "enqueue" => {
+                Err("\"enqueue\" is not offered by this server (reject or interrupt)".to_owned())
+            }
+            other => Err(format!(
+                "{other:?} is not a multitask strategy (reject or interrupt)"
+            )),
+        }
+    }
+}
+
 /// How a human-in-the-loop question reaches the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -104,6 +104,7 @@ fn agent_from_file(agent: FileAgent, data_dir: &Path) -> Result<AgentConfig, Con
         }),
         name: agent.name,
         hitl,
+        multitask: agent.multitask.unwrap_or_default(),
         kind,
     })
 }
@@ -230,6 +231,7 @@ fn agent_from_flag(spec: &str, data_dir: &Path) -> Result<AgentConfig, ConfigErr
             idle_ttl: None,
             permissions: None,
             hitl: None,
+            multitask: None,
             mcp_frontend_tools: None,
             workspace: None,
             confinement: None,

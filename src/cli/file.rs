@@ -130,6 +130,8 @@ pub(super) struct FileAgent {
     pub(super) idle_ttl: Option<String>,
     pub(super) permissions: Option<Permissions>,
     pub(super) hitl: Option<Hitl>,
+    /// What new input does while a run is live: `reject` (default) or `interrupt`.
+    pub(super) multitask: Option<crate::agent::Multitask>,
     pub(super) mcp_frontend_tools: Option<FrontendMcp>,
     pub(super) workspace: Option<FileWorkspace>,
     pub(super) confinement: Option<crate::confine::Confinement>,

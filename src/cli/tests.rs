@@ -295,3 +295,35 @@ fn the_uploads_table_sets_the_limits_and_refuses_a_bad_type() {
         .expect_err("a bad type");
     assert!(err.to_string().contains("uploads.types"), "{err}");
 }
+
+#[test]
+fn an_agent_s_multitask_strategy_is_read_and_an_unknown_one_refused() {
+    let dir = std::env::temp_dir().join(format!("agui-cli-multitask-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("c.toml");
+    std::fs::write(
+        &file,
+        "[[agents]]\nname = \"demo\"\nkind = \"demo\"\nmultitask = \"interrupt\"\n",
+    )
+    .expect("write");
+    let config = parse(&["--config", file.to_str().expect("utf8")])
+        .args
+        .resolve(&no_env)
+        .expect("config")
+        .config;
+    assert_eq!(
+        config.agents[0].multitask,
+        crate::agent::Multitask::Interrupt
+    );
+
+    std::fs::write(
+        &file,
+        "[[agents]]\nname = \"demo\"\nkind = \"demo\"\nmultitask = \"enqueue\"\n",
+    )
+    .expect("write");
+    let err = parse(&["--config", file.to_str().expect("utf8")])
+        .args
+        .resolve(&no_env)
+        .expect_err("not offered");
+    assert!(err.to_string().contains("agents[0].multitask"), "{err}");
+}

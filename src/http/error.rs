@@ -28,6 +28,8 @@ pub struct ApiError {
     /// Another cluster node owns what the request is about: the request is sent there
     /// (when it can be; otherwise this error is the answer).
     pub forward: Option<Box<Owner>>,
+    /// The run the error is about (`runId`: the live run a `409 RUN_IN_PROGRESS` names).
+    pub run_id: Option<Box<String>>,
 }
 
 impl From<crate::workspace::WorkspaceError> for ApiError {
@@ -130,6 +132,7 @@ impl ApiError {
             retry_after: None,
             allow: None,
             forward: None,
+            run_id: None,
         }
     }
 
@@ -378,6 +381,9 @@ impl ApiError {
         if let Some(field) = &self.field {
             body["field"] = json!(field);
         }
+        if let Some(run) = &self.run_id {
+            body["runId"] = json!(**run);
+        }
         Bytes::from(body.to_string())
     }
 
@@ -414,11 +420,16 @@ impl From<StartError> for ApiError {
             }
             StartError::Draining => ApiError::draining(),
             StartError::OverCapacity => ApiError::over_capacity(),
-            StartError::RunInProgress => ApiError::new(
-                StatusCode::CONFLICT,
-                "RUN_IN_PROGRESS",
-                "a run is in progress on this thread; attach to it or wait for it to end",
-            ),
+            StartError::RunInProgress(run) => {
+                let mut error = ApiError::new(
+                    StatusCode::CONFLICT,
+                    "RUN_IN_PROGRESS",
+                    "a run is in progress on this thread (`runId`); attach to it, wait for it \
+                     to end, or send with forwardedProps.agui.multitask = \"interrupt\"",
+                );
+                error.run_id = Some(Box::new(run));
+                error
+            }
             StartError::RunIdInUse => ApiError::new(
                 StatusCode::CONFLICT,
                 "RUN_IN_PROGRESS",

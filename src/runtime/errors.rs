@@ -13,8 +13,9 @@ pub enum StartError {
     Draining,
     #[error("too many concurrent runs")]
     OverCapacity,
+    /// New input while a run produces (its run id), refused.
     #[error("a run is in progress on this thread")]
-    RunInProgress,
+    RunInProgress(String),
     /// The thread belongs to another agent (named, unless the principal may not use it).
     #[error("thread belongs to another agent")]
     AgentMismatch(Option<String>),
@@ -57,7 +58,7 @@ impl StartError {
             StartError::UnknownAgent => "unknown_agent",
             StartError::Draining => "draining",
             StartError::OverCapacity => "over_capacity",
-            StartError::RunInProgress => "run_in_progress",
+            StartError::RunInProgress(_) => "run_in_progress",
             StartError::AgentMismatch(_) => "agent_mismatch",
             StartError::RunIdInUse => "run_id_in_use",
             StartError::Store => "store_unavailable",
@@ -114,7 +115,7 @@ mod tests {
             StartError::UnknownAgent,
             StartError::Draining,
             StartError::OverCapacity,
-            StartError::RunInProgress,
+            StartError::RunInProgress("r".to_owned()),
             StartError::AgentMismatch(None),
             StartError::RunIdInUse,
             StartError::Store,
@@ -131,7 +132,7 @@ mod tests {
                 StartError::UnknownAgent
                 | StartError::Draining
                 | StartError::OverCapacity
-                | StartError::RunInProgress
+                | StartError::RunInProgress(_)
                 | StartError::AgentMismatch(_)
                 | StartError::RunIdInUse
                 | StartError::Store

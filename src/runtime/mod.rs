@@ -106,6 +106,8 @@ pub struct RuntimeOptions {
     pub memory_reserved: usize,
     /// How each agent's permission requests reach the client (default: the tool).
     pub hitl: HashMap<String, Hitl>,
+    /// What new input does to each agent's busy threads (default: reject).
+    pub multitask: HashMap<String, crate::agent::Multitask>,
     /// Literal secrets scrubbed from every error message (the daemon's token).
     pub secrets: Vec<String>,
     /// Concurrent runs one principal may hold (the operator is not capped).
@@ -141,6 +143,7 @@ impl RuntimeOptions {
             memory_budget: DEFAULT_MEMORY_BUDGET,
             memory_reserved: 0,
             hitl: HashMap::new(),
+            multitask: HashMap::new(),
             secrets: Vec::new(),
             max_runs_per_principal: DEFAULT_MAX_RUNS_PER_PRINCIPAL,
             fleet_history: fleet::DEFAULT_FLEET_HISTORY,

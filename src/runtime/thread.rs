@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use super::answer::SUSPENSION_LOST;
 use super::memory::{Meter, json_size};
 use super::suspension::PERMISSION_TOOL;
-use super::{Journal, JournalLimits, LiveRun, StartError, state};
+use super::{Journal, JournalLimits, LiveRun, state};
 use crate::access::{Capability, Caps, ThreadKey};
 use crate::clock::now_ms;
 use crate::protocol::input::Message;
@@ -28,8 +28,9 @@ pub(super) enum Decision {
     Attach(Arc<LiveRun>),
     /// The live run waits on the client: the request answers, replays or supersedes it.
     Suspended(Arc<LiveRun>),
-    /// Refused before any stream starts (new input while a run produces).
-    Refuse(StartError),
+    /// New input while a run produces: refused or the run interrupted, as the request's
+    /// multitask strategy (or its agent's) says.
+    Busy(Arc<LiveRun>),
     /// A `resume[]` with nothing suspended: refused in-band.
     RejectResume { code: &'static str, message: String },
     /// Only answers to client tool calls that nothing waits for any more (their ids):
@@ -226,7 +227,7 @@ impl ThreadState {
                 return Decision::Suspended(run.clone());
             }
             if has_new_input || !input.resume.is_empty() {
-                return Decision::Refuse(StartError::RunInProgress);
+                return Decision::Busy(run.clone());
             }
             return Decision::Attach(run.clone());
         }
@@ -268,7 +269,7 @@ impl ThreadState {
     pub(super) fn needs(&self, decision: &Decision, input: &RunAgentInput) -> Caps {
         let only = |capability| Caps::NONE.with(capability);
         match decision {
-            Decision::Refuse(_) => Caps::NONE,
+            Decision::Busy(_) => Caps::NONE,
             Decision::Attach(_) => only(Capability::Read),
             Decision::Suspended(run) => {
                 let new: Vec<Message> = input

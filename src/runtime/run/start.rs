@@ -12,9 +12,10 @@ use super::drive::{Pump, drive};
 use super::live::{DisconnectWatch, LiveRun, PrincipalSlot, Slot};
 use super::segment::SegmentWriter;
 use crate::access::{Capability, Principal};
-use crate::agent::Hitl;
 use crate::agent::{Agent, Turn};
+use crate::agent::{Hitl, Multitask};
 use crate::clock::now_ms;
+use crate::protocol::InputError;
 use crate::protocol::{Message, Profile, RunAgentInput};
 use crate::runtime::Resume;
 use crate::runtime::attach::{Attachment, Mode};
@@ -35,6 +36,10 @@ impl Runtime {
         agent: &str,
         input: &RunAgentInput,
     ) -> Result<Result<Attachment, StartError>, Retry> {
+        let strategy = match requested_multitask(input) {
+            Ok(strategy) => strategy,
+            Err(error) => return Ok(Err(StartError::Input(error))),
+        };
         let found = match self.thread_for_run(principal, agent, input).await {
             Ok(found) => found,
             Err(error) => return Ok(Err(error)),
@@ -68,7 +73,26 @@ impl Runtime {
         };
         match decision {
             Decision::Attach(run) => Ok(Ok(self.segment_attachment(&thread, run, profile))),
-            Decision::Refuse(error) => refused(error),
+            Decision::Busy(run) => {
+                let strategy = strategy
+                    .or_else(|| self.inner.options.multitask.get(&thread.agent).copied())
+                    .unwrap_or_default();
+                match strategy {
+                    Multitask::Reject => refused(StartError::RunInProgress(run.id.clone())),
+                    // New input: the principal must be able to start runs.
+                    Multitask::Interrupt if !principal.can(Capability::Run) => {
+                        refused(StartError::Forbidden(Capability::Run))
+                    }
+                    Multitask::Interrupt => {
+                        // Cancelled, waited for outside the decide section, then decided
+                        // again: the new input starts a run of its own.
+                        run.cancel_with(CancelReason::Requested);
+                        drop(decide);
+                        run.finished.cancelled().await;
+                        Err(Retry)
+                    }
+                }
+            }
             Decision::Suspended(run) => match self.answer(&thread, &run, input, profile) {
                 Err(error) => refused(error),
                 Ok(
@@ -297,6 +321,28 @@ impl Runtime {
         // The segment's start is no longer retained (a long segment nobody was reading):
         // the stream starts with a resync of the segment instead, never a cut.
         self.resync(thread, run, profile, Resume::Resync, attach::Mode::Segment)
+    }
+}
+
+/// The multitask strategy a request chooses (`forwardedProps.agui.multitask`), if any.
+fn requested_multitask(input: &RunAgentInput) -> Result<Option<Multitask>, InputError> {
+    let Some(value) = input
+        .forwarded_props
+        .as_ref()
+        .and_then(|props| props.get("agui"))
+        .and_then(|agui| agui.get("multitask"))
+    else {
+        return Ok(None);
+    };
+    let field = Some("forwardedProps.agui.multitask".to_owned());
+    match value.as_str() {
+        Some(name) => Multitask::from_name(name)
+            .map(Some)
+            .map_err(|message| InputError { field, message }),
+        None => Err(InputError {
+            field,
+            message: "must be a string: reject or interrupt".to_owned(),
+        }),
     }
 }
 
