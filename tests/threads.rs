@@ -404,3 +404,89 @@ async fn a_new_thread_refused_for_a_live_run_id_leaves_nothing_behind() {
     let stream = server.get("/threads/other/stream").sent().await;
     assert_eq!(stream.status(), 404);
 }
+
+async fn outcome_of(server: &TestServer, thread: &str) -> String {
+    for _ in 0..200 {
+        let (status, body) = get_json(server, &format!("/threads/{thread}")).await;
+        if status == 200
+            && let Some(outcome) = body["lastRun"]["outcome"].as_str()
+            && outcome != "running"
+        {
+            return outcome.to_owned();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the run on {thread} did not end");
+}
+
+#[tokio::test]
+async fn a_run_started_with_no_stream_runs_to_its_end_and_can_be_followed() {
+    let server = TestServer::with(|c| {
+        c.disconnect_grace = std::time::Duration::from_millis(100);
+    })
+    .await;
+    // A run whose only stream is dropped at once is cancelled after the grace...
+    drop(post_run(&server, "demo", &run_body("fg", "r1", "/slow 15 50")).await);
+    assert_eq!(outcome_of(&server, "fg").await, "cancelled");
+
+    // ...one started with no stream is not.
+    let response = server
+        .post("/threads/bg/runs")
+        .json(&json!({"agent": "demo", "messages": [
+            {"id": "m1", "role": "user", "content": "/slow 15 50"}]}))
+        .sent()
+        .await;
+    assert_eq!(response.status(), 202);
+    let started: Value = response.json().await.expect("json");
+    assert_eq!(started["threadId"], "bg");
+    let run_id = started["runId"].as_str().expect("runId").to_owned();
+    // Anyone may follow it on the thread's stream, and leave again.
+    let response = server
+        .get("/threads/bg/stream")
+        .header("accept", "text/event-stream")
+        .sent()
+        .await;
+    let mut reader = SseReader::new(response);
+    let first = reader.next().await.expect("a frame");
+    assert_eq!(first.kind(), "RUN_STARTED");
+    assert_eq!(first.data["runId"], run_id);
+    drop(reader);
+    assert_eq!(outcome_of(&server, "bg").await, "finished");
+    let (_, messages) = get_json(&server, "/threads/bg/messages").await;
+    let reply = messages["messages"][1]["content"]
+        .as_str()
+        .expect("a reply");
+    assert!(reply.ends_with("chunk 15/15\n"), "{reply}");
+
+    // New input while it runs follows the multitask strategy (reject: 409 with its id).
+    let response = server
+        .post("/threads/bg/runs")
+        .json(&json!({"agent": "demo", "runId": "r2", "messages": [
+            {"id": "m2", "role": "user", "content": "/slow 40 50"}]}))
+        .sent()
+        .await;
+    assert_eq!(response.status(), 202);
+    let busy = server
+        .post("/threads/bg/runs")
+        .json(&json!({"agent": "demo", "messages": [
+            {"id": "m3", "role": "user", "content": "again"}]}))
+        .sent()
+        .await;
+    assert_eq!(busy.status(), 409);
+    let error: Value = busy.json().await.expect("json");
+    assert_eq!(error["runId"], "r2");
+
+    // What the route cannot start is refused by name.
+    for (body, field) in [
+        (json!({"messages": []}), "agent"),
+        (
+            json!({"agent": "demo", "threadId": "other", "messages": []}),
+            "threadId",
+        ),
+    ] {
+        let response = server.post("/threads/bg/runs").json(&body).sent().await;
+        assert_eq!(response.status(), 400);
+        let error: Value = response.json().await.expect("json");
+        assert_eq!(error["field"], field, "{body}");
+    }
+}

@@ -111,6 +111,11 @@ impl std::fmt::Debug for Attachment {
 }
 
 impl Attachment {
+    /// The live run this stream follows, if any.
+    pub(crate) fn live_run(&self) -> Option<&Arc<LiveRun>> {
+        self._guard.as_ref().map(|guard| &guard.run)
+    }
+
     pub(super) fn new(
         thread: Arc<Thread>,
         cursor: u64,

@@ -343,6 +343,29 @@ impl Runtime {
         }
     }
 
+    /// Starts a run for `input` on `agent` in `principal`'s namespace with no stream to
+    /// follow it: it goes on until it ends, whoever attaches or not (a wait on the client
+    /// still times out). Its run id; refused as [`Runtime::start_run_as`] refuses, and
+    /// with [`StartError::RunInProgress`] when the request starts nothing (no new input on
+    /// a live run).
+    pub async fn start_background_run_as(
+        &self,
+        principal: &Principal,
+        agent: &str,
+        input: RunAgentInput,
+    ) -> Result<String, StartError> {
+        let run_id = input.run_id.clone();
+        let attachment = self.start_run_as(principal, agent, input).await?;
+        let Some(run) = attachment.live_run() else {
+            return Err(StartError::RunInProgress(run_id));
+        };
+        if !lock(&run.aliases).contains(&run_id) {
+            return Err(StartError::RunInProgress(run.id.clone()));
+        }
+        run.background.store(true, Ordering::SeqCst);
+        Ok(run_id)
+    }
+
     /// Cancels a live run by id, as the operator (see [`Runtime::cancel_run_as`]).
     pub fn cancel_run(&self, run_id: &str, reason: CancelReason) -> bool {
         self.cancel_run_as(&Principal::operator(), run_id, reason)

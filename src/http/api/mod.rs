@@ -369,6 +369,9 @@ async fn serve(
         }
         Route::Upload(id) => uploads::get(app, &principal, &id).await,
         Route::ArchiveThread(id) => threads::archive(app, &principal, &id, req, &conn).await,
+        Route::ThreadRuns(id) => {
+            runs::start_background(app, &principal, &id, req, &conn, audit).await
+        }
         Route::Thread(id) if req.method() == Method::PATCH => {
             threads::update(app, &principal, &id, req, &conn).await
         }

@@ -39,6 +39,8 @@ pub(super) enum Route {
     ForkThread(String),
     /// Archive a thread (CopilotKit's thread mutation).
     ArchiveThread(String),
+    /// Start a run on a thread with no stream attached.
+    ThreadRuns(String),
     /// A thread's workspace: a listing, a file, or what changed.
     Workspace(String, WorkspaceRoute),
     /// The ambient plane: the fleet document and its changes.
@@ -91,6 +93,7 @@ impl Route {
             }
             ["threads", id, "stream"] if !id.is_empty() => Route::ThreadStream((*id).to_owned()),
             ["threads", id, "fork"] if !id.is_empty() => Route::ForkThread((*id).to_owned()),
+            ["threads", id, "runs"] if !id.is_empty() => Route::ThreadRuns((*id).to_owned()),
             ["threads", id, "archive"] if !id.is_empty() => Route::ArchiveThread((*id).to_owned()),
             ["threads", id, "workspace"] if !id.is_empty() => {
                 Route::Workspace((*id).to_owned(), WorkspaceRoute::List)
@@ -138,6 +141,7 @@ impl Route {
                 | Route::Cancel(_)
                 | Route::ForkThread(_)
                 | Route::ArchiveThread(_)
+                | Route::ThreadRuns(_)
                 | Route::Workspace(..)
         )
     }
@@ -155,6 +159,7 @@ impl Route {
             | Route::ImportSession(..)
             | Route::ForkThread(_)
             | Route::ArchiveThread(_)
+            | Route::ThreadRuns(_)
             | Route::Uploads => "POST, OPTIONS",
             Route::Thread(_) => "GET, PATCH, DELETE, OPTIONS",
             Route::Upload(_) => "GET, DELETE, OPTIONS",
@@ -178,6 +183,7 @@ impl Route {
             | Route::ThreadStream(id)
             | Route::ForkThread(id)
             | Route::ArchiveThread(id)
+            | Route::ThreadRuns(id)
             | Route::Workspace(id, _) => check_id(id, "threadId"),
             Route::ImportSession(_, session) => check_id(session, "sessionId"),
             Route::Cancel(id) => check_id(id, "runId"),
@@ -214,6 +220,7 @@ impl Route {
             Route::ImportSession(..) => "/agents/{agent}/sessions/{sessionId}/import",
             Route::ForkThread(_) => "/threads/{id}/fork",
             Route::ArchiveThread(_) => "/threads/{id}/archive",
+            Route::ThreadRuns(_) => "/threads/{id}/runs",
             Route::Workspace(_, WorkspaceRoute::List) => "/threads/{id}/workspace",
             Route::Workspace(_, WorkspaceRoute::File) => "/threads/{id}/workspace/file",
             Route::Workspace(_, WorkspaceRoute::Changes) => "/threads/{id}/workspace/changes",
@@ -233,9 +240,10 @@ impl Route {
             Route::Metrics | Route::Tokens | Route::AgentSessions(_) | Route::ImportSession(..) => {
                 Need::Operator
             }
-            Route::ForkThread(_) | Route::ArchiveThread(_) | Route::Uploads => {
-                Need::Capability(Capability::Run)
-            }
+            Route::ForkThread(_)
+            | Route::ArchiveThread(_)
+            | Route::ThreadRuns(_)
+            | Route::Uploads => Need::Capability(Capability::Run),
             Route::Thread(_) if method == Method::PATCH => Need::Capability(Capability::Run),
             Route::Upload(_) if method == Method::DELETE => Need::Capability(Capability::Run),
             Route::Upload(_) => Need::Capability(Capability::Read),
@@ -268,6 +276,7 @@ impl Route {
             | Route::AgentStop(_, id)
             | Route::ForkThread(id)
             | Route::ArchiveThread(id)
+            | Route::ThreadRuns(id)
             | Route::Workspace(id, _) => audit.thread = Some(id.clone()),
             Route::Cancel(id) => audit.run = Some(id.clone()),
             _ => {}
@@ -298,6 +307,7 @@ impl Route {
             Route::ImportSession(..) => "import_session",
             Route::ForkThread(_) => "fork_thread",
             Route::ArchiveThread(_) => "archive_thread",
+            Route::ThreadRuns(_) => "thread_runs",
             Route::Workspace(_, WorkspaceRoute::List) => "workspace",
             Route::Workspace(_, WorkspaceRoute::File) => "workspace_file",
             Route::Workspace(_, WorkspaceRoute::Changes) => "workspace_changes",

@@ -6,7 +6,7 @@ use serde_json::json;
 
 use super::App;
 use super::common::{
-    Audit, check_stream_request, json_response, read_request_body, stream_response,
+    Audit, check_stream_request, json_response, parse_json, read_request_body, stream_response,
 };
 use crate::access::Principal;
 use crate::http::body::{Body, RequestBody};
@@ -49,6 +49,67 @@ pub(super) async fn start_run(
     app.runtime.check_input(agent, &input)?;
     let attachment = app.runtime.start_run_as(principal, agent, input).await?;
     Ok(stream_response(attachment, format))
+}
+
+/// `POST {path}/threads/{id}/runs`: a run no stream follows, started from a
+/// `RunAgentInput` that also names its `"agent"` (`threadId` may be left out: the path's;
+/// `runId` too: a new one). 202 `{"threadId","runId"}`; the run goes on whether anyone
+/// attaches (the thread's stream route) or not.
+pub(super) async fn start_background(
+    app: &App,
+    principal: &Principal,
+    thread_id: &str,
+    req: Request<RequestBody>,
+    conn: &ConnInfo,
+    audit: &mut Audit,
+) -> Result<Response<Body>, ApiError> {
+    let (parts, body) = req.into_parts();
+    let body = read_request_body(body, &parts.headers, conn).await?;
+    let mut body = parse_json(&body)?;
+    let Some(fields) = body.as_object_mut() else {
+        return Err(ApiError::invalid_input(
+            "the body must be a JSON object",
+            None,
+        ));
+    };
+    let agent = match fields.remove("agent") {
+        Some(serde_json::Value::String(agent)) => agent,
+        _ => {
+            return Err(ApiError::invalid_input(
+                "agent must name the agent to run",
+                Some("agent".to_owned()),
+            ));
+        }
+    };
+    match fields.get("threadId") {
+        None => {
+            fields.insert("threadId".to_owned(), json!(thread_id));
+        }
+        Some(serde_json::Value::String(id)) if id == thread_id => {}
+        Some(_) => {
+            return Err(ApiError::invalid_input(
+                "threadId must be the path's thread id (or left out)",
+                Some("threadId".to_owned()),
+            ));
+        }
+    }
+    fields
+        .entry("runId")
+        .or_insert_with(|| json!(uuid::Uuid::new_v4().to_string()));
+    let input = decode_run_input(&serde_json::to_vec(&body).unwrap_or_default())?;
+    audit.run = Some(input.run_id.clone());
+    if !app.runtime.has_agent(&agent) || !principal.may_use(&agent) {
+        return Err(ApiError::unknown_agent(&agent));
+    }
+    app.runtime.check_input(&agent, &input)?;
+    let run_id = app
+        .runtime
+        .start_background_run_as(principal, &agent, input)
+        .await?;
+    Ok(json_response(
+        StatusCode::ACCEPTED,
+        json!({"threadId": thread_id, "runId": run_id}),
+    ))
 }
 
 /// `POST {path}/runs/{runId}/cancel`.

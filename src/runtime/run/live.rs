@@ -169,6 +169,9 @@ pub(crate) struct LiveRun {
     pub(crate) started_at_ms: u64,
     /// The agent it runs on.
     pub(crate) agent: String,
+    /// Started with no stream to follow it (`POST {path}/threads/{id}/runs`): never
+    /// cancelled for want of an attached stream.
+    pub(crate) background: std::sync::atomic::AtomicBool,
 }
 
 /// The disconnect grace, where to track the watcher's task, and the run's span for its
@@ -205,6 +208,7 @@ impl LiveRun {
             aliases: Mutex::new(vec![run_id.to_owned()]),
             started_at_ms: crate::clock::now_ms(),
             agent: agent.to_owned(),
+            background: std::sync::atomic::AtomicBool::new(false),
         }
     }
     /// Counts one more attached stream.
@@ -215,7 +219,10 @@ impl LiveRun {
     /// Counts one stream fewer; when it was the last, a watcher cancels the run unless a
     /// stream attaches within the disconnect grace.
     pub(crate) fn detach(self: &Arc<LiveRun>) {
-        if self.attached.fetch_sub(1, Ordering::SeqCst) != 1 || self.finished.is_cancelled() {
+        if self.attached.fetch_sub(1, Ordering::SeqCst) != 1
+            || self.finished.is_cancelled()
+            || self.background.load(Ordering::SeqCst)
+        {
             return;
         }
         let generation = self.detaches.fetch_add(1, Ordering::SeqCst) + 1;
