@@ -490,3 +490,78 @@ async fn a_run_started_with_no_stream_runs_to_its_end_and_can_be_followed() {
         assert_eq!(error["field"], field, "{body}");
     }
 }
+
+#[tokio::test]
+async fn a_thread_stream_with_follow_all_sees_every_later_run() {
+    let server = TestServer::start().await;
+    let first = post_run(&server, "demo", &run_body("fa", "r1", "hello")).await;
+    SseReader::new(first).collect().await;
+
+    let response = server
+        .get("/threads/fa/stream?follow=all")
+        .header("accept", "text/event-stream")
+        .sent()
+        .await;
+    assert_eq!(response.status(), 200);
+    let mut reader = SseReader::new(response);
+    // The thread as it is: a short run with its snapshots.
+    let mut hydration = Vec::new();
+    while let Some(frame) = reader.next().await {
+        let end = frame.kind() == "RUN_FINISHED";
+        hydration.push(frame);
+        if end {
+            break;
+        }
+    }
+    assert_eq!(
+        kinds(&hydration),
+        [
+            "RUN_STARTED",
+            "MESSAGES_SNAPSHOT",
+            "STATE_SNAPSHOT",
+            "RUN_FINISHED"
+        ]
+    );
+
+    // A run started with no stream, then one started by another client: both arrive on
+    // the same stream, each whole.
+    let response = server
+        .post("/threads/fa/runs")
+        .json(&json!({"agent": "demo", "runId": "r2", "messages": [
+            {"id": "m2", "role": "user", "content": "from a schedule"}]}))
+        .sent()
+        .await;
+    assert_eq!(response.status(), 202);
+    let mut runs: Vec<Vec<SseFrame>> = Vec::new();
+    let mut current = Vec::new();
+    while runs.len() < 2 {
+        let frame = reader.next().await.expect("the stream goes on");
+        let end = matches!(frame.kind(), "RUN_FINISHED" | "RUN_ERROR");
+        current.push(frame);
+        if end {
+            runs.push(std::mem::take(&mut current));
+            if runs.len() == 1 {
+                let mut body = run_body("fa", "r3", "from another tab");
+                body["messages"] = json!([
+                    {"id": "m3", "role": "user", "content": "from another tab"}]);
+                SseReader::new(post_run(&server, "demo", &body).await)
+                    .collect()
+                    .await;
+            }
+        }
+    }
+    assert_eq!(runs[0][0].data["runId"], "r2");
+    assert_eq!(text_of(&runs[0]), "You said: from a schedule");
+    assert_eq!(runs[1][0].data["runId"], "r3");
+    assert_eq!(text_of(&runs[1]), "You said: from another tab");
+    for run in &runs {
+        assert_valid_segment(run);
+    }
+
+    let response = server
+        .get("/threads/fa/stream?follow=forever")
+        .header("accept", "text/event-stream")
+        .sent()
+        .await;
+    assert_eq!(response.status(), 400);
+}

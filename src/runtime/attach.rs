@@ -57,6 +57,9 @@ pub(crate) enum Mode {
     Follow,
     /// After the preamble (hydration); the journal is not read.
     Preamble,
+    /// Never with a run: every run of the thread from here on (`?follow=all`); the stream
+    /// ends only when the client leaves, it is cut, or the server stops.
+    EveryRun,
 }
 
 /// One reader of one thread's journal.
@@ -154,6 +157,19 @@ impl Attachment {
             _guard: run.map(AttachGuard::new),
             counted: None,
         }
+    }
+
+    /// This stream, then every later run of the thread: it does not end with a run. After
+    /// a hydration preamble (which stands for everything journaled so far) it reads on from
+    /// the journal's end.
+    pub(super) fn following_every_run(mut self) -> Attachment {
+        if self.mode == Mode::Preamble {
+            self.cursor = self.thread.journal.last_seq();
+            self.slot = self.thread.journal.register(self.cursor).ok();
+        }
+        self.mode = Mode::EveryRun;
+        self.run_over = None;
+        self
     }
 
     /// Frames sent before anything from the journal (a resync or hydration preamble).
@@ -278,6 +294,7 @@ impl Attachment {
                 Mode::Follow => {
                     self.pending.is_empty() && self.thread.journal.last_seq() <= frame.seq
                 }
+                Mode::EveryRun => false,
             };
         }
         Taken::Send(frame.bytes(self.profile))

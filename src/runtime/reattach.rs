@@ -33,6 +33,30 @@ impl Runtime {
         thread_id: &str,
         last_event_id: Option<&str>,
     ) -> Result<Attachment, ReattachError> {
+        self.reattach_with(principal, thread_id, last_event_id, false)
+            .await
+    }
+
+    /// [`Runtime::reattach_as`], and then every later run of the thread: the stream does
+    /// not end with a run (`?follow=all`), so a page that stays open sees runs started
+    /// elsewhere (another tab, `POST {path}/threads/{id}/runs`).
+    pub async fn follow_thread_as(
+        &self,
+        principal: &Principal,
+        thread_id: &str,
+        last_event_id: Option<&str>,
+    ) -> Result<Attachment, ReattachError> {
+        self.reattach_with(principal, thread_id, last_event_id, true)
+            .await
+    }
+
+    async fn reattach_with(
+        &self,
+        principal: &Principal,
+        thread_id: &str,
+        last_event_id: Option<&str>,
+        every_run: bool,
+    ) -> Result<Attachment, ReattachError> {
         let key = principal.key(thread_id);
         loop {
             let thread = self
@@ -51,7 +75,11 @@ impl Runtime {
             }
             let attachment = self.reattach_to(&thread, last_event_id);
             self.inner.run_metrics.reattached(attachment.kind());
-            return Ok(attachment);
+            return Ok(if every_run {
+                attachment.following_every_run()
+            } else {
+                attachment
+            });
         }
     }
 

@@ -248,10 +248,25 @@ pub(super) async fn stream(
     query: Option<&str>,
 ) -> Result<Response<Body>, ApiError> {
     let format = check_accept(headers, Offer::EventStreamOrProtobuf)?;
-    let attachment = app
-        .runtime
-        .reattach_as(principal, id, last_event_id(headers, query).as_deref())
-        .await?;
+    let last = last_event_id(headers, query);
+    let attachment = match query_param(query, "follow").as_deref() {
+        None | Some("run") => {
+            app.runtime
+                .reattach_as(principal, id, last.as_deref())
+                .await?
+        }
+        Some("all") => {
+            app.runtime
+                .follow_thread_as(principal, id, last.as_deref())
+                .await?
+        }
+        Some(_) => {
+            return Err(ApiError::invalid_input(
+                "follow must be run (the default) or all",
+                Some("follow".to_owned()),
+            ));
+        }
+    };
     Ok(stream_response(attachment, format))
 }
 
