@@ -12,7 +12,7 @@ const LAYERS: &[&[&str]] = &[
     // Observability leaves: take what they need by injection.
     &["metrics", "traces", "logging"],
     &["access"],
-    &["confine", "workspace"],
+    &["confine", "workspace", "uploads"],
     &["agent"],
     &["store"],
     &["cluster"],
@@ -455,6 +455,7 @@ const CRATE_OWNERS: &[(&str, &[&str])] = &[
             "server.rs",
             "store/",
             "traces.rs",
+            "uploads.rs",
             "workspace/",
         ],
     ),
