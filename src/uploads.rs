@@ -107,6 +107,8 @@ pub enum UploadError {
     Mismatch(String),
     #[error("the upload body could not be read")]
     Body,
+    #[error("the file is empty")]
+    Empty,
     #[error("the upload could not be stored: {0}")]
     Io(#[from] io::Error),
 }
@@ -118,6 +120,36 @@ pub struct Uploads {
     /// The route namespace (`/agui`): an upload's URL path is `{namespace}/uploads/{id}`.
     namespace: String,
     limits: UploadLimits,
+    /// Bytes set aside per principal for its uploads under way.
+    reserved: std::sync::Mutex<HashMap<String, u64>>,
+}
+
+/// Bytes set aside for an upload under way (see [`Uploads::reserve`]).
+struct Reservation<'u> {
+    uploads: &'u Uploads,
+    owner: String,
+    bytes: u64,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        let mut reserved = crate::sync::lock(&self.uploads.reserved);
+        if let Some(pending) = reserved.get_mut(&self.owner) {
+            *pending = pending.saturating_sub(self.bytes);
+            if *pending == 0 {
+                reserved.remove(&self.owner);
+            }
+        }
+    }
+}
+
+/// A file being written: removed when dropped, unless it was moved into place.
+struct Partial(PathBuf);
+
+impl Drop for Partial {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 impl Uploads {
@@ -127,6 +159,7 @@ impl Uploads {
             root,
             namespace: namespace.trim_end_matches('/').to_owned(),
             limits,
+            reserved: std::sync::Mutex::default(),
         }
     }
 
@@ -165,23 +198,21 @@ impl Uploads {
         tokio::fs::create_dir_all(&dir).await?;
         self.sweep_dir(&dir).await;
         let used = stored(&dir).await.iter().map(|u| u.size).sum::<u64>();
-        if used + declared.unwrap_or(0) > self.limits.quota {
+        // What uploads of this principal under way may still write counts too, so
+        // uploads at once cannot pass the quota together.
+        let _reserved = self
+            .reserve(owner, used, declared.unwrap_or(limit))
+            .ok_or(UploadError::OverQuota(self.limits.quota))?;
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        // Removed however this ends (an error, a timeout, the client gone) unless placed.
+        let partial = Partial(dir.join(format!("{id}.part")));
+        let size = write_body(&partial.0, body, limit, &content_type).await?;
+        if size == 0 {
+            return Err(UploadError::Empty);
+        }
+        if used + size > self.limits.quota {
             return Err(UploadError::OverQuota(self.limits.quota));
         }
-        let id = uuid::Uuid::new_v4().simple().to_string();
-        let partial = dir.join(format!("{id}.part"));
-        let written = write_body(&partial, body, limit, &content_type).await;
-        let size = match written {
-            Ok(size) if used + size <= self.limits.quota => size,
-            Ok(_) => {
-                let _ = tokio::fs::remove_file(&partial).await;
-                return Err(UploadError::OverQuota(self.limits.quota));
-            }
-            Err(error) => {
-                let _ = tokio::fs::remove_file(&partial).await;
-                return Err(error);
-            }
-        };
         let upload = Upload {
             id: id.clone(),
             content_type,
@@ -191,15 +222,31 @@ impl Uploads {
             thread: None,
         };
         let placed = async {
-            tokio::fs::rename(&partial, dir.join(&id)).await?;
+            tokio::fs::rename(&partial.0, dir.join(&id)).await?;
             write_description(&dir, &upload).await
         };
         if let Err(error) = placed.await {
-            let _ = tokio::fs::remove_file(&partial).await;
             let _ = tokio::fs::remove_file(dir.join(&id)).await;
             return Err(error.into());
         }
         Ok(upload)
+    }
+
+    /// Sets `bytes` aside for an upload of `owner` under way, if its quota (of which
+    /// `used` is kept) has room for them besides what its other uploads under way may
+    /// write; given back when the guard drops.
+    fn reserve(&self, owner: &str, used: u64, bytes: u64) -> Option<Reservation<'_>> {
+        let mut reserved = crate::sync::lock(&self.reserved);
+        let pending = reserved.get(owner).copied().unwrap_or(0);
+        if used + pending + bytes > self.limits.quota {
+            return None;
+        }
+        *reserved.entry(owner.to_owned()).or_default() += bytes;
+        Some(Reservation {
+            uploads: self,
+            owner: owner.to_owned(),
+            bytes,
+        })
     }
 
     /// The content type `declared` stands for, when it is allowed (lower case, parameters
@@ -318,12 +365,21 @@ impl Uploads {
         valid_id(id).then(|| id.to_owned())
     }
 
-    /// The uploads of `owner` that `messages` name, each with its bytes in base64; an
-    /// upload that is not there (or not `owner`'s), or whose type the part cannot carry,
-    /// is an input error naming the part.
-    pub async fn resolve(&self, owner: &str, messages: &[Message]) -> Result<Resolved, InputError> {
+    /// The uploads of `owner` that `messages` name (each with its place in the request's
+    /// messages), each with its bytes in base64; an upload that is not there (or not
+    /// `owner`'s), or whose type the part cannot carry, is an input error naming the part,
+    /// as is a run whose parts name more than [`Uploads::run_limit`] bytes in all (every
+    /// part counted, however many name the same upload).
+    pub async fn resolve<'m>(
+        &self,
+        owner: &str,
+        messages: impl IntoIterator<Item = (usize, &'m Message)>,
+    ) -> Result<Resolved, InputError> {
         let mut found = HashMap::new();
-        for (m, message) in messages.iter().enumerate() {
+        // Each upload read once, however many URLs name it.
+        let mut read: HashMap<String, (Upload, std::sync::Arc<String>)> = HashMap::new();
+        let mut named = 0u64;
+        for (m, message) in messages {
             let Message::User(user) = message else {
                 continue;
             };
@@ -333,17 +389,25 @@ impl Uploads {
             for (p, part) in parts.iter().enumerate() {
                 let Some(url) = part_url(part) else { continue };
                 let Some(id) = self.id_in(url) else { continue };
-                if found.contains_key(url) {
-                    continue;
-                }
                 let field = format!("messages[{m}].content[{p}]");
                 let refuse = |message: String| InputError {
                     field: Some(field.clone()),
                     message,
                 };
-                let Some(upload) = self.get(owner, &id).await else {
-                    return Err(refuse(format!("upload {id} does not exist")));
-                };
+                if !read.contains_key(&id) {
+                    let Some(upload) = self.get(owner, &id).await else {
+                        return Err(refuse(format!("upload {id} does not exist")));
+                    };
+                    if named + upload.size > self.run_limit() {
+                        return Err(refuse(self.over_run_limit()));
+                    }
+                    let bytes = tokio::fs::read(self.file(owner, &id))
+                        .await
+                        .map_err(|_| refuse(format!("upload {id} does not exist")))?;
+                    let data = base64::engine::general_purpose::STANDARD.encode(bytes);
+                    read.insert(id.clone(), (upload, std::sync::Arc::new(data)));
+                }
+                let (upload, data) = &read[&id];
                 if let Some(kind) = media_kind(part)
                     && !upload.content_type.starts_with(&format!("{kind}/"))
                 {
@@ -352,19 +416,27 @@ impl Uploads {
                         upload.content_type
                     )));
                 }
-                let bytes = tokio::fs::read(self.file(owner, &id))
-                    .await
-                    .map_err(|_| refuse(format!("upload {id} could not be read")))?;
-                found.insert(
-                    url.to_owned(),
-                    (
-                        upload,
-                        base64::engine::general_purpose::STANDARD.encode(bytes),
-                    ),
-                );
+                named += upload.size;
+                if named > self.run_limit() {
+                    return Err(refuse(self.over_run_limit()));
+                }
+                found.insert(url.to_owned(), (upload.clone(), data.clone()));
             }
         }
         Ok(Resolved { found })
+    }
+
+    /// The most bytes of uploads the parts of one run may name: twice the largest file.
+    pub fn run_limit(&self) -> u64 {
+        self.limits.max_bytes.saturating_mul(2)
+    }
+
+    fn over_run_limit(&self) -> String {
+        format!(
+            "the uploads this run's messages name come to more than {} bytes, the most one \
+             run may carry",
+            self.run_limit()
+        )
     }
 
     /// Binds every upload of `resolved` that is bound to nothing yet to thread `thread`.
@@ -388,7 +460,7 @@ impl Uploads {
 #[derive(Debug, Default)]
 pub struct Resolved {
     /// By the URL the part gave: the upload, its bytes in base64.
-    found: HashMap<String, (Upload, String)>,
+    found: HashMap<String, (Upload, std::sync::Arc<String>)>,
 }
 
 impl Resolved {
@@ -419,7 +491,7 @@ impl Resolved {
                     | ContentPart::Video(media)
                     | ContentPart::Document(media) => {
                         media.source = MediaSource::Data(DataSource {
-                            value: data.clone(),
+                            value: data.to_string(),
                             mime_type: upload.content_type.clone(),
                         });
                         if upload.filename.is_some() && media.metadata.is_none() {
@@ -429,7 +501,7 @@ impl Resolved {
                     ContentPart::Binary(binary) => {
                         *binary = BinaryPart {
                             mime_type: upload.content_type.clone(),
-                            data: Some(data.clone()),
+                            data: Some(data.to_string()),
                             url: None,
                             id: None,
                             filename: binary.filename.clone().or(upload.filename.clone()),
@@ -528,6 +600,7 @@ async fn stored(dir: &Path) -> Vec<Upload> {
         let path = entry.path();
         if path.extension().is_some_and(|x| x == "json")
             && let Some(upload) = read_description(&path).await
+            && valid_id(&upload.id)
         {
             uploads.push(upload);
         }

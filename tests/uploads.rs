@@ -393,3 +393,64 @@ async fn an_upload_of_the_wrong_kind_for_its_part_is_refused() {
     assert_eq!(blocks[1]["resource"]["text"], "hello", "{blocks}");
     assert_eq!(blocks[1]["resource"]["mimeType"], "text/plain");
 }
+
+#[tokio::test]
+async fn an_upload_removed_later_does_not_block_its_thread_and_a_run_carries_at_most_twice_the_largest_file()
+ {
+    let server = server("uploads-later", |c| c.uploads.max_bytes = 1024).await;
+    let ann = token(&server, "ann").await;
+    let body = created(upload(&server, &ann, "image/png", PNG).await).await;
+    let url = body["url"].as_str().expect("url").to_owned();
+    let path = format!("/uploads/{}", body["id"].as_str().expect("id"));
+    let post = |run: &'static str, messages: Value| {
+        client()
+            .post(server.url("/scripted"))
+            .bearer_auth(&ann)
+            .header("accept", "text/event-stream")
+            .json(&run_with("later", run, messages))
+            .sent()
+    };
+    let first = post("r1", json!([image_message("u1", &url)])).await;
+    assert_eq!(first.status(), 200);
+    SseReader::new(first).collect().await;
+
+    // The owner removes the upload; the client still sends the whole transcript.
+    let delete = client()
+        .delete(server.url(&path))
+        .bearer_auth(&ann)
+        .sent()
+        .await;
+    assert_eq!(delete.status(), 204);
+    let next = post(
+        "r2",
+        json!([image_message("u1", &url), {"id": "u2", "role": "user", "content": "recall"}]),
+    )
+    .await;
+    assert_eq!(next.status(), 200);
+    let frames = SseReader::new(next).collect().await;
+    assert_eq!(text_of(&frames), "Heard: blocks | recall");
+
+    // Parts naming uploads are counted each time they name one.
+    let again =
+        created(upload(&server, &ann, "image/png", &[PNG, &[0u8; 950]].concat()).await).await;
+    let big = again["url"].as_str().expect("url");
+    let mut many = image_message("u3", big);
+    many["content"]
+        .as_array_mut()
+        .expect("parts")
+        .extend([1, 2].map(|n| json!({"type": "image", "source": {"type": "url", "value": format!("{big}?copy={n}"), "mimeType": "image/png"}})));
+    let refused = post("r3", json!([many])).await;
+    assert_eq!(refused.status(), 400);
+    let error: Value = refused.json().await.expect("json");
+    assert!(
+        error["message"]
+            .as_str()
+            .expect("message")
+            .contains("more than 2048 bytes"),
+        "{error}"
+    );
+
+    // An empty file is refused.
+    let empty = upload(&server, &ann, "text/plain", b"").await;
+    assert_eq!(empty.status(), 400);
+}

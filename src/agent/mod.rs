@@ -657,6 +657,12 @@ impl Multitask {
         }
     }
 
+    /// What applies to a request: only new input may interrupt (a `resume[]` alone, with
+    /// nothing waiting for it, is refused).
+    pub fn when(self, new_input: bool) -> Multitask {
+        if new_input { self } else { Multitask::Reject }
+    }
+
     /// The strategy `name` stands for; `enqueue` is named and not offered yet.
     pub fn from_name(name: &str) -> Result<Multitask, String> {
         match name {

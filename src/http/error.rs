@@ -98,6 +98,7 @@ impl From<crate::uploads::UploadError> for ApiError {
                 format!("the file's bytes are not {declared}, as its Content-Type says"),
             ),
             UploadError::Body => ApiError::invalid_request("the request body could not be read"),
+            UploadError::Empty => ApiError::invalid_request("the file is empty"),
             UploadError::Io(error) => {
                 tracing::error!(%error, "an upload could not be stored");
                 ApiError::internal()

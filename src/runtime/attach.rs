@@ -439,6 +439,15 @@ impl Attachment {
                         self.silence.as_mut().reset(due);
                         continue;
                     }
+                    // A stream of every run ends once its thread has left memory (deleted,
+                    // or its lease lost): later runs go to another thread object, which
+                    // the client reaches by attaching again.
+                    if self.mode == Mode::EveryRun
+                        && !self.open
+                        && self.thread.retired.load(std::sync::atomic::Ordering::SeqCst)
+                    {
+                        return self.end();
+                    }
                     self.last_sent = Instant::now();
                     self.silence.as_mut().reset(self.last_sent + self.keep_alive);
                     return Some(Bytes::from_static(KEEP_ALIVE));

@@ -357,7 +357,13 @@ impl Runtime {
         let run_id = input.run_id.clone();
         let attachment = self.start_run_as(principal, agent, input).await?;
         let Some(run) = attachment.live_run() else {
-            return Err(StartError::RunInProgress(run_id));
+            // Answered in-band (an answer nothing waits for): nothing was started.
+            return Err(StartError::Input(crate::protocol::InputError {
+                field: None,
+                message: "the request starts no run: it only answers what nothing on the \
+                          thread waits for"
+                    .to_owned(),
+            }));
         };
         if !lock(&run.aliases).contains(&run_id) {
             return Err(StartError::RunInProgress(run.id.clone()));
@@ -477,12 +483,16 @@ impl Runtime {
                     "the agent did not forget the deleted thread in time; deleted without it"
                 );
             }
+            // Its uploads go while the decide section is held, so a new thread of the
+            // same id cannot bind one meanwhile.
+            if stored.is_ok()
+                && let Some(uploads) = &self.inner.options.uploads
+            {
+                uploads.remove_thread(principal.owner(), key.as_str()).await;
+            }
             self.discard_thread(&thread);
             drop(decide);
             stored?;
-            if let Some(uploads) = &self.inner.options.uploads {
-                uploads.remove_thread(principal.owner(), key.as_str()).await;
-            }
             self.release_lease(&key).await;
             return Ok(true);
         }

@@ -30,7 +30,12 @@ pub(super) enum Decision {
     Suspended(Arc<LiveRun>),
     /// New input while a run produces: refused or the run interrupted, as the request's
     /// multitask strategy (or its agent's) says.
-    Busy(Arc<LiveRun>),
+    Busy {
+        run: Arc<LiveRun>,
+        /// The request brings new input (not only a `resume[]`): only new input may
+        /// interrupt.
+        new_input: bool,
+    },
     /// A `resume[]` with nothing suspended: refused in-band.
     RejectResume { code: &'static str, message: String },
     /// Only answers to client tool calls that nothing waits for any more (their ids):
@@ -227,7 +232,10 @@ impl ThreadState {
                 return Decision::Suspended(run.clone());
             }
             if has_new_input || !input.resume.is_empty() {
-                return Decision::Busy(run.clone());
+                return Decision::Busy {
+                    run: run.clone(),
+                    new_input: has_new_input,
+                };
             }
             return Decision::Attach(run.clone());
         }
@@ -269,7 +277,7 @@ impl ThreadState {
     pub(super) fn needs(&self, decision: &Decision, input: &RunAgentInput) -> Caps {
         let only = |capability| Caps::NONE.with(capability);
         match decision {
-            Decision::Busy(_) => Caps::NONE,
+            Decision::Busy { .. } => Caps::NONE,
             Decision::Attach(_) => only(Capability::Read),
             Decision::Suspended(run) => {
                 let new: Vec<Message> = input

@@ -73,10 +73,11 @@ impl Runtime {
         };
         match decision {
             Decision::Attach(run) => Ok(Ok(self.segment_attachment(&thread, run, profile))),
-            Decision::Busy(run) => {
+            Decision::Busy { run, new_input } => {
                 let strategy = strategy
                     .or_else(|| self.inner.options.multitask.get(&thread.agent).copied())
-                    .unwrap_or_default();
+                    .unwrap_or_default()
+                    .when(new_input);
                 match strategy {
                     Multitask::Reject => refused(StartError::RunInProgress(run.id.clone())),
                     // New input: the principal must be able to start runs.
@@ -116,11 +117,14 @@ impl Runtime {
                 Ok(Ok(self.lost_answers(&thread, input, profile, calls).await))
             }
             Decision::Start => {
-                // The uploads the messages name are read, and what the agent cannot
-                // take is refused, before anything starts.
+                // The uploads the messages new to the thread name are read (an earlier
+                // message's were read when it was new: an upload removed since does not
+                // block the thread), and what the agent cannot take is refused, before
+                // anything starts.
                 let resolved = match &self.inner.options.uploads {
                     Some(uploads) => {
-                        match uploads.resolve(principal.owner(), &input.messages).await {
+                        let new = lock(&thread.state).peek_new(&input.messages);
+                        match uploads.resolve(principal.owner(), new).await {
                             Ok(resolved) => resolved,
                             Err(error) => return refused(StartError::Input(error)),
                         }
