@@ -14,6 +14,10 @@
 //! | `rss-after` | the server's RSS after `--rss-runs` finished runs of about `--rss-events` events each, `--rss-parallel` at a time, read after the last stream ended; its peak RSS (VmHWM); its RSS again after `--rss-wait` seconds (MiB) |
 //! | `all` | all of them, in that order |
 //!
+//! A `tcp://HOST:PORT` URL names the raw TCP baseline (`examples/bare_sse.rs --mode
+//! raw-tcp`, no HTTP): the same runs and the same counting of the stream's bytes, for
+//! `one-stream` and `concurrent`.
+//!
 //! `--scenario` takes a comma-separated list. With `--pid` (the server's process id) it
 //! also reads the server's CPU time (utime + stime from `/proc/<pid>/stat`) around
 //! `one-stream`, `concurrent` and `ttfe` and reports CPU seconds per million events (per
@@ -61,7 +65,9 @@ impl Scenario {
 #[derive(Debug, Parser)]
 #[command(about = "Load client for agui-serve: one JSON line per measurement")]
 struct Args {
-    /// Base URL of the daemon's route namespace, e.g. http://127.0.0.1:8080/agui.
+    /// Base URL of the daemon's route namespace, e.g. http://127.0.0.1:8080/agui; or
+    /// tcp://HOST:PORT, the raw TCP baseline (`bare_sse --mode raw-tcp`: one-stream and
+    /// concurrent only).
     #[arg(long)]
     url: String,
     /// Bearer token.
@@ -258,19 +264,35 @@ struct Client {
     http: reqwest::Client,
     endpoint: String,
     token: String,
+    /// Set for a raw TCP baseline (a `tcp://` URL): runs go over it instead of HTTP.
+    raw: Option<RawTcp>,
+}
+
+/// The JSON input of a run on a fresh thread whose user message is `text`.
+fn run_input(text: &str) -> Value {
+    let id = uuid::Uuid::new_v4();
+    json!({
+        "threadId": format!("bench-{id}"),
+        "runId": format!("run-{id}"),
+        "messages": [{"id": format!("m-{id}"), "role": "user", "content": text}],
+    })
 }
 
 impl Client {
     /// Starts one run on a fresh thread whose user message is `text`: the response, once
     /// its status says it streams.
     async fn start(&self, text: &str) -> Result<reqwest::Response, String> {
-        let id = uuid::Uuid::new_v4();
-        let body = json!({
-            "threadId": format!("bench-{id}"),
-            "runId": format!("run-{id}"),
-            "messages": [{"id": format!("m-{id}"), "role": "user", "content": text}],
-        });
-        let body = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
+        self.start_with(&run_input(text)).await
+    }
+
+    /// Starts one run with the JSON input `body`.
+    async fn start_with(&self, body: &Value) -> Result<reqwest::Response, String> {
+        if self.raw.is_some() {
+            return Err(
+                "a raw TCP baseline serves only whole runs (one-stream, concurrent)".into(),
+            );
+        }
+        let body = serde_json::to_vec(body).map_err(|e| e.to_string())?;
         let response = self
             .http
             .post(&self.endpoint)
@@ -296,25 +318,98 @@ impl Client {
 
     /// One run, read to the end, keeping the arrival of each text delta if asked.
     async fn run_timed(&self, text: &str, content_times: bool) -> Result<RunStats, String> {
+        if let Some(raw) = &self.raw {
+            return raw.run(&run_input(text), content_times).await;
+        }
         let started = Instant::now();
         let response = self.start(text).await?;
-        let mut counter = SseCounter::new(content_times);
-        let mut stream = response.bytes_stream();
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| format!("stream failed: {e:?}"))?;
-            counter.feed(&chunk, Instant::now());
-        }
+        read_stream(response, started, content_times).await
+    }
+}
+
+/// A run's stream, read to the end; `started` is when its request was sent.
+async fn read_stream(
+    response: reqwest::Response,
+    started: Instant,
+    content_times: bool,
+) -> Result<RunStats, String> {
+    let mut counter = SseCounter::new(content_times);
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| format!("stream failed: {e:?}"))?;
+        counter.feed(&chunk, Instant::now());
+    }
+    Ok(counter.stats(started))
+}
+
+impl SseCounter {
+    /// What the stream looked like, read from `started` to now.
+    fn stats(self, started: Instant) -> RunStats {
         let total = started.elapsed();
-        Ok(RunStats {
-            events: counter.events,
-            first_type: counter.first_type.unwrap_or_default(),
-            last_type: event_type(&counter.last_data),
-            first_event: counter
-                .first_at
-                .map_or(total, |at| at.duration_since(started)),
+        RunStats {
+            events: self.events,
+            first_type: self.first_type.unwrap_or_default(),
+            last_type: event_type(&self.last_data),
+            first_event: self.first_at.map_or(total, |at| at.duration_since(started)),
             total,
-            content_at: counter.content_at.unwrap_or_default(),
-        })
+            content_at: self.content_at.unwrap_or_default(),
+        }
+    }
+}
+
+/// The raw TCP baseline's client (`examples/bare_sse.rs --mode raw-tcp`): a run is its
+/// JSON input on one line, answered with the length of its frames (8 bytes, big-endian)
+/// and the frames, read with the same counter as an HTTP stream. Connections are kept and
+/// reused, as the HTTP client keeps its connections.
+struct RawTcp {
+    addr: String,
+    idle: std::sync::Mutex<Vec<tokio::net::TcpStream>>,
+}
+
+/// Bytes read at most per read from a raw TCP baseline.
+const RAW_READ: usize = 64 * 1024;
+
+impl RawTcp {
+    async fn run(&self, input: &Value, content_times: bool) -> Result<RunStats, String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut line = serde_json::to_vec(input).map_err(|e| e.to_string())?;
+        line.push(b'\n');
+        let started = Instant::now();
+        let kept = self
+            .idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .pop();
+        let mut conn = match kept {
+            Some(conn) => conn,
+            None => {
+                let conn = tokio::net::TcpStream::connect(&self.addr)
+                    .await
+                    .map_err(|e| format!("connect {}: {e}", self.addr))?;
+                conn.set_nodelay(true).map_err(|e| e.to_string())?;
+                conn
+            }
+        };
+        let failed = |e: std::io::Error| format!("raw tcp: {e}");
+        conn.write_all(&line).await.map_err(failed)?;
+        let mut left = conn.read_u64().await.map_err(failed)?;
+        let mut counter = SseCounter::new(content_times);
+        let mut buf = vec![0u8; RAW_READ];
+        while left > 0 {
+            let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+            let n = conn.read(&mut buf[..want]).await.map_err(failed)?;
+            if n == 0 {
+                return Err("raw tcp: the server closed mid-run".to_owned());
+            }
+            counter.feed(&buf[..n], Instant::now());
+            left -= n as u64;
+        }
+        let stats = counter.stats(started);
+        self.idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(conn);
+        Ok(stats)
     }
 }
 
@@ -393,9 +488,19 @@ async fn warm(client: &Client, n: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// The raw TCP baseline encodes a request text's frames once, at its first run: one
+/// unmeasured run of `text` there, so that no measured run pays for it.
+async fn prime(client: &Client, text: &str) -> Result<(), String> {
+    if client.raw.is_some() {
+        client.run(text).await?;
+    }
+    Ok(())
+}
+
 async fn one_stream(args: &Args, client: &Client, report: &Report<'_>) -> Result<(), String> {
     warm(client, args.warmup).await?;
     let text = words(args.stream_events);
+    prime(client, &text).await?;
     let cpu_before = args.pid.and_then(|pid| cpu_seconds(pid, args.clk_tck));
     let (mut events, mut busy, mut incomplete, mut min_ttfe) = (0u64, Duration::ZERO, 0, None);
     for _ in 0..args.stream_repeat {
@@ -434,6 +539,7 @@ async fn one_stream(args: &Args, client: &Client, report: &Report<'_>) -> Result
 async fn concurrent(args: &Args, client: &Arc<Client>, report: &Report<'_>) -> Result<(), String> {
     warm(client, args.warmup).await?;
     let text = Arc::new(words(args.concurrent_events));
+    prime(client, &text).await?;
     let cpu_before = args.pid.and_then(|pid| cpu_seconds(pid, args.clk_tck));
     let (mut events, mut busy, mut incomplete, mut failed) = (0u64, Duration::ZERO, 0, 0);
     let mut first_error = None;
@@ -793,10 +899,15 @@ async fn measure(args: Args) -> std::process::ExitCode {
         builder = builder.http1_only();
     }
     let http = builder.build().expect("the HTTP client builds");
+    let raw = args.url.strip_prefix("tcp://").map(|addr| RawTcp {
+        addr: addr.trim_end_matches('/').to_owned(),
+        idle: std::sync::Mutex::new(Vec::new()),
+    });
     let client = Arc::new(Client {
         http,
         endpoint: format!("{}/{}", args.url.trim_end_matches('/'), args.agent),
         token: args.token.clone(),
+        raw,
     });
     let report = Report { args: &args };
     let scenarios: Vec<Scenario> = args
