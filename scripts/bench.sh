@@ -7,13 +7,21 @@
 #   scripts/bench.sh [rounds]                  # the full benchmark (default 3 rounds)
 #   scripts/bench.sh BIN_A BIN_B [rounds]      # two daemon builds, A B A B ..., ratio B/A
 #
-# With no BIN it builds what it needs and compares agui-serve with two baselines that answer
-# the demo agent's requests with the same events and sizes but have no runtime:
-#   hyper      examples/bare_sse.rs, a bare hyper SSE server;
-#   node       bench/node/server.mjs, Node's plain http with the official AG-UI encoder
-#              (@ag-ui/encoder, pinned), installed with `npm ci` into bench/node/ (only
-#              where node and npm are installed; skipped otherwise);
-#   agui-serve target/release/agui-serve.
+# With no BIN it builds what it needs and compares agui-serve with baselines that answer the
+# demo agent's requests with the same events and sizes but have no runtime:
+#   hyper            examples/bare_sse.rs, a bare hyper SSE server, one body chunk per frame;
+#   hyper-coalesced  the same with `--mode coalesced`: each body chunk is a frame with the
+#                    frames already pending after it, up to 16 kB, as agui-serve's
+#                    attachment coalesces them (one-stream and concurrent only);
+#   raw-tcp          the same with `--mode raw-tcp`: no HTTP, a plain tokio TCP writer and
+#                    the load client's reader, the same frame bytes in writes of up to 16 kB:
+#                    the ceiling of loopback (one-stream and concurrent only);
+#   node             bench/node/server.mjs, Node's plain http with the official AG-UI
+#                    encoder (@ag-ui/encoder, pinned), installed with `npm ci` into
+#                    bench/node/ (only where node and npm are installed; skipped otherwise);
+#   agui-serve       target/release/agui-serve.
+# Every ratio is agui-serve's median over a baseline's median, both from this run; the output
+# names the baseline of each ratio column.
 # A BIN is any executable that takes agui-serve's command line and prints its "agui-serve
 # listening on URL" line: a daemon build, or a baseline (target/release/examples/bare_sse,
 # bench/node/server.mjs).
@@ -50,7 +58,19 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 loadgen="${LOADGEN:-$root/target/release/examples/loadgen}"
 labels=()
 bins=()
+# Per server: extra flags, the scenarios it serves (empty: all), what it is.
+extras=()
+onlys=()
+abouts=()
 full=""
+# add_server LABEL BIN EXTRA_FLAGS ONLY ABOUT
+add_server() {
+  labels+=("$1")
+  bins+=("$2")
+  extras+=("$3")
+  onlys+=("$4")
+  abouts+=("$5")
+}
 
 if [ $# -le 1 ]; then
   full=1
@@ -58,8 +78,12 @@ if [ $# -le 1 ]; then
   is_count "$rounds" || usage
   (cd "$root" && cargo build --release --bin agui-serve)
   (cd "$root" && cargo build --release --example loadgen --example bare_sse)
-  labels+=(hyper)
-  bins+=("$root/target/release/examples/bare_sse")
+  bare="$root/target/release/examples/bare_sse"
+  add_server hyper "$bare" "" "" "bare hyper, one body chunk per frame (examples/bare_sse.rs)"
+  add_server hyper-coalesced "$bare" "--mode coalesced" "one-stream,concurrent" \
+    "bare hyper, pending frames coalesced into chunks of up to 16 kB as agui-serve does (bare_sse --mode coalesced)"
+  add_server raw-tcp "$bare" "--mode raw-tcp" "one-stream,concurrent" \
+    "no HTTP: a plain tokio TCP writer and reader, the same frame bytes, writes of up to 16 kB; the ceiling (bare_sse --mode raw-tcp)"
   node_dir="$root/bench/node"
   if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
     # npm ci only when the lock file changed since the last install.
@@ -67,21 +91,20 @@ if [ $# -le 1 ]; then
     if cmp -s "$node_dir/package-lock.json" "$stamp" \
       || { (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error) \
         && cp "$node_dir/package-lock.json" "$stamp"; }; then
-      labels+=(node)
-      bins+=("$node_dir/server.mjs")
+      add_server node "$node_dir/server.mjs" "" "" \
+        "Node's http with the official @ag-ui/encoder (bench/node/server.mjs)"
     else
       echo "warning: npm ci failed in $node_dir: no Node baseline" >&2
     fi
   else
     echo "warning: node/npm not installed: no Node baseline" >&2
   fi
-  labels+=(agui-serve)
-  bins+=("$root/target/release/agui-serve")
+  add_server agui-serve "$root/target/release/agui-serve" "" "" "the daemon, demo agent"
 elif [ $# -le 3 ]; then
   rounds="${3:-3}"
   is_count "$rounds" || usage
-  labels+=(A B)
-  bins+=("$(realpath "$1")" "$(realpath "$2")")
+  add_server A "$(realpath "$1")" "" "" "build A"
+  add_server B "$(realpath "$2")" "" "" "build B"
 else
   usage
 fi
@@ -109,6 +132,22 @@ for scenario in ${scenarios//,/ }; do
   esac
 done
 if [ -n "$main" ]; then groups=("--scenario $main" "${groups[@]}"); fi
+
+# group_for I GROUP: the flags of GROUP for server I, its scenarios narrowed to those the
+# server serves; nothing when it serves none of them.
+group_for() {
+  local only="${onlys[$1]}" group="$2" words kept="" scenario
+  if [ -z "$only" ]; then
+    echo "$group"
+    return 0
+  fi
+  read -r -a words <<<"$group"
+  [ "${words[0]}" = --scenario ] || return 0
+  for scenario in ${words[1]//,/ }; do
+    case ",$only," in *",$scenario,"*) kept="${kept:+$kept,}$scenario" ;; esac
+  done
+  if [ -n "$kept" ]; then echo "--scenario $kept ${words[*]:2}"; fi
+}
 
 # Scratch space (the servers' data directories) under target/, out of reach of /tmp cleaners.
 mkdir -p "$root/target"
@@ -139,37 +178,56 @@ results="${OUT:-$work/results.jsonl}"
 failures="$work/failures"
 : >"$failures"
 
-# bench_one LABEL BIN ROUND GROUP: a fresh server, one load client run, the server stopped.
-bench_one() {
-  local label="$1" bin="$2" round="$3" group="$4" dir url=""
-  dir="$(mktemp -d "$work/$label-$round.XXXXXX")"
+# start_server LABEL BIN DIR FLAGS...: starts a server with its data in DIR/data, sets
+# server_pid and server_url; exits when it does not start.
+start_server() {
+  local label="$1" bin="$2" dir="$3"
+  shift 3
   mkdir -p "$dir/data"
-  # shellcheck disable=SC2086
-  "$bin" --no-tls --port 0 --token "$token" --data-dir "$dir/data" --max-concurrent-runs 20000 --max-connections 20000 \
-    ${DAEMON_ARGS:-} >"$dir/stdout" 2>"$dir/stderr" &
+  "$bin" --no-tls --port 0 --token "$token" --data-dir "$dir/data" "$@" \
+    >"$dir/stdout" 2>"$dir/stderr" &
   server_pid=$!
+  server_url=""
   for _ in $(seq 1 300); do
-    url="$(sed -n 's#^agui-serve listening on \([^ ]*\).*#\1#p' "$dir/stdout" 2>/dev/null | head -n1 || true)"
-    [ -n "$url" ] && break
+    server_url="$(sed -n 's#^agui-serve listening on \([^ ]*\).*#\1#p' "$dir/stdout" 2>/dev/null | head -n1 || true)"
+    [ -n "$server_url" ] && break
     kill -0 "$server_pid" 2>/dev/null || break
     sleep 0.1
   done
-  if [ -z "$url" ]; then
+  if [ -z "$server_url" ]; then
     echo "$label: the server did not start:" >&2
     cat "$dir/stdout" "$dir/stderr" >&2
     exit 1
   fi
-  echo "round $round $label ($group): $bin at $url (pid $server_pid)" >&2
+}
+
+# load LABEL ROUND WHAT DIR FLAGS...: one load client run against the running server (its
+# JSON lines into the results); a failure of the client or the server is recorded.
+load() {
+  local label="$1" round="$2" what="$3" dir="$4"
+  shift 4
   # shellcheck disable=SC2086
-  if ! "$loadgen" --url "$url" --token "$token" --agent demo $group --pid "$server_pid" \
+  if ! "$loadgen" --url "$server_url" --token "$token" "$@" --pid "$server_pid" \
     --clk-tck "$(getconf CLK_TCK)" --label "$label" --round "$round" ${LOADGEN_ARGS:-} \
     | tee -a "$results" >&2; then
-    echo "round $round $label ($group): the load client failed" | tee -a "$failures" >&2
+    echo "round $round $label ($what): the load client failed" | tee -a "$failures" >&2
   fi
   if ! kill -0 "$server_pid" 2>/dev/null; then
-    echo "round $round $label ($group): the server died; its stderr ends:" | tee -a "$failures" >&2
+    echo "round $round $label ($what): the server died; its stderr ends:" | tee -a "$failures" >&2
     tail -n 20 "$dir/stderr" | tee -a "$failures" >&2
   fi
+}
+
+# bench_one I ROUND GROUP: a fresh server I, one load client run, the server stopped.
+bench_one() {
+  local label="${labels[$1]}" bin="${bins[$1]}" round="$2" group="$3" dir
+  dir="$(mktemp -d "$work/$label-$round.XXXXXX")"
+  # shellcheck disable=SC2086
+  start_server "$label" "$bin" "$dir" --max-concurrent-runs 20000 --max-connections 20000 \
+    ${extras[$1]} ${DAEMON_ARGS:-}
+  echo "round $round $label ($group): $bin ${extras[$1]} at $server_url (pid $server_pid)" >&2
+  # shellcheck disable=SC2086
+  load "$label" "$round" "$group" "$dir" --agent demo $group
   stop_server
   rm -rf "$dir"
 }
@@ -178,14 +236,15 @@ started=$SECONDS
 for round in $(seq 1 "$rounds"); do
   for group in "${groups[@]}"; do
     for i in "${!labels[@]}"; do
-      bench_one "${labels[$i]}" "${bins[$i]}" "$round" "$group"
+      this="$(group_for "$i" "$group")"
+      if [ -n "$this" ]; then bench_one "$i" "$round" "$this"; fi
     done
   done
 done
 
 echo >&2
 for i in "${!labels[@]}"; do
-  echo "${labels[$i]} = ${bins[$i]}" >&2
+  echo "${labels[$i]} = ${bins[$i]}${extras[$i]:+ ${extras[$i]}}" >&2
 done
 echo "$rounds rounds in $((SECONDS - started)) s on $(nproc) cores" >&2
 cat "$failures"
@@ -200,10 +259,13 @@ node_version="$(node --version 2>/dev/null || true)"
 memory="$(awk '/^MemTotal:/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
 run_line="\`scripts/bench.sh $rounds\` on $(date -u +%Y-%m-%d): $rounds rounds, $(nproc) cores, $memory"
 run_line="$run_line${node_version:+, Node ${node_version#v}}; medians."
-BENCH_DOC="$doc" BENCH_HEAD="$run_line" python3 - "$results" "${labels[@]}" <<'EOF'
+about="$(for i in "${!labels[@]}"; do printf '%s\t%s\n' "${labels[$i]}" "${abouts[$i]}"; done)"
+BENCH_DOC="$doc" BENCH_HEAD="$run_line" BENCH_ABOUT="$about" \
+  python3 - "$results" "${labels[@]}" <<'EOF'
 import json, os, statistics, sys
 path, labels = sys.argv[1], sys.argv[2:]
 subject, refs = labels[-1], labels[:-1]
+about = dict(line.split("\t", 1) for line in os.environ.get("BENCH_ABOUT", "").splitlines() if "\t" in line)
 rows = [json.loads(line) for line in open(path) if line.strip()]
 measures, values, units = [], {}, {}
 for row in rows:
@@ -236,11 +298,16 @@ def ratio(key, label):
 def spread(key, label):
     v = values.get((key, label), [])
     return f"{fmt(min(v))}/{fmt(median(key, label))}/{fmt(max(v))}" if v else "-"
-head = f"{'measure':28} {'unit':16} {subject + ' median':>17}"
+legend = [f"{subject}/{ref}: {subject}'s median over the median of {ref}, {about.get(ref, ref)}"
+          for ref in refs]
+print(f"{subject}: {about.get(subject, subject)}; ratios from this run's interleaved rounds:")
+print("\n".join("  " + line for line in legend))
+print()
+head = f"{'measure':30} {'unit':16} {subject + ' median':>17}"
 head += "".join(f" {subject + '/' + ref:>17}" for ref in refs)
 print(head + "   " + " | ".join(f"{label} min/median/max" for label in labels))
 for key in measures:
-    line = f"{key:28} {units[key]:16} {fmt(median(key, subject)):>17}"
+    line = f"{key:30} {units[key]:16} {fmt(median(key, subject)):>17}"
     line += "".join(f" {fmt_ratio(ratio(key, ref)):>17}" for ref in refs)
     print(line + "   " + " | ".join(spread(key, label) for label in labels))
 print()
@@ -265,7 +332,7 @@ if doc:
         sys.exit(f"{doc}: no {begin} ... {end} lines; left as it is")
     first = lines.index(begin)
     last = lines.index(end, first)
-    lines[first + 1:last] = [os.environ["BENCH_HEAD"], ""] + table
+    lines[first + 1:last] = [os.environ["BENCH_HEAD"], ""] + [f"- {line}" for line in legend] + [""] + table
     with open(doc + ".tmp", "w") as out:
         out.write("\n".join(lines))
     os.replace(doc + ".tmp", doc)
