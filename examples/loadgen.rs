@@ -47,6 +47,10 @@ enum Scenario {
     Paced,
     Idle,
     RssAfter,
+    /// Not in `all`: needs an ACP agent on a scripted model (see [`agent_turns`]).
+    AgentTurns,
+    /// Not in `all`: the second half of `agent-turns`, on a restarted daemon.
+    AgentRestart,
     All,
 }
 
@@ -148,6 +152,18 @@ struct Args {
     /// Unmeasured runs before each scenario.
     #[arg(long, default_value_t = 20)]
     warmup: usize,
+    /// agent-turns: conversations (threads), each a first turn then `--warm-turns` turns.
+    #[arg(long, default_value_t = 3)]
+    turn_threads: usize,
+    /// agent-turns: turns after a thread's first, on the live agent process and session.
+    #[arg(long, default_value_t = 3)]
+    warm_turns: usize,
+    /// agent-turns: where the conversations are written; agent-restart: where they are read.
+    #[arg(long)]
+    turns_file: Option<std::path::PathBuf>,
+    /// agent-turns, agent-restart: seconds a turn may take.
+    #[arg(long, default_value_t = 120.0)]
+    turn_timeout: f64,
     /// Speak HTTP/2 with prior knowledge (h2c) instead of HTTP/1.1.
     #[arg(long)]
     http2: bool,
@@ -161,6 +177,8 @@ struct RunStats {
     last_type: String,
     /// From sending the request to the arrival of the first event.
     first_event: Duration,
+    /// From sending the request to the arrival of the first `TEXT_MESSAGE_CONTENT`.
+    first_content: Option<Duration>,
     /// From sending the request to the end of the stream.
     total: Duration,
     /// Arrival of each `TEXT_MESSAGE_CONTENT`, when asked for.
@@ -311,6 +329,13 @@ impl Client {
         Ok(response)
     }
 
+    /// One run with the JSON input `body`, read to the end.
+    async fn run_with(&self, body: &Value) -> Result<RunStats, String> {
+        let started = Instant::now();
+        let response = self.start_with(body).await?;
+        read_stream(response, started, false).await
+    }
+
     /// One run whose user message is `text`, read to the end.
     async fn run(&self, text: &str) -> Result<RunStats, String> {
         self.run_timed(text, false).await
@@ -351,6 +376,7 @@ impl SseCounter {
             first_type: self.first_type.unwrap_or_default(),
             last_type: event_type(&self.last_data),
             first_event: self.first_at.map_or(total, |at| at.duration_since(started)),
+            first_content: self.first_content_at.map(|at| at.duration_since(started)),
             total,
             content_at: self.content_at.unwrap_or_default(),
         }
@@ -878,6 +904,130 @@ async fn rss_after(args: &Args, client: &Arc<Client>, report: &Report<'_>) -> Re
     Ok(())
 }
 
+/// The word the scripted model answers (`scripts/bench.sh` scripts it): every user message
+/// of `agent-turns` holds it, and the answer is [`TURN_REPLY`].
+const TURN_MARKER: &str = "bench-turn";
+const TURN_REPLY: &str = "Done.";
+
+/// A conversation as a client keeps it: every message so far, resent with each run.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Conversation {
+    thread: String,
+    messages: Vec<Value>,
+    runs: usize,
+}
+
+impl Conversation {
+    /// One turn: a new user message, the run read to the end, the answer kept.
+    async fn turn(&mut self, args: &Args, client: &Client) -> Result<RunStats, String> {
+        self.runs += 1;
+        let n = self.runs;
+        self.messages.push(
+            json!({"id": format!("{}-u{n}", self.thread), "role": "user",
+            "content": format!("{TURN_MARKER} {n}: hello")}),
+        );
+        let body = json!({"threadId": self.thread, "runId": format!("{}-r{n}", self.thread),
+            "protocolVersion": "1.0", "messages": self.messages});
+        let limit = Duration::from_secs_f64(args.turn_timeout);
+        let stats = tokio::time::timeout(limit, client.run_with(&body))
+            .await
+            .map_err(|_| format!("{}: turn {n} took over {limit:?}", self.thread))??;
+        if !stats.complete() || stats.first_content.is_none() {
+            return Err(format!(
+                "{}: turn {n} ended with {} after {} events and {} text",
+                self.thread,
+                stats.last_type,
+                stats.events,
+                if stats.first_content.is_some() {
+                    "some"
+                } else {
+                    "no"
+                }
+            ));
+        }
+        self.messages
+            .push(json!({"id": format!("{}-a{n}", self.thread),
+            "role": "assistant", "content": TURN_REPLY}));
+        Ok(stats)
+    }
+}
+
+/// The timings of some turns: time to the first event (`RUN_STARTED`), to the first text
+/// delta (the agent's answer), and to the end of the stream, medians in ms.
+fn report_turns(report: &Report<'_>, scenario: &str, kind: &str, turns: &[RunStats]) {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        percentile(&v, 50.0)
+    };
+    let extra = json!({"turns": turns.len()});
+    for (what, values) in [
+        (
+            "first_event",
+            turns.iter().map(|t| ms(t.first_event)).collect(),
+        ),
+        (
+            "first_text",
+            turns
+                .iter()
+                .map(|t| t.first_content.map_or(f64::NAN, ms))
+                .collect(),
+        ),
+        ("turn", turns.iter().map(|t| ms(t.total)).collect()),
+    ] {
+        report.line(
+            scenario,
+            &format!("agent_{kind}_{what}_ms"),
+            median(values),
+            "ms",
+            extra.clone(),
+        );
+    }
+}
+
+/// An ACP agent's turns (`--agent`, on a model scripted to answer [`TURN_MARKER`]): for
+/// each of `--turn-threads` new threads, its first turn (a new agent process and session
+/// where each thread has its own workspace), then `--warm-turns` turns on the live process
+/// and session; one thread after the other. Medians of each kind (`agent_new_thread_*`,
+/// `agent_warm_*`). The conversations are written to `--turns-file` for `agent-restart`.
+async fn agent_turns(args: &Args, client: &Client, report: &Report<'_>) -> Result<(), String> {
+    let path = args.turns_file.as_ref().ok_or("needs --turns-file")?;
+    let (mut first, mut warm, mut conversations) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..args.turn_threads {
+        let mut conversation = Conversation {
+            thread: format!("bench-turns-{}", uuid::Uuid::new_v4()),
+            messages: Vec::new(),
+            runs: 0,
+        };
+        first.push(conversation.turn(args, client).await?);
+        for _ in 0..args.warm_turns {
+            warm.push(conversation.turn(args, client).await?);
+        }
+        conversations.push(conversation);
+    }
+    let text = serde_json::to_string(&conversations).map_err(|e| e.to_string())?;
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    report_turns(report, "agent-turns", "new_thread", &first);
+    report_turns(report, "agent-turns", "warm", &warm);
+    Ok(())
+}
+
+/// The conversations of `agent-turns` (`--turns-file`) on a restarted daemon: each
+/// thread's next turn, the first after the restart (a new agent process, the session
+/// loaded). Medians (`agent_restart_*`).
+async fn agent_restart(args: &Args, client: &Client, report: &Report<'_>) -> Result<(), String> {
+    let path = args.turns_file.as_ref().ok_or("needs --turns-file")?;
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut conversations: Vec<Conversation> =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut after = Vec::with_capacity(conversations.len());
+    for conversation in &mut conversations {
+        after.push(conversation.turn(args, client).await?);
+    }
+    report_turns(report, "agent-restart", "restart", &after);
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
@@ -925,6 +1075,8 @@ async fn measure(args: Args) -> std::process::ExitCode {
             Scenario::Ttfe => ttfe(&args, &client, &report).await,
             Scenario::Paced => paced(&args, &client, &report).await,
             Scenario::Idle => idle(&args, &client, &report).await,
+            Scenario::AgentTurns => agent_turns(&args, &client, &report).await,
+            Scenario::AgentRestart => agent_restart(&args, &client, &report).await,
             Scenario::RssAfter | Scenario::All => rss_after(&args, &client, &report).await,
         };
         if let Err(error) = done {

@@ -31,7 +31,16 @@
 # IDLE_STREAMS (a fresh server per level, so agui-serve's 30 s disconnect grace never keeps
 # a level's runs alive into the next); rss-after. See examples/loadgen.rs for each measure.
 #
-# Environment: SCENARIOS (comma-separated loadgen scenarios; default all of them),
+# The real-agent phase (scenario real-agent; full benchmark only) runs where the real Claude
+# Code adapter is installed (AGUI_REAL_AGENTS, default target/tools/real-agents, the folder
+# `scripts/real-agents.sh --install-only` installs it into and prints; AGUI_REAL_AGENTS=
+# (empty) skips it): agui-serve with Claude Code on the scripted model
+# (examples/scripted_model.rs), once per round: new threads' first turns and warm turns
+# (loadgen's agent-turns), then the daemon restarted on the same data and each thread's next
+# turn (agent-restart). Reported as medians and as ratios to the warm turn. Without the
+# adapter it says so and goes on.
+#
+# Environment: SCENARIOS (comma-separated loadgen scenarios and real-agent; default all),
 # IDLE_STREAMS (idle levels; default "2000 10000"), LOADGEN (the load client; default
 # target/release/examples/loadgen), LOADGEN_ARGS (extra loadgen flags), DAEMON_ARGS (extra
 # server flags), OUT (keep the raw JSON lines in this file), BENCH_TMP (where the servers'
@@ -77,7 +86,7 @@ if [ $# -le 1 ]; then
   rounds="${1:-3}"
   is_count "$rounds" || usage
   (cd "$root" && cargo build --release --bin agui-serve)
-  (cd "$root" && cargo build --release --example loadgen --example bare_sse)
+  (cd "$root" && cargo build --release --example loadgen --example bare_sse --example scripted_model)
   bare="$root/target/release/examples/bare_sse"
   add_server hyper "$bare" "" "" "bare hyper, one body chunk per frame (examples/bare_sse.rs)"
   add_server hyper-coalesced "$bare" "--mode coalesced" "one-stream,concurrent" \
@@ -118,16 +127,18 @@ hard="$(ulimit -Hn)"
 ulimit -n "$hard" 2>/dev/null || echo "warning: could not raise ulimit -n to $hard" >&2
 echo "open files limit: $(ulimit -n)" >&2
 
-scenarios="${SCENARIOS:-one-stream,concurrent,ttfe,paced,idle,rss-after}"
+scenarios="${SCENARIOS:-one-stream,concurrent,ttfe,paced,idle,rss-after,real-agent}"
 read -r -a idle_levels <<<"${IDLE_STREAMS:-2000 10000}"
 # The groups of loadgen flags, each run on a fresh server.
 groups=()
 main=""
+real_agent=""
 for scenario in ${scenarios//,/ }; do
   case "$scenario" in
     one-stream | concurrent | ttfe | paced) main="${main:+$main,}$scenario" ;;
     idle) for n in "${idle_levels[@]}"; do groups+=("--scenario idle --idle-streams $n"); done ;;
     rss-after) groups+=("--scenario rss-after") ;;
+    real-agent) if [ -n "$full" ]; then real_agent=1; fi ;;
     *) echo "unknown scenario: $scenario" >&2; exit 2 ;;
   esac
 done
@@ -167,6 +178,7 @@ stop_server() {
 }
 cleanup() {
   stop_server
+  if [ -n "${model_pid:-}" ]; then kill -TERM "$model_pid" 2>/dev/null || true; wait "$model_pid" 2>/dev/null || true; fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -232,6 +244,62 @@ bench_one() {
   rm -rf "$dir"
 }
 
+# The real-agent phase's scripted model and configuration (once), then per round:
+# agent_round ROUND.
+agent_tools="${AGUI_REAL_AGENTS-$root/target/tools/real-agents}"
+agent_note=""
+if [ -n "$real_agent" ] && [ ! -x "$agent_tools/node_modules/.bin/claude-agent-acp" ]; then
+  agent_note="real-agent phase skipped: no Claude Code adapter in ${agent_tools:-(AGUI_REAL_AGENTS is empty)}; scripts/real-agents.sh --install-only installs it"
+  echo "$agent_note" >&2
+  real_agent=""
+fi
+model_pid=""
+if [ -n "$real_agent" ]; then
+  # The scripted model answers every turn of loadgen's agent-turns (its TURN_MARKER) with
+  # its TURN_REPLY.
+  echo '{"bench-turn": [{"say": "Done."}]}' >"$work/scripts.json"
+  "$root/target/release/examples/scripted_model" "$work/scripts.json" >"$work/model" 2>"$work/model.err" &
+  model_pid=$!
+  model_url=""
+  for _ in $(seq 1 300); do
+    model_url="$(sed -n 's#^scripted model listening on \([^ ]*\).*#\1#p' "$work/model" | head -n1)"
+    [ -n "$model_url" ] && break
+    kill -0 "$model_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  [ -n "$model_url" ] || { echo "the scripted model did not start:" >&2; cat "$work/model.err" >&2; exit 1; }
+  # Claude Code as tests/real_agents.rs and scripts/browser-real-agents.sh run it: each
+  # thread its own workspace and confined process, the model on loopback, mode "default".
+  cat >"$work/agent.toml" <<TOML
+[[agents]]
+name = "claude"
+kind = "acp"
+command = ["$agent_tools/node_modules/.bin/claude-agent-acp"]
+env = { ANTHROPIC_BASE_URL = "$model_url", ANTHROPIC_API_KEY = "sk-ant-scripted", IS_SANDBOX = "1", DISABLE_AUTOUPDATER = "1", DISABLE_TELEMETRY = "1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = "1" }
+permissions = "ask"
+mode = "default"
+workspace = { source = "empty" }
+sandbox = { read = ["$agent_tools"], connect = [${model_url##*:}] }
+TOML
+fi
+agent_round() {
+  local round="$1" dir bin="$root/target/release/agui-serve"
+  dir="$(mktemp -d "$work/real-agent-$round.XXXXXX")"
+  start_server agui-serve "$bin" "$dir" --config "$work/agent.toml"
+  echo "round $round agui-serve (real agent): new threads and warm turns at $server_url (pid $server_pid)" >&2
+  load agui-serve "$round" "real agent" "$dir" --agent claude --scenario agent-turns \
+    --turns-file "$dir/turns.json"
+  stop_server
+  if [ -s "$dir/turns.json" ]; then
+    start_server agui-serve "$bin" "$dir" --config "$work/agent.toml"
+    echo "round $round agui-serve (real agent): restarted at $server_url (pid $server_pid)" >&2
+    load agui-serve "$round" "real agent, restarted" "$dir" --agent claude --scenario agent-restart \
+      --turns-file "$dir/turns.json"
+    stop_server
+  fi
+  rm -rf "$dir"
+}
+
 started=$SECONDS
 for round in $(seq 1 "$rounds"); do
   for group in "${groups[@]}"; do
@@ -240,6 +308,7 @@ for round in $(seq 1 "$rounds"); do
       if [ -n "$this" ]; then bench_one "$i" "$round" "$this"; fi
     done
   done
+  if [ -n "$real_agent" ]; then agent_round "$round"; fi
 done
 
 echo >&2
@@ -260,18 +329,21 @@ memory="$(awk '/^MemTotal:/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
 run_line="\`scripts/bench.sh $rounds\` on $(date -u +%Y-%m-%d): $rounds rounds, $(nproc) cores, $memory"
 run_line="$run_line${node_version:+, Node ${node_version#v}}; medians."
 about="$(for i in "${!labels[@]}"; do printf '%s\t%s\n' "${labels[$i]}" "${abouts[$i]}"; done)"
-BENCH_DOC="$doc" BENCH_HEAD="$run_line" BENCH_ABOUT="$about" \
+BENCH_DOC="$doc" BENCH_HEAD="$run_line" BENCH_ABOUT="$about" BENCH_AGENT_NOTE="$agent_note" \
   python3 - "$results" "${labels[@]}" <<'EOF'
 import json, os, statistics, sys
 path, labels = sys.argv[1], sys.argv[2:]
 subject, refs = labels[-1], labels[:-1]
 about = dict(line.split("\t", 1) for line in os.environ.get("BENCH_ABOUT", "").splitlines() if "\t" in line)
 rows = [json.loads(line) for line in open(path) if line.strip()]
+# The real-agent phase's measures (agent_<kind>_<what>_ms) have a table of their own.
+AGENT = "agent_"
 measures, values, units = [], {}, {}
 for row in rows:
     key = row["measure"]
     if key not in units:
-        measures.append(key)
+        if not key.startswith(AGENT):
+            measures.append(key)
         units[key] = row["unit"]
     values.setdefault((key, row["label"]), []).append(row["value"])
     for flag in ("incomplete", "failed", "ended_early"):
@@ -323,6 +395,37 @@ for key in measures:
     table.append("| " + " | ".join(cells) + " |")
 print("\n".join(table))
 
+# The real-agent phase: each kind of turn's medians over the rounds, and its ratio to the
+# warm turn (a turn on the thread's live agent process and session).
+KINDS = [("new_thread", "new thread's first turn"), ("warm", "warm turn"),
+         ("restart", "first turn after a restart")]
+WHATS = [("first_event", "first event"), ("first_text", "first text"), ("turn", "whole turn")]
+def agent(kind, what):
+    return median(f"{AGENT}{kind}_{what}_ms", subject)
+agent_table = []
+if any(key.startswith(AGENT) for key in units):
+    agent_table = ["| turn | " + " | ".join(f"{name} ms" for _, name in WHATS) + " | "
+                   + " | ".join(f"{name} / warm" for _, name in WHATS) + " |",
+                   "|---" * (1 + 2 * len(WHATS)) + "|"]
+    print()
+    print(f"real agent: Claude Code on the scripted model behind {subject}, medians over the rounds, ratios to the warm turn")
+    print(f"{'turn':28}" + "".join(f" {name + ' ms':>15}" for _, name in WHATS)
+          + "".join(f" {name + ' / warm':>20}" for _, name in WHATS))
+    for kind, name in KINDS:
+        ms = [agent(kind, what) for what, _ in WHATS]
+        ratios = [a / w if a == a and w == w and w else nan
+                  for a, w in zip(ms, [agent("warm", what) for what, _ in WHATS])]
+        print(f"{name:28}" + "".join(f" {fmt(x):>15}" for x in ms)
+              + "".join(f" {fmt_ratio(x):>20}" for x in ratios))
+        agent_table.append(f"| {name} | " + " | ".join(fmt(x) for x in ms) + " | "
+                           + " | ".join(fmt_ratio(x) for x in ratios) + " |")
+    print()
+    print("\n".join(agent_table))
+agent_note = os.environ.get("BENCH_AGENT_NOTE", "")
+if agent_note:
+    print()
+    print(agent_note)
+
 # The lines between the markers of BENCH_DOC become the run's line and its table.
 doc = os.environ.get("BENCH_DOC", "")
 if doc:
@@ -332,7 +435,13 @@ if doc:
         sys.exit(f"{doc}: no {begin} ... {end} lines; left as it is")
     first = lines.index(begin)
     last = lines.index(end, first)
-    lines[first + 1:last] = [os.environ["BENCH_HEAD"], ""] + [f"- {line}" for line in legend] + [""] + table
+    block = [os.environ["BENCH_HEAD"], ""] + [f"- {line}" for line in legend] + [""] + table
+    if agent_table:
+        block += ["", f"Real agent: Claude Code on the scripted model behind {subject}, medians, ratios to the warm turn:", ""]
+        block += agent_table
+    elif agent_note:
+        block += ["", agent_note[0].upper() + agent_note[1:] + "."]
+    lines[first + 1:last] = block
     with open(doc + ".tmp", "w") as out:
         out.write("\n".join(lines))
     os.replace(doc + ".tmp", doc)
