@@ -157,7 +157,7 @@ group_for() {
   for scenario in ${words[1]//,/ }; do
     case ",$only," in *",$scenario,"*) kept="${kept:+$kept,}$scenario" ;; esac
   done
-  if [ -n "$kept" ]; then echo "--scenario $kept ${words[*]:2}"; fi
+  if [ -n "$kept" ]; then echo "--scenario $kept${words[2]:+ ${words[*]:2}}"; fi
 }
 
 # Scratch space (the servers' data directories) under target/, out of reach of /tmp cleaners.
@@ -237,7 +237,7 @@ bench_one() {
   # shellcheck disable=SC2086
   start_server "$label" "$bin" "$dir" --max-concurrent-runs 20000 --max-connections 20000 \
     ${extras[$1]} ${DAEMON_ARGS:-}
-  echo "round $round $label ($group): $bin ${extras[$1]} at $server_url (pid $server_pid)" >&2
+  echo "round $round $label ($group): $bin${extras[$1]:+ ${extras[$1]}} at $server_url (pid $server_pid)" >&2
   # shellcheck disable=SC2086
   load "$label" "$round" "$group" "$dir" --agent demo $group
   stop_server
@@ -248,8 +248,12 @@ bench_one() {
 # agent_round ROUND.
 agent_tools="${AGUI_REAL_AGENTS-$root/target/tools/real-agents}"
 agent_note=""
-if [ -n "$real_agent" ] && [ ! -x "$agent_tools/node_modules/.bin/claude-agent-acp" ]; then
-  agent_note="real-agent phase skipped: no Claude Code adapter in ${agent_tools:-(AGUI_REAL_AGENTS is empty)}; scripts/real-agents.sh --install-only installs it"
+if [ -n "$real_agent" ] && [ -z "$agent_tools" ]; then
+  agent_note="real-agent phase skipped: AGUI_REAL_AGENTS is empty"
+elif [ -n "$real_agent" ] && [ ! -x "$agent_tools/node_modules/.bin/claude-agent-acp" ]; then
+  agent_note="real-agent phase skipped: no Claude Code adapter in $agent_tools; scripts/real-agents.sh --install-only installs it"
+fi
+if [ -n "$agent_note" ]; then
   echo "$agent_note" >&2
   real_agent=""
 fi
