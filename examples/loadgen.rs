@@ -13,6 +13,8 @@
 //! | `idle` | memory per idle stream, for each N of `--idle-streams`: the server's RSS before, then N open streams of `/slow 2 60000` (the first chunk, then a minute of silence), the RSS once every stream got its first `TEXT_MESSAGE_CONTENT`; (after - before) / N in kB. Then every connection is dropped (and, before a next N, `--idle-settle` is waited) |
 //! | `rss-after` | the server's RSS after `--rss-runs` finished runs of about `--rss-events` events each, `--rss-parallel` at a time, read after the last stream ended; its peak RSS (VmHWM); its RSS again after `--rss-wait` seconds (MiB) |
 //! | `all` | all of them, in that order |
+//! | `agent-turns` | not in `all`: an ACP agent (`--agent`) on a model scripted to answer "bench-turn" (`scripts/bench.sh` sets it up): `--turn-threads` new threads, one after the other, each a first turn then `--warm-turns` turns; time to the first event, to the first text delta and to the end of the stream, medians per kind of turn. The conversations go to `--turns-file` |
+//! | `agent-restart` | not in `all`: the conversations of `--turns-file` on a restarted daemon: each thread's next turn, the same times |
 //!
 //! A `tcp://HOST:PORT` URL names the raw TCP baseline (`examples/bare_sse.rs --mode
 //! raw-tcp`, no HTTP): the same runs and the same counting of the stream's bytes, for
