@@ -325,6 +325,21 @@ async fn an_agent_s_multitask_default_and_a_request_s_own() {
         Some("cancelled")
     );
 
+    // A request that brings only a `resume[]` (nothing waits for it) never interrupts.
+    let live = post_run(&server, "demo", &run_body("t", "r5", "/slow 100 20")).await;
+    let mut live = SseReader::new(live);
+    assert_eq!(live.next().await.expect("frame").kind(), "RUN_STARTED");
+    let mut resume_only = run_body("t", "r6", "/slow 100 20");
+    resume_only["messages"][0]["id"] = serde_json::json!("r5-u");
+    resume_only["resume"] = serde_json::json!([{"interruptId": "i1", "status": "resolved"}]);
+    let (status, _, _) = error_body(post_run(&server, "demo", &resume_only).await).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    // The live run ends as it would have: finished, not cancelled.
+    assert_eq!(
+        ending(&live.collect().await),
+        ("RUN_FINISHED".to_owned(), None)
+    );
+
     // A strategy the server does not offer, or no string, is refused by name.
     for strategy in [
         serde_json::json!("enqueue"),
