@@ -6,7 +6,7 @@ use serde_json::json;
 
 use super::App;
 use super::common::{
-    Audit, check_stream_request, json_response, parse_json, read_request_body, stream_response,
+    Audit, check_stream_request, json_response, read_json, read_request_body, stream_response,
 };
 use crate::access::Principal;
 use crate::http::body::{Body, RequestBody};
@@ -64,8 +64,7 @@ pub(super) async fn start_background(
     audit: &mut Audit,
 ) -> Result<Response<Body>, ApiError> {
     let (parts, body) = req.into_parts();
-    let body = read_request_body(body, &parts.headers, conn).await?;
-    let mut body = parse_json(&body)?;
+    let mut body = read_json(body, &parts.headers, conn).await?;
     let Some(fields) = body.as_object_mut() else {
         return Err(ApiError::invalid_input(
             "the body must be a JSON object",

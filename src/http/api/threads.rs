@@ -6,8 +6,8 @@ use serde_json::json;
 
 use super::App;
 use super::common::{
-    check_accept, is_json, json_response, parse_json, query_param, query_usize, read_request_body,
-    rfc3339, stream_response,
+    check_accept, is_json, json_response, parse_json, query_param, query_usize, read_json,
+    read_optional_json, read_request_body, rfc3339, stream_response,
 };
 use crate::access::Principal;
 use crate::http::body::{Body, RequestBody, empty};
@@ -84,8 +84,7 @@ pub(super) async fn update(
     conn: &ConnInfo,
 ) -> Result<Response<Body>, ApiError> {
     let (parts, body) = req.into_parts();
-    let body = read_request_body(body, &parts.headers, conn).await?;
-    let body = parse_json(&body)?;
+    let body = read_json(body, &parts.headers, conn).await?;
     let Some(fields) = body.as_object() else {
         return Err(ApiError::invalid_input(
             "the body must be a JSON object",
@@ -150,13 +149,9 @@ pub(super) async fn archive(
     conn: &ConnInfo,
 ) -> Result<Response<Body>, ApiError> {
     let (parts, body) = req.into_parts();
-    let body = read_request_body(body, &parts.headers, conn).await?;
-    let body = if body.iter().all(u8::is_ascii_whitespace) {
-        serde_json::Value::Null
-    } else {
-        parse_json(&body)?
-    };
-    change(app, principal, id, body.get("agentId"), None, Some(true)).await?;
+    let body = read_optional_json(body, &parts.headers, conn).await?;
+    let agent = body.as_ref().and_then(|body| body.get("agentId"));
+    change(app, principal, id, agent, None, Some(true)).await?;
     Ok(json_response(
         StatusCode::OK,
         json!({"threadId": id, "archived": true}),

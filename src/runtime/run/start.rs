@@ -74,24 +74,10 @@ impl Runtime {
         match decision {
             Decision::Attach(run) => Ok(Ok(self.segment_attachment(&thread, run, profile))),
             Decision::Busy { run, new_input } => {
-                let strategy = strategy
-                    .or_else(|| self.inner.options.multitask.get(&thread.agent).copied())
-                    .unwrap_or_default()
-                    .when(new_input);
-                match strategy {
-                    Multitask::Reject => refused(StartError::RunInProgress(run.id.clone())),
-                    // New input: the principal must be able to start runs.
-                    Multitask::Interrupt if !principal.can(Capability::Run) => {
-                        refused(StartError::Forbidden(Capability::Run))
-                    }
-                    Multitask::Interrupt => {
-                        // Cancelled, waited for outside the decide section, then decided
-                        // again: the new input starts a run of its own.
-                        run.cancel_with(CancelReason::Requested);
-                        drop(decide);
-                        run.finished.cancelled().await;
-                        Err(Retry)
-                    }
+                let strategy = self.multitask(&thread.agent, strategy, new_input);
+                match busy(principal, &run, strategy, decide).await {
+                    Ok(error) => refused(error),
+                    Err(retry) => Err(retry),
                 }
             }
             Decision::Suspended(run) => match self.answer(&thread, &run, input, profile) {
@@ -117,55 +103,98 @@ impl Runtime {
                 Ok(Ok(self.lost_answers(&thread, input, profile, calls).await))
             }
             Decision::Start => {
-                // The uploads the messages new to the thread name are read (an earlier
-                // message's were read when it was new: an upload removed since does not
-                // block the thread), and what the agent cannot take is refused, before
-                // anything starts.
-                let resolved = match &self.inner.options.uploads {
-                    Some(uploads) => {
-                        let new = lock(&thread.state).peek_new(&input.messages);
-                        match uploads.resolve(principal.owner(), new).await {
-                            Ok(resolved) => resolved,
-                            Err(error) => return refused(StartError::Input(error)),
-                        }
-                    }
-                    None => Resolved::default(),
-                };
-                let checked = if resolved.is_empty() {
-                    let new = lock(&thread.state).peek_new(&input.messages);
-                    backend.check_new_messages(&new)
-                } else {
-                    let mut messages = input.messages.clone();
-                    resolved.apply(&mut messages);
-                    let new = lock(&thread.state).peek_new(&messages);
-                    backend.check_new_messages(&new)
-                };
-                if let Err(error) = checked {
-                    return refused(StartError::Input(error));
-                }
-                let attachment = match self.start_decided(principal, input, permit) {
-                    // The start gate is held until the pump is spawned.
-                    Ok((_gate, permit)) => start(
-                        self,
-                        &thread,
-                        backend,
-                        input.clone(),
-                        profile,
-                        permit,
-                        &resolved,
-                    ),
-                    Err(error) => return refused(error),
-                };
-                if let Some(uploads) = &self.inner.options.uploads
-                    && !resolved.is_empty()
+                match self
+                    .start_new(principal, &thread, backend, input, profile, permit)
+                    .await
                 {
-                    uploads
-                        .bind(principal.owner(), &resolved, thread.key.as_str())
-                        .await;
+                    Ok(attachment) => Ok(Ok(attachment)),
+                    Err(error) => refused(error),
                 }
-                Ok(Ok(attachment))
             }
         }
+    }
+
+    /// A new run of `input` on `thread`, decided in its decide section: its input checked
+    /// (uploads read), admitted, started, and the uploads it named bound to the thread.
+    async fn start_new(
+        &self,
+        principal: &Principal,
+        thread: &Arc<Thread>,
+        backend: Arc<dyn Agent>,
+        input: &RunAgentInput,
+        profile: Profile,
+        permit: Option<Slot>,
+    ) -> Result<Attachment, StartError> {
+        let resolved = self
+            .checked_input(principal, thread, &*backend, input)
+            .await?;
+        let attachment = {
+            // The start gate is held until the pump is spawned.
+            let (_gate, permit) = self.start_decided(principal, input, permit)?;
+            start(
+                self,
+                thread,
+                backend,
+                input.clone(),
+                profile,
+                permit,
+                &resolved,
+            )
+        };
+        if let Some(uploads) = &self.inner.options.uploads
+            && !resolved.is_empty()
+        {
+            uploads
+                .bind(principal.owner(), &resolved, thread.key.as_str())
+                .await;
+        }
+        Ok(attachment)
+    }
+
+    /// The strategy for new input (`new_input`: else only a `resume[]`) on a busy thread of
+    /// `agent`: the request's, else the agent's, else `reject`.
+    fn multitask(&self, agent: &str, requested: Option<Multitask>, new_input: bool) -> Multitask {
+        requested
+            .or_else(|| self.inner.options.multitask.get(agent).copied())
+            .unwrap_or_default()
+            .when(new_input)
+    }
+
+    /// The uploads the messages new to `thread` name, read (an earlier message's were read
+    /// when it was new: an upload removed since does not block the thread), and what
+    /// `backend` cannot take refused, before anything starts.
+    async fn checked_input(
+        &self,
+        principal: &Principal,
+        thread: &Thread,
+        backend: &dyn Agent,
+        input: &RunAgentInput,
+    ) -> Result<Resolved, StartError> {
+        let resolved = match &self.inner.options.uploads {
+            Some(uploads) => {
+                let new = lock(&thread.state).peek_new(&input.messages);
+                uploads
+                    .resolve(principal.owner(), new)
+                    .await
+                    .map_err(StartError::Input)?
+            }
+            None => Resolved::default(),
+        };
+        // The agent is asked about the messages as it will get them.
+        let applied;
+        let messages = if resolved.is_empty() {
+            &input.messages
+        } else {
+            let mut messages = input.messages.clone();
+            resolved.apply(&mut messages);
+            applied = messages;
+            &applied
+        };
+        let new = lock(&thread.state).peek_new(messages);
+        backend
+            .check_new_messages(&new)
+            .map_err(StartError::Input)?;
+        Ok(resolved)
     }
 
     /// The thread a run request is for, found or (when the principal may create it, a
@@ -325,6 +354,29 @@ impl Runtime {
         // The segment's start is no longer retained (a long segment nobody was reading):
         // the stream starts with a resync of the segment instead, never a cut.
         self.resync(thread, run, profile, Resume::Resync, attach::Mode::Segment)
+    }
+}
+
+/// New input on a thread whose `run` is live: refused (the error), or the run interrupted,
+/// waited for outside the decide section (`decide`), and the request decided again.
+async fn busy(
+    principal: &Principal,
+    run: &LiveRun,
+    strategy: Multitask,
+    decide: tokio::sync::MutexGuard<'_, ()>,
+) -> Result<StartError, Retry> {
+    match strategy {
+        Multitask::Reject => Ok(StartError::RunInProgress(run.id.clone())),
+        // New input: the principal must be able to start runs.
+        Multitask::Interrupt if !principal.can(Capability::Run) => {
+            Ok(StartError::Forbidden(Capability::Run))
+        }
+        Multitask::Interrupt => {
+            run.cancel_with(CancelReason::Requested);
+            drop(decide);
+            run.finished.cancelled().await;
+            Err(Retry)
+        }
     }
 }
 
