@@ -189,7 +189,13 @@ impl Server {
         let metrics = self
             .metrics
             .map(|(listener, endpoint)| serve_metrics(listener, endpoint, &stop_accepting));
+        // Input queued before the last stop runs now, in order.
+        let queues = tokio::spawn({
+            let runtime = self.runtime.clone();
+            async move { runtime.resume_queues().await }
+        });
         shutdown.await;
+        queues.abort();
         let begun = Instant::now();
         let deadline = begun + self.shutdown_grace;
         // Leave part of the grace for terminal events to reach the clients.

@@ -147,6 +147,17 @@ async fn a_threads_state_is_kept() {
 
 #[tokio::test]
 #[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
+async fn a_threads_queue_is_kept_in_order() {
+    let on = Fresh::new().await;
+    store_contract::a_threads_queue_is_kept_in_order(&on.store, async |key: &str| {
+        on.hold(key).await
+    })
+    .await;
+    on.drop().await;
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
 async fn archived_threads_are_listed_only_when_asked() {
     let on = Fresh::new().await;
     store_contract::archived_threads_are_listed_only_when_asked(&on.store, async |key: &str| {

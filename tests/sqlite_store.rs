@@ -30,6 +30,11 @@ async fn a_threads_state_is_kept() {
 }
 
 #[tokio::test]
+async fn a_threads_queue_is_kept_in_order() {
+    store_contract::a_threads_queue_is_kept_in_order(&open(), any).await;
+}
+
+#[tokio::test]
 async fn archived_threads_are_listed_only_when_asked() {
     store_contract::archived_threads_are_listed_only_when_asked(&open(), any).await;
 }

@@ -340,9 +340,9 @@ async fn an_agent_s_multitask_default_and_a_request_s_own() {
         ("RUN_FINISHED".to_owned(), None)
     );
 
-    // A strategy the server does not offer, or no string, is refused by name.
+    // An unknown strategy, or no string, is refused by name.
     for strategy in [
-        serde_json::json!("enqueue"),
+        serde_json::json!("Enqueue"),
         serde_json::json!("later"),
         serde_json::json!(1),
     ] {

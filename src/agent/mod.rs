@@ -647,6 +647,9 @@ pub enum Multitask {
     Reject,
     /// The live run is cancelled and the new input starts a run of its own.
     Interrupt,
+    /// The input waits in the thread's queue and runs, as a run of its own, once the runs
+    /// before it have ended.
+    Enqueue,
 }
 
 impl Multitask {
@@ -654,25 +657,24 @@ impl Multitask {
         match self {
             Multitask::Reject => "reject",
             Multitask::Interrupt => "interrupt",
+            Multitask::Enqueue => "enqueue",
         }
     }
 
-    /// What applies to a request: only new input may interrupt (a `resume[]` alone, with
-    /// nothing waiting for it, is refused).
+    /// What applies to a request: only new input may interrupt or wait its turn (a
+    /// `resume[]` alone, with nothing waiting for it, is refused).
     pub fn when(self, new_input: bool) -> Multitask {
         if new_input { self } else { Multitask::Reject }
     }
 
-    /// The strategy `name` stands for; `enqueue` is named and not offered yet.
+    /// The strategy `name` stands for.
     pub fn from_name(name: &str) -> Result<Multitask, String> {
         match name {
             "reject" => Ok(Multitask::Reject),
             "interrupt" => Ok(Multitask::Interrupt),
-            "enqueue" => {
-                Err("\"enqueue\" is not offered by this server (reject or interrupt)".to_owned())
-            }
+            "enqueue" => Ok(Multitask::Enqueue),
             other => Err(format!(
-                "{other:?} is not a multitask strategy (reject or interrupt)"
+                "{other:?} is not a multitask strategy (reject, interrupt or enqueue)"
             )),
         }
     }

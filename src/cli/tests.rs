@@ -321,9 +321,21 @@ fn an_agent_s_multitask_strategy_is_read_and_an_unknown_one_refused() {
         "[[agents]]\nname = \"demo\"\nkind = \"demo\"\nmultitask = \"enqueue\"\n",
     )
     .expect("write");
+    let config = parse(&["--config", file.to_str().expect("utf8")])
+        .args
+        .resolve(&no_env)
+        .expect("config")
+        .config;
+    assert_eq!(config.agents[0].multitask, crate::agent::Multitask::Enqueue);
+
+    std::fs::write(
+        &file,
+        "[[agents]]\nname = \"demo\"\nkind = \"demo\"\nmultitask = \"later\"\n",
+    )
+    .expect("write");
     let err = parse(&["--config", file.to_str().expect("utf8")])
         .args
         .resolve(&no_env)
-        .expect_err("not offered");
+        .expect_err("unknown");
     assert!(err.to_string().contains("agents[0].multitask"), "{err}");
 }

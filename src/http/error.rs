@@ -451,6 +451,11 @@ impl From<StartError> for ApiError {
                 capability.name()
             )),
             StartError::Input(error) => error.into(),
+            StartError::QueueFull => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "QUEUE_FULL",
+                "the thread's queue holds its most items; wait for one to run or cancel one",
+            ),
         }
     }
 }

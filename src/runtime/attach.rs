@@ -93,6 +93,9 @@ pub struct Attachment {
     open: bool,
     /// Counts this stream as open in the metrics, and its cut if it is cut.
     counted: Option<StreamGuard>,
+    /// A queued input's stream before its run starts: it becomes the stream it is handed
+    /// (the run's, or a refusal), sending keep-alives meanwhile.
+    waiting: Option<tokio::sync::oneshot::Receiver<Attachment>>,
 }
 
 impl Drop for Attachment {
@@ -156,6 +159,7 @@ impl Attachment {
             open: false,
             _guard: run.map(AttachGuard::new),
             counted: None,
+            waiting: None,
         }
     }
 
@@ -170,6 +174,39 @@ impl Attachment {
         self.mode = Mode::EveryRun;
         self.run_over = None;
         self
+    }
+
+    /// This stream waits for the attachment `started` hands over, then is that one.
+    pub(super) fn waiting_for(
+        mut self,
+        started: tokio::sync::oneshot::Receiver<Attachment>,
+    ) -> Attachment {
+        self.waiting = Some(started);
+        self
+    }
+
+    /// Waits for a queued input's run (keep-alives meanwhile) and becomes its stream;
+    /// `false` when the stream ends instead (the server stops, or nothing will start).
+    async fn wait_for_start(&mut self) -> Result<(), Option<Bytes>> {
+        let Some(started) = self.waiting.as_mut() else {
+            return Ok(());
+        };
+        tokio::select! {
+            biased;
+            handed = started => match handed {
+                Ok(attachment) => {
+                    *self = attachment;
+                    Ok(())
+                }
+                Err(_) => Err(self.end()),
+            },
+            () = self.stop.cancelled() => Err(self.end()),
+            () = self.silence.as_mut() => {
+                self.last_sent = Instant::now();
+                self.silence.as_mut().reset(self.last_sent + self.keep_alive);
+                Err(Some(Bytes::from_static(KEEP_ALIVE)))
+            }
+        }
     }
 
     /// Frames sent before anything from the journal (a resync or hydration preamble).
@@ -376,6 +413,12 @@ impl Attachment {
 
     /// The next frame (or keep-alive comment), or `None` when the stream is over.
     pub async fn next(&mut self) -> Option<Bytes> {
+        while self.waiting.is_some() {
+            match self.wait_for_start().await {
+                Ok(()) => {}
+                Err(bytes) => return bytes,
+            }
+        }
         loop {
             if let Some(bytes) = self.preamble.pop_front() {
                 return Some(bytes);

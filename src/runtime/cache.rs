@@ -45,6 +45,7 @@ impl Runtime {
             Some((stored.transcript, stored.state)),
             stored.row.session_id.clone(),
         );
+        lock(&thread.state).queue = super::queue::restored(id, stored.queue);
         let (thread, inserted) = self.insert_thread(thread);
         if inserted {
             thread.account();

@@ -34,11 +34,14 @@ pub enum StartError {
     /// [`crate::agent::Agent::check_new_messages`]).
     #[error("{}", .0.message)]
     Input(InputError),
+    /// The thread's queue holds its most items.
+    #[error("the thread's queue is full")]
+    QueueFull,
 }
 
 impl StartError {
     /// Every [`StartError::reason`].
-    pub const REASONS: [&'static str; 11] = [
+    pub const REASONS: [&'static str; 12] = [
         "unknown_agent",
         "draining",
         "over_capacity",
@@ -50,6 +53,7 @@ impl StartError {
         "forbidden",
         "elsewhere",
         "invalid_input",
+        "queue_full",
     ];
 
     /// A stable snake_case word for the metrics.
@@ -66,6 +70,7 @@ impl StartError {
             StartError::Forbidden(_) => "forbidden",
             StartError::Elsewhere(_) => "elsewhere",
             StartError::Input(_) => "invalid_input",
+            StartError::QueueFull => "queue_full",
         }
     }
 }
@@ -126,6 +131,7 @@ mod tests {
                 field: None,
                 message: "m".to_owned(),
             }),
+            StartError::QueueFull,
         ];
         for error in &all {
             match error {
@@ -139,7 +145,8 @@ mod tests {
                 | StartError::PrincipalBusy
                 | StartError::Forbidden(_)
                 | StartError::Elsewhere(_)
-                | StartError::Input(_) => {}
+                | StartError::Input(_)
+                | StartError::QueueFull => {}
             }
         }
         all

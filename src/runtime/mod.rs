@@ -26,6 +26,7 @@ pub mod journal;
 mod lease;
 pub mod memory;
 mod observe;
+pub mod queue;
 mod reattach;
 mod run;
 pub mod sanitize;
@@ -466,6 +467,8 @@ impl Runtime {
                 run.finished.cancelled().await;
                 continue;
             }
+            // Its queued input will not run: the streams waiting for it are told.
+            self.drop_queue(&thread, "the thread was deleted");
             // Stored rows go first, then the thread leaves memory retired: a request
             // waiting on it starts over and finds no thread at all, so it starts a
             // brand-new one.

@@ -85,6 +85,8 @@ pub(super) struct ThreadState {
     pub(super) expired_interrupts: HashSet<String>,
     /// The agent session bound to this thread, if any.
     pub(super) session_id: Option<String>,
+    /// Input waiting for runs of its own, in order (see `queue.rs`).
+    pub(super) queue: std::collections::VecDeque<Queued>,
     /// How many transcript messages [`Thread::account`] has sized, and their JSON bytes.
     sized: (usize, usize),
 }
@@ -139,6 +141,19 @@ impl ThreadState {
     }
 }
 
+/// One item of a thread's queue (see `queue.rs`).
+pub(super) struct Queued {
+    /// The run id it starts with (also the item's id).
+    pub(super) id: String,
+    pub(super) seq: i64,
+    /// Who sent it: its run is admitted, and its uploads read, as this principal's.
+    pub(super) principal: crate::access::Principal,
+    pub(super) input: RunAgentInput,
+    pub(super) created_at: i64,
+    /// The stream of the request that enqueued it, while that request is still there.
+    pub(super) waiter: Option<tokio::sync::oneshot::Sender<super::Attachment>>,
+}
+
 /// What the store holds of a thread: its transcript, and the state document its last run
 /// left.
 pub(super) type Stored = (Vec<Message>, Option<serde_json::Value>);
@@ -174,6 +189,7 @@ pub(super) fn new_thread(
             profile: Profile::V1,
             expired_interrupts: HashSet::new(),
             session_id,
+            queue: std::collections::VecDeque::new(),
             sized: (0, 0),
         }),
         meter,

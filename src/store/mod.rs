@@ -159,6 +159,23 @@ pub struct StoredThread {
     pub transcript: Vec<Message>,
     /// The shared state document its last run left (`None`: never kept, or unreadable).
     pub state: Option<Value>,
+    /// Its queue of input waiting for a run of its own, in order.
+    pub queue: Vec<QueuedRow>,
+}
+
+/// One item of a thread's queue: input sent while a run was live, to run when the runs
+/// before it have ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueuedRow {
+    /// The item's id (its run's id).
+    pub id: String,
+    /// Its place in the thread's queue (ascending).
+    pub seq: i64,
+    /// The principal that sent it has a run cap.
+    pub capped: bool,
+    /// The `RunAgentInput`, as JSON.
+    pub input: String,
+    pub created_at: i64,
 }
 
 /// A stored state document, read back; one that does not parse is left out (logged).
@@ -316,6 +333,21 @@ impl Store {
         now: i64,
     ) {
         dispatch!(self.record_run_end(thread_id, run_id, outcome, status, now))
+    }
+
+    /// Puts an item in a thread's queue, or replaces the item of the same id.
+    pub fn queue_put(&self, thread_id: &str, item: &QueuedRow) {
+        dispatch!(self.queue_put(thread_id, item))
+    }
+
+    /// Takes an item out of a thread's queue.
+    pub fn queue_remove(&self, thread_id: &str, id: &str) {
+        dispatch!(self.queue_remove(thread_id, id))
+    }
+
+    /// The keys of the threads with a non-empty queue.
+    pub async fn queued_threads(&self) -> Result<Vec<String>, StoreError> {
+        dispatch!(self.queued_threads().await)
     }
 
     /// Binds a thread to an agent session; `how` (new, loaded, ...) goes into metadata.

@@ -39,7 +39,7 @@ use tokio::sync::oneshot;
 use tokio_postgres::Config;
 
 use super::runner::{self, Database, Ended, Reply, Runner};
-use super::{Fence, ListScope, StoreError, StoredThread, ThreadPage, ThreadRow, now_ms};
+use super::{Fence, ListScope, QueuedRow, StoreError, StoredThread, ThreadPage, ThreadRow, now_ms};
 use crate::metrics::StoreMetrics;
 use crate::protocol::Message;
 
@@ -204,10 +204,29 @@ impl PgStore {
                 Some(row) => row.try_get(0)?,
                 None => None,
             };
+            let queue = conn
+                .query(
+                    "SELECT id, seq, capped, input, created_at FROM run_queue
+                     WHERE thread_id = $1 ORDER BY seq",
+                    &[&id],
+                )
+                .await?
+                .iter()
+                .map(|r| {
+                    Ok(QueuedRow {
+                        id: r.try_get(0)?,
+                        seq: r.try_get(1)?,
+                        capped: r.try_get(2)?,
+                        input: r.try_get(3)?,
+                        created_at: r.try_get(4)?,
+                    })
+                })
+                .collect::<Result<Vec<_>, tokio_postgres::Error>>()?;
             Ok(Some(StoredThread {
                 row,
                 transcript,
                 state: super::read_state(&id, state),
+                queue,
             }))
         })
         .await
@@ -325,6 +344,55 @@ impl PgStore {
             .await?;
             Ok(())
         });
+    }
+
+    pub(super) fn queue_put(&self, thread_id: &str, item: &QueuedRow) {
+        let (key, item) = (thread_id.to_owned(), item.clone());
+        self.write("queue_put", thread_id, move |conn| async move {
+            conn.execute(
+                "INSERT INTO run_queue (thread_id, id, seq, capped, input, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6)
+                 ON CONFLICT (thread_id, id) DO UPDATE SET input = excluded.input",
+                &[
+                    &key,
+                    &item.id,
+                    &item.seq,
+                    &item.capped,
+                    &item.input,
+                    &item.created_at,
+                ],
+            )
+            .await?;
+            Ok(())
+        });
+    }
+
+    pub(super) fn queue_remove(&self, thread_id: &str, id: &str) {
+        let (key, id) = (thread_id.to_owned(), id.to_owned());
+        self.write("queue_remove", thread_id, move |conn| async move {
+            conn.execute(
+                "DELETE FROM run_queue WHERE thread_id = $1 AND id = $2",
+                &[&key, &id],
+            )
+            .await?;
+            Ok(())
+        });
+    }
+
+    pub(super) async fn queued_threads(&self) -> Result<Vec<String>, StoreError> {
+        self.call(|conn| async move {
+            let rows = conn
+                .query(
+                    "SELECT DISTINCT thread_id FROM run_queue ORDER BY thread_id",
+                    &[],
+                )
+                .await?;
+            Ok(rows
+                .iter()
+                .map(|r| r.try_get(0))
+                .collect::<Result<Vec<String>, _>>()?)
+        })
+        .await
     }
 
     pub(super) fn set_state(&self, thread_id: &str, state: &Value) {

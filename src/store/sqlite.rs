@@ -18,7 +18,7 @@ use tokio::sync::oneshot;
 
 use super::known::KnownThreads;
 use super::runner::{self, Database, Ended, Reply, Runner};
-use super::{ListScope, StoreError, StoredThread, ThreadPage, ThreadRow, now_ms};
+use super::{ListScope, QueuedRow, StoreError, StoredThread, ThreadPage, ThreadRow, now_ms};
 use crate::metrics::StoreMetrics;
 use crate::protocol::Message;
 use crate::sync::lock;
@@ -193,10 +193,26 @@ impl SqliteStore {
             let state: Option<String> = conn
                 .prepare_cached("SELECT state FROM threads WHERE id = ?1")?
                 .query_row([&id], |r| r.get(0))?;
+            let queue = conn
+                .prepare_cached(
+                    "SELECT id, seq, capped, input, created_at FROM run_queue
+                     WHERE thread_id = ?1 ORDER BY seq",
+                )?
+                .query_map([&id], |r| {
+                    Ok(QueuedRow {
+                        id: r.get(0)?,
+                        seq: r.get(1)?,
+                        capped: r.get(2)?,
+                        input: r.get(3)?,
+                        created_at: r.get(4)?,
+                    })
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
             Ok(Some(StoredThread {
                 row,
                 transcript,
                 state: super::read_state(&id, state),
+                queue,
             }))
         })
         .await
@@ -282,6 +298,44 @@ impl SqliteStore {
                 .execute(params![thread_id, status, now])?;
             tx.commit()
         });
+    }
+
+    pub(super) fn queue_put(&self, thread_id: &str, item: &QueuedRow) {
+        let (thread_id, item) = (thread_id.to_owned(), item.clone());
+        self.enqueue("queue_put", move |conn| {
+            conn.prepare_cached(
+                "INSERT INTO run_queue (thread_id, id, seq, capped, input, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (thread_id, id) DO UPDATE SET input = excluded.input",
+            )?
+            .execute(params![
+                thread_id,
+                item.id,
+                item.seq,
+                item.capped,
+                item.input,
+                item.created_at
+            ])?;
+            Ok(())
+        });
+    }
+
+    pub(super) fn queue_remove(&self, thread_id: &str, id: &str) {
+        let (thread_id, id) = (thread_id.to_owned(), id.to_owned());
+        self.enqueue("queue_remove", move |conn| {
+            conn.prepare_cached("DELETE FROM run_queue WHERE thread_id = ?1 AND id = ?2")?
+                .execute([&thread_id, &id])?;
+            Ok(())
+        });
+    }
+
+    pub(super) async fn queued_threads(&self) -> Result<Vec<String>, StoreError> {
+        self.call(|conn| {
+            conn.prepare_cached("SELECT DISTINCT thread_id FROM run_queue ORDER BY thread_id")?
+                .query_map([], |r| r.get(0))?
+                .collect()
+        })
+        .await
     }
 
     /// Binds a thread to an agent session; `how` (new, loaded, ...) goes into metadata.
@@ -450,6 +504,8 @@ impl SqliteStore {
             tx.prepare_cached("DELETE FROM messages WHERE thread_id = ?1")?
                 .execute([&id])?;
             tx.prepare_cached("DELETE FROM runs WHERE thread_id = ?1")?
+                .execute([&id])?;
+            tx.prepare_cached("DELETE FROM run_queue WHERE thread_id = ?1")?
                 .execute([&id])?;
             let n = tx
                 .prepare_cached("DELETE FROM threads WHERE id = ?1")?

@@ -10,7 +10,7 @@ use std::time::Instant;
 use agui_serve::access::scoped_key;
 use agui_serve::protocol::Message;
 use agui_serve::protocol::input::{Content, TextMessage, UserMessage};
-use agui_serve::store::{ListScope, Store, decode_cursor};
+use agui_serve::store::{ListScope, QueuedRow, Store, decode_cursor};
 
 pub fn user(id: &str, text: &str) -> Message {
     Message::User(UserMessage {
@@ -337,4 +337,36 @@ pub async fn group_commit_keeps_order_under_load(store: &Store, hold: impl Async
         let expected: Vec<_> = (0..MESSAGES).map(|m| format!("m{m}")).collect();
         assert_eq!(ids, expected);
     }
+}
+
+/// A thread's queue is read back with it in order; an item put again keeps its place with
+/// the new input; a removed item is gone; the threads with a queue are listed; a deleted
+/// thread takes its queue with it.
+pub async fn a_threads_queue_is_kept_in_order(store: &Store, hold: impl AsyncFn(&str)) {
+    hold("q1").await;
+    store.record_run_start("q1", "demo", None, "r0", vec![user("u0", "hi")], 10);
+    let item = |id: &str, seq: i64, input: &str| QueuedRow {
+        id: id.into(),
+        seq,
+        capped: seq == 2,
+        input: input.into(),
+        created_at: 20 + seq,
+    };
+    store.queue_put("q1", &item("b", 2, "{\"b\":1}"));
+    store.queue_put("q1", &item("a", 1, "{\"a\":1}"));
+    store.queue_put("q1", &item("c", 3, "{\"c\":1}"));
+    store.queue_put("q1", &item("b", 2, "{\"b\":2}"));
+    store.queue_remove("q1", "c");
+    let loaded = store
+        .load_thread("q1")
+        .await
+        .expect("read")
+        .expect("exists");
+    assert_eq!(
+        loaded.queue,
+        [item("a", 1, "{\"a\":1}"), item("b", 2, "{\"b\":2}")]
+    );
+    assert_eq!(store.queued_threads().await.expect("read"), ["q1"]);
+    assert!(store.delete_thread("q1").await.expect("delete"));
+    assert!(store.queued_threads().await.expect("read").is_empty());
 }

@@ -23,6 +23,7 @@ mod info;
 pub mod mcp;
 pub mod metrics_endpoint;
 pub mod policy;
+mod queue;
 mod route;
 mod runs;
 mod sessions;
@@ -369,6 +370,11 @@ async fn serve(
         }
         Route::Upload(id) => uploads::get(app, &principal, &id).await,
         Route::ArchiveThread(id) => threads::archive(app, &principal, &id, req, &conn).await,
+        Route::ThreadQueue(id) => queue::list(app, &principal, &id).await,
+        Route::QueueItem(id, item) if req.method() == Method::DELETE => {
+            queue::cancel(app, &principal, &id, &item).await
+        }
+        Route::QueueItem(id, item) => queue::edit(app, &principal, &id, &item, req, &conn).await,
         Route::ThreadRuns(id) => {
             runs::start_background(app, &principal, &id, req, &conn, audit).await
         }

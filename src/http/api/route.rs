@@ -41,6 +41,10 @@ pub(super) enum Route {
     ArchiveThread(String),
     /// Start a run on a thread with no stream attached.
     ThreadRuns(String),
+    /// A thread's queue of input waiting for runs of its own.
+    ThreadQueue(String),
+    /// One item of it: thread id, item id.
+    QueueItem(String, String),
     /// A thread's workspace: a listing, a file, or what changed.
     Workspace(String, WorkspaceRoute),
     /// The ambient plane: the fleet document and its changes.
@@ -95,6 +99,10 @@ impl Route {
             ["threads", id, "fork"] if !id.is_empty() => Route::ForkThread((*id).to_owned()),
             ["threads", id, "runs"] if !id.is_empty() => Route::ThreadRuns((*id).to_owned()),
             ["threads", id, "archive"] if !id.is_empty() => Route::ArchiveThread((*id).to_owned()),
+            ["threads", id, "queue"] if !id.is_empty() => Route::ThreadQueue((*id).to_owned()),
+            ["threads", id, "queue", item] if !id.is_empty() && !item.is_empty() => {
+                Route::QueueItem((*id).to_owned(), (*item).to_owned())
+            }
             ["threads", id, "workspace"] if !id.is_empty() => {
                 Route::Workspace((*id).to_owned(), WorkspaceRoute::List)
             }
@@ -142,6 +150,8 @@ impl Route {
                 | Route::ForkThread(_)
                 | Route::ArchiveThread(_)
                 | Route::ThreadRuns(_)
+                | Route::ThreadQueue(_)
+                | Route::QueueItem(..)
                 | Route::Workspace(..)
         )
     }
@@ -163,6 +173,7 @@ impl Route {
             | Route::Uploads => "POST, OPTIONS",
             Route::Thread(_) => "GET, PATCH, DELETE, OPTIONS",
             Route::Upload(_) => "GET, DELETE, OPTIONS",
+            Route::QueueItem(..) => "PATCH, DELETE, OPTIONS",
             Route::Healthz | Route::Readyz | Route::Console(_) => "GET, HEAD, OPTIONS",
             _ => "GET, OPTIONS",
         }
@@ -184,7 +195,12 @@ impl Route {
             | Route::ForkThread(id)
             | Route::ArchiveThread(id)
             | Route::ThreadRuns(id)
+            | Route::ThreadQueue(id)
             | Route::Workspace(id, _) => check_id(id, "threadId"),
+            Route::QueueItem(id, item) => {
+                check_id(id, "threadId")?;
+                check_id(item, "itemId")
+            }
             Route::ImportSession(_, session) => check_id(session, "sessionId"),
             Route::Cancel(id) => check_id(id, "runId"),
             Route::AgentStop(_, thread) => check_id(thread, "threadId"),
@@ -221,6 +237,8 @@ impl Route {
             Route::ForkThread(_) => "/threads/{id}/fork",
             Route::ArchiveThread(_) => "/threads/{id}/archive",
             Route::ThreadRuns(_) => "/threads/{id}/runs",
+            Route::ThreadQueue(_) => "/threads/{id}/queue",
+            Route::QueueItem(..) => "/threads/{id}/queue/{itemId}",
             Route::Workspace(_, WorkspaceRoute::List) => "/threads/{id}/workspace",
             Route::Workspace(_, WorkspaceRoute::File) => "/threads/{id}/workspace/file",
             Route::Workspace(_, WorkspaceRoute::Changes) => "/threads/{id}/workspace/changes",
@@ -248,11 +266,14 @@ impl Route {
             Route::Upload(_) if method == Method::DELETE => Need::Capability(Capability::Run),
             Route::Upload(_) => Need::Capability(Capability::Read),
             Route::Thread(_) if method == Method::DELETE => Need::Capability(Capability::Run),
-            Route::Cancel(_) | Route::AgentStop(..) => Need::Capability(Capability::Run),
+            Route::Cancel(_) | Route::AgentStop(..) | Route::QueueItem(..) => {
+                Need::Capability(Capability::Run)
+            }
             Route::Threads
             | Route::Thread(_)
             | Route::ThreadMessages(_)
             | Route::ThreadStream(_)
+            | Route::ThreadQueue(_)
             | Route::Workspace(..)
             | Route::AgentConnect(_)
             | Route::FleetStream => Need::Capability(Capability::Read),
@@ -277,7 +298,12 @@ impl Route {
             | Route::ForkThread(id)
             | Route::ArchiveThread(id)
             | Route::ThreadRuns(id)
+            | Route::ThreadQueue(id)
             | Route::Workspace(id, _) => audit.thread = Some(id.clone()),
+            Route::QueueItem(id, item) => {
+                audit.thread = Some(id.clone());
+                audit.run = Some(item.clone());
+            }
             Route::Cancel(id) => audit.run = Some(id.clone()),
             _ => {}
         }
@@ -308,6 +334,8 @@ impl Route {
             Route::ForkThread(_) => "fork_thread",
             Route::ArchiveThread(_) => "archive_thread",
             Route::ThreadRuns(_) => "thread_runs",
+            Route::ThreadQueue(_) => "thread_queue",
+            Route::QueueItem(..) => "queue_item",
             Route::Workspace(_, WorkspaceRoute::List) => "workspace",
             Route::Workspace(_, WorkspaceRoute::File) => "workspace_file",
             Route::Workspace(_, WorkspaceRoute::Changes) => "workspace_changes",

@@ -363,6 +363,8 @@ pub(super) fn thread_json(app: &App, row: &store::ThreadRow, detail: bool) -> se
         "agentId": row.agent,
         "name": row.title,
         "archived": row.archived,
+        // Input waiting for runs of its own (`{path}/threads/{id}/queue`).
+        "queued": app.runtime.queued_count(&row.key),
     });
     if let Some(run) = &row.last_run {
         value["lastRunAt"] = json!(rfc3339(run.started_at));

@@ -10,28 +10,29 @@ use serde_json::Value;
 use super::decode;
 pub use super::decode::InputError;
 
-/// The decoded body of a run request.
-#[derive(Debug, Clone, Deserialize)]
+/// The decoded body of a run request (serialized back as it reads: a queued run's input is
+/// stored so).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunAgentInput {
     pub thread_id: String,
     pub run_id: String,
     pub messages: Vec<Message>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_run_id: Option<String>,
     /// `null` is the same as absent.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<Value>,
     #[serde(default, deserialize_with = "null_as_default")]
     pub tools: Vec<Tool>,
     #[serde(default, deserialize_with = "null_as_default")]
     pub context: Vec<Context>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forwarded_props: Option<Value>,
     #[serde(default, deserialize_with = "null_as_default")]
     pub resume: Vec<Resume>,
     /// Sent by 1.0 clients as `"1.0"`; absent from pre-1.0 clients.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol_version: Option<String>,
 }
 

@@ -497,6 +497,7 @@ impl Drop for SegmentWriter {
         // Released exactly once, after the thread no longer shows this run as live.
         self.permit.take();
         self.rt.run_ended(&self.thread);
+        self.rt.kick_queue(&self.thread);
     }
 }
 

@@ -75,6 +75,15 @@ impl Runtime {
             Decision::Attach(run) => Ok(Ok(self.segment_attachment(&thread, run, profile))),
             Decision::Busy { run, new_input } => {
                 let strategy = self.multitask(&thread.agent, strategy, new_input);
+                if strategy == Multitask::Enqueue {
+                    return match self
+                        .enqueue(principal, &thread, &*backend, input, profile)
+                        .await
+                    {
+                        Ok(attachment) => Ok(Ok(attachment)),
+                        Err(error) => refused(error),
+                    };
+                }
                 match busy(principal, &run, strategy, decide).await {
                     Ok(error) => refused(error),
                     Err(retry) => Err(retry),
@@ -116,7 +125,7 @@ impl Runtime {
 
     /// A new run of `input` on `thread`, decided in its decide section: its input checked
     /// (uploads read), admitted, started, and the uploads it named bound to the thread.
-    async fn start_new(
+    pub(in crate::runtime) async fn start_new(
         &self,
         principal: &Principal,
         thread: &Arc<Thread>,
@@ -163,7 +172,7 @@ impl Runtime {
     /// The uploads the messages new to `thread` name, read (an earlier message's were read
     /// when it was new: an upload removed since does not block the thread), and what
     /// `backend` cannot take refused, before anything starts.
-    async fn checked_input(
+    pub(in crate::runtime) async fn checked_input(
         &self,
         principal: &Principal,
         thread: &Thread,
@@ -366,7 +375,7 @@ async fn busy(
     decide: tokio::sync::MutexGuard<'_, ()>,
 ) -> Result<StartError, Retry> {
     match strategy {
-        Multitask::Reject => Ok(StartError::RunInProgress(run.id.clone())),
+        Multitask::Reject | Multitask::Enqueue => Ok(StartError::RunInProgress(run.id.clone())),
         // New input: the principal must be able to start runs.
         Multitask::Interrupt if !principal.can(Capability::Run) => {
             Ok(StartError::Forbidden(Capability::Run))
@@ -397,7 +406,7 @@ fn requested_multitask(input: &RunAgentInput) -> Result<Option<Multitask>, Input
             .map_err(|message| InputError { field, message }),
         None => Err(InputError {
             field,
-            message: "must be a string: reject or interrupt".to_owned(),
+            message: "must be a string: reject, interrupt or enqueue".to_owned(),
         }),
     }
 }
