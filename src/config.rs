@@ -61,6 +61,8 @@ pub struct Config {
     pub launcher: Option<PathBuf>,
     /// What `POST {path}/uploads` accepts (`[uploads]`).
     pub uploads: crate::uploads::UploadLimits,
+    /// What runs, threads and principals may spend (`[budgets]`).
+    pub budgets: crate::budget::Budgets,
 }
 
 /// The generative-UI catalog: component names with their props' JSON Schemas.
@@ -140,6 +142,8 @@ pub struct AgentConfig {
     pub hitl: Hitl,
     /// What new input does while a run is live (`multitask`; a request may choose its own).
     pub multitask: crate::agent::Multitask,
+    /// Its per-run budget, over `[budgets]`'s.
+    pub budget: Option<crate::budget::Limits>,
     pub kind: AgentKind,
 }
 
@@ -286,6 +290,7 @@ impl Config {
             private_files: Vec::new(),
             launcher: None,
             uploads: crate::uploads::UploadLimits::default(),
+            budgets: crate::budget::Budgets::default(),
         }
     }
 
@@ -312,6 +317,12 @@ impl Config {
             "ui": {
                 "components": self.ui.components.iter().map(|(name, _)| name).collect::<Vec<_>>(),
                 "max_props": format_size(self.ui.max_props),
+            },
+            "budgets": {
+                "run": self.budgets.run,
+                "thread": self.budgets.thread,
+                "principal": self.budgets.principal,
+                "hard": self.budgets.hard,
             },
         })
     }
@@ -389,6 +400,7 @@ impl AgentConfig {
             description: "Built-in deterministic demo agent".to_owned(),
             hitl: Hitl::Tool,
             multitask: crate::agent::Multitask::Reject,
+            budget: None,
             kind: AgentKind::Demo,
         }
     }

@@ -5,6 +5,7 @@
 //! Modules in reading order:
 //! - [`protocol`]: AG-UI wire types, request decoding, SSE framing, negotiation. No I/O.
 //! - [`config`] / [`cli`]: typed configuration; clap and TOML stop at `cli`.
+//! - [`budget`]: what a run, a thread and a principal's day may spend, and what was spent.
 //! - [`access`]: principals, capabilities, scoped tokens (JWT), thread namespaces.
 //! - [`confine`]: what an agent process may read, write and connect to (Landlock, `bwrap`),
 //!   and the launcher that confines it.
@@ -27,6 +28,7 @@
 
 pub mod access;
 pub mod agent;
+pub mod budget;
 pub mod cli;
 mod clock;
 pub mod cluster;

@@ -462,6 +462,12 @@ fn runtime_options(config: &Config) -> Result<RuntimeOptions, ServeError> {
         .iter()
         .map(|a| (a.name.clone(), a.multitask))
         .collect();
+    options.budgets = config.budgets.clone();
+    options.agent_budgets = config
+        .agents
+        .iter()
+        .filter_map(|a| a.budget.map(|budget| (a.name.clone(), budget)))
+        .collect();
     options.uploads = Some(Arc::new(crate::uploads::Uploads::new(
         config.data_dir.join("uploads"),
         &config.path,

@@ -28,6 +28,7 @@ fn acp_agent(
         description: "scripted ACP agent".to_owned(),
         hitl: Hitl::Tool,
         multitask: Default::default(),
+        budget: None,
         kind: AgentKind::Acp(AcpConfig {
             command: vec![scripted_agent().to_str().expect("utf8").to_owned()],
             cwd: None,
@@ -468,6 +469,7 @@ async fn readyz_reports_whether_agents_can_start() {
             description: String::new(),
             hitl: Hitl::Tool,
             multitask: Default::default(),
+            budget: None,
             kind: AgentKind::Acp(AcpConfig {
                 command: vec!["/nonexistent/agent-binary".into()],
                 cwd: None,
@@ -1030,6 +1032,7 @@ async fn an_agent_whose_command_is_missing_is_unavailable_on_the_agents_route() 
             description: String::new(),
             hitl: Hitl::Tool,
             multitask: Default::default(),
+            budget: None,
             kind: AgentKind::Acp(AcpConfig {
                 command: vec!["/nonexistent/agent-binary".into()],
                 cwd: None,

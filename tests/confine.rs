@@ -37,6 +37,7 @@ fn probe_agent(
         description: "probe".to_owned(),
         hitl: Hitl::Tool,
         multitask: Default::default(),
+        budget: None,
         kind: AgentKind::Acp(config),
     }
 }

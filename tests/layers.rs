@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 /// The layers from the ground up; a module may use only the modules of lower layers.
 const LAYERS: &[&[&str]] = &[
     // The wire and small helpers: no I/O, no knowledge of the rest.
-    &["hex", "clock", "sync", "protocol"],
+    &["hex", "clock", "sync", "protocol", "budget"],
     // Observability leaves: take what they need by injection.
     &["metrics", "traces", "logging"],
     &["access"],

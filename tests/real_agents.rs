@@ -52,6 +52,7 @@ fn claude(model: &ScriptedModel, workspaces: &Path, permissions: Permissions) ->
         description: "Claude Code".to_owned(),
         hitl: Hitl::Tool,
         multitask: Default::default(),
+        budget: None,
         kind: AgentKind::Acp(AcpConfig {
             env,
             permissions,
@@ -120,6 +121,7 @@ enabled = false
         description: "Codex".to_owned(),
         hitl: Hitl::Tool,
         multitask: Default::default(),
+        budget: None,
         kind: AgentKind::Acp(AcpConfig {
             env,
             workspace: Some(agui_serve::workspace::WorkspaceConfig {

@@ -90,6 +90,10 @@ pub struct Claims {
     pub agents: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capabilities: Option<Vec<String>>,
+    /// What the principal may spend per day (UTC), over the configured
+    /// `[budgets.principal]`: `{"tokens"?, "wall_time"? (seconds), "tool_calls"?}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::budget::Limits>,
 }
 
 impl Claims {
@@ -99,7 +103,7 @@ impl Claims {
             .capabilities
             .as_deref()
             .map_or(Caps::ALL, Caps::from_names);
-        Principal::scoped(&self.sub, self.agents.clone(), caps)
+        Principal::scoped(&self.sub, self.agents.clone(), caps).with_budget(self.budget)
     }
 }
 
@@ -497,6 +501,7 @@ impl Signer {
         ttl: Duration,
         agents: Option<Vec<String>>,
         capabilities: Option<Vec<String>>,
+        budget: Option<crate::budget::Limits>,
     ) -> Result<(String, u64), String> {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -512,6 +517,7 @@ impl Signer {
             aud: self.audience.clone().map(serde_json::Value::String),
             agents,
             capabilities,
+            budget,
         };
         let mut header = Header::new(self.alg);
         header.kid = self.kid.clone();

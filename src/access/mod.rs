@@ -218,6 +218,8 @@ pub struct Principal {
     /// The agents it may use; `None`: all.
     agents: Option<Arc<[String]>>,
     caps: Caps,
+    /// Its own daily budget (its token's `budget` claim), over the configured one.
+    budget: Option<crate::budget::Limits>,
 }
 
 impl Principal {
@@ -230,6 +232,7 @@ impl Principal {
             everyone: true,
             agents: None,
             caps: Caps::ALL,
+            budget: None,
         }
     }
 
@@ -242,6 +245,7 @@ impl Principal {
             everyone: false,
             agents: None,
             caps: Caps::ALL,
+            budget: None,
         }
     }
 
@@ -254,7 +258,18 @@ impl Principal {
             everyone: false,
             agents: agents.map(Arc::from),
             caps,
+            budget: None,
         }
+    }
+
+    /// With its own daily budget (a token's `budget` claim).
+    pub fn with_budget(self, budget: Option<crate::budget::Limits>) -> Principal {
+        Principal { budget, ..self }
+    }
+
+    /// Its own daily budget, if its token gives one.
+    pub fn budget(&self) -> Option<&crate::budget::Limits> {
+        self.budget.as_ref()
     }
 
     /// The same principal, authenticated `via` another way.

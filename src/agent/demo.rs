@@ -12,6 +12,9 @@
 //! | `/approve ACTION` | asks permission; replies `Approved: ACTION` or `Denied: ACTION` |
 //! | `/fail TEXT` | fails the turn with TEXT |
 //! | `/usage` | reports token usage in shared state |
+//!
+//! What budgets count: one token per 4 bytes of output (rounded up), reported per chunk by
+//! a paced `/slow`, at the end of every other reply; a tool call it makes counts as one.
 
 use std::time::Duration;
 
@@ -226,7 +229,13 @@ async fn reply(sink: &EventSink, text: &str) -> Result<(), SinkClosed> {
         })
         .await?;
     }
-    sink.send(AgentEvent::TextEnd { message_id }).await
+    sink.send(AgentEvent::TextEnd { message_id }).await?;
+    sink.report_usage(tokens(text)).await
+}
+
+/// The tokens the demo agent counts for `text`: one per 4 bytes, rounded up.
+fn tokens(text: &str) -> u64 {
+    text.len().div_ceil(4) as u64
 }
 
 async fn slow(sink: &EventSink, chunks: u64, interval: Duration) -> Result<(), SinkClosed> {
@@ -235,6 +244,8 @@ async fn slow(sink: &EventSink, chunks: u64, interval: Duration) -> Result<(), S
         message_id: message_id.clone(),
     })
     .await?;
+    // Paced chunks report their tokens as they go; unpaced ones once, at the end.
+    let mut unreported = 0;
     for i in 1..=chunks {
         if i > 1 {
             if interval.is_zero() {
@@ -244,13 +255,19 @@ async fn slow(sink: &EventSink, chunks: u64, interval: Duration) -> Result<(), S
                 sleep(interval).await;
             }
         }
+        let delta = format!("chunk {i}/{chunks}\n");
+        unreported += tokens(&delta);
         sink.send(AgentEvent::TextDelta {
             message_id: message_id.clone(),
-            delta: format!("chunk {i}/{chunks}\n"),
+            delta,
         })
         .await?;
+        if !interval.is_zero() {
+            sink.report_usage(std::mem::take(&mut unreported)).await?;
+        }
     }
-    sink.send(AgentEvent::TextEnd { message_id }).await
+    sink.send(AgentEvent::TextEnd { message_id }).await?;
+    sink.report_usage(unreported).await
 }
 
 async fn think(sink: &EventSink, text: &str) -> Result<(), SinkClosed> {

@@ -515,6 +515,10 @@ pub(crate) enum SinkItem {
     },
     /// A title for the thread (shown by the thread API).
     Title(String),
+    /// Tokens the agent says it has spent since its last report (what budgets count).
+    Usage {
+        tokens: u64,
+    },
     Tool {
         call: ClientToolCall,
         reply: oneshot::Sender<ToolAnswer>,
@@ -593,6 +597,15 @@ impl EventSink {
             value,
         })
         .await
+    }
+
+    /// Reports `tokens` spent since the last report (the model's input and output), for
+    /// budgets; nothing reaches the client.
+    pub async fn report_usage(&self, tokens: u64) -> Result<(), SinkClosed> {
+        if tokens == 0 {
+            return Ok(());
+        }
+        self.put(SinkItem::Usage { tokens }).await
     }
 
     /// Binds the thread to an agent session (persisted; shown in state as `session`).

@@ -97,6 +97,13 @@ fn agent_from_file(agent: FileAgent, data_dir: &Path) -> Result<AgentConfig, Con
             )));
         }
     };
+    let budget = match &agent.budget {
+        Some(limits) => Some(super::resolve::limits(
+            limits,
+            &format!("agent {:?}: budget", agent.name),
+        )?),
+        None => None,
+    };
     Ok(AgentConfig {
         description: agent.description.unwrap_or_else(|| match kind {
             AgentKind::Demo => AgentConfig::demo().description,
@@ -105,6 +112,7 @@ fn agent_from_file(agent: FileAgent, data_dir: &Path) -> Result<AgentConfig, Con
         name: agent.name,
         hitl,
         multitask: agent.multitask.unwrap_or_default(),
+        budget,
         kind,
     })
 }
@@ -232,6 +240,7 @@ fn agent_from_flag(spec: &str, data_dir: &Path) -> Result<AgentConfig, ConfigErr
             permissions: None,
             hitl: None,
             multitask: None,
+            budget: None,
             mcp_frontend_tools: None,
             workspace: None,
             confinement: None,

@@ -23,6 +23,30 @@ pub(super) struct FileConfig {
     pub(super) ui: FileUi,
     #[serde(default)]
     pub(super) uploads: FileUploads,
+    #[serde(default)]
+    pub(super) budgets: FileBudgets,
+}
+
+/// `[budgets]`: per run (its own keys), per thread, per principal per day, and the hard
+/// per-run ceiling.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileBudgets {
+    pub(super) tokens: Option<u64>,
+    pub(super) wall_time: Option<String>,
+    pub(super) tool_calls: Option<u64>,
+    pub(super) thread: Option<FileLimits>,
+    pub(super) principal: Option<FileLimits>,
+    pub(super) hard: Option<FileLimits>,
+}
+
+/// A budget's ceilings: `{tokens, wall_time, tool_calls}` (`wall_time` a duration, `"30m"`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileLimits {
+    pub(super) tokens: Option<u64>,
+    pub(super) wall_time: Option<String>,
+    pub(super) tool_calls: Option<u64>,
 }
 
 /// `[uploads]`: what `POST {path}/uploads` accepts.
@@ -130,8 +154,11 @@ pub(super) struct FileAgent {
     pub(super) idle_ttl: Option<String>,
     pub(super) permissions: Option<Permissions>,
     pub(super) hitl: Option<Hitl>,
-    /// What new input does while a run is live: `reject` (default) or `interrupt`.
+    /// What new input does while a run is live: `reject` (default), `interrupt` or
+    /// `enqueue`.
     pub(super) multitask: Option<crate::agent::Multitask>,
+    /// The agent's per-run budget, over `[budgets]`'s.
+    pub(super) budget: Option<FileLimits>,
     pub(super) mcp_frontend_tools: Option<FrontendMcp>,
     pub(super) workspace: Option<FileWorkspace>,
     pub(super) confinement: Option<crate::confine::Confinement>,

@@ -451,6 +451,9 @@ impl From<StartError> for ApiError {
                 capability.name()
             )),
             StartError::Input(error) => error.into(),
+            StartError::BudgetExceeded(why) => {
+                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "BUDGET_EXCEEDED", why)
+            }
             StartError::QueueFull => ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "QUEUE_FULL",

@@ -119,6 +119,12 @@ struct KindLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BudgetLabels {
+    budget: &'static str,
+    measure: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabel {
     reason: &'static str,
 }
@@ -152,6 +158,7 @@ pub struct RunMetrics {
     duration: HistogramFamily<AgentLabel>,
     first_event: HistogramFamily<AgentLabel>,
     refused: Family<ReasonLabel, Counter>,
+    budget_reached: Family<BudgetLabels, Counter>,
     reattached: Family<KindLabel, Counter>,
     reattach: [Counter; 3],
     agents: Arc<HashMap<String, Arc<AgentRunMetrics>>>,
@@ -238,6 +245,7 @@ impl RunMetrics {
             duration,
             first_event,
             refused,
+            budget_reached: Family::default(),
             reattached,
             reattach,
             agents: Arc::new(agents),
@@ -254,6 +262,13 @@ impl RunMetrics {
     /// snake_case word from a fixed set).
     pub fn refused(&self, reason: &'static str) {
         self.refused.get_or_create(&ReasonLabel { reason }).inc();
+    }
+
+    /// A run reached its `budget` (run, thread, principal, hard) on `measure`.
+    pub fn budget_reached(&self, budget: &'static str, measure: &'static str) {
+        self.budget_reached
+            .get_or_create(&BudgetLabels { budget, measure })
+            .inc();
     }
 
     /// The stream route answered with `kind`.

@@ -186,6 +186,11 @@ fn register_runs(r: &mut Registry, runs: &RunMetrics, sampled: &Sampled) {
         "Run requests refused before any stream started, by reason",
         runs.refused.clone(),
     );
+    r.register(
+        "budgets_reached",
+        "Runs that reached a budget, by budget (run, thread, principal, hard) and measure",
+        runs.budget_reached.clone(),
+    );
 }
 
 /// Event streams: open ones, reattach answers, cuts.

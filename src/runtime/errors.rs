@@ -37,11 +37,14 @@ pub enum StartError {
     /// The thread's queue holds its most items.
     #[error("the thread's queue is full")]
     QueueFull,
+    /// The principal's daily budget is spent (why).
+    #[error("{0}")]
+    BudgetExceeded(String),
 }
 
 impl StartError {
     /// Every [`StartError::reason`].
-    pub const REASONS: [&'static str; 12] = [
+    pub const REASONS: [&'static str; 13] = [
         "unknown_agent",
         "draining",
         "over_capacity",
@@ -54,6 +57,7 @@ impl StartError {
         "elsewhere",
         "invalid_input",
         "queue_full",
+        "budget_exceeded",
     ];
 
     /// A stable snake_case word for the metrics.
@@ -71,6 +75,7 @@ impl StartError {
             StartError::Elsewhere(_) => "elsewhere",
             StartError::Input(_) => "invalid_input",
             StartError::QueueFull => "queue_full",
+            StartError::BudgetExceeded(_) => "budget_exceeded",
         }
     }
 }
@@ -98,6 +103,8 @@ pub enum CancelReason {
     Shutdown,
     /// Another node took the thread's lease (cluster).
     LeaseLost,
+    /// A budget was spent and not extended.
+    Budget,
 }
 
 #[cfg(test)]
@@ -132,6 +139,7 @@ mod tests {
                 message: "m".to_owned(),
             }),
             StartError::QueueFull,
+            StartError::BudgetExceeded("b".to_owned()),
         ];
         for error in &all {
             match error {
@@ -146,7 +154,8 @@ mod tests {
                 | StartError::Forbidden(_)
                 | StartError::Elsewhere(_)
                 | StartError::Input(_)
-                | StartError::QueueFull => {}
+                | StartError::QueueFull
+                | StartError::BudgetExceeded(_) => {}
             }
         }
         all

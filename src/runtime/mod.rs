@@ -109,6 +109,10 @@ pub struct RuntimeOptions {
     pub hitl: HashMap<String, Hitl>,
     /// What new input does to each agent's busy threads (default: reject).
     pub multitask: HashMap<String, crate::agent::Multitask>,
+    /// What runs, threads and principals may spend (`[budgets]`).
+    pub budgets: crate::budget::Budgets,
+    /// Agents whose runs have a budget of their own, over `budgets.run`.
+    pub agent_budgets: HashMap<String, crate::budget::Limits>,
     /// Literal secrets scrubbed from every error message (the daemon's token).
     pub secrets: Vec<String>,
     /// Concurrent runs one principal may hold (the operator is not capped).
@@ -145,6 +149,8 @@ impl RuntimeOptions {
             memory_reserved: 0,
             hitl: HashMap::new(),
             multitask: HashMap::new(),
+            budgets: crate::budget::Budgets::default(),
+            agent_budgets: HashMap::new(),
             secrets: Vec::new(),
             max_runs_per_principal: DEFAULT_MAX_RUNS_PER_PRINCIPAL,
             fleet_history: fleet::DEFAULT_FLEET_HISTORY,

@@ -345,6 +345,20 @@ impl Store {
         dispatch!(self.queue_remove(thread_id, id))
     }
 
+    /// Adds `spend` to what `owner` spent on `day`.
+    pub fn add_spend(&self, owner: &str, day: i64, spend: &crate::budget::Spend) {
+        dispatch!(self.add_spend(owner, day, spend))
+    }
+
+    /// What `owner` spent on `day`.
+    pub async fn spent_on(
+        &self,
+        owner: &str,
+        day: i64,
+    ) -> Result<crate::budget::Spend, StoreError> {
+        dispatch!(self.spent_on(owner, day).await)
+    }
+
     /// The keys of the threads with a non-empty queue.
     pub async fn queued_threads(&self) -> Result<Vec<String>, StoreError> {
         dispatch!(self.queued_threads().await)

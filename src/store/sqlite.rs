@@ -329,6 +329,52 @@ impl SqliteStore {
         });
     }
 
+    pub(super) fn add_spend(&self, owner: &str, day: i64, spend: &crate::budget::Spend) {
+        let (owner, spend) = (owner.to_owned(), *spend);
+        self.enqueue("add_spend", move |conn| {
+            conn.prepare_cached(
+                "INSERT INTO budget_days (owner, day, tokens, wall_time_ms, tool_calls)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (owner, day) DO UPDATE SET
+                     tokens = tokens + excluded.tokens,
+                     wall_time_ms = wall_time_ms + excluded.wall_time_ms,
+                     tool_calls = tool_calls + excluded.tool_calls",
+            )?
+            .execute(params![
+                owner,
+                day,
+                spend.tokens as i64,
+                spend.wall_time_ms as i64,
+                spend.tool_calls as i64
+            ])?;
+            Ok(())
+        });
+    }
+
+    pub(super) async fn spent_on(
+        &self,
+        owner: &str,
+        day: i64,
+    ) -> Result<crate::budget::Spend, StoreError> {
+        let owner = owner.to_owned();
+        self.call(move |conn| {
+            conn.prepare_cached(
+                "SELECT tokens, wall_time_ms, tool_calls FROM budget_days
+                 WHERE owner = ?1 AND day = ?2",
+            )?
+            .query_row(params![owner, day], |r| {
+                Ok(crate::budget::Spend {
+                    tokens: r.get::<_, i64>(0)? as u64,
+                    wall_time_ms: r.get::<_, i64>(1)? as u64,
+                    tool_calls: r.get::<_, i64>(2)? as u64,
+                })
+            })
+            .optional()
+            .map(Option::unwrap_or_default)
+        })
+        .await
+    }
+
     pub(super) async fn queued_threads(&self) -> Result<Vec<String>, StoreError> {
         self.call(|conn| {
             conn.prepare_cached("SELECT DISTINCT thread_id FROM run_queue ORDER BY thread_id")?

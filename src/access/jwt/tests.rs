@@ -36,12 +36,17 @@ fn minted_tokens_verify_and_name_their_principal() {
             Duration::from_secs(60),
             Some(vec!["demo".into()]),
             Some(vec!["read".into()]),
+            Some(crate::budget::Limits {
+                tokens: Some(500),
+                ..Default::default()
+            }),
         )
         .expect("mint");
     assert!(exp >= now() + 59);
     let claims = verifier(Some("aud1")).verify(&token).expect("verifies");
     let principal = claims.principal();
     assert_eq!(principal.owner(), "alice");
+    assert_eq!(principal.budget().and_then(|b| b.tokens), Some(500));
     assert!(principal.may_use("demo") && !principal.may_use("other"));
     assert!(principal.can(crate::access::Capability::Read));
     assert!(!principal.can(crate::access::Capability::Run));

@@ -32,6 +32,7 @@ pub(super) async fn note_usage(
     }
     sink.set_state("/usage/turn", this_turn).await?;
     sink.set_state("/usage/total", total).await?;
+    sink.report_usage(usage.total_tokens).await?;
     Ok(vec![reported])
 }
 

@@ -41,12 +41,26 @@ pub(super) fn mint(app: &App, body: &serde_json::Value) -> Result<Response<Body>
             Some("capabilities".to_owned()),
         ));
     }
+    let budget = match body.get("budget") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(budget) => Some(
+            serde_json::from_value::<crate::budget::Limits>(budget.clone()).map_err(|e| {
+                ApiError::invalid_input(
+                    format!(
+                        "budget must be {{\"tokens\"?, \"wall_time\"? (seconds), \"tool_calls\"?}}: {e}"
+                    ),
+                    Some("budget".to_owned()),
+                )
+            })?,
+        ),
+    };
     let (token, exp) = signer
         .mint(
             &sub,
             std::time::Duration::from_secs(ttl),
             agents,
             capabilities,
+            budget,
         )
         .map_err(|error| {
             tracing::error!(%error, "token signing failed");

@@ -57,6 +57,10 @@ pub(in crate::runtime) struct Pump {
     pub(in crate::runtime) pending_park: Option<Ending>,
     /// A segment whose `RUN_STARTED` waits for the store.
     pub(in crate::runtime) pending_segment: Option<NextSegment>,
+    /// The run's budgets, when any applies (`budget.rs`).
+    pub(in crate::runtime) budget: Option<Box<super::RunBudget>>,
+    /// Spending changed since the budget was last shown.
+    pub(in crate::runtime) budget_changed: bool,
 }
 
 /// Drives a run to its end. The pump and the turn come boxed, and the awaits made once
@@ -93,8 +97,12 @@ pub(in crate::runtime) async fn drive(
     tokio::pin!(overdue);
 
     let ending = loop {
+        pump.check_budget();
+        pump.settle().await;
         let suspended = pump.deadline.is_some();
         let deadline = pump.deadline.unwrap_or_else(Instant::now);
+        let paused = pump.budget_paused();
+        let wall_due = pump.budget_wall_due();
         tokio::select! {
             biased;
             command = run.control.recv() => {
@@ -110,7 +118,11 @@ pub(in crate::runtime) async fn drive(
                 pump.wake_closed("nobody answered within the suspension timeout");
                 pump.settle().await;
             }
-            Some(item) = items.recv() => {
+            outcome = pump.budget_answer(), if paused => {
+                pump.on_budget_answer(outcome);
+            }
+            () = tokio::time::sleep_until(wall_due.unwrap_or_else(Instant::now)), if wall_due.is_some() && !paused => {}
+            Some(item) = items.recv(), if !paused => {
                 // Backpressure: a reader that keeps reading is never left a whole window
                 // behind (a cancelled run no longer waits; its stalled readers are cut).
                 tokio::select! {
@@ -227,6 +239,8 @@ impl Pump {
             known_tools: HashSet::new(),
             pending_park: None,
             pending_segment: None,
+            budget: None,
+            budget_changed: false,
         }
     }
     /// A new AG-UI interrupt that expires with the suspension timeout.

@@ -8,6 +8,7 @@ use super::drive::Pump;
 use crate::agent::Hitl;
 use crate::agent::{AgentEvent, SinkItem};
 use crate::agent::{InputAnswer, InputRequest, PermissionOutcome, PermissionRequest};
+use crate::budget::Spend;
 use crate::clock::now_ms;
 use crate::runtime::suspension::{self, Channel, Wait};
 use crate::sync::lock;
@@ -26,7 +27,19 @@ impl Pump {
             return;
         }
         match item {
-            SinkItem::Event(event) => self.writer.translate(event),
+            SinkItem::Event(event) => {
+                if matches!(event, AgentEvent::ToolCallStart { .. }) {
+                    self.spend(Spend {
+                        tool_calls: 1,
+                        ..Spend::default()
+                    });
+                }
+                self.writer.translate(event)
+            }
+            SinkItem::Usage { tokens } => self.spend(Spend {
+                tokens,
+                ..Spend::default()
+            }),
             SinkItem::State { pointer, value } => self.writer.set_state(&pointer, value),
             SinkItem::Ui {
                 component,
@@ -54,6 +67,10 @@ impl Pump {
                 self.writer.set_state("/session", Value::String(id));
             }
             SinkItem::Tool { call, reply } => {
+                self.spend(Spend {
+                    tool_calls: 1,
+                    ..Spend::default()
+                });
                 let id = call.tool_call_id.clone();
                 self.call_on_client(&id, call.name, call.arguments);
                 if let Some(trace) = &mut self.writer.trace {
@@ -90,7 +107,7 @@ impl Pump {
     }
 
     /// A tool call the client is to run: start, arguments, end.
-    fn call_on_client(&mut self, id: &str, name: String, arguments: String) {
+    pub(in crate::runtime) fn call_on_client(&mut self, id: &str, name: String, arguments: String) {
         self.writer.translate(AgentEvent::ToolCallStart {
             tool_call_id: id.to_owned(),
             name,

@@ -172,6 +172,8 @@ pub(crate) struct LiveRun {
     /// Started with no stream to follow it (`POST {path}/threads/{id}/runs`): never
     /// cancelled for want of an attached stream.
     pub(crate) background: std::sync::atomic::AtomicBool,
+    /// Why the run was ended on its budget (with [`CancelReason::Budget`]).
+    pub(crate) budget_note: Mutex<Option<String>>,
 }
 
 /// The disconnect grace, where to track the watcher's task, and the run's span for its
@@ -209,6 +211,7 @@ impl LiveRun {
             started_at_ms: crate::clock::now_ms(),
             agent: agent.to_owned(),
             background: std::sync::atomic::AtomicBool::new(false),
+            budget_note: Mutex::new(None),
         }
     }
     /// Counts one more attached stream.

@@ -3,10 +3,12 @@
 //! writer (`segment.rs`). Agent output flows agent -> sink -> pump -> translator -> journal,
 //! one way.
 
+mod budget;
 mod drive;
 mod items;
 mod live;
 mod segment;
 mod start;
 
+pub(in crate::runtime) use budget::RunBudget;
 pub(crate) use live::{Control, LiveRun, NextSegment, Phase, Slot};

@@ -428,6 +428,12 @@ impl SegmentWriter {
                 message: "the server is shutting down".to_owned(),
             },
             Some(CancelReason::LeaseLost) => lease_lost(),
+            Some(CancelReason::Budget) => Ending::Error {
+                code: "BUDGET_EXCEEDED".to_owned(),
+                message: lock(&self.run.budget_note)
+                    .clone()
+                    .unwrap_or_else(|| "a budget is spent".to_owned()),
+            },
             Some(CancelReason::Requested | CancelReason::Abandoned) | None => Ending::Cancelled,
         }
     }

@@ -8,12 +8,14 @@ use std::sync::atomic::Ordering;
 use serde_json::Value;
 use tracing::Instrument;
 
+use super::RunBudget;
 use super::drive::{Pump, drive};
 use super::live::{DisconnectWatch, LiveRun, PrincipalSlot, Slot};
 use super::segment::SegmentWriter;
 use crate::access::{Capability, Principal};
 use crate::agent::{Agent, Turn};
 use crate::agent::{Hitl, Multitask};
+use crate::budget::{Limits, Spend};
 use crate::clock::now_ms;
 use crate::protocol::InputError;
 use crate::protocol::{Message, Profile, RunAgentInput};
@@ -137,6 +139,7 @@ impl Runtime {
         let resolved = self
             .checked_input(principal, thread, &*backend, input)
             .await?;
+        let budget = self.run_budget(principal, thread).await?;
         let attachment = {
             // The start gate is held until the pump is spawned.
             let (_gate, permit) = self.start_decided(principal, input, permit)?;
@@ -148,6 +151,7 @@ impl Runtime {
                 profile,
                 permit,
                 &resolved,
+                budget,
             )
         };
         if let Some(uploads) = &self.inner.options.uploads
@@ -158,6 +162,64 @@ impl Runtime {
                 .await;
         }
         Ok(attachment)
+    }
+
+    /// The budgets of a run `principal` starts on `thread` (`None`: none applies, and the
+    /// run counts nothing); refused when the principal's day is spent.
+    async fn run_budget(
+        &self,
+        principal: &Principal,
+        thread: &Thread,
+    ) -> Result<Option<Box<RunBudget>>, StartError> {
+        let budgets = &self.inner.options.budgets;
+        let run = self
+            .inner
+            .options
+            .agent_budgets
+            .get(&thread.agent)
+            .copied()
+            .unwrap_or(budgets.run);
+        // The operator's own runs have no day to spend.
+        let day = match principal.budget() {
+            Some(own) => *own,
+            None if principal.is_capped() => budgets.principal,
+            None => Limits::default(),
+        };
+        if run.is_empty() && day.is_empty() && budgets.thread.is_empty() && budgets.hard.is_empty()
+        {
+            return Ok(None);
+        }
+        let day_number = crate::budget::day_of(now_ms());
+        let day_before = if day.is_empty() {
+            Spend::default()
+        } else {
+            self.inner
+                .store
+                .spent_on(principal.owner(), day_number)
+                .await
+                .map_err(|_| StartError::Store)?
+        };
+        if let Some(reached) = day.reached(&day_before) {
+            return Err(StartError::BudgetExceeded(format!(
+                "the principal's daily budget is spent ({reached}); it renews at 00:00 UTC"
+            )));
+        }
+        let thread_before = lock(&thread.state)
+            .document
+            .changed()
+            .and_then(|document| document.pointer("/budget/thread"))
+            .and_then(|spent| serde_json::from_value(spent.clone()).ok())
+            .unwrap_or_default();
+        Ok(Some(Box::new(RunBudget::new(
+            run,
+            budgets.thread,
+            thread_before,
+            day,
+            day_before,
+            principal.owner().to_owned(),
+            day_number,
+            budgets.hard,
+        ))))
     }
 
     /// The strategy for new input (`new_input`: else only a `resume[]`) on a busy thread of
@@ -412,6 +474,7 @@ fn requested_multitask(input: &RunAgentInput) -> Result<Option<Multitask>, Input
 }
 
 /// Starts a run on `thread`; the caller is in the thread's decide section and holds `permit`.
+#[allow(clippy::too_many_arguments)]
 pub(in crate::runtime) fn start(
     rt: &Runtime,
     thread: &Arc<Thread>,
@@ -420,6 +483,7 @@ pub(in crate::runtime) fn start(
     profile: Profile,
     permit: super::Slot,
     uploads: &Resolved,
+    budget: Option<Box<RunBudget>>,
 ) -> Attachment {
     let inner = &rt.inner;
     let segment_start = thread.journal.next_seq();
@@ -479,7 +543,8 @@ pub(in crate::runtime) fn start(
         cancel: run.cancel.child_token(),
     });
     let writer = SegmentWriter::first(rt, thread, &run, permit);
-    let pump = Box::new(Pump::new(writer, hitl, inner.options.suspend_timeout));
+    let mut pump = Box::new(Pump::new(writer, hitl, inner.options.suspend_timeout));
+    pump.budget = budget;
     inner
         .run_tasks
         .spawn(drive(pump, agent, turn, input.parent_run_id, history).instrument(span));

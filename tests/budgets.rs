@@ -1,0 +1,275 @@
+//! Budgets: a run that reaches its token budget pauses with an interrupt
+//! (`reason: "budget_reached"`), is extended once or stopped; a hard budget ends the run
+//! with no question; a principal's daily budget ends its run and refuses the next one,
+//! also after a restart; a run nobody watches is not asked.
+
+mod support;
+
+use agui_serve::agent::Hitl;
+use agui_serve::budget::Limits;
+use agui_serve::config::{AgentConfig, Config};
+use serde_json::{Value, json};
+use support::*;
+
+/// The demo agent counts one token per 4 bytes of output: each `/slow` chunk of this run
+/// (`chunk i/10\n`, 11 or 12 bytes) is 3 tokens.
+const TEN_CHUNKS: &str = "/slow 10 20";
+
+fn tokens(n: u64) -> Limits {
+    Limits {
+        tokens: Some(n),
+        ..Limits::default()
+    }
+}
+
+fn interrupting(config: &mut Config) {
+    config.agents = vec![AgentConfig {
+        hitl: Hitl::Interrupt,
+        ..AgentConfig::demo()
+    }];
+}
+
+async fn run(server: &TestServer, body: &Value) -> Vec<SseFrame> {
+    let response = post_run(server, "demo", body).await;
+    assert_eq!(response.status(), 200);
+    SseReader::new(response).collect().await
+}
+
+fn chunks(frames: &[SseFrame]) -> usize {
+    text_of(frames).matches("chunk ").count()
+}
+
+/// The run's pause: its interrupt.
+fn paused(frames: &[SseFrame]) -> Value {
+    let last = frames.last().expect("a frame");
+    assert_eq!(last.kind(), "RUN_FINISHED", "{:?}", kinds(frames));
+    assert_eq!(last.data["outcome"]["type"], "interrupt");
+    last.data["outcome"]["interrupts"][0].clone()
+}
+
+fn ended_on_budget(frames: &[SseFrame]) -> String {
+    let last = frames.last().expect("a frame");
+    assert_eq!(last.kind(), "RUN_ERROR", "{:?}", kinds(frames));
+    assert_eq!(last.data["code"], "BUDGET_EXCEEDED");
+    last.data["message"].as_str().expect("message").to_owned()
+}
+
+fn answer(thread: &str, run: &str, interrupt: &Value, option: &str) -> Value {
+    json!({
+        "threadId": thread,
+        "runId": run,
+        "protocolVersion": "1.0",
+        "messages": [{"id": format!("{thread}-r1-u"), "role": "user", "content": TEN_CHUNKS}],
+        "resume": [{"interruptId": interrupt["id"], "status": "resolved",
+                    "payload": {"optionId": option}}],
+    })
+}
+
+#[tokio::test]
+async fn a_token_budget_pauses_the_run_at_n_and_extend_continues_it() {
+    let server = TestServer::with(|config| {
+        interrupting(config);
+        config.budgets.run = tokens(12);
+    })
+    .await;
+    let first = run(&server, &run_body("b", "r1", TEN_CHUNKS)).await;
+    let interrupt = paused(&first);
+    assert_eq!(interrupt["reason"], "budget_reached");
+    let about = &interrupt["metadata"];
+    assert_eq!(
+        (&about["budget"], &about["measure"], &about["limit"]),
+        (&json!("run"), &json!("tokens"), &json!(12))
+    );
+    // Paused at 12 tokens: the fourth chunk (3 tokens each) reaches it, and nothing after
+    // it was taken.
+    assert_eq!(about["spent"], 12);
+    assert_eq!(chunks(&first), 4);
+    let state = apply_state(&first, None).expect("state");
+    assert_eq!(state["budget"]["run"]["tokens"], 12);
+
+    // Extended once (to 24): the run goes on, four more chunks, and ends at the doubled
+    // ceiling (a budget is extended once).
+    let second = run(&server, &answer("b", "r2", &interrupt, "extend")).await;
+    let message = ended_on_budget(&second);
+    assert!(message.contains("the run's budget"), "{message}");
+    assert_eq!(chunks(&second), 4, "{}", text_of(&second));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_extended_run_finishes_and_stop_ends_it() {
+    let server = TestServer::with(|config| {
+        interrupting(config);
+        config.budgets.run = tokens(18);
+    })
+    .await;
+    // 30 tokens in all: paused at 18, extended to 36, finished.
+    let first = run(&server, &run_body("e", "r1", TEN_CHUNKS)).await;
+    let interrupt = paused(&first);
+    assert_eq!(chunks(&first), 6);
+    let second = run(&server, &answer("e", "r2", &interrupt, "extend")).await;
+    assert_eq!(second.last().expect("end").kind(), "RUN_FINISHED");
+    assert_ne!(
+        second.last().expect("end").data["outcome"]["type"],
+        "interrupt"
+    );
+    assert_eq!(chunks(&second), 4);
+
+    // Stop: the run ends, naming the budget; the agent's output stops where it paused.
+    let first = run(&server, &run_body("s", "r1", TEN_CHUNKS)).await;
+    let interrupt = paused(&first);
+    let mut stop = answer("s", "r2", &interrupt, "stop");
+    stop["messages"][0]["id"] = json!("s-r1-u");
+    let second = run(&server, &stop).await;
+    let message = ended_on_budget(&second);
+    assert!(message.contains("stopped at the run's budget"), "{message}");
+    assert_eq!(chunks(&second), 0);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_hard_budget_ends_the_run_and_cannot_be_extended() {
+    let server = TestServer::with(|config| {
+        interrupting(config);
+        config.budgets.run = tokens(100);
+        config.budgets.hard = tokens(12);
+    })
+    .await;
+    let frames = run(&server, &run_body("h", "r1", TEN_CHUNKS)).await;
+    let message = ended_on_budget(&frames);
+    assert!(message.contains("hard budget"), "{message}");
+    assert!(
+        !frames
+            .iter()
+            .any(|f| f.data["outcome"]["type"] == "interrupt"),
+        "no question is asked"
+    );
+    assert_eq!(chunks(&frames), 4);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_run_nobody_watches_ends_at_its_budget_instead_of_pausing() {
+    let server = TestServer::with(|config| {
+        interrupting(config);
+        config.budgets.run = tokens(12);
+    })
+    .await;
+    let mut body = run_body("bg", "r1", TEN_CHUNKS);
+    body["agent"] = json!("demo");
+    let response = server.post("/threads/bg/runs").json(&body).sent().await;
+    assert_eq!(response.status(), 202);
+    let mut outcome = None;
+    for _ in 0..200 {
+        let (_, thread) = get_json(&server, "/threads/bg").await;
+        if let Some(done) = thread["lastRun"]["outcome"].as_str()
+            && done != "running"
+        {
+            outcome = Some(done.to_owned());
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert_eq!(outcome.as_deref(), Some("error"));
+    let (_, messages) = get_json(&server, "/threads/bg/messages").await;
+    assert!(
+        messages.to_string().contains("the run's budget is spent"),
+        "{messages}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_principal_s_daily_budget_ends_its_run_and_refuses_the_next_also_after_a_restart() {
+    let data_dir = temp_dir("budget-day");
+    let dir = data_dir.clone();
+    let server = TestServer::with(move |config| config.data_dir = dir).await;
+    let response = server
+        .post("/tokens")
+        .json(&json!({"sub": "alice", "budget": {"tokens": 12}}))
+        .sent()
+        .await;
+    assert_eq!(response.status(), 200);
+    let token = response.json::<Value>().await.expect("json")["token"]
+        .as_str()
+        .expect("token")
+        .to_owned();
+    let as_alice = |server: &TestServer, body: &Value| {
+        client()
+            .post(server.url("/demo"))
+            .bearer_auth(&token)
+            .json(body)
+            .send()
+    };
+    let response = as_alice(&server, &run_body("d", "r1", TEN_CHUNKS))
+        .await
+        .expect("run");
+    let frames = SseReader::new(response).collect().await;
+    let message = ended_on_budget(&frames);
+    assert!(message.contains("daily budget"), "{message}");
+
+    // The day's next run is refused before anything starts.
+    let refused = as_alice(&server, &run_body("d2", "r1", "hello"))
+        .await
+        .expect("run");
+    assert_eq!(refused.status(), 429);
+    let error: Value = refused.json().await.expect("json");
+    assert_eq!(error["code"], "BUDGET_EXCEEDED");
+    assert!(
+        error["message"]
+            .as_str()
+            .expect("message")
+            .contains("daily budget"),
+        "{error}"
+    );
+    // Another principal, and the operator, are not affected.
+    assert_eq!(
+        post_run(&server, "demo", &run_body("o", "r1", "hi"))
+            .await
+            .status(),
+        200
+    );
+    server.stop().await;
+
+    // What was spent is stored: after a restart the day is still spent.
+    let dir = data_dir.clone();
+    let server = TestServer::with(move |config| config.data_dir = dir).await;
+    let refused = as_alice(&server, &run_body("d3", "r1", "hello"))
+        .await
+        .expect("run");
+    assert_eq!(refused.status(), 429);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_permission_tool_carries_the_budget_question_where_the_agent_asks_by_tool() {
+    let server = TestServer::with(|config| config.budgets.run = tokens(12)).await;
+    let first = run(&server, &run_body("t", "r1", TEN_CHUNKS)).await;
+    let start = first
+        .iter()
+        .find(|f| f.kind() == "TOOL_CALL_START")
+        .expect("a tool call");
+    assert_eq!(start.data["toolCallName"], "agui_permission_request");
+    let call = start.data["toolCallId"].as_str().expect("id").to_owned();
+    let args: Value = serde_json::from_str(
+        &first
+            .iter()
+            .filter(|f| f.kind() == "TOOL_CALL_ARGS")
+            .map(|f| f.data["delta"].as_str().expect("delta"))
+            .collect::<String>(),
+    )
+    .expect("arguments are JSON");
+    assert_eq!(args["reason"], "budget_reached");
+    // Answered with the tool's result: extended once; the run then stops at 24.
+    let body = json!({
+        "threadId": "t", "runId": "r2", "protocolVersion": "1.0",
+        "messages": [
+            {"id": "t-r1-u", "role": "user", "content": TEN_CHUNKS},
+            {"id": "ans", "role": "tool", "toolCallId": call, "content": "{\"optionId\":\"extend\"}"},
+        ],
+    });
+    let second = run(&server, &body).await;
+    ended_on_budget(&second);
+    assert_eq!(chunks(&second), 4);
+    server.stop().await;
+}
