@@ -78,21 +78,31 @@ impl Limits {
         self.tokens.is_none() && self.wall_time.is_none() && self.tool_calls.is_none()
     }
 
-    /// The first ceiling `spent` has reached, if any.
+    /// The first ceiling `spent` has reached, if any: tokens and wall time once spent up
+    /// to their ceiling, tool calls once a call past it was made (a ceiling of N allows N
+    /// calls).
     pub fn reached(&self, spent: &Spend) -> Option<Reached> {
         let checks = [
-            (Measure::Tokens, self.tokens, spent.tokens, 1),
-            (Measure::ToolCalls, self.tool_calls, spent.tool_calls, 1),
-            (Measure::WallTime, self.wall_time, spent.wall_time_ms, 1000),
+            (Measure::Tokens, self.tokens, spent.tokens, 1, 0),
+            (Measure::ToolCalls, self.tool_calls, spent.tool_calls, 1, 1),
+            (
+                Measure::WallTime,
+                self.wall_time,
+                spent.wall_time_ms,
+                1000,
+                0,
+            ),
         ];
-        checks.into_iter().find_map(|(measure, limit, used, unit)| {
-            let limit = limit?;
-            (used >= limit.saturating_mul(unit)).then_some(Reached {
-                measure,
-                limit,
-                spent: used,
+        checks
+            .into_iter()
+            .find_map(|(measure, limit, used, unit, past)| {
+                let limit = limit?;
+                (used >= limit.saturating_mul(unit).saturating_add(past)).then_some(Reached {
+                    measure,
+                    limit,
+                    spent: used,
+                })
             })
-        })
     }
 
     /// These limits with each ceiling raised by its own amount again (one extension).
@@ -183,5 +193,22 @@ mod tests {
             Some(Measure::WallTime)
         );
         assert_eq!(limits.wall_left_ms(&Spend::default()), Some(2000));
+    }
+
+    #[test]
+    fn a_tool_call_ceiling_of_n_allows_n_calls() {
+        let limits = Limits {
+            tool_calls: Some(2),
+            ..Limits::default()
+        };
+        let calls = |tool_calls| Spend {
+            tool_calls,
+            ..Spend::default()
+        };
+        assert_eq!(limits.reached(&calls(2)), None);
+        assert_eq!(
+            limits.reached(&calls(3)).map(|r| r.measure),
+            Some(Measure::ToolCalls)
+        );
     }
 }

@@ -273,3 +273,20 @@ async fn the_permission_tool_carries_the_budget_question_where_the_agent_asks_by
     assert_eq!(chunks(&second), 4);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn wall_time_is_limited_too() {
+    let server = TestServer::with(|config| {
+        config.budgets.hard = Limits {
+            wall_time: Some(1),
+            ..Limits::default()
+        };
+    })
+    .await;
+    // A run of 5 s ends after about one.
+    let frames = run(&server, &run_body("w", "r1", "/slow 100 50")).await;
+    let message = ended_on_budget(&frames);
+    assert!(message.contains("wall time"), "{message}");
+    assert!(chunks(&frames) < 100);
+    server.stop().await;
+}

@@ -147,6 +147,14 @@ async fn a_threads_state_is_kept() {
 
 #[tokio::test]
 #[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
+async fn a_principal_s_spending_is_added_up_per_day() {
+    let on = Fresh::new().await;
+    store_contract::a_principal_s_spending_is_added_up_per_day(&on.store).await;
+    on.drop().await;
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
 async fn a_threads_queue_is_kept_in_order() {
     let on = Fresh::new().await;
     store_contract::a_threads_queue_is_kept_in_order(&on.store, async |key: &str| {

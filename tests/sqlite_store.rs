@@ -30,6 +30,11 @@ async fn a_threads_state_is_kept() {
 }
 
 #[tokio::test]
+async fn a_principal_s_spending_is_added_up_per_day() {
+    store_contract::a_principal_s_spending_is_added_up_per_day(&open()).await;
+}
+
+#[tokio::test]
 async fn a_threads_queue_is_kept_in_order() {
     store_contract::a_threads_queue_is_kept_in_order(&open(), any).await;
 }

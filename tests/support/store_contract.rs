@@ -370,3 +370,34 @@ pub async fn a_threads_queue_is_kept_in_order(store: &Store, hold: impl AsyncFn(
     assert!(store.delete_thread("q1").await.expect("delete"));
     assert!(store.queued_threads().await.expect("read").is_empty());
 }
+
+/// What a principal spends is added up per day, and each day and principal apart.
+pub async fn a_principal_s_spending_is_added_up_per_day(store: &Store) {
+    use agui_serve::budget::Spend;
+    let spend = |tokens, tool_calls| Spend {
+        tokens,
+        wall_time_ms: 10,
+        tool_calls,
+    };
+    store.add_spend("alice", 100, &spend(5, 1));
+    store.add_spend("alice", 100, &spend(7, 0));
+    store.add_spend("alice", 101, &spend(1, 1));
+    store.add_spend("bob", 100, &spend(2, 2));
+    assert_eq!(
+        store.spent_on("alice", 100).await.expect("read"),
+        Spend {
+            tokens: 12,
+            wall_time_ms: 20,
+            tool_calls: 1
+        }
+    );
+    assert_eq!(store.spent_on("alice", 101).await.expect("read").tokens, 1);
+    assert_eq!(
+        store.spent_on("bob", 100).await.expect("read").tool_calls,
+        2
+    );
+    assert_eq!(
+        store.spent_on("carol", 100).await.expect("read"),
+        Spend::default()
+    );
+}

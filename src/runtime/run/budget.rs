@@ -231,7 +231,9 @@ impl Pump {
         if working && budget.paused.is_none() {
             budget.working_since = Some(now);
         }
-        if budget.paused.is_some() || self.writer.run.cancel.is_cancelled() {
+        // Checked while the run works: parked on the client it spends nothing more, and
+        // the segment it parked on has already ended.
+        if !working || budget.paused.is_some() || self.writer.run.cancel.is_cancelled() {
             return;
         }
         let reached = budget.reached();
@@ -253,7 +255,7 @@ impl Pump {
             .background
             .load(std::sync::atomic::Ordering::SeqCst);
         let soft = matches!(scope, Scope::Run | Scope::Thread);
-        if soft && !budget.extended && !background && working {
+        if soft && !budget.extended && !background {
             self.ask_budget(scope, reached);
         } else {
             self.end_on_budget(scope, Some(reached));
