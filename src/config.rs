@@ -16,6 +16,7 @@ pub use crate::http::Auth;
 pub use crate::logging::LogFormat;
 pub use crate::runtime::DEFAULT_MAX_RUNS_PER_PRINCIPAL;
 pub use crate::traces::OtlpEndpoint;
+pub use crate::webhooks::EndpointConfig as WebhookConfig;
 
 /// Everything the daemon needs to run.
 #[derive(Debug, Clone)]
@@ -63,6 +64,8 @@ pub struct Config {
     pub uploads: crate::uploads::UploadLimits,
     /// What runs, threads and principals may spend (`[budgets]`).
     pub budgets: crate::budget::Budgets,
+    /// The endpoints webhook events are POSTed to (`[[webhooks]]`).
+    pub webhooks: Vec<WebhookConfig>,
 }
 
 /// The generative-UI catalog: component names with their props' JSON Schemas.
@@ -291,6 +294,7 @@ impl Config {
             launcher: None,
             uploads: crate::uploads::UploadLimits::default(),
             budgets: crate::budget::Budgets::default(),
+            webhooks: Vec::new(),
         }
     }
 
@@ -324,6 +328,7 @@ impl Config {
                 "principal": self.budgets.principal,
                 "hard": self.budgets.hard,
             },
+            "webhooks": self.webhooks.iter().map(WebhookConfig::redacted_json).collect::<Vec<_>>(),
         })
     }
 
@@ -475,7 +480,7 @@ pub fn valid_agent_name(name: &str) -> bool {
 /// request to `{path}/<word>` must never be ambiguous), and the path dots.
 pub const RESERVED_AGENT_NAMES: &[&str] = &[
     "info", "healthz", "readyz", "threads", "runs", "agent", "agents", "metrics", "tokens",
-    "fleet", "console", "uploads", ".", "..",
+    "fleet", "console", "uploads", "webhooks", ".", "..",
 ];
 
 /// What `check-config` shows of an agent's confinement.

@@ -16,6 +16,8 @@
 //! - [`store`]: durable threads, transcripts and runs: embedded SQLite on its own thread,
 //!   or PostgreSQL shared by a cluster's nodes (writes fenced by thread leases).
 //! - [`cluster`]: several nodes on one PostgreSQL database: node registry, thread leases.
+//! - [`webhooks`]: signed events about runs and threads, POSTed to the configured endpoints
+//!   from a durable outbox in the store.
 //! - [`http`]: the only code that knows hyper: listener, TLS, routes, policy, errors.
 //! - [`logging`]: the subscriber, and the writer that scrubs registered secrets.
 //! - [`metrics`]: the Prometheus registry and the typed handles the other layers update.
@@ -45,6 +47,7 @@ pub mod store;
 mod sync;
 pub mod traces;
 pub mod uploads;
+pub mod webhooks;
 pub mod workspace;
 
 pub use server::{Server, serve};

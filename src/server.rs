@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::agent::Agent;
 use crate::agent::acp::{AcpBackend, AgentHost};
@@ -33,6 +34,7 @@ use crate::metrics::Metrics;
 use crate::runtime::{CancelReason, Runtime, RuntimeOptions};
 use crate::store::{DataDirLock, Fence, Store, StoreError};
 use crate::traces::{Exporter, TraceError, Tracer};
+use crate::webhooks::{Delivery, Outbox};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +61,8 @@ pub enum ServeError {
     Traces(#[from] TraceError),
     #[error(transparent)]
     Cluster(#[from] ClusterError),
+    #[error("webhooks: {0}")]
+    Webhooks(std::io::Error),
 }
 
 /// A bound, ready-to-run server.
@@ -75,6 +79,8 @@ pub struct Server {
     metrics: Option<(TcpListener, Arc<MetricsEndpoint>)>,
     /// The span exporter (`--otlp-endpoint`), flushed at the end of the shutdown.
     traces: Option<Exporter>,
+    /// The webhooks' delivery (`[[webhooks]]`), started with the server.
+    webhooks: Option<Delivery>,
     /// The data directory's lock (embedded store only).
     _data_lock: Option<DataDirLock>,
 }
@@ -117,6 +123,12 @@ impl Server {
             // What no run used within its TTL, and what a crash left half-written.
             uploads.sweep().await;
         }
+        let outbox = (!config.webhooks.is_empty()).then(|| Arc::new(Outbox::new(&config.webhooks)));
+        options.webhooks = outbox.clone();
+        let webhooks = match &outbox {
+            Some(outbox) => Some(delivery(&config, store.clone(), outbox)?),
+            None => None,
+        };
         let runtime = Runtime::new(agents, options, store);
         let metrics = Arc::new(Metrics::new(Arc::new(runtime.clone())));
         let metrics_listener = match config.metrics_listen {
@@ -149,6 +161,7 @@ impl Server {
             path: config.path,
             metrics: metrics_listener,
             traces,
+            webhooks,
             _data_lock: data_lock,
         })
     }
@@ -194,6 +207,11 @@ impl Server {
             let runtime = self.runtime.clone();
             async move { runtime.resume_queues().await }
         });
+        let (deliveries, stop_delivering) = (TaskTracker::new(), CancellationToken::new());
+        if let Some(delivery) = self.webhooks {
+            delivery.spawn(&deliveries, &stop_delivering);
+        }
+        deliveries.close();
         shutdown.await;
         queues.abort();
         let begun = Instant::now();
@@ -214,6 +232,10 @@ impl Server {
             }
         };
         end_runs(&self.runtime, deadline, margin).await;
+        // What was not delivered (the runs' last events among it) stays in the outbox for
+        // the next start; an attempt cut here is made again then.
+        stop_delivering.cancel();
+        deliveries.wait().await;
         if let Some(traces) = self.traces {
             // Every run has ended: its spans go out now, within what is left of the grace.
             let left = deadline.saturating_duration_since(Instant::now());
@@ -474,6 +496,18 @@ fn runtime_options(config: &Config) -> Result<RuntimeOptions, ServeError> {
         config.uploads.clone(),
     )));
     Ok(options)
+}
+
+/// The webhooks' delivery from `store`'s outbox, with its HTTP client.
+fn delivery(config: &Config, store: Store, outbox: &Outbox) -> Result<Delivery, ServeError> {
+    let client = crate::http::webhook::WebhookClient::new().map_err(ServeError::Webhooks)?;
+    tracing::info!(endpoints = config.webhooks.len(), "delivering webhooks");
+    Ok(Delivery::new(
+        store,
+        config.webhooks.clone(),
+        Arc::new(client),
+        outbox,
+    ))
 }
 
 /// Traces: an exporter only when an endpoint is configured.

@@ -15,7 +15,8 @@ const LAYERS: &[&[&str]] = &[
     &["confine", "workspace", "uploads"],
     &["agent"],
     &["store"],
-    &["cluster"],
+    // Thread leases; the webhook outbox's events and their delivery (its HTTP client lent).
+    &["cluster", "webhooks"],
     &["runtime"],
     &["http"],
     &["config"],
@@ -456,6 +457,7 @@ const CRATE_OWNERS: &[(&str, &[&str])] = &[
             "store/",
             "traces.rs",
             "uploads.rs",
+            "webhooks/",
             "workspace/",
         ],
     ),

@@ -25,6 +25,8 @@ pub(super) struct FileConfig {
     pub(super) uploads: FileUploads,
     #[serde(default)]
     pub(super) budgets: FileBudgets,
+    #[serde(default)]
+    pub(super) webhooks: Vec<FileWebhook>,
 }
 
 /// `[budgets]`: per run (its own keys), per thread, per principal per day, and the hard
@@ -47,6 +49,23 @@ pub(super) struct FileLimits {
     pub(super) tokens: Option<u64>,
     pub(super) wall_time: Option<String>,
     pub(super) tool_calls: Option<u64>,
+}
+
+/// `[[webhooks]]`: one endpoint events are POSTed to.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileWebhook {
+    /// Its name in metrics, logs and the outbox (default: from the URL).
+    pub(super) name: Option<String>,
+    pub(super) url: String,
+    /// The signing secret's file.
+    pub(super) secret_file: PathBuf,
+    /// Event names, or `"*"` (default: all).
+    pub(super) events: Option<Vec<String>>,
+    /// One attempt's bound (`10s`).
+    pub(super) timeout: Option<String>,
+    /// The longest wait between two attempts (`5m`).
+    pub(super) max_backoff: Option<String>,
 }
 
 /// `[uploads]`: what `POST {path}/uploads` accepts.

@@ -7,7 +7,7 @@
 //!
 //! In reading order: `flags` (what the command line says) and `file` (what the file
 //! says); then `resolve` (the `[server]` settings and the whole `Config`), with `token`,
-//! `agents`, `access`, `cluster` and `ui` for their parts; `report` is `check-config`'s
+//! `agents`, `access`, `cluster`, `ui` and `webhooks` for their parts; `report` is `check-config`'s
 //! output.
 
 mod access;
@@ -19,6 +19,7 @@ mod report;
 mod resolve;
 mod token;
 mod ui;
+mod webhooks;
 
 pub use flags::{Cli, Command, LogFormatArg, ServeArgs};
 pub use resolve::Resolved;

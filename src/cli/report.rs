@@ -43,6 +43,14 @@ impl Resolved {
                 }
             }
         }
+        for webhook in &self.config.webhooks {
+            if webhook.secret.expose().len() < 32 {
+                warnings.push(format!(
+                    "webhook {:?}: its secret is shorter than 32 bytes",
+                    webhook.name
+                ));
+            }
+        }
         value["warnings"] = serde_json::json!(warnings);
         (value, warnings)
     }

@@ -15,6 +15,7 @@ use super::agents::{check_agent_ports, resolve_agents};
 use super::file::{FileConfig, FileServer, read_file_config};
 use super::flags::{LogFormatArg, ServeArgs};
 use super::ui::resolve_ui;
+use super::webhooks::resolve_webhooks;
 use crate::uploads::UploadLimits;
 
 /// The result of resolving a command line: the configuration and where the token came from.
@@ -70,7 +71,9 @@ impl ServeArgs {
         let cluster = self.resolve_cluster(server, host, port, &tls)?;
         let access = self.resolve_access(&file.auth, max_concurrent_runs)?;
         let ui = resolve_ui(&file.ui)?;
-        let private_files = self.private_files(server, &access);
+        let webhooks = resolve_webhooks(&file.webhooks)?;
+        let mut private_files = self.private_files(server, &access);
+        private_files.extend(webhooks.iter().map(|w| w.secret_file.clone()));
         let fleet_history = fleet_history(server)?;
         let uploads = resolve_uploads(&file.uploads)?;
         let budgets = resolve_budgets(&file.budgets)?;
@@ -102,6 +105,7 @@ impl ServeArgs {
                 private_files,
                 uploads,
                 budgets,
+                webhooks,
                 launcher: None,
             },
             token_source,
@@ -258,7 +262,8 @@ impl ServeArgs {
         }
     }
 
-    /// The files holding secrets: the config file, the token file, key files.
+    /// The files holding secrets: the config file, the token file, key files (and the
+    /// webhooks' secret files, added by the caller).
     fn private_files(&self, server: &FileServer, access: &AccessConfig) -> Vec<PathBuf> {
         use crate::access::jwt::KeySource;
         let mut files: Vec<PathBuf> = self.config.iter().cloned().collect();

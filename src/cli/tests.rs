@@ -339,3 +339,73 @@ fn an_agent_s_multitask_strategy_is_read_and_an_unknown_one_refused() {
         .expect_err("unknown");
     assert!(err.to_string().contains("agents[0].multitask"), "{err}");
 }
+
+#[test]
+fn webhooks_are_read_checked_and_shown_without_their_secrets() {
+    let dir = std::env::temp_dir().join(format!("agui-cli-webhooks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let secret = dir.join("hook.secret");
+    std::fs::write(&secret, "whsec-not-to-be-shown-0123456789abcdef\n").expect("write");
+    let file = dir.join("c.toml");
+    let resolve = |toml: String| {
+        std::fs::write(&file, toml).expect("write");
+        parse(&["--config", file.to_str().expect("utf8")])
+            .args
+            .resolve(&no_env)
+    };
+    let secret_line = format!("secret_file = {:?}\n", secret.display().to_string());
+    let resolved = resolve(format!(
+        "[[webhooks]]\nurl = \"https://hooks.example.com/T0/B0/path-secret\"\n{secret_line}\
+         events = [\"run.finished\", \"run.waiting\"]\nmax_backoff = \"30s\"\n\n\
+         [[webhooks]]\nname = \"audit\"\nurl = \"http://127.0.0.1:9000\"\n{secret_line}"
+    ))
+    .expect("valid");
+    let hooks = &resolved.config.webhooks;
+    assert_eq!(hooks.len(), 2);
+    assert!(hooks[0].name.starts_with("webhook-"), "{}", hooks[0].name);
+    assert_eq!(hooks[0].events.names(), ["run.finished", "run.waiting"]);
+    assert_eq!(hooks[0].max_backoff, std::time::Duration::from_secs(30));
+    assert_eq!(
+        hooks[0].secret.expose(),
+        b"whsec-not-to-be-shown-0123456789abcdef"
+    );
+    assert_eq!(hooks[1].name, "audit");
+    assert_eq!(hooks[1].events, crate::webhooks::Events::all());
+    assert!(resolved.config.private_files.contains(&secret));
+    let (report, _) = resolved.report();
+    let shown = report.to_string();
+    assert!(shown.contains("https://hooks.example.com/…"), "{shown}");
+    let debug = format!("{:?}", resolved.config);
+    for text in [&shown, &debug] {
+        assert!(!text.contains("whsec-not-to-be-shown"), "{text}");
+        assert!(!text.contains("path-secret"), "{text}");
+    }
+
+    let refused = |toml: String, names: &str| {
+        let err = resolve(toml).expect_err(names);
+        assert!(err.to_string().contains(names), "{err}");
+    };
+    refused(
+        format!("[[webhooks]]\nurl = \"http://h/\"\n{secret_line}events = [\"run.done\"]\n"),
+        "webhooks[0].events: unknown event \"run.done\"",
+    );
+    refused(
+        format!("[[webhooks]]\nurl = \"http://h/\"\n{secret_line}secret = \"inline\"\n"),
+        "secret",
+    );
+    refused(
+        format!("[[webhooks]]\nurl = \"ftp://h/\"\n{secret_line}"),
+        "webhooks[0].url",
+    );
+    refused(
+        "[[webhooks]]\nurl = \"http://h/\"\nsecret_file = \"/nonexistent/hook.secret\"\n"
+            .to_owned(),
+        "webhooks[0].secret_file",
+    );
+    refused(
+        format!(
+            "[[webhooks]]\nname = \"a\"\nurl = \"http://h/\"\n{secret_line}\n[[webhooks]]\nname = \"a\"\nurl = \"http://i/\"\n{secret_line}"
+        ),
+        "webhooks[1].name",
+    );
+}

@@ -393,3 +393,66 @@ impl HttpMetrics {
             .observe(took.as_secs_f64());
     }
 }
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointLabel {
+    endpoint: Arc<str>,
+}
+
+/// Webhook deliveries by endpoint: delivered events, failed attempts, and the events not
+/// yet delivered (as the endpoint's delivery task last counted them). The endpoints are
+/// the configured ones, resolved when the outbox is built.
+#[derive(Debug, Clone, Default)]
+pub struct WebhookMetrics {
+    delivered: Family<EndpointLabel, Counter>,
+    failed: Family<EndpointLabel, Counter>,
+    pending: Family<EndpointLabel, Gauge>,
+}
+
+/// One endpoint's webhook handles: what its delivery task holds.
+#[derive(Debug, Clone, Default)]
+pub struct EndpointMetrics {
+    delivered: Counter,
+    failed: Counter,
+    pending: Gauge,
+}
+
+impl WebhookMetrics {
+    /// Handles for each of `endpoints` (by name), shown from the start at 0.
+    pub fn new<'a>(endpoints: impl IntoIterator<Item = &'a str>) -> WebhookMetrics {
+        let metrics = WebhookMetrics::default();
+        for name in endpoints {
+            metrics.endpoint(name);
+        }
+        metrics
+    }
+
+    /// The handles of endpoint `name`.
+    pub fn endpoint(&self, name: &str) -> EndpointMetrics {
+        let label = EndpointLabel {
+            endpoint: Arc::from(name),
+        };
+        EndpointMetrics {
+            delivered: self.delivered.get_or_create_owned(&label),
+            failed: self.failed.get_or_create_owned(&label),
+            pending: self.pending.get_or_create_owned(&label),
+        }
+    }
+}
+
+impl EndpointMetrics {
+    /// An event was delivered (a 2xx answer).
+    pub fn delivered(&self) {
+        self.delivered.inc();
+    }
+
+    /// An attempt failed (no answer, or not 2xx); the event is retried.
+    pub fn failed(&self) {
+        self.failed.inc();
+    }
+
+    /// `n` events are not yet delivered.
+    pub fn pending(&self, n: i64) {
+        self.pending.set(n);
+    }
+}

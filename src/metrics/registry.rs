@@ -8,7 +8,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::{HttpMetrics, RunMetrics, StoreMetrics, StreamMetrics};
+use super::{HttpMetrics, RunMetrics, StoreMetrics, StreamMetrics, WebhookMetrics};
 
 /// The labels of `agent_processes`: an agent and a state (busy, idle).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -32,6 +32,8 @@ pub struct Handles {
     pub runs: RunMetrics,
     pub streams: Arc<StreamMetrics>,
     pub store: StoreMetrics,
+    /// Webhook deliveries by endpoint (empty with no `[[webhooks]]`).
+    pub webhooks: WebhookMetrics,
 }
 
 /// The gauges at one scrape.
@@ -88,6 +90,7 @@ impl Metrics {
             runs,
             streams,
             store,
+            webhooks,
         } = source.handles();
         let http = HttpMetrics::default();
         let sampled = Sampled::default();
@@ -97,6 +100,7 @@ impl Metrics {
         register_memory(&mut registry, &sampled);
         register_store(&mut registry, &sampled, &store);
         register_agents(&mut registry, &sampled);
+        register_webhooks(&mut registry, &webhooks);
         register_http(&mut registry, &http);
         Metrics {
             registry,
@@ -261,6 +265,25 @@ fn register_agents(r: &mut Registry, sampled: &Sampled) {
         "agent_processes",
         "Agent processes (ACP), by agent and state (busy: serving a turn, idle)",
         sampled.processes.clone(),
+    );
+}
+
+/// Webhook deliveries by endpoint.
+fn register_webhooks(r: &mut Registry, webhooks: &WebhookMetrics) {
+    r.register(
+        "webhook_deliveries",
+        "Webhook events delivered (a 2xx answer), by endpoint",
+        webhooks.delivered.clone(),
+    );
+    r.register(
+        "webhook_failed_attempts",
+        "Webhook attempts that failed (no answer, or not 2xx) and will be retried, by endpoint",
+        webhooks.failed.clone(),
+    );
+    r.register(
+        "webhook_pending",
+        "Webhook events not yet delivered, by endpoint",
+        webhooks.pending.clone(),
     );
 }
 

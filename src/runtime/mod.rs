@@ -25,6 +25,7 @@ mod history;
 pub mod journal;
 mod lease;
 pub mod memory;
+mod notices;
 mod observe;
 pub mod queue;
 mod reattach;
@@ -130,6 +131,8 @@ pub struct RuntimeOptions {
     /// The principals' uploads, resolved into the parts that name them (`None`: a part's
     /// URL always goes as a link).
     pub uploads: Option<Arc<crate::uploads::Uploads>>,
+    /// The webhook outbox (`None`: no `[[webhooks]]`, nothing is reported).
+    pub webhooks: Option<Arc<crate::webhooks::Outbox>>,
 }
 
 impl RuntimeOptions {
@@ -159,6 +162,7 @@ impl RuntimeOptions {
             tracer: None,
             cluster: None,
             uploads: None,
+            webhooks: None,
         }
     }
 }
@@ -481,7 +485,14 @@ impl Runtime {
             // The agent forgets its session while the thread is still the one in memory,
             // so a session a brand-new thread of the same id binds later is never the one
             // forgotten.
-            let stored = self.inner.store.delete_thread(key.as_str()).await;
+            let deleted = notices::deleted(self, &thread);
+            let reported = deleted.is_some();
+            let stored = self
+                .inner
+                .store
+                .delete_thread_notifying(key.as_str(), deleted)
+                .await;
+            self.outgoing_queued(reported && stored.as_ref().is_ok_and(|gone| *gone));
             if let Some(agent) = self.inner.agents.get(&thread.agent)
                 && tokio::time::timeout(FORGET_BOUND, agent.forget_thread(key.as_str()))
                     .await

@@ -51,6 +51,10 @@ impl GaugeSource for Runtime {
             runs: self.run_metrics().clone(),
             streams: self.stream_metrics(),
             store: self.store().metrics().clone(),
+            webhooks: self
+                .webhooks()
+                .map(|outbox| outbox.metrics().clone())
+                .unwrap_or_default(),
         }
     }
 

@@ -218,9 +218,12 @@ impl Runtime {
         let now = now_ms() as i64;
         let run_id = format!("{how}-{}", uuid::Uuid::new_v4());
         let key = thread_id.as_str();
-        store.record_run_start(key, agent, title, &run_id, transcript, now);
+        let created = super::notices::created(self, key, agent, None, how);
+        let reported = created.is_some();
+        store.record_run_start_notifying(key, agent, title, &run_id, transcript, now, created);
         store.record_run_end(key, &run_id, how, "idle", now);
         store.set_session(key, session_id, how, now);
+        self.outgoing_queued(reported);
         store.commit().await?;
         if self.lease_lost(thread_id) {
             // Refused by the fence: nothing of it was stored.

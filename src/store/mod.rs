@@ -230,6 +230,12 @@ macro_rules! dispatch {
     };
 }
 
+// After the macro, which it uses.
+mod outbox;
+pub use outbox::{
+    Attempt, Claimed, Claims, DELIVERED_KEPT_MS, EndpointSummary, OutboxRow, OutboxStatus, Outgoing,
+};
+
 impl Store {
     /// Opens (creating if needed) the SQLite database in `data_dir`, migrates it, and marks
     /// runs left live by a previous process as interrupted.
@@ -315,7 +321,7 @@ impl Store {
         messages: Vec<Message>,
         now: i64,
     ) {
-        dispatch!(self.record_run_start(thread_id, agent, title, run_id, messages, now))
+        dispatch!(self.record_run_start(thread_id, agent, title, run_id, messages, now, None))
     }
 
     /// Appends messages the agent completed.
@@ -332,7 +338,7 @@ impl Store {
         status: &str,
         now: i64,
     ) {
-        dispatch!(self.record_run_end(thread_id, run_id, outcome, status, now))
+        dispatch!(self.record_run_end(thread_id, run_id, outcome, status, now, None))
     }
 
     /// Puts an item in a thread's queue, or replaces the item of the same id.
@@ -386,7 +392,7 @@ impl Store {
 
     /// Sets a thread's status (`idle|running|suspended`).
     pub fn set_status(&self, thread_id: &str, status: &str, now: i64) {
-        dispatch!(self.set_status(thread_id, status, now))
+        dispatch!(self.set_status(thread_id, status, now, None))
     }
 
     /// Marks the runs of thread `id` that a process left live (no outcome) `interrupted`,
@@ -424,7 +430,7 @@ impl Store {
 
     /// Deletes a thread with its messages and runs; `false` when it did not exist.
     pub async fn delete_thread(&self, id: &str) -> Result<bool, StoreError> {
-        dispatch!(self.delete_thread(id).await)
+        dispatch!(self.delete_thread(id, None).await)
     }
 }
 

@@ -39,11 +39,15 @@ use tokio::sync::oneshot;
 use tokio_postgres::Config;
 
 use super::runner::{self, Database, Ended, Reply, Runner};
-use super::{Fence, ListScope, QueuedRow, StoreError, StoredThread, ThreadPage, ThreadRow, now_ms};
+use super::{
+    Attempt, Claims, EndpointSummary, Fence, ListScope, OutboxRow, OutboxStatus, Outgoing,
+    QueuedRow, StoreError, StoredThread, ThreadPage, ThreadRow, now_ms,
+};
 use crate::metrics::StoreMetrics;
 use crate::protocol::Message;
 
 mod conn;
+mod outbox;
 mod rows;
 use conn::{Conn, migrate, parse};
 use rows::{append_messages, list_page, thread_row};
@@ -232,6 +236,7 @@ impl PgStore {
         .await
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn record_run_start(
         &self,
         thread_id: &str,
@@ -240,10 +245,18 @@ impl PgStore {
         run_id: &str,
         messages: Vec<Message>,
         now: i64,
+        outgoing: Option<Outgoing>,
     ) {
         let (key, agent, run_id) = (thread_id.to_owned(), agent.to_owned(), run_id.to_owned());
         self.write("run_start", thread_id, move |conn| async move {
             let owner = crate::access::split_key(&key).0;
+            let creates = match &outgoing {
+                Some(_) => conn
+                    .query_opt("SELECT 1 FROM threads WHERE id = $1", &[&key])
+                    .await?
+                    .is_none(),
+                None => false,
+            };
             conn.execute(
                 "INSERT INTO threads (id, owner, agent, title, created_at, updated_at, status)
                  VALUES ($1, $5, $2, $3, $4, $4, 'running')
@@ -260,6 +273,9 @@ impl PgStore {
                 &[&key, &run_id, &now],
             )
             .await?;
+            if let Some(outgoing) = outgoing.as_ref().filter(|_| creates) {
+                outbox::insert(&conn, outgoing).await?;
+            }
             Ok(())
         });
     }
@@ -287,6 +303,7 @@ impl PgStore {
         outcome: &str,
         status: &str,
         now: i64,
+        outgoing: Option<Outgoing>,
     ) {
         let (key, run_id, outcome, status) = (
             thread_id.to_owned(),
@@ -305,6 +322,9 @@ impl PgStore {
                 &[&key, &status, &now],
             )
             .await?;
+            if let Some(outgoing) = &outgoing {
+                outbox::insert(&conn, outgoing).await?;
+            }
             Ok(())
         });
     }
@@ -470,7 +490,13 @@ impl PgStore {
         });
     }
 
-    pub(super) fn set_status(&self, thread_id: &str, status: &str, now: i64) {
+    pub(super) fn set_status(
+        &self,
+        thread_id: &str,
+        status: &str,
+        now: i64,
+        outgoing: Option<Outgoing>,
+    ) {
         let (key, status) = (thread_id.to_owned(), status.to_owned());
         self.write("status", thread_id, move |conn| async move {
             conn.execute(
@@ -478,6 +504,9 @@ impl PgStore {
                 &[&key, &status, &now],
             )
             .await?;
+            if let Some(outgoing) = &outgoing {
+                outbox::insert(&conn, outgoing).await?;
+            }
             Ok(())
         });
     }
@@ -562,7 +591,11 @@ impl PgStore {
         .await
     }
 
-    pub(super) async fn delete_thread(&self, id: &str) -> Result<bool, StoreError> {
+    pub(super) async fn delete_thread(
+        &self,
+        id: &str,
+        outgoing: Option<Outgoing>,
+    ) -> Result<bool, StoreError> {
         let id = id.to_owned();
         let (fence, epoch) = (self.shared.fence.clone(), self.held_epoch(&id)?);
         self.call(move |conn| async move {
@@ -571,9 +604,87 @@ impl PgStore {
             let n = conn
                 .execute("DELETE FROM threads WHERE id = $1", &[&id])
                 .await?;
+            if n > 0
+                && let Some(outgoing) = &outgoing
+            {
+                outbox::insert(&conn, outgoing).await?;
+            }
             Ok(n > 0)
         })
         .await
+    }
+
+    /// Writes `outgoing` on its own: fenced by this node's lease when it is about a thread
+    /// this node holds, else (a principal's event) as it is.
+    pub(super) fn add_outgoing(&self, outgoing: Outgoing) {
+        let key = outgoing.thread.clone();
+        if self.shared.fence.epoch(&key).is_some() {
+            self.write("outgoing", &key, move |conn| async move {
+                outbox::insert(&conn, &outgoing).await
+            });
+            return;
+        }
+        runner::submit(
+            &self.shared,
+            Box::new(move |conn| {
+                Box::pin(async move {
+                    let keep = match outbox::insert(&conn, &outgoing).await {
+                        Ok(()) => true,
+                        Err(error) => {
+                            tracing::error!(%error, op = "outgoing", "store write failed");
+                            false
+                        }
+                    };
+                    Done { keep, reply: None }
+                })
+            }),
+        );
+    }
+
+    pub(super) async fn claim_outgoing(
+        &self,
+        endpoint: &str,
+        node: &str,
+        limit: usize,
+        claim_ms: i64,
+    ) -> Result<Claims, StoreError> {
+        let (endpoint, node) = (endpoint.to_owned(), node.to_owned());
+        self.call(move |conn| async move {
+            outbox::claim(&conn, &endpoint, &node, limit, claim_ms).await
+        })
+        .await
+    }
+
+    pub(super) async fn record_attempts(
+        &self,
+        node: &str,
+        attempts: Vec<Attempt>,
+    ) -> Result<(), StoreError> {
+        let node = node.to_owned();
+        self.call(move |conn| async move { outbox::record(&conn, &node, &attempts).await })
+            .await
+    }
+
+    pub(super) async fn outbox_summary(&self) -> Result<Vec<EndpointSummary>, StoreError> {
+        self.call(|conn| async move { outbox::summary(&conn).await })
+            .await
+    }
+
+    pub(super) async fn outbox_rows(
+        &self,
+        status: OutboxStatus,
+        endpoint: Option<String>,
+        limit: usize,
+    ) -> Result<Vec<OutboxRow>, StoreError> {
+        self.call(move |conn| async move {
+            outbox::rows(&conn, status, endpoint.as_deref(), limit).await
+        })
+        .await
+    }
+
+    pub(super) async fn prune_outbox(&self, before: i64) -> Result<u64, StoreError> {
+        self.call(move |conn| async move { outbox::prune(&conn, before).await })
+            .await
     }
 }
 

@@ -18,11 +18,15 @@ use tokio::sync::oneshot;
 
 use super::known::KnownThreads;
 use super::runner::{self, Database, Ended, Reply, Runner};
-use super::{ListScope, QueuedRow, StoreError, StoredThread, ThreadPage, ThreadRow, now_ms};
+use super::{
+    Attempt, Claims, EndpointSummary, ListScope, OutboxRow, OutboxStatus, Outgoing, QueuedRow,
+    StoreError, StoredThread, ThreadPage, ThreadRow, now_ms,
+};
 use crate::metrics::StoreMetrics;
 use crate::protocol::Message;
 use crate::sync::lock;
 
+mod outbox;
 mod rows;
 mod schema;
 use rows::{append_messages, list_sql, thread_row};
@@ -82,6 +86,8 @@ impl SqliteStore {
         })?;
         prepare(&mut conn)?;
         let interrupted = recover(&mut conn)?;
+        // Claims of the previous process: it is gone, so its rows are due again.
+        outbox::clear_claims(&conn)?;
         let known = known_threads(&conn)?;
         if interrupted > 0 {
             tracing::info!(
@@ -219,7 +225,9 @@ impl SqliteStore {
     }
 
     /// Records the start of a run: creates the thread if new, appends `messages`, inserts
-    /// the run, marks the thread running.
+    /// the run, marks the thread running; writes `outgoing` with it if this creates the
+    /// thread.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn record_run_start(
         &self,
         thread_id: &str,
@@ -228,12 +236,19 @@ impl SqliteStore {
         run_id: &str,
         messages: Vec<Message>,
         now: i64,
+        outgoing: Option<Outgoing>,
     ) {
         self.shared.known.add(thread_id);
         let (thread_id, agent, run_id) =
             (thread_id.to_owned(), agent.to_owned(), run_id.to_owned());
         self.enqueue("run_start", move |conn| {
             let tx = conn.savepoint()?;
+            let creates = outgoing.is_some()
+                && tx
+                    .prepare_cached("SELECT 1 FROM threads WHERE id = ?1")?
+                    .query_row([&thread_id], |_| Ok(()))
+                    .optional()?
+                    .is_none();
             tx.prepare_cached(
                 "INSERT INTO threads (id, owner, agent, title, created_at, updated_at, status)
                  VALUES (?1, ?5, ?2, ?3, ?4, ?4, 'running')
@@ -254,6 +269,9 @@ impl SqliteStore {
                      ended_at = NULL, outcome = NULL",
             )?
             .execute(params![thread_id, run_id, now])?;
+            if let Some(outgoing) = outgoing.as_ref().filter(|_| creates) {
+                outbox::insert(&tx, outgoing)?;
+            }
             tx.commit()
         });
     }
@@ -273,7 +291,7 @@ impl SqliteStore {
         });
     }
 
-    /// Records how a run ended and marks the thread `status`.
+    /// Records how a run ended and marks the thread `status`; writes `outgoing` with it.
     pub(super) fn record_run_end(
         &self,
         thread_id: &str,
@@ -281,6 +299,7 @@ impl SqliteStore {
         outcome: &str,
         status: &str,
         now: i64,
+        outgoing: Option<Outgoing>,
     ) {
         let (thread_id, run_id, outcome, status) = (
             thread_id.to_owned(),
@@ -296,6 +315,9 @@ impl SqliteStore {
             .execute(params![thread_id, run_id, now, outcome])?;
             tx.prepare_cached("UPDATE threads SET status = ?2, updated_at = ?3 WHERE id = ?1")?
                 .execute(params![thread_id, status, now])?;
+            if let Some(outgoing) = &outgoing {
+                outbox::insert(&tx, outgoing)?;
+            }
             tx.commit()
         });
     }
@@ -427,13 +449,23 @@ impl SqliteStore {
         });
     }
 
-    /// Sets a thread's status (`idle|running|suspended`).
-    pub(super) fn set_status(&self, thread_id: &str, status: &str, now: i64) {
+    /// Sets a thread's status (`idle|running|suspended`); writes `outgoing` with it.
+    pub(super) fn set_status(
+        &self,
+        thread_id: &str,
+        status: &str,
+        now: i64,
+        outgoing: Option<Outgoing>,
+    ) {
         let (thread_id, status) = (thread_id.to_owned(), status.to_owned());
         self.enqueue("status", move |conn| {
-            conn.prepare_cached("UPDATE threads SET status = ?2, updated_at = ?3 WHERE id = ?1")?
+            let tx = conn.savepoint()?;
+            tx.prepare_cached("UPDATE threads SET status = ?2, updated_at = ?3 WHERE id = ?1")?
                 .execute(params![thread_id, status, now])?;
-            Ok(())
+            if let Some(outgoing) = &outgoing {
+                outbox::insert(&tx, outgoing)?;
+            }
+            tx.commit()
         });
     }
 
@@ -542,8 +574,13 @@ impl SqliteStore {
         .await
     }
 
-    /// Deletes a thread with its messages and runs; `false` when it did not exist.
-    pub(super) async fn delete_thread(&self, id: &str) -> Result<bool, StoreError> {
+    /// Deletes a thread with its messages and runs, and writes `outgoing` when it existed;
+    /// `false` when it did not.
+    pub(super) async fn delete_thread(
+        &self,
+        id: &str,
+        outgoing: Option<Outgoing>,
+    ) -> Result<bool, StoreError> {
         let id = id.to_owned();
         self.call(move |conn| {
             let tx = conn.savepoint()?;
@@ -556,10 +593,68 @@ impl SqliteStore {
             let n = tx
                 .prepare_cached("DELETE FROM threads WHERE id = ?1")?
                 .execute([&id])?;
+            if n > 0
+                && let Some(outgoing) = &outgoing
+            {
+                outbox::insert(&tx, outgoing)?;
+            }
             tx.commit()?;
             Ok(n > 0)
         })
         .await
+    }
+
+    /// Writes `outgoing` on its own.
+    pub(super) fn add_outgoing(&self, outgoing: Outgoing) {
+        self.enqueue("outgoing", move |conn| {
+            let tx = conn.savepoint()?;
+            outbox::insert(&tx, &outgoing)?;
+            tx.commit()
+        });
+    }
+
+    pub(super) async fn claim_outgoing(
+        &self,
+        endpoint: &str,
+        node: &str,
+        limit: usize,
+        claim_ms: i64,
+    ) -> Result<Claims, StoreError> {
+        let (endpoint, node) = (endpoint.to_owned(), node.to_owned());
+        self.call(move |conn| outbox::claim(conn, &endpoint, &node, limit, claim_ms))
+            .await
+    }
+
+    pub(super) async fn record_attempts(
+        &self,
+        node: &str,
+        attempts: Vec<Attempt>,
+    ) -> Result<(), StoreError> {
+        let node = node.to_owned();
+        self.call(move |conn| {
+            let tx = conn.savepoint()?;
+            outbox::record(&tx, &node, &attempts)?;
+            tx.commit()
+        })
+        .await
+    }
+
+    pub(super) async fn outbox_summary(&self) -> Result<Vec<EndpointSummary>, StoreError> {
+        self.call(|conn| outbox::summary(conn)).await
+    }
+
+    pub(super) async fn outbox_rows(
+        &self,
+        status: OutboxStatus,
+        endpoint: Option<String>,
+        limit: usize,
+    ) -> Result<Vec<OutboxRow>, StoreError> {
+        self.call(move |conn| outbox::rows(conn, status, endpoint.as_deref(), limit))
+            .await
+    }
+
+    pub(super) async fn prune_outbox(&self, before: i64) -> Result<u64, StoreError> {
+        self.call(move |conn| outbox::prune(conn, before)).await
     }
 }
 

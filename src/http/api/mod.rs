@@ -12,7 +12,7 @@
 //! Rooms: the route table (`route.rs`), this file's middleware (origin, token, principal,
 //! audit line, CORS, `HEAD`), forwarding to a thread's owner as a layer (`forwarding.rs`),
 //! and the handlers by resource (`runs`, `threads`, `sessions`, `fleet`, `tokens`, `info`,
-//! `copilotkit`, `workspace`, `console`), which share `common.rs`.
+//! `copilotkit`, `workspace`, `console`, `webhooks`), which share `common.rs`.
 
 mod common;
 mod console;
@@ -30,6 +30,7 @@ mod sessions;
 mod threads;
 mod tokens;
 mod uploads;
+mod webhooks;
 mod workspace;
 
 use std::sync::Arc;
@@ -351,6 +352,8 @@ async fn serve(
             console::asset(file.as_deref()).ok_or_else(|| ApiError::not_found("route"))
         }
         Route::Metrics => Ok(metrics_endpoint::response(&app.metrics)),
+        Route::Webhooks => webhooks::status(app).await,
+        Route::WebhookDeliveries => webhooks::deliveries(app, query).await,
         Route::Tokens => {
             let (parts, body) = req.into_parts();
             tokens::mint(app, &read_json(body, &parts.headers, &conn).await?)

@@ -55,6 +55,10 @@ pub(super) enum Route {
     Uploads,
     /// One upload.
     Upload(String),
+    /// The webhook outbox by endpoint.
+    Webhooks,
+    /// The webhook outbox's rows.
+    WebhookDeliveries,
 }
 
 /// What a route asks of the principal beyond a valid token.
@@ -90,6 +94,8 @@ impl Route {
             ["console", file] if !file.is_empty() => Route::Console(Some((*file).to_owned())),
             ["uploads"] => Route::Uploads,
             ["uploads", id] if !id.is_empty() => Route::Upload((*id).to_owned()),
+            ["webhooks"] => Route::Webhooks,
+            ["webhooks", "deliveries"] => Route::WebhookDeliveries,
             ["threads"] => Route::Threads,
             ["threads", id] if !id.is_empty() => Route::Thread((*id).to_owned()),
             ["threads", id, "messages"] if !id.is_empty() => {
@@ -247,6 +253,8 @@ impl Route {
             Route::Console(Some(_)) => "/console/{file}",
             Route::Uploads => "/uploads",
             Route::Upload(_) => "/uploads/{id}",
+            Route::Webhooks => "/webhooks",
+            Route::WebhookDeliveries => "/webhooks/deliveries",
         }
     }
 
@@ -255,9 +263,13 @@ impl Route {
         match self {
             // An agent's sessions belong to no principal: listing or importing them is the
             // operator's (who imports into a principal's namespace with `?owner=`).
-            Route::Metrics | Route::Tokens | Route::AgentSessions(_) | Route::ImportSession(..) => {
-                Need::Operator
-            }
+            // The outbox names every principal's threads.
+            Route::Metrics
+            | Route::Tokens
+            | Route::AgentSessions(_)
+            | Route::ImportSession(..)
+            | Route::Webhooks
+            | Route::WebhookDeliveries => Need::Operator,
             Route::ForkThread(_)
             | Route::ArchiveThread(_)
             | Route::ThreadRuns(_)
@@ -341,6 +353,8 @@ impl Route {
             Route::Workspace(_, WorkspaceRoute::Changes) => "workspace_changes",
             Route::Uploads => "uploads",
             Route::Upload(_) => "upload",
+            Route::Webhooks => "webhooks",
+            Route::WebhookDeliveries => "webhook_deliveries",
         }
     }
 }
@@ -398,5 +412,14 @@ mod tests {
         assert_eq!(Route::parse("/agui", "/aguix/demo"), None);
         assert_eq!(Route::parse("/agui", "/agui/demo/extra"), None);
         assert_eq!(Route::parse("", "/demo"), Some(Route::Run("demo".into())));
+        assert_eq!(
+            Route::parse("/agui", "/agui/webhooks"),
+            Some(Route::Webhooks)
+        );
+        assert_eq!(
+            Route::parse("/agui", "/agui/webhooks/deliveries"),
+            Some(Route::WebhookDeliveries)
+        );
+        assert_eq!(Route::parse("/agui", "/agui/webhooks/x"), None);
     }
 }

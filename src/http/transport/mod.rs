@@ -1,6 +1,7 @@
 //! Transport: the accept loop every listener shares (`listener.rs`), TLS, the answers to
 //! malformed requests (`parse_errors.rs`), and the clients the daemon sends with (to
-//! another node, `forward.rs`; to an OTLP collector, `otlp.rs`). Knows nothing of routes.
+//! another node, `forward.rs`; to an OTLP collector, `otlp.rs`; to a webhook endpoint,
+//! `webhook.rs`). Knows nothing of routes.
 //!
 //! Connection limits: a client has [`Limits::header_read_timeout`] from accept to finish
 //! its TLS handshake and its first request's headers (a watchdog closes it otherwise; hyper
@@ -13,6 +14,7 @@ pub mod listener;
 pub mod otlp;
 mod parse_errors;
 pub mod tls;
+pub mod webhook;
 
 use std::time::Duration;
 

@@ -19,7 +19,7 @@ use crate::runtime::CancelReason;
 use crate::runtime::suspension::{Channel, Suspension};
 use crate::runtime::thread::Thread;
 use crate::runtime::translator::{Ending, Produced, Translator};
-use crate::runtime::{Runtime, state};
+use crate::runtime::{Runtime, notices, state};
 use crate::sync::lock;
 use crate::traces::{RunTrace, TurnOutcome};
 use opentelemetry::trace::SpanContext;
@@ -168,10 +168,17 @@ impl SegmentWriter {
             self.emit(&mut translator, &out);
         }
         drop(translator);
-        self.rt
-            .inner
-            .store
-            .set_status(self.thread.key.as_str(), "suspended", now_ms() as i64);
+        let waiting = lock(&self.run.suspension).as_ref().and_then(|suspension| {
+            notices::waiting(&self.rt, &self.thread, &self.run.id, suspension, ending)
+        });
+        let reported = waiting.is_some();
+        self.rt.inner.store.set_status_notifying(
+            self.thread.key.as_str(),
+            "suspended",
+            now_ms() as i64,
+            waiting,
+        );
+        self.rt.outgoing_queued(reported);
     }
 
     /// Ends the segment because the run waits on the client: the terminal event, once
@@ -304,15 +311,20 @@ impl SegmentWriter {
         );
     }
 
+    /// Records the run's end (with its state document and its webhook event).
     pub(in crate::runtime) fn record_end(&self, ending: &Ending) {
         self.keep_state();
-        self.rt.inner.store.record_run_end(
+        let ended = notices::ended(&self.rt, &self.thread, &self.run.id, ending);
+        let reported = ended.is_some();
+        self.rt.inner.store.record_run_end_notifying(
             self.thread.key.as_str(),
             &self.run.id,
             ending_kind(ending),
             "idle",
             now_ms() as i64,
+            ended,
         );
+        self.rt.outgoing_queued(reported);
     }
 
     /// Keeps the thread's state document as the run leaves it (when it is not a fresh
@@ -330,7 +342,7 @@ impl SegmentWriter {
     /// [`SegmentWriter::finish`] without waiting for the store (a pump that ended without
     /// a terminal event, from `Drop`).
     pub(in crate::runtime) fn finish_now(&mut self, ending: Ending) {
-        let outcome_row = ending_kind(&ending);
+        let recorded = ending.clone();
         self.count_end(&ending);
         self.trace_end(&ending);
         let mut translator = lock(&self.run.translator);
@@ -348,14 +360,7 @@ impl SegmentWriter {
             self.emit(&mut translator, &out);
         }
         drop(translator);
-        self.keep_state();
-        self.rt.inner.store.record_run_end(
-            self.thread.key.as_str(),
-            &self.run.id,
-            outcome_row,
-            "idle",
-            now_ms() as i64,
-        );
+        self.record_end(&recorded);
     }
 
     /// Appends events to the journal and records what they completed, while the translator

@@ -23,7 +23,7 @@ use crate::runtime::Resume;
 use crate::runtime::attach::{Attachment, Mode};
 use crate::runtime::thread::{Decision, Retry, Thread};
 use crate::runtime::{CancelReason, StartError};
-use crate::runtime::{LoadError, answer, attach};
+use crate::runtime::{LoadError, answer, attach, notices};
 use crate::runtime::{Runtime, state};
 use crate::sync::lock;
 use crate::uploads::Resolved;
@@ -679,14 +679,19 @@ fn record_start(rt: &Runtime, thread: &Thread, run: &Arc<LiveRun>, new_messages:
         Message::User(user) => Some(title_of(&user.content.text())),
         _ => None,
     });
-    inner.store.record_run_start(
+    // Written only if this run's start creates the thread.
+    let created = notices::created(rt, thread.key.as_str(), &thread.agent, Some(&run.id), "run");
+    let reported = created.is_some();
+    inner.store.record_run_start_notifying(
         thread.key.as_str(),
         &thread.agent,
         title,
         &run.id,
         new_messages.to_vec(),
         now_ms() as i64,
+        created,
     );
+    rt.outgoing_queued(reported);
     lock(&inner.runs).insert(thread.run_key(&run.id), run.clone());
     rt.fleet_changed();
 }

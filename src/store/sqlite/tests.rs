@@ -110,7 +110,7 @@ async fn only_threads_the_database_may_hold_are_read() {
     let dir = temp();
     {
         let store = SqliteStore::open(&dir).expect("open");
-        store.record_run_start("t", "demo", None, "r", vec![user("u", "x")], 1);
+        store.record_run_start("t", "demo", None, "r", vec![user("u", "x")], 1, None);
         store.commit().await.expect("commit");
         assert!(store.load_thread("t").await.expect("load").is_some());
     }
