@@ -207,6 +207,17 @@ async fn recover_thread_marks_only_that_threads_live_runs() {
     on.drop().await;
 }
 
+#[tokio::test]
+#[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
+async fn webhook_outbox_claims_in_order_per_thread() {
+    let on = Fresh::new().await;
+    store_contract::webhook_outbox_claims_in_order_per_thread(&on.store, async |key: &str| {
+        on.hold(key).await
+    })
+    .await;
+    on.drop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
 async fn group_commit_keeps_order_under_load() {
@@ -543,5 +554,123 @@ async fn leases_one_owner_at_a_time_fenced_taken_over_once_lapsed() {
         }
     );
     drop((a, b, a_store));
+    db.drop().await;
+}
+
+/// Two nodes on one database drain one endpoint's webhook outbox together: every event is
+/// claimed by exactly one of them, each thread's events one after the other in order, and
+/// a node that dies holding claims leaves its events to the other once the claims lapse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
+async fn two_nodes_deliver_each_webhook_event_once_in_order_per_thread() {
+    use agui_serve::store::{Attempt, Outgoing};
+    use std::sync::{Arc, Mutex};
+    let db = Db::new().await;
+    let (f1, f2) = (Fence::new("n1"), Fence::new("n2"));
+    let (s1, s2) = (db.store(&f1).await, db.store(&f2).await);
+    let admin = db.admin().await;
+    let threads = 10;
+    let per_thread = 8;
+    for t in 0..threads {
+        lease(&admin, &f1, &format!("t{t}")).await;
+    }
+    for n in 0..per_thread {
+        for t in 0..threads {
+            s1.add_outgoing(Outgoing {
+                id: format!("t{t}-e{n}"),
+                thread: format!("t{t}"),
+                kind: "run.finished".to_owned(),
+                body: "{}".to_owned(),
+                created_at: n,
+                endpoints: vec!["a".to_owned()],
+            });
+        }
+    }
+    s1.commit().await.expect("commit");
+
+    // A node that claims and dies: nobody else takes its events until the claims lapse.
+    let dead = s2.claim_outgoing("a", "dead", 3, 700).await.expect("claim");
+    assert_eq!(dead.rows.len(), 3);
+    let held: Vec<String> = dead.rows.iter().map(|r| r.id.clone()).collect();
+    let others = s1
+        .claim_outgoing("a", "n1", 100, 60_000)
+        .await
+        .expect("claim");
+    assert_eq!(
+        others.rows.len(),
+        threads as usize - 3,
+        "only the heads not held"
+    );
+    assert!(others.rows.iter().all(|r| !held.contains(&r.id)));
+    let release: Vec<Attempt> = others
+        .rows
+        .iter()
+        .map(|r| Attempt {
+            id: r.id.clone(),
+            endpoint: "a".to_owned(),
+            failed: Some(("released".to_owned(), 0)),
+        })
+        .collect();
+    s1.record_attempts("n1", release).await.expect("release");
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+
+    // Two nodes deliver everything, claiming a few at a time.
+    let log: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let worker = |store: Store, node: &'static str| {
+        let log = log.clone();
+        tokio::spawn(async move {
+            let mut idle = 0;
+            while idle < 20 {
+                let claims = store
+                    .claim_outgoing("a", node, 4, 60_000)
+                    .await
+                    .expect("claim");
+                if claims.rows.is_empty() {
+                    idle += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                }
+                idle = 0;
+                let mut attempts = Vec::new();
+                for row in claims.rows {
+                    log.lock()
+                        .expect("log")
+                        .push((node.to_owned(), row.id.clone()));
+                    attempts.push(Attempt {
+                        id: row.id,
+                        endpoint: "a".to_owned(),
+                        failed: None,
+                    });
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                store.record_attempts(node, attempts).await.expect("record");
+            }
+        })
+    };
+    let (w1, w2) = (worker(s1.clone(), "n1"), worker(s2.clone(), "n2"));
+    w1.await.expect("n1");
+    w2.await.expect("n2");
+    let log = log.lock().expect("log").clone();
+    assert_eq!(log.len(), (threads * per_thread) as usize, "{log:?}");
+    let ids: std::collections::HashSet<&str> = log.iter().map(|(_, id)| id.as_str()).collect();
+    assert_eq!(ids.len(), log.len(), "each event claimed once");
+    for node in ["n1", "n2"] {
+        assert!(
+            log.iter().any(|(n, _)| n == node),
+            "{node} delivered none: {log:?}"
+        );
+    }
+    for t in 0..threads {
+        let order: Vec<&str> = log
+            .iter()
+            .map(|(_, id)| id.as_str())
+            .filter(|id| id.starts_with(&format!("t{t}-")))
+            .collect();
+        let expected: Vec<String> = (0..per_thread).map(|n| format!("t{t}-e{n}")).collect();
+        assert_eq!(order, expected, "thread t{t}");
+    }
+    let summary = s2.outbox_summary().await.expect("summary");
+    assert_eq!(summary[0].pending, 0);
+    drop((s1, s2));
     db.drop().await;
 }

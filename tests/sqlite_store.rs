@@ -63,3 +63,8 @@ async fn recover_thread_marks_only_that_threads_live_runs() {
 async fn group_commit_keeps_order_under_load() {
     store_contract::group_commit_keeps_order_under_load(&open(), any).await;
 }
+
+#[tokio::test]
+async fn webhook_outbox_claims_in_order_per_thread() {
+    store_contract::webhook_outbox_claims_in_order_per_thread(&open(), any).await;
+}

@@ -401,3 +401,205 @@ pub async fn a_principal_s_spending_is_added_up_per_day(store: &Store) {
         Spend::default()
     );
 }
+
+/// An event for the outbox contract: to endpoints `a` and `b`.
+fn outgoing(id: &str, thread: &str) -> agui_serve::store::Outgoing {
+    agui_serve::store::Outgoing {
+        id: id.to_owned(),
+        thread: thread.to_owned(),
+        kind: "run.finished".to_owned(),
+        body: format!("{{\"id\":\"{id}\"}}"),
+        created_at: 1,
+        endpoints: vec!["a".to_owned(), "b".to_owned()],
+    }
+}
+
+/// The ids of `endpoint`'s due heads, claimed for `node`.
+async fn claim(store: &Store, endpoint: &str, node: &str, claim_ms: i64) -> Vec<String> {
+    store
+        .claim_outgoing(endpoint, node, 10, claim_ms)
+        .await
+        .expect("claim")
+        .rows
+        .into_iter()
+        .map(|row| row.id)
+        .collect()
+}
+
+fn attempt(id: &str, failed: Option<(&str, i64)>) -> agui_serve::store::Attempt {
+    agui_serve::store::Attempt {
+        id: id.to_owned(),
+        endpoint: "a".to_owned(),
+        failed: failed.map(|(why, ms)| (why.to_owned(), ms)),
+    }
+}
+
+/// The webhook outbox: events ride with the writes of their facts (a creation only when
+/// the write creates the thread, a delete's only when there was a thread); each endpoint
+/// gets a thread's events one at a time, in order; a failure holds back its own thread
+/// only; a claim holds until it lapses; the rows are summed up, listed and pruned.
+pub async fn webhook_outbox_claims_in_order_per_thread(store: &Store, hold: impl AsyncFn(&str)) {
+    use agui_serve::store::OutboxStatus;
+    hold("w1").await;
+    hold("w2").await;
+    store.record_run_start_notifying(
+        "w1",
+        "demo",
+        None,
+        "r1",
+        vec![],
+        1,
+        Some(outgoing("c1", "w1")),
+    );
+    store.record_run_start_notifying(
+        "w1",
+        "demo",
+        None,
+        "r2",
+        vec![],
+        2,
+        Some(outgoing("c1-again", "w1")),
+    );
+    store.record_run_end_notifying(
+        "w1",
+        "r2",
+        "finished",
+        "idle",
+        3,
+        Some(outgoing("e1", "w1")),
+    );
+    store.set_status_notifying("w1", "suspended", 4, Some(outgoing("e2", "w1")));
+    store.record_run_start_notifying(
+        "w2",
+        "demo",
+        None,
+        "r1",
+        vec![],
+        1,
+        Some(outgoing("c2", "w2")),
+    );
+    store.add_outgoing(outgoing("e3", "w2"));
+    store.commit().await.expect("commit");
+
+    let claims = store
+        .claim_outgoing("a", "n1", 10, 60_000)
+        .await
+        .expect("claim");
+    assert_eq!(
+        claims.pending, 5,
+        "the second start did not create the thread"
+    );
+    let heads: Vec<&str> = claims.rows.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(heads, ["c1", "c2"], "each thread's oldest event");
+    assert!(
+        claims
+            .rows
+            .iter()
+            .all(|r| r.attempts == 0 && r.body.contains(&r.id))
+    );
+    assert!(
+        claim(store, "a", "n2", 60_000).await.is_empty(),
+        "claimed, and behind claims"
+    );
+    assert_eq!(
+        claim(store, "b", "n2", 0).await,
+        ["c1", "c2"],
+        "endpoints are apart"
+    );
+    // n2's claims lapsed at once: the heads are anyone's again.
+    assert_eq!(claim(store, "b", "n3", 60_000).await, ["c1", "c2"]);
+    assert!(claim(store, "b", "n2", 60_000).await.is_empty());
+
+    // w1's head fails (due again at once), w2's is delivered: w2 moves on, w1 retries.
+    store
+        .record_attempts(
+            "n1",
+            vec![
+                attempt("c1", Some(("answered 500", 0))),
+                attempt("c2", None),
+            ],
+        )
+        .await
+        .expect("record");
+    let retried = store
+        .claim_outgoing("a", "n1", 10, 60_000)
+        .await
+        .expect("claim");
+    let heads: Vec<(&str, i64)> = retried
+        .rows
+        .iter()
+        .map(|r| (r.id.as_str(), r.attempts))
+        .collect();
+    assert_eq!(heads, [("c1", 1), ("e3", 0)]);
+    // Failing again, not due for a minute: w1 waits, and nothing of it comes out of order.
+    store
+        .record_attempts(
+            "n1",
+            vec![
+                attempt("c1", Some(("answered 503", 60_000))),
+                attempt("e3", None),
+            ],
+        )
+        .await
+        .expect("record");
+    assert!(claim(store, "a", "n1", 60_000).await.is_empty());
+    // Only the claim's holder records a failure: another node's late report is ignored.
+    store
+        .record_attempts("n9", vec![attempt("c1", Some(("late", 0)))])
+        .await
+        .expect("record");
+    assert!(claim(store, "a", "n1", 60_000).await.is_empty());
+
+    let summary = store.outbox_summary().await.expect("summary");
+    let a = summary.iter().find(|s| s.endpoint == "a").expect("a");
+    assert_eq!((a.pending, a.failing, a.delivered), (3, 1, 2));
+    assert_eq!(
+        a.last_error.as_ref().map(|(e, _)| e.as_str()),
+        Some("answered 503")
+    );
+    assert!(a.last_delivered_at.is_some() && a.oldest_pending_at == Some(1));
+    let pending: Vec<String> = store
+        .outbox_rows(OutboxStatus::Pending, Some("a".to_owned()), 10)
+        .await
+        .expect("rows")
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(pending, ["c1", "e1", "e2"]);
+    let delivered: Vec<String> = store
+        .outbox_rows(OutboxStatus::Delivered, Some("a".to_owned()), 10)
+        .await
+        .expect("rows")
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(delivered, ["e3", "c2"], "newest first");
+    let failing = store
+        .outbox_rows(OutboxStatus::Failing, None, 10)
+        .await
+        .expect("rows");
+    assert_eq!(failing.len(), 1);
+    assert_eq!((failing[0].id.as_str(), failing[0].attempts), ("c1", 2));
+
+    // A delete's event only when there was a thread to delete.
+    assert!(
+        store
+            .delete_thread_notifying("w2", Some(outgoing("d2", "w2")))
+            .await
+            .expect("delete")
+    );
+    assert!(
+        !store
+            .delete_thread_notifying("w2", Some(outgoing("d2-again", "w2")))
+            .await
+            .expect("delete")
+    );
+    assert_eq!(claim(store, "a", "n1", 60_000).await, ["d2"]);
+
+    assert_eq!(store.prune_outbox(i64::MAX).await.expect("prune"), 2);
+    let delivered = store
+        .outbox_rows(OutboxStatus::Delivered, None, 10)
+        .await
+        .expect("rows");
+    assert!(delivered.is_empty());
+}
