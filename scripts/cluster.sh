@@ -2,7 +2,8 @@
 # Three agui-serve nodes (A, B, C) sharing one throwaway PostgreSQL, and what a cluster
 # promises: a run reattached exactly through another node, every node listing every node's
 # threads, a killed owner's thread taken over (resync, run interrupted, the thread goes on),
-# a paused owner fenced out once its lease is gone (LEASE_LOST, nothing more stored); then
+# a paused owner fenced out once its lease is gone (LEASE_LOST, nothing more stored), each
+# webhook event delivered once by two nodes sharing the outbox; then
 # the conformance suite against node B on the same database. Needs python3 and PostgreSQL's
 # server (Debian: postgresql). Usage: scripts/cluster.sh [BINARY]
 set -euo pipefail
@@ -52,6 +53,8 @@ pg_start
 echo "ok   PostgreSQL ($("$pg_bin/postgres" --version | awk '{print $3}')) on $AGUI_PG_URL"
 # The PostgreSQL store's own tests (ignored by a plain `cargo test`: they need a server).
 (cd "$root" && AGUI_TEST_PG_URL="$AGUI_PG_URL" cargo test --locked --test pg_store -- --ignored)
+# Two nodes delivering one outbox's webhooks: each event reaches the receiver once.
+(cd "$root" && AGUI_TEST_PG_URL="$AGUI_PG_URL" cargo test --locked --test webhooks -- --ignored)
 od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >"$work/token"
 for node in A B C; do start_node "$node" "$node"; done
 

@@ -467,7 +467,13 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn start(config: &std::path::Path, data: &std::path::Path, log: &std::path::Path) -> Daemon {
+    /// On `port` (0: any free one).
+    fn start(
+        config: &std::path::Path,
+        data: &std::path::Path,
+        log: &std::path::Path,
+        port: u16,
+    ) -> Daemon {
         use std::io::BufRead;
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -475,7 +481,14 @@ impl Daemon {
             .open(log)
             .expect("log");
         let mut child = std::process::Command::new(BIN)
-            .args(["--no-tls", "--port", "0", "--token", TOKEN, "--config"])
+            .args([
+                "--no-tls",
+                "--token",
+                TOKEN,
+                "--port",
+                &port.to_string(),
+                "--config",
+            ])
             .arg(config)
             .arg("--data-dir")
             .arg(data)
@@ -544,7 +557,7 @@ async fn kill_9_in_the_middle_of_deliveries_loses_nothing_and_repeats_only_under
         ),
     )
     .expect("config");
-    let mut daemon = Daemon::start(&config, &data, &log);
+    let mut daemon = Daemon::start(&config, &data, &log, 0);
     let http = reqwest::Client::new();
     let threads: Vec<String> = (0..12).map(|i| format!("k{i}")).collect();
     let mut expected: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -583,7 +596,7 @@ async fn kill_9_in_the_middle_of_deliveries_loses_nothing_and_repeats_only_under
         "the kill landed with deliveries left ({before} of {total})"
     );
     receiver.answer(Answer::Ok);
-    let daemon = Daemon::start(&config, &data, &log);
+    let daemon = Daemon::start(&config, &data, &log, 0);
     receiver
         .wait_until(
             "every event after the restart",
@@ -642,4 +655,117 @@ async fn kill_9_in_the_middle_of_deliveries_loses_nothing_and_repeats_only_under
     }
     drop(daemon);
     let _ = std::fs::remove_dir_all(PathBuf::from(&root));
+}
+
+// ---- a cluster: two nodes on one PostgreSQL ---------------------------------------------
+
+/// A free port on 127.0.0.1 a moment ago (a node must advertise its address up front).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Two nodes share one database and one outbox: every event of either node's threads
+/// reaches the receiver exactly once. Ignored unless asked: `AGUI_TEST_PG_URL=... cargo
+/// test --test webhooks -- --ignored` (`scripts/cluster.sh` runs it).
+#[tokio::test]
+#[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
+async fn two_nodes_on_postgresql_deliver_each_event_once() {
+    let base_url = std::env::var("AGUI_TEST_PG_URL").expect("AGUI_TEST_PG_URL");
+    let db = format!("agui_test_{}", uuid::Uuid::new_v4().simple());
+    let (admin, connection) = tokio_postgres::connect(&base_url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    admin
+        .batch_execute(&format!("CREATE DATABASE {db}"))
+        .await
+        .expect("create database");
+    let url = format!("{base_url} dbname={db}");
+
+    let root = temp_dir("hooks-cluster");
+    let secret_file = root.join("webhook.secret");
+    std::fs::write(&secret_file, SECRET).expect("secret");
+    let receiver = Receiver::start(SECRET, Answer::Ok).await;
+    let mut nodes = Vec::new();
+    for node in ["A", "B"] {
+        let port = free_port();
+        let config = root.join(format!("{node}.toml"));
+        std::fs::write(
+            &config,
+            format!(
+                "[server]\nstore = {url:?}\nnode_id = \"{node}\"\nadvertise_url = \"http://127.0.0.1:{port}\"\n\n\
+                 [[webhooks]]\nname = \"receiver\"\nurl = \"{}\"\nsecret_file = \"{}\"\n",
+                receiver.url,
+                secret_file.display()
+            ),
+        )
+        .expect("config");
+        let data = root.join(node);
+        std::fs::create_dir_all(&data).expect("data");
+        nodes.push(Daemon::start(
+            &config,
+            &data,
+            &root.join(format!("{node}.log")),
+            port,
+        ));
+    }
+    let http = reqwest::Client::new();
+    let mut facts = HashSet::new();
+    for i in 0..8 {
+        let node = &nodes[i % 2];
+        let thread = format!("c{i}");
+        for n in 0..2 {
+            let run_id = format!("{thread}-r{n}");
+            let response = http
+                .post(format!("{}/demo", node.base))
+                .bearer_auth(TOKEN)
+                .header("accept", "text/event-stream")
+                .json(&run_body(&thread, &run_id, "hello"))
+                .sent()
+                .await;
+            assert_eq!(response.status(), 200);
+            let frames = SseReader::new(response).collect().await;
+            assert_eq!(frames.last().expect("terminal").kind(), "RUN_FINISHED");
+            if n == 0 {
+                facts.insert(format!("{thread}/thread.created:{run_id}"));
+            }
+            facts.insert(format!("{thread}/run.finished:{run_id}"));
+        }
+    }
+    receiver
+        .wait_until("every event", Duration::from_secs(30), |r| {
+            r.iter().filter(|r| r.accepted).count() >= facts.len()
+        })
+        .await;
+    // Both nodes poll the outbox every 2s: a second event would have come by now.
+    tokio::time::sleep(agui_serve::webhooks::POLL * 3).await;
+    let received = receiver.received();
+    let arrived: Vec<String> = received
+        .iter()
+        .map(|r| {
+            format!(
+                "{}/{}:{}",
+                r.thread(),
+                r.kind(),
+                r.body["runId"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    let unique: HashSet<String> = arrived.iter().cloned().collect();
+    assert_eq!(
+        arrived.len(),
+        unique.len(),
+        "an event came twice: {arrived:?}"
+    );
+    assert_eq!(unique, facts);
+    let ids: HashSet<&str> = received.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids.len(), received.len());
+    assert!(received.iter().all(|r| r.verified && r.accepted));
+    drop(nodes);
+    let _ = admin
+        .batch_execute(&format!("DROP DATABASE {db} WITH (FORCE)"))
+        .await;
 }
