@@ -7,8 +7,9 @@
 //! 4. cancel the rest: each attached stream gets its terminal event (`RUN_ERROR` with code
 //!    `SHUTDOWN`);
 //! 5. end every stream, stop the agent processes (stdin EOF, SIGTERM, SIGKILL), flush the
-//!    store, export the spans still batched (`--otlp-endpoint`), and let connections
-//!    finish, bounded by what is left of the grace.
+//!    store, export the spans still batched (`--otlp-endpoint`), stop the webhook delivery
+//!    (what is undelivered stays in the outbox), and let connections finish, bounded by
+//!    what is left of the grace.
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -460,6 +460,9 @@ async fn capabilities_and_agents_narrow_a_token() {
     assert_eq!(text_of(&approved), "Approved: deploy");
     // Operator routes stay the operator's.
     assert_eq!(full.status(full.get("/metrics")).await, 403);
+    // The webhook outbox names every principal's threads.
+    assert_eq!(full.status(full.get("/webhooks")).await, 403);
+    assert_eq!(full.status(full.get("/webhooks/deliveries")).await, 403);
     let minted = full
         .post("/tokens")
         .json(&json!({"sub": "eve"}))
