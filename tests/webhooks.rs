@@ -194,6 +194,10 @@ async fn every_event_kind_arrives_signed_and_a_changed_body_would_not_verify() {
         .await
         .expect("json");
     assert_eq!(delivered["deliveries"].as_array().expect("rows").len(), 8);
+    let bad = server.get("/webhooks/deliveries?status=lost").sent().await;
+    assert_eq!(bad.status(), 400);
+    let error: Value = bad.json().await.expect("json");
+    assert_eq!(error["field"], "status");
     server.stop().await;
 }
 
@@ -473,6 +477,7 @@ impl Daemon {
         data: &std::path::Path,
         log: &std::path::Path,
         port: u16,
+        log_level: &str,
     ) -> Daemon {
         use std::io::BufRead;
         let log = std::fs::OpenOptions::new()
@@ -495,7 +500,7 @@ impl Daemon {
             .env_remove("AGUI_TOKEN")
             .env_remove("AGUI_CONFIG")
             .env_remove("NOTIFY_SOCKET")
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", log_level)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::from(log))
@@ -557,7 +562,7 @@ async fn kill_9_in_the_middle_of_deliveries_loses_nothing_and_repeats_only_under
         ),
     )
     .expect("config");
-    let mut daemon = Daemon::start(&config, &data, &log, 0);
+    let mut daemon = Daemon::start(&config, &data, &log, 0, "trace");
     let http = reqwest::Client::new();
     let threads: Vec<String> = (0..12).map(|i| format!("k{i}")).collect();
     let mut expected: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -596,7 +601,7 @@ async fn kill_9_in_the_middle_of_deliveries_loses_nothing_and_repeats_only_under
         "the kill landed with deliveries left ({before} of {total})"
     );
     receiver.answer(Answer::Ok);
-    let daemon = Daemon::start(&config, &data, &log, 0);
+    let daemon = Daemon::start(&config, &data, &log, 0, "trace");
     receiver
         .wait_until(
             "every event after the restart",
@@ -654,6 +659,15 @@ async fn kill_9_in_the_middle_of_deliveries_loses_nothing_and_repeats_only_under
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     drop(daemon);
+    // Traced throughout, and neither the secret nor the URL's path is in the log.
+    let logged = std::fs::read_to_string(&log).expect("log");
+    assert!(logged.contains("TRACE"), "trace logging was on");
+    assert!(
+        logged.contains("webhook not delivered"),
+        "the failures were logged"
+    );
+    assert!(!logged.contains(std::str::from_utf8(SECRET).expect("text")));
+    assert!(!logged.contains("s3cret-path"));
     let _ = std::fs::remove_dir_all(PathBuf::from(&root));
 }
 
@@ -710,6 +724,7 @@ async fn two_nodes_on_postgresql_deliver_each_event_once() {
             &data,
             &root.join(format!("{node}.log")),
             port,
+            "info",
         ));
     }
     let http = reqwest::Client::new();
