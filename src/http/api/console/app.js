@@ -1,5 +1,6 @@
 // The operator console: the fleet live from {path}/fleet/stream, transcripts from the thread
-// routes, and answers to waiting approvals through the normal run route. Everything the
+// routes, the webhook outbox from {path}/webhooks, and answers to waiting approvals through
+// the normal run route. Everything the
 // daemon or an agent says is rendered as text (textContent), never as HTML.
 "use strict";
 
@@ -219,6 +220,25 @@ async function loadThreads() {
   }
 }
 
+// Each webhook endpoint's outbox, one line (hidden when none is configured).
+async function loadWebhooks() {
+  try {
+    const body = await (await api("/webhooks")).json();
+    const list = $("webhooks");
+    list.replaceChildren();
+    for (const hook of body.endpoints || []) {
+      let line = `${hook.name}${hook.configured ? "" : " (not configured)"}: ${hook.pending} pending`;
+      if (hook.failing) line += `, ${hook.failing} failing`;
+      if (hook.lastDeliveredAt) line += `, last delivered ${new Date(hook.lastDeliveredAt).toLocaleTimeString()}`;
+      if (hook.lastError) line += `, last error: ${hook.lastError.message}`;
+      list.append(el("li", line));
+    }
+    $("webhooks-section").hidden = list.childElementCount === 0;
+  } catch {
+    // Shown by the status line.
+  }
+}
+
 function connect() {
   if (source) source.close();
   status("Connecting...");
@@ -234,6 +254,7 @@ function connect() {
   $("login").hidden = true;
   $("fleet").hidden = false;
   loadThreads();
+  loadWebhooks();
 }
 
 function showLogin(message) {
@@ -254,7 +275,10 @@ document.addEventListener("DOMContentLoaded", () => {
     $("transcript").hidden = true;
   });
   setInterval(() => {
-    if (token() && !$("fleet").hidden) loadThreads();
+    if (token() && !$("fleet").hidden) {
+      loadThreads();
+      loadWebhooks();
+    }
   }, 5000);
   if (token()) connect();
   else showLogin();
