@@ -2,7 +2,8 @@
 //!
 //! An endpoint's task claims the due heads of its threads (each thread's oldest
 //! undelivered event, [`Store::claim_outgoing`]), POSTs them at once (different threads),
-//! and records how each went ([`Store::record_attempts`]), then claims again. A failed
+//! and records how each went ([`Store::record_attempts`]), then claims again (after
+//! [`GATHER`] unless the pass was full, so that one claim serves many runs' events). A failed
 //! attempt (no answer within the timeout, or an answer that is not 2xx) is retried after
 //! [`backoff`]: 1s, doubling, capped at the endpoint's `max_backoff`; the thread's later
 //! events wait behind it, other threads' do not. With nothing due, the task waits for an
@@ -34,6 +35,11 @@ use crate::store::{Attempt, Claimed, DELIVERED_KEPT_MS, Store};
 pub const POLL: Duration = Duration::from_secs(2);
 /// Events one task attempts at once (each the head of a different thread).
 const AT_ONCE: usize = 16;
+/// How long a task lets events gather before it claims them, after a wake-up or a pass
+/// that was not full: a claim and a record (two store transactions) then serve many runs'
+/// events rather than one run's, and the store's queue, which runs wait on to announce,
+/// stays short.
+const GATHER: Duration = Duration::from_millis(20);
 /// A claim outlives its attempt's timeout by this much, so it never lapses while the
 /// attempt can still succeed.
 const CLAIM_MARGIN: Duration = Duration::from_secs(15);
@@ -191,13 +197,17 @@ async fn run_endpoint(
                 Some(_) => Duration::ZERO,
                 None => POLL,
             };
-            tokio::select! {
+            let woken = tokio::select! {
                 () = stop.cancelled() => return,
-                () = &mut queued => {}
-                () = tokio::time::sleep(wait) => {}
+                () = &mut queued => true,
+                () = tokio::time::sleep(wait) => false,
+            };
+            if woken && !pause(&stop, GATHER).await {
+                return;
             }
             continue;
         }
+        let full = claims.rows.len() == AT_ONCE;
         let attempts = futures_util::future::join_all(
             claims
                 .rows
@@ -223,6 +233,17 @@ async fn run_endpoint(
             // The claims lapse and the events go out again: a duplicate, never a loss.
             tracing::warn!(%error, endpoint = %endpoint.name, "webhook attempts not recorded");
         }
+        if !full && !pause(&stop, GATHER).await {
+            return;
+        }
+    }
+}
+
+/// Waits `wait`; `false` when `stop` fired first.
+async fn pause(stop: &CancellationToken, wait: Duration) -> bool {
+    tokio::select! {
+        () = stop.cancelled() => false,
+        () = tokio::time::sleep(wait) => true,
     }
 }
 
