@@ -8,8 +8,7 @@
 //! - thread creation and deletion, each payload naming only the owning principal;
 //! - `kill -9` of the binary in the middle of deliveries: after a restart on the same data
 //!   directory every event arrives, duplicates only under the same id;
-//! - a budget reached (no budget exists yet: the runtime's `notify` is what budget code
-//!   calls) goes out like the others.
+//! - a budget reached (a run that spends its hard budget) goes out like the others.
 
 mod support;
 #[path = "support/webhook_receiver.rs"]
@@ -17,7 +16,6 @@ mod webhook_receiver;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use agui_serve::config::WebhookConfig;
@@ -398,66 +396,58 @@ async fn thread_events_name_only_the_principal_that_owns_the_thread() {
 
 #[tokio::test]
 async fn a_budget_reached_goes_out_like_any_event() {
-    use agui_serve::runtime::{Runtime, RuntimeOptions};
-    use agui_serve::store::Store;
-    use agui_serve::webhooks::{Delivery, Event, Outbox};
-
     let receiver = Receiver::start(SECRET, Answer::Ok).await;
     let dir = temp_dir("hooks-budget");
     let endpoints = vec![endpoint(&receiver, &dir, Duration::from_secs(1))];
-    let store = Store::open(&dir).expect("store");
-    let outbox = Arc::new(Outbox::new(&endpoints));
-    let mut options = RuntimeOptions::new(4);
-    options.webhooks = Some(outbox.clone());
-    let runtime = Runtime::new(Default::default(), options, store.clone());
-    let client = agui_serve::http::webhook::WebhookClient::new().expect("client");
-    let (tasks, stop) = (
-        tokio_util::task::TaskTracker::new(),
-        tokio_util::sync::CancellationToken::new(),
-    );
-    Delivery::new(store, endpoints, Arc::new(client), &outbox).spawn(&tasks, &stop);
-
-    let key = agui_serve::access::scoped_key("alice", "t9");
-    runtime.notify(
-        Event::budget_reached(
-            &key,
-            "alice",
-            json!({"budget": "tokens", "limit": 100, "spent": 100}),
-        )
-        .run("r9")
-        .agent("demo"),
-    );
-    runtime.notify(Event::budget_reached(
-        "",
-        "bob",
-        json!({"budget": "daily_tokens"}),
-    ));
+    let server = TestServer::with(move |config| {
+        config.webhooks = endpoints;
+        config.budgets.hard = agui_serve::budget::Limits {
+            tokens: Some(12),
+            ..Default::default()
+        };
+    })
+    .await;
+    // The demo agent's `/slow 10 20` spends 3 tokens a chunk: the hard budget of 12 ends it.
+    let frames =
+        SseReader::new(post_run(&server, "demo", &run_body("t9", "r9", "/slow 10 20")).await)
+            .collect()
+            .await;
+    assert_eq!(frames.last().expect("end").data["code"], "BUDGET_EXCEEDED");
     receiver
-        .wait_until("two budget events", Duration::from_secs(20), |r| {
-            r.iter().filter(|r| r.accepted).count() >= 2
+        .wait_until("the budget event", Duration::from_secs(20), |r| {
+            r.iter().any(|r| r.accepted && r.kind() == "budget.reached")
         })
         .await;
     let received = receiver.received();
-    assert!(
-        received
-            .iter()
-            .all(|r| r.verified && r.kind() == "budget.reached")
+    let reached = received
+        .iter()
+        .find(|r| r.kind() == "budget.reached")
+        .expect("budget.reached");
+    assert!(reached.verified);
+    assert_eq!(reached.body["threadId"], "t9");
+    assert_eq!(reached.body["runId"], "r9");
+    assert_eq!(reached.body["agent"], "demo");
+    assert_eq!(
+        (
+            &reached.body["data"]["budget"],
+            &reached.body["data"]["measure"]
+        ),
+        (&json!("hard"), &json!("tokens"))
     );
-    let alice = received
+    assert_eq!(reached.body["data"]["limit"], 12);
+    // The run's end is reported after it, as a failure naming the budget.
+    receiver
+        .wait_until("the run's end", Duration::from_secs(20), |r| {
+            r.iter().any(|r| r.accepted && r.kind() == "run.failed")
+        })
+        .await;
+    let failed = receiver.received();
+    let failed = failed
         .iter()
-        .find(|r| r.body["principal"] == "alice")
-        .expect("alice's");
-    assert_eq!(alice.body["threadId"], "t9");
-    assert_eq!(alice.body["runId"], "r9");
-    assert_eq!(alice.body["data"]["budget"], "tokens");
-    let bob = received
-        .iter()
-        .find(|r| r.body["principal"] == "bob")
-        .expect("bob's");
-    assert!(bob.body.get("threadId").is_none(), "{}", bob.body);
-    stop.cancel();
-    tasks.close();
-    tasks.wait().await;
+        .find(|r| r.kind() == "run.failed")
+        .expect("run.failed");
+    assert_eq!(failed.body["data"]["code"], "BUDGET_EXCEEDED");
+    server.stop().await;
 }
 
 // ---- kill -9 in the middle of deliveries ------------------------------------------------

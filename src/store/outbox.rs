@@ -1,4 +1,4 @@
-//! The webhook outbox as the store keeps it (migration 0007, both backends): one row per
+//! The webhook outbox as the store keeps it (migration 0008, both backends): one row per
 //! event and endpoint, written in the same job (so the same transaction) as the fact the
 //! event reports, then claimed, attempted and marked delivered by the delivery
 //! (`crate::webhooks`).

@@ -249,6 +249,22 @@ impl Pump {
             .run_metrics
             .budget_reached(scope.name(), reached.measure.name());
         let budget = self.budget.as_ref().expect("checked above");
+        let run = lock(&self.writer.run.translator).run_id().to_owned();
+        self.writer.rt.notify(
+            crate::webhooks::Event::budget_reached(
+                self.writer.thread.key.as_str(),
+                &budget.owner,
+                json!({
+                    "budget": scope.name(),
+                    "measure": reached.measure.name(),
+                    "limit": reached.limit,
+                    "spent": reached.spent,
+                    "extended": budget.extended,
+                }),
+            )
+            .run(&run)
+            .agent(&self.writer.thread.agent),
+        );
         let background = self
             .writer
             .run
