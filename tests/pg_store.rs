@@ -672,5 +672,25 @@ async fn two_nodes_deliver_each_webhook_event_once_in_order_per_thread() {
     let summary = s2.outbox_summary().await.expect("summary");
     assert_eq!(summary[0].pending, 0);
     drop((s1, s2));
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
+async fn schedules_are_kept_per_owner_and_claimed_once() {
+    let on = Fresh::new().await;
+    store_contract::schedules_are_kept_per_owner_and_claimed_once(&on.store).await;
+    on.drop().await;
+}
+
+/// Two nodes' stores on one database claim the same occurrences at once: one claim each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
+async fn concurrent_claims_of_one_occurrence_let_one_through() {
+    let db = Db::new().await;
+    let a = db.store(&Fence::new("a")).await;
+    let b = db.store(&Fence::new("b")).await;
+    store_contract::concurrent_claims_of_one_occurrence_let_one_through(&[a.clone(), b.clone()])
+        .await;
+    drop((a, b));
     db.drop().await;
 }

@@ -68,3 +68,13 @@ async fn group_commit_keeps_order_under_load() {
 async fn webhook_outbox_claims_in_order_per_thread() {
     store_contract::webhook_outbox_claims_in_order_per_thread(&open(), any).await;
 }
+
+#[tokio::test]
+async fn schedules_are_kept_per_owner_and_claimed_once() {
+    store_contract::schedules_are_kept_per_owner_and_claimed_once(&open()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_claims_of_one_occurrence_let_one_through() {
+    store_contract::concurrent_claims_of_one_occurrence_let_one_through(&[open()]).await;
+}

@@ -235,6 +235,8 @@ mod outbox;
 pub use outbox::{
     Attempt, Claimed, Claims, DELIVERED_KEPT_MS, EndpointSummary, OutboxRow, OutboxStatus, Outgoing,
 };
+mod schedules;
+pub use schedules::{Fired, LastFiring, Missed, Occurrence, ScheduleRow};
 
 impl Store {
     /// Opens (creating if needed) the SQLite database in `data_dir`, migrates it, and marks

@@ -49,6 +49,7 @@ use crate::protocol::Message;
 mod conn;
 mod outbox;
 mod rows;
+mod schedules;
 use conn::{Conn, migrate, parse};
 use rows::{append_messages, list_page, thread_row};
 

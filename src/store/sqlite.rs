@@ -28,6 +28,7 @@ use crate::sync::lock;
 
 mod outbox;
 mod rows;
+mod schedules;
 mod schema;
 use rows::{append_messages, list_sql, thread_row};
 use schema::{known_threads, make_private, prepare, recover, sibling};

@@ -10,7 +10,9 @@ use std::time::Instant;
 use agui_serve::access::scoped_key;
 use agui_serve::protocol::Message;
 use agui_serve::protocol::input::{Content, TextMessage, UserMessage};
-use agui_serve::store::{ListScope, QueuedRow, Store, decode_cursor};
+use agui_serve::store::{
+    Fired, ListScope, Missed, Occurrence, QueuedRow, ScheduleRow, Store, decode_cursor,
+};
 
 pub fn user(id: &str, text: &str) -> Message {
     Message::User(UserMessage {
@@ -602,4 +604,223 @@ pub async fn webhook_outbox_claims_in_order_per_thread(store: &Store, hold: impl
         .await
         .expect("rows");
     assert!(delivered.is_empty());
+}
+
+/// A schedule as a test stores it: `owner`'s, next due at `next_fire`.
+pub fn schedule(id: &str, owner: &str, next_fire: i64) -> ScheduleRow {
+    ScheduleRow {
+        id: id.into(),
+        owner: owner.into(),
+        name: Some(format!("{id} by {owner}")),
+        agent: "demo".into(),
+        cron: "*/5 * * * * *".into(),
+        timezone: "UTC".into(),
+        thread_id: (owner == "alice").then(|| "t1".to_owned()),
+        messages: serde_json::json!([{"id": "m", "role": "user", "content": "hi"}]),
+        created_at: 1_000,
+        next_fire,
+        last: None,
+        missed: Missed::default(),
+    }
+}
+
+/// The claim of `due` that fires run `run` and moves on to `next`.
+pub fn firing(due: i64, next: i64, run: &str) -> Occurrence {
+    Occurrence {
+        due,
+        next,
+        fired: Some(Fired {
+            at: due + 3,
+            run_id: run.into(),
+            thread_id: format!("thread-of-{run}"),
+        }),
+        missed: Missed::default(),
+    }
+}
+
+/// Schedules are read back as stored, each owner's apart, soonest first for a scheduler;
+/// an occurrence is claimed once (a claim of a `next_fire` that moved on changes nothing);
+/// a firing's result lands on the firing it is about only; missed occurrences add up;
+/// a delete is the owner's.
+pub async fn schedules_are_kept_per_owner_and_claimed_once(store: &Store) {
+    store
+        .insert_schedule(schedule("s1", "", 20_000))
+        .await
+        .expect("insert");
+    store
+        .insert_schedule(schedule("s2", "alice", 10_000))
+        .await
+        .expect("insert");
+    let ids = |rows: Vec<ScheduleRow>| rows.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    assert_eq!(ids(store.schedules(None).await.expect("all")), ["s1", "s2"]);
+    let alice = store
+        .schedules(Some("alice".into()))
+        .await
+        .expect("alice's");
+    assert_eq!(alice, [schedule("s2", "alice", 10_000)]);
+    assert!(
+        store
+            .schedules(Some("bob".into()))
+            .await
+            .expect("bob's")
+            .is_empty()
+    );
+    assert_eq!(store.count_schedules("alice").await.expect("count"), 1);
+    assert_eq!(
+        ids(store.soonest_schedules(10).await.expect("soonest")),
+        ["s2", "s1"]
+    );
+    assert_eq!(
+        ids(store.soonest_schedules(1).await.expect("soonest")),
+        ["s2"]
+    );
+
+    // An occurrence that is not the one due changes nothing; the one due is claimed once.
+    assert!(
+        !store
+            .claim_occurrence("s2", firing(9_000, 15_000, "r0"))
+            .await
+            .expect("claim")
+    );
+    assert!(
+        store
+            .claim_occurrence("s2", firing(10_000, 15_000, "r1"))
+            .await
+            .expect("claim")
+    );
+    assert!(
+        !store
+            .claim_occurrence("s2", firing(10_000, 15_000, "r2"))
+            .await
+            .expect("claim")
+    );
+    assert!(
+        !store
+            .claim_occurrence("nope", firing(10_000, 15_000, "r3"))
+            .await
+            .expect("claim")
+    );
+    let row = &store.schedules(Some("alice".into())).await.expect("read")[0];
+    assert_eq!(row.next_fire, 15_000);
+    let last = row.last.clone().expect("fired");
+    assert_eq!(
+        (
+            last.at,
+            last.run_id.as_str(),
+            last.thread_id.as_str(),
+            last.status.as_str()
+        ),
+        (10_003, "r1", "thread-of-r1", "starting")
+    );
+    assert_eq!(last.error, None);
+    store
+        .record_firing("s2", "r1", "skipped", Some("busy".into()))
+        .await
+        .expect("record");
+    // A result about another firing than the last one claimed is dropped.
+    store
+        .record_firing("s2", "r0", "started", None)
+        .await
+        .expect("record");
+    let last = store.schedules(Some("alice".into())).await.expect("read")[0]
+        .last
+        .clone()
+        .expect("fired");
+    assert_eq!(
+        (last.status.as_str(), last.error.as_deref()),
+        ("skipped", Some("busy"))
+    );
+
+    // Missed occurrences: counted, the first one kept, the last one moved on; the last
+    // firing stays as it was.
+    for (due, next, count, first, latest) in [
+        (15_000, 40_000, 5, 15_000, 35_000),
+        (40_000, 50_000, 2, 40_000, 45_000),
+    ] {
+        let claimed = store
+            .claim_occurrence(
+                "s2",
+                Occurrence {
+                    due,
+                    next,
+                    fired: None,
+                    missed: Missed {
+                        count,
+                        first: Some(first),
+                        last: Some(latest),
+                    },
+                },
+            )
+            .await
+            .expect("claim");
+        assert!(claimed);
+    }
+    let row = &store.schedules(Some("alice".into())).await.expect("read")[0];
+    assert_eq!(row.next_fire, 50_000);
+    assert_eq!(
+        row.missed,
+        Missed {
+            count: 7,
+            first: Some(15_000),
+            last: Some(45_000)
+        }
+    );
+    assert_eq!(row.last.as_ref().map(|l| l.run_id.as_str()), Some("r1"));
+    // A new firing clears the last one's error.
+    assert!(
+        store
+            .claim_occurrence("s2", firing(50_000, 55_000, "r4"))
+            .await
+            .expect("claim")
+    );
+    let last = store.schedules(Some("alice".into())).await.expect("read")[0]
+        .last
+        .clone()
+        .expect("fired");
+    assert_eq!((last.status.as_str(), last.error), ("starting", None));
+
+    assert!(
+        !store
+            .delete_schedule("s2", Some("bob".into()))
+            .await
+            .expect("delete")
+    );
+    assert!(
+        store
+            .delete_schedule("s2", Some("alice".into()))
+            .await
+            .expect("delete")
+    );
+    assert!(!store.delete_schedule("s2", None).await.expect("delete"));
+    assert!(store.delete_schedule("s1", None).await.expect("delete"));
+    assert!(store.schedules(None).await.expect("all").is_empty());
+}
+
+/// Many claims of one occurrence at once, through each of `stores` (one per node sharing
+/// the database, or one): exactly one goes through.
+pub async fn concurrent_claims_of_one_occurrence_let_one_through(stores: &[Store]) {
+    stores[0]
+        .insert_schedule(schedule("s", "", 1_000))
+        .await
+        .expect("insert");
+    for round in 0..5i64 {
+        let due = 1_000 + round * 1_000;
+        let claims = stores.iter().cycle().take(8).enumerate().map(|(i, store)| {
+            let store = store.clone();
+            async move {
+                store
+                    .claim_occurrence("s", firing(due, due + 1_000, &format!("r{round}-{i}")))
+                    .await
+                    .expect("claim")
+            }
+        });
+        let won = futures_util::future::join_all(claims)
+            .await
+            .into_iter()
+            .filter(|won| *won)
+            .count();
+        assert_eq!(won, 1, "round {round}");
+    }
+    let row = &stores[0].schedules(None).await.expect("read")[0];
+    assert_eq!(row.next_fire, 6_000);
 }
