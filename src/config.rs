@@ -479,8 +479,22 @@ pub fn valid_agent_name(name: &str) -> bool {
 /// Names an agent cannot take: the words of the daemon's own routes under `{path}` (a
 /// request to `{path}/<word>` must never be ambiguous), and the path dots.
 pub const RESERVED_AGENT_NAMES: &[&str] = &[
-    "info", "healthz", "readyz", "threads", "runs", "agent", "agents", "metrics", "tokens",
-    "fleet", "console", "uploads", "webhooks", ".", "..",
+    "info",
+    "healthz",
+    "readyz",
+    "threads",
+    "runs",
+    "agent",
+    "agents",
+    "metrics",
+    "tokens",
+    "fleet",
+    "console",
+    "uploads",
+    "webhooks",
+    "schedules",
+    ".",
+    "..",
 ];
 
 /// What `check-config` shows of an agent's confinement.

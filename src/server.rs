@@ -2,7 +2,7 @@
 //! resolves, then the one shutdown sequence:
 //!
 //! 1. stop accepting connections;
-//! 2. drain: new runs get `503 DRAINING`;
+//! 2. drain: new runs get `503 DRAINING`, schedules stop firing;
 //! 3. wait for running runs until `shutdown_grace` minus a flush margin;
 //! 4. cancel the rest: each attached stream gets its terminal event (`RUN_ERROR` with code
 //!    `SHUTDOWN`);
@@ -192,6 +192,8 @@ impl Server {
 
     /// Serves until `shutdown` resolves, then shuts down within the grace.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        // Schedules fire while the server serves; the drain stops them.
+        self.runtime.spawn_scheduler();
         let stop_accepting = CancellationToken::new();
         let accept = tokio::spawn(web::accept_loop(
             self.listener,

@@ -440,6 +440,9 @@ const CRATE_OWNERS: &[(&str, &[&str])] = &[
     // Only the store (and the cluster's own registry on the same database) knows SQL.
     ("rusqlite::", &["store/"]),
     ("tokio_postgres::", &["store/", "cluster/"]),
+    // Cron expressions and time zones are the schedules' own.
+    ("croner::", &["runtime/schedule/"]),
+    ("jiff::", &["runtime/schedule/"]),
     // The protocol does no I/O.
     (
         "tokio::",

@@ -14,7 +14,7 @@ use super::body::{Body, BodyError, full};
 use crate::agent::SessionError;
 use crate::cluster::Owner;
 use crate::protocol::InputError;
-use crate::runtime::{ReattachError, SessionRequestError, StartError};
+use crate::runtime::{ReattachError, ScheduleError, SessionRequestError, StartError};
 
 /// An error answered with `{"code","message"[,"field"]}` before any stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -459,6 +459,29 @@ impl From<StartError> for ApiError {
                 "QUEUE_FULL",
                 "the thread's queue holds its most items; wait for one to run or cancel one",
             ),
+        }
+    }
+}
+
+impl From<ScheduleError> for ApiError {
+    fn from(e: ScheduleError) -> ApiError {
+        match e {
+            ScheduleError::UnknownAgent => {
+                ApiError::new(StatusCode::NOT_FOUND, "UNKNOWN_AGENT", "no such agent")
+            }
+            ScheduleError::Forbidden(capability) => ApiError::forbidden(format!(
+                "this token lacks the `{}` capability",
+                capability.name()
+            )),
+            ScheduleError::Input(error) => error.into(),
+            ScheduleError::UnknownThread => ApiError::not_found("thread"),
+            ScheduleError::AgentMismatch(agent) => StartError::AgentMismatch(agent).into(),
+            ScheduleError::TooMany(n) => ApiError::new(
+                StatusCode::CONFLICT,
+                "TOO_MANY_SCHEDULES",
+                format!("a principal may hold at most {n} schedules; delete one first"),
+            ),
+            ScheduleError::Store => ApiError::store_unavailable(),
         }
     }
 }

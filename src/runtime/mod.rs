@@ -31,6 +31,7 @@ pub mod queue;
 mod reattach;
 mod run;
 pub mod sanitize;
+mod schedule;
 mod sessions;
 pub mod state;
 pub mod suspension;
@@ -53,6 +54,10 @@ pub use errors::{CancelReason, ReattachError, StartError};
 pub use fleet::{FleetFrom, FleetFull, FleetItem, FleetLimits, FleetStream};
 pub use journal::{EventId, Gap, Journal, JournalLimits};
 pub(crate) use run::{Control, LiveRun, NextSegment, Phase};
+pub use schedule::{
+    CronError, CronSchedule, LATE_TOLERANCE, MAX_SCHEDULES_PER_OWNER, NewSchedule, ScheduleClock,
+    ScheduleError,
+};
 pub use sessions::{NewThread, SessionRequestError};
 
 use crate::access::{Principal, ThreadKey};
@@ -133,6 +138,8 @@ pub struct RuntimeOptions {
     pub uploads: Option<Arc<crate::uploads::Uploads>>,
     /// The webhook outbox (`None`: no `[[webhooks]]`, nothing is reported).
     pub webhooks: Option<Arc<crate::webhooks::Outbox>>,
+    /// The wall clock schedules are read against (tests drive it with paused time).
+    pub schedule_clock: ScheduleClock,
 }
 
 impl RuntimeOptions {
@@ -163,6 +170,7 @@ impl RuntimeOptions {
             cluster: None,
             uploads: None,
             webhooks: None,
+            schedule_clock: ScheduleClock::System,
         }
     }
 }
@@ -212,6 +220,8 @@ struct Inner {
     fleet: Arc<fleet::Fleet>,
     /// Wakes the task that rebuilds the fleet document.
     fleet_dirty: Arc<tokio::sync::Notify>,
+    /// The scheduler's wake-up and stop (`schedule/`).
+    scheduling: schedule::Scheduling,
 }
 
 impl Runtime {
@@ -254,6 +264,7 @@ impl Runtime {
                     meter,
                 )),
                 fleet_dirty: Arc::default(),
+                scheduling: schedule::Scheduling::default(),
                 options,
             }),
         };
@@ -536,6 +547,7 @@ impl Runtime {
                 .unwrap_or_else(|e| e.into_inner());
             self.inner.draining.store(true, Ordering::SeqCst);
         }
+        self.inner.scheduling.stop();
         let runs: Vec<_> = lock(&self.inner.runs).values().cloned().collect();
         for run in runs {
             if run.phase.get() == Phase::Suspended {

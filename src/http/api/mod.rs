@@ -26,6 +26,7 @@ pub mod policy;
 mod queue;
 mod route;
 mod runs;
+mod schedules;
 mod sessions;
 mod threads;
 mod tokens;
@@ -378,6 +379,14 @@ async fn serve(
             queue::cancel(app, &principal, &id, &item).await
         }
         Route::QueueItem(id, item) => queue::edit(app, &principal, &id, &item, req, &conn).await,
+        Route::Schedules if req.method() == Method::POST => {
+            schedules::create(app, &principal, req, &conn).await
+        }
+        Route::Schedules => schedules::list(app, &principal).await,
+        Route::Schedule(id) if req.method() == Method::DELETE => {
+            schedules::delete(app, &principal, &id).await
+        }
+        Route::Schedule(id) => schedules::get(app, &principal, &id).await,
         Route::ThreadRuns(id) => {
             runs::start_background(app, &principal, &id, req, &conn, audit).await
         }

@@ -59,6 +59,10 @@ pub(super) enum Route {
     Webhooks,
     /// The webhook outbox's rows.
     WebhookDeliveries,
+    /// The principal's schedules: list, create.
+    Schedules,
+    /// One schedule: read, delete.
+    Schedule(String),
 }
 
 /// What a route asks of the principal beyond a valid token.
@@ -96,6 +100,8 @@ impl Route {
             ["uploads", id] if !id.is_empty() => Route::Upload((*id).to_owned()),
             ["webhooks"] => Route::Webhooks,
             ["webhooks", "deliveries"] => Route::WebhookDeliveries,
+            ["schedules"] => Route::Schedules,
+            ["schedules", id] if !id.is_empty() => Route::Schedule((*id).to_owned()),
             ["threads"] => Route::Threads,
             ["threads", id] if !id.is_empty() => Route::Thread((*id).to_owned()),
             ["threads", id, "messages"] if !id.is_empty() => {
@@ -178,7 +184,8 @@ impl Route {
             | Route::ThreadRuns(_)
             | Route::Uploads => "POST, OPTIONS",
             Route::Thread(_) => "GET, PATCH, DELETE, OPTIONS",
-            Route::Upload(_) => "GET, DELETE, OPTIONS",
+            Route::Upload(_) | Route::Schedule(_) => "GET, DELETE, OPTIONS",
+            Route::Schedules => "GET, POST, OPTIONS",
             Route::QueueItem(..) => "PATCH, DELETE, OPTIONS",
             Route::Healthz | Route::Readyz | Route::Console(_) => "GET, HEAD, OPTIONS",
             _ => "GET, OPTIONS",
@@ -209,6 +216,7 @@ impl Route {
             }
             Route::ImportSession(_, session) => check_id(session, "sessionId"),
             Route::Cancel(id) => check_id(id, "runId"),
+            Route::Schedule(id) => check_id(id, "scheduleId"),
             Route::AgentStop(_, thread) => check_id(thread, "threadId"),
             _ => Ok(()),
         }
@@ -255,6 +263,8 @@ impl Route {
             Route::Upload(_) => "/uploads/{id}",
             Route::Webhooks => "/webhooks",
             Route::WebhookDeliveries => "/webhooks/deliveries",
+            Route::Schedules => "/schedules",
+            Route::Schedule(_) => "/schedules/{id}",
         }
     }
 
@@ -277,6 +287,10 @@ impl Route {
             Route::Thread(_) if method == Method::PATCH => Need::Capability(Capability::Run),
             Route::Upload(_) if method == Method::DELETE => Need::Capability(Capability::Run),
             Route::Upload(_) => Need::Capability(Capability::Read),
+            // Creating or deleting a schedule starts or stops runs to come.
+            Route::Schedules if method == Method::POST => Need::Capability(Capability::Run),
+            Route::Schedule(_) if method == Method::DELETE => Need::Capability(Capability::Run),
+            Route::Schedules | Route::Schedule(_) => Need::Capability(Capability::Read),
             Route::Thread(_) if method == Method::DELETE => Need::Capability(Capability::Run),
             Route::Cancel(_) | Route::AgentStop(..) | Route::QueueItem(..) => {
                 Need::Capability(Capability::Run)
@@ -355,6 +369,8 @@ impl Route {
             Route::Upload(_) => "upload",
             Route::Webhooks => "webhooks",
             Route::WebhookDeliveries => "webhook_deliveries",
+            Route::Schedules => "schedules",
+            Route::Schedule(_) => "schedule",
         }
     }
 }
@@ -384,6 +400,11 @@ mod tests {
         assert!(!thread.allows(&Method::POST));
         assert!(Route::Healthz.allows(&Method::HEAD) && Route::Console(None).allows(&Method::HEAD));
         assert!(!Route::Info.allows(&Method::HEAD) && !Route::Info.allows(&Method::OPTIONS));
+        assert!(Route::Schedules.allows(&Method::POST) && Route::Schedules.allows(&Method::GET));
+        assert!(!Route::Schedules.allows(&Method::DELETE));
+        let one = Route::Schedule("s".into());
+        assert!(one.allows(&Method::GET) && one.allows(&Method::DELETE));
+        assert!(!one.allows(&Method::POST));
     }
 
     #[test]
@@ -421,5 +442,14 @@ mod tests {
             Some(Route::WebhookDeliveries)
         );
         assert_eq!(Route::parse("/agui", "/agui/webhooks/x"), None);
+        assert_eq!(
+            Route::parse("/agui", "/agui/schedules"),
+            Some(Route::Schedules)
+        );
+        assert_eq!(
+            Route::parse("/agui", "/agui/schedules/s%201"),
+            Some(Route::Schedule("s 1".into()))
+        );
+        assert_eq!(Route::parse("/agui", "/agui/schedules/s/x"), None);
     }
 }
