@@ -3,8 +3,9 @@
 # promises: a run reattached exactly through another node, every node listing every node's
 # threads, a killed owner's thread taken over (resync, run interrupted, the thread goes on),
 # a paused owner fenced out once its lease is gone (LEASE_LOST, nothing more stored), each
-# webhook event delivered once by two nodes sharing the outbox; then
-# the conformance suite against node B on the same database. Needs python3 and PostgreSQL's
+# webhook event delivered once by two nodes sharing the outbox, each schedule occurrence
+# fired by one node (tests/schedules.rs); then the conformance suite against node B on the
+# same database. Needs python3 and PostgreSQL's
 # server (Debian: postgresql). Usage: scripts/cluster.sh [BINARY]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -55,6 +56,8 @@ echo "ok   PostgreSQL ($("$pg_bin/postgres" --version | awk '{print $3}')) on $A
 (cd "$root" && AGUI_TEST_PG_URL="$AGUI_PG_URL" cargo test --locked --test pg_store -- --ignored)
 # Two nodes delivering one outbox's webhooks: each event reaches the receiver once.
 (cd "$root" && AGUI_TEST_PG_URL="$AGUI_PG_URL" cargo test --locked --test webhooks -- --ignored)
+# Two in-process nodes sharing one schedule: each occurrence fired by exactly one of them.
+(cd "$root" && AGUI_TEST_PG_URL="$AGUI_PG_URL" cargo test --locked --test schedules -- --ignored)
 od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >"$work/token"
 for node in A B C; do start_node "$node" "$node"; done
 

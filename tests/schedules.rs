@@ -689,3 +689,198 @@ async fn a_scoped_principals_schedule_runs_in_its_namespace() {
     );
     stop(runtime).await;
 }
+
+/// A fresh PostgreSQL database for one test (`AGUI_TEST_PG_URL` names the server; its user
+/// may create databases), dropped at the end.
+struct PgDb {
+    name: String,
+    url: String,
+}
+
+impl PgDb {
+    fn base() -> String {
+        std::env::var("AGUI_TEST_PG_URL").expect("AGUI_TEST_PG_URL is not set")
+    }
+
+    async fn client(url: &str) -> tokio_postgres::Client {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .expect("connect to AGUI_TEST_PG_URL");
+        tokio::spawn(connection);
+        client
+    }
+
+    async fn new() -> PgDb {
+        let name = format!("agui_test_{}", uuid::Uuid::new_v4().simple());
+        PgDb::client(&PgDb::base())
+            .await
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .expect("create database");
+        PgDb {
+            url: format!("{} dbname={name}", PgDb::base()),
+            name,
+        }
+    }
+
+    async fn drop(self) {
+        let _ = PgDb::client(&PgDb::base())
+            .await
+            .batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", self.name))
+            .await;
+    }
+}
+
+/// A node of a cluster on `db`, named `name`.
+async fn node(db: &PgDb, name: &str) -> TestServer {
+    let url = db.url.clone();
+    let name = name.to_owned();
+    TestServer::with(move |c| {
+        c.cluster = Some(agui_serve::cluster::ClusterConfig {
+            url,
+            advertise: format!("http://{name}.invalid:1"),
+            node_name: name,
+            lease_ttl: Duration::from_secs(3),
+            cert: None,
+        });
+    })
+    .await
+}
+
+/// Every run in the database: its thread, when it started, and which node holds the
+/// thread's lease.
+async fn runs_by_node(db: &tokio_postgres::Client) -> Vec<(String, i64, Option<String>)> {
+    db.query(
+        "SELECT r.thread_id, r.started_at, l.node FROM runs r
+         LEFT JOIN leases l ON l.thread_key = r.thread_id ORDER BY r.started_at",
+        &[],
+    )
+    .await
+    .expect("runs")
+    .iter()
+    .map(|row| (row.get(0), row.get(1), row.get(2)))
+    .collect()
+}
+
+/// The node's count of schedule occurrences that ended as `outcome` (its metrics).
+async fn occurrences(server: &TestServer, outcome: &str) -> u64 {
+    let text = server
+        .get("/metrics")
+        .sent()
+        .await
+        .text()
+        .await
+        .expect("metrics");
+    let line = format!("agui_schedule_occurrences_total{{outcome=\"{outcome}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&line))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {line} in:\n{text}"))
+}
+
+/// Checks that no occurrence of an every-2-seconds schedule ran twice (no two runs in the
+/// same two seconds); the occurrences' slots.
+fn assert_once_each(runs: &[(String, i64, Option<String>)]) -> Vec<i64> {
+    let mut slots: Vec<i64> = runs.iter().map(|(_, at, _)| at / 2_000).collect();
+    slots.dedup();
+    assert_eq!(slots.len(), runs.len(), "an occurrence ran twice: {runs:?}");
+    slots
+}
+
+/// Two nodes share one schedule (every 2 s, a new thread each firing): each occurrence
+/// runs once, on one node or the other; with one node stopped the other goes on alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
+async fn on_a_two_node_cluster_each_occurrence_fires_once() {
+    let db = PgDb::new().await;
+    let admin = PgDb::client(&db.url).await;
+    let a = node(&db, "a").await;
+    let b = node(&db, "b").await;
+    let (status, created) = answer(
+        a.post("/schedules")
+            .json(&schedule_body("*/2 * * * * *", "tick")),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().expect("id").to_owned();
+    // One store: the other node lists it too.
+    assert_eq!(listed(&b, TOKEN).await, [id.as_str()]);
+
+    let runs_at_least = |n: usize| {
+        let admin = &admin;
+        async move {
+            until(&format!("{n} runs"), || async {
+                let runs = runs_by_node(admin).await;
+                (runs.len() >= n).then_some(runs)
+            })
+            .await
+        }
+    };
+    let both = runs_at_least(4).await;
+    // Just after a firing (the next is two seconds away): each node's count of what it
+    // did with the occurrences adds up to the runs stored, and the node that did not
+    // start one found it claimed: both tried.
+    let counts = until("the counts to match the runs", || async {
+        let a_counts = (
+            occurrences(&a, "started").await,
+            occurrences(&a, "lost").await,
+        );
+        let b_counts = (
+            occurrences(&b, "started").await,
+            occurrences(&b, "lost").await,
+        );
+        let stored = runs_by_node(&admin).await.len() as u64;
+        (a_counts.0 + b_counts.0 == stored).then_some((a_counts, b_counts, stored))
+    })
+    .await;
+    let ((a_started, a_lost), (b_started, b_lost), stored) = counts;
+    assert_once_each(&runs_by_node(&admin).await);
+    eprintln!(
+        "a started {a_started} lost {a_lost}; b started {b_started} lost {b_lost}; {stored} runs"
+    );
+    assert!(
+        a_lost + b_lost >= 1,
+        "no claim ever lost: only one node tried"
+    );
+    assert!(a_lost + b_lost <= stored);
+    // Node a goes away: b fires the rest alone.
+    a.stop().await;
+    let before = runs_by_node(&admin).await.len();
+    let runs = runs_at_least(before + 3).await;
+    let (status, schedule) = get_json(&b, &format!("/schedules/{id}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(answer(b.delete(&format!("/schedules/{id}"))).await.0, 204);
+
+    let slots = assert_once_each(&runs);
+    // Every occurrence from the first to the last ran, or is counted missed.
+    let span = slots.last().expect("runs") - slots[0] + 1;
+    let missed = schedule["missed"]["count"].as_i64().expect("missed");
+    assert!(
+        runs.len() as i64 + missed >= span,
+        "{runs:?} missed {missed}"
+    );
+    // After a stopped, only b started runs.
+    let after: Vec<_> = runs[before..]
+        .iter()
+        .map(|(_, _, node)| node.clone())
+        .collect();
+    assert!(
+        after
+            .iter()
+            .all(|node| node.as_deref().is_some_and(|n| n.starts_with('b'))),
+        "{after:?}"
+    );
+    eprintln!(
+        "{} runs, {missed} missed; while both ran: {} on a, {} on b",
+        runs.len(),
+        both.iter()
+            .filter(|(_, _, n)| n.as_deref().is_some_and(|n| n.starts_with('a')))
+            .count(),
+        both.iter()
+            .filter(|(_, _, n)| n.as_deref().is_some_and(|n| n.starts_with('b')))
+            .count(),
+    );
+    b.stop().await;
+    drop(admin);
+    db.drop().await;
+}

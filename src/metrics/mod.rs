@@ -328,6 +328,85 @@ impl Drop for StreamGuard {
     }
 }
 
+/// What became of the schedule occurrences this node handled, by outcome.
+#[derive(Debug, Clone)]
+pub struct ScheduleMetrics {
+    occurrences: Family<OccurrenceLabel, Counter>,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OccurrenceLabel {
+    outcome: &'static str,
+}
+
+/// What became of one schedule occurrence on this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScheduleOutcome {
+    /// Claimed here; its run started.
+    Started,
+    /// Claimed here; not run: the thread was busy.
+    Skipped,
+    /// Claimed here; its run could not start.
+    Failed,
+    /// Recorded here as missed (no node reached it in time).
+    Missed,
+    /// Claimed by another node first (cluster).
+    Lost,
+}
+
+impl ScheduleOutcome {
+    const ALL: [ScheduleOutcome; 5] = [
+        ScheduleOutcome::Started,
+        ScheduleOutcome::Skipped,
+        ScheduleOutcome::Failed,
+        ScheduleOutcome::Missed,
+        ScheduleOutcome::Lost,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            ScheduleOutcome::Started => "started",
+            ScheduleOutcome::Skipped => "skipped",
+            ScheduleOutcome::Failed => "failed",
+            ScheduleOutcome::Missed => "missed",
+            ScheduleOutcome::Lost => "lost",
+        }
+    }
+}
+
+impl Default for ScheduleMetrics {
+    fn default() -> Self {
+        let occurrences = Family::<OccurrenceLabel, Counter>::default();
+        // Every outcome is listed from the start, at 0.
+        for outcome in ScheduleOutcome::ALL {
+            drop(occurrences.get_or_create(&OccurrenceLabel {
+                outcome: outcome.as_str(),
+            }));
+        }
+        ScheduleMetrics { occurrences }
+    }
+}
+
+impl ScheduleMetrics {
+    /// `n` occurrences ended as `outcome` here.
+    pub fn counted(&self, outcome: ScheduleOutcome, n: u64) {
+        self.occurrences
+            .get_or_create(&OccurrenceLabel {
+                outcome: outcome.as_str(),
+            })
+            .inc_by(n);
+    }
+
+    /// How many occurrences ended as `outcome` here.
+    pub fn count(&self, outcome: ScheduleOutcome) -> u64 {
+        self.occurrences
+            .get_or_create(&OccurrenceLabel {
+                outcome: outcome.as_str(),
+            })
+            .get()
+    }
+}
+
 /// The store's commit latency and failures, and the size of SQLite's WAL.
 #[derive(Debug, Clone)]
 pub struct StoreMetrics {

@@ -8,7 +8,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::{HttpMetrics, RunMetrics, StoreMetrics, StreamMetrics, WebhookMetrics};
+use super::{
+    HttpMetrics, RunMetrics, ScheduleMetrics, StoreMetrics, StreamMetrics, WebhookMetrics,
+};
 
 /// The labels of `agent_processes`: an agent and a state (busy, idle).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -34,6 +36,7 @@ pub struct Handles {
     pub store: StoreMetrics,
     /// Webhook deliveries by endpoint (empty with no `[[webhooks]]`).
     pub webhooks: WebhookMetrics,
+    pub schedules: ScheduleMetrics,
 }
 
 /// The gauges at one scrape.
@@ -91,6 +94,7 @@ impl Metrics {
             streams,
             store,
             webhooks,
+            schedules,
         } = source.handles();
         let http = HttpMetrics::default();
         let sampled = Sampled::default();
@@ -99,6 +103,7 @@ impl Metrics {
         register_streams(&mut registry, &runs, &streams);
         register_memory(&mut registry, &sampled);
         register_store(&mut registry, &sampled, &store);
+        register_schedules(&mut registry, &schedules);
         register_agents(&mut registry, &sampled);
         register_webhooks(&mut registry, &webhooks);
         register_http(&mut registry, &http);
@@ -256,6 +261,16 @@ fn register_store(r: &mut Registry, sampled: &Sampled, store: &StoreMetrics) {
         "store_wal_bytes",
         "Length of the embedded store's write-ahead log (0 with PostgreSQL)",
         store.wal.clone(),
+    );
+}
+
+/// Schedule occurrences by what became of them on this node.
+fn register_schedules(r: &mut Registry, schedules: &ScheduleMetrics) {
+    r.register(
+        "schedule_occurrences",
+        "Schedule occurrences handled by this node, by outcome (started, skipped: the thread \
+         was busy, failed, missed: no node reached it in time, lost: another node claimed it)",
+        schedules.occurrences.clone(),
     );
 }
 

@@ -55,6 +55,7 @@ impl GaugeSource for Runtime {
                 .webhooks()
                 .map(|outbox| outbox.metrics().clone())
                 .unwrap_or_default(),
+            schedules: self.schedule_metrics().clone(),
         }
     }
 

@@ -25,6 +25,7 @@ use serde_json::json;
 
 use super::CronSchedule;
 use crate::access::{Capability, Caps, Principal};
+use crate::metrics::ScheduleOutcome;
 use crate::protocol::decode_run_input;
 use crate::runtime::{Runtime, StartError};
 use crate::store::{Fired, Missed, Occurrence, ScheduleRow, StoreError};
@@ -156,7 +157,11 @@ impl Runtime {
                 fired: None,
                 missed,
             };
-            if self.store().claim_occurrence(&row.id, occurrence).await? && cron.is_some() {
+            if !self.store().claim_occurrence(&row.id, occurrence).await? {
+                self.schedule_metrics().counted(ScheduleOutcome::Lost, 1);
+            } else if cron.is_some() {
+                self.schedule_metrics()
+                    .counted(ScheduleOutcome::Missed, missed.count as u64);
                 tracing::warn!(
                     schedule.id = %row.id,
                     missed = missed.count,
@@ -195,11 +200,15 @@ impl Runtime {
         };
         if !self.store().claim_occurrence(&row.id, occurrence).await? {
             tracing::debug!(schedule.id = %row.id, "occurrence claimed by another node");
+            self.schedule_metrics().counted(ScheduleOutcome::Lost, 1);
             return Ok(true);
         }
+        self.schedule_metrics()
+            .counted(ScheduleOutcome::Missed, passed.count as u64);
         let (status, error) = match self.fire(row, &fired).await {
             Ok(()) => {
                 tracing::info!(schedule.id = %row.id, thread.id = %fired.thread_id, run.id = %fired.run_id, "schedule fired");
+                self.schedule_metrics().counted(ScheduleOutcome::Started, 1);
                 ("started", None)
             }
             Err(StartError::RunInProgress(live)) => {
@@ -208,11 +217,13 @@ impl Runtime {
                      strategy refuses new input while a run is live"
                 );
                 tracing::warn!(schedule.id = %row.id, thread.id = %fired.thread_id, %reason, "schedule firing skipped");
+                self.schedule_metrics().counted(ScheduleOutcome::Skipped, 1);
                 ("skipped", Some(reason))
             }
             Err(error) => {
                 let reason = error.to_string();
                 tracing::warn!(schedule.id = %row.id, thread.id = %fired.thread_id, %reason, "schedule firing failed");
+                self.schedule_metrics().counted(ScheduleOutcome::Failed, 1);
                 ("failed", Some(reason))
             }
         };

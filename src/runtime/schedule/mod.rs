@@ -25,6 +25,7 @@ pub use fire::LATE_TOLERANCE;
 
 use super::Runtime;
 use crate::access::{Capability, Principal};
+use crate::metrics::ScheduleMetrics;
 use crate::protocol::{InputError, Message};
 use crate::store::{Missed, ScheduleRow, StoreError};
 
@@ -121,6 +122,8 @@ pub(super) struct Scheduling {
     wake: Notify,
     /// Cancelled by [`Runtime::drain`]: the scheduler ends.
     stop: CancellationToken,
+    /// What became of the occurrences this node handled.
+    metrics: ScheduleMetrics,
 }
 
 impl Scheduling {
@@ -130,6 +133,11 @@ impl Scheduling {
 }
 
 impl Runtime {
+    /// What became of the schedule occurrences this node handled.
+    pub fn schedule_metrics(&self) -> &ScheduleMetrics {
+        &self.inner.scheduling.metrics
+    }
+
     /// Creates a schedule in `principal`'s namespace: its agent one the principal may use
     /// (else [`ScheduleError::UnknownAgent`]), the `run` capability, the expression and
     /// time zone valid with an occurrence ahead, its messages ones the agent can take, its
