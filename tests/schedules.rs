@@ -884,3 +884,34 @@ async fn on_a_two_node_cluster_each_occurrence_fires_once() {
     drop(admin);
     db.drop().await;
 }
+
+#[tokio::test]
+async fn a_principal_holds_at_most_its_schedules() {
+    let server = TestServer::start().await;
+    let carol = mint(&server, json!({"sub": "carol"})).await;
+    let body = schedule_body("0 0 1 1 *", "happy new year");
+    for _ in 0..agui_serve::runtime::MAX_SCHEDULES_PER_OWNER {
+        let (status, created) =
+            answer(with(&server, &carol, reqwest::Method::POST, "/schedules").json(&body)).await;
+        assert_eq!(status, 201, "{created}");
+    }
+    let (status, error) =
+        answer(with(&server, &carol, reqwest::Method::POST, "/schedules").json(&body)).await;
+    assert_eq!(status, 409, "{error}");
+    assert_eq!(error["code"], "TOO_MANY_SCHEDULES");
+    // Another principal's count is its own.
+    let (status, _) = answer(server.post("/schedules").json(&body)).await;
+    assert_eq!(status, 201);
+    // One deleted, one more fits.
+    let first = listed(&server, &carol).await.remove(0);
+    let path = format!("/schedules/{first}");
+    assert_eq!(
+        answer(with(&server, &carol, reqwest::Method::DELETE, &path))
+            .await
+            .0,
+        204
+    );
+    let (status, _) =
+        answer(with(&server, &carol, reqwest::Method::POST, "/schedules").json(&body)).await;
+    assert_eq!(status, 201);
+}

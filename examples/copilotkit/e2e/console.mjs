@@ -1,6 +1,6 @@
 // The daemon's built-in operator console ({path}/console) in headless Chromium: it asks for
 // the token, shows a run started elsewhere live, lets the operator answer a waiting
-// approval (and the run goes on), and opens a transcript.
+// approval (and the run goes on), opens a transcript, and lists and deletes a schedule.
 //
 //   AGUI_BASE=https://127.0.0.1:8443/agui AGUI_TOKEN_FILE=t \
 //     NODE_EXTRA_CA_CERTS=<data-dir>/tls/cert.pem node e2e/console.mjs
@@ -118,6 +118,28 @@ await step("a transcript opens, as text", async () => {
   const transcript = page.locator("#messages");
   await transcript.getByText(`You said: ${marker}`).waitFor();
   if ((await transcript.locator("b").count()) !== 0) throw new Error("agent text was rendered as HTML");
+});
+
+await step("a schedule shows when it fires next and how its last firing went, and is deleted", async () => {
+  const name = `console-schedule-${randomUUID().slice(0, 8)}`;
+  const response = await fetch(`${base}/schedules`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" },
+    body: JSON.stringify({ agent: "demo", cron: "* * * * * *", name, messages: [{ role: "user", content: "<i>tick</i>" }] }),
+  });
+  if (response.status !== 201) throw new Error(`create: HTTP ${response.status}`);
+  const { id } = await response.json();
+  // The schedule list refreshes every few seconds; the firing shows once it has happened.
+  const row = page.locator(`tr[data-schedule="${id}"]`);
+  await row.getByText("started").waitFor();
+  if ((await row.locator("td").first().textContent()) !== name) throw new Error("the name is not shown");
+  await row.locator("td").nth(4).getByRole("button").click();
+  await page.locator("#messages").getByText("You said: <i>tick</i>").first().waitFor();
+  if ((await page.locator("#messages i").count()) !== 0) throw new Error("the message was rendered as HTML");
+  await row.getByRole("button", { name: "Delete" }).click();
+  await row.waitFor({ state: "detached" });
+  const left = await (await fetch(`${base}/schedules`, { headers: { Authorization: `Bearer ${token}` } })).json();
+  if (left.schedules.some((s) => s.id === id)) throw new Error("still listed");
 });
 
 if (problems.length) {

@@ -239,6 +239,53 @@ async function loadWebhooks() {
   }
 }
 
+function when(time) {
+  return time ? new Date(time).toLocaleString() : "";
+}
+
+// Schedules (every principal's for the operator): when each fires next, how its last
+// firing went, what was missed; a delete button each.
+async function loadSchedules() {
+  try {
+    const body = await (await api("/schedules")).json();
+    const rows = $("schedules");
+    rows.replaceChildren();
+    for (const schedule of body.schedules) {
+      const row = el("tr", undefined, { "data-schedule": schedule.id });
+      const thread = el("td");
+      const shown = schedule.threadId || schedule.lastThreadId;
+      if (shown) {
+        const open = el("button", shown, { type: "button", "aria-label": `Open ${shown}` });
+        open.addEventListener("click", () => openTranscript(shown, schedule.owner));
+        thread.append(open);
+      }
+      if (!schedule.threadId) thread.append(" (new each time)");
+      let last = schedule.lastStatus ? `${schedule.lastStatus} ${when(schedule.lastRunAt)}` : "never";
+      if (schedule.lastError) last += `: ${schedule.lastError}`;
+      const missed = schedule.missed.count
+        ? `${schedule.missed.count} (${when(schedule.missed.first)} to ${when(schedule.missed.last)})`
+        : "0";
+      const remove = el("button", "Delete", { type: "button" });
+      remove.addEventListener("click", async () => {
+        remove.disabled = true;
+        const response = await api(`/schedules/${encodeURIComponent(schedule.id)}`, { method: "DELETE" });
+        if (!response.ok) status(`Schedule ${schedule.id} not deleted: HTTP ${response.status}`);
+        loadSchedules();
+      });
+      row.append(el("td", schedule.name || schedule.id), el("td", schedule.owner || "operator"));
+      row.append(el("td", schedule.agent), el("td", `${schedule.cron} ${schedule.timezone}`), thread);
+      row.append(el("td", when(schedule.nextRunAt)), el("td", last), el("td", missed));
+      const actions = el("td");
+      actions.append(remove);
+      row.append(actions);
+      rows.append(row);
+    }
+    $("no-schedules").hidden = body.schedules.length > 0;
+  } catch {
+    // Shown by the status line.
+  }
+}
+
 function connect() {
   if (source) source.close();
   status("Connecting...");
@@ -255,6 +302,7 @@ function connect() {
   $("fleet").hidden = false;
   loadThreads();
   loadWebhooks();
+  loadSchedules();
 }
 
 function showLogin(message) {
@@ -278,6 +326,7 @@ document.addEventListener("DOMContentLoaded", () => {
     if (token() && !$("fleet").hidden) {
       loadThreads();
       loadWebhooks();
+      loadSchedules();
     }
   }, 5000);
   if (token()) connect();
