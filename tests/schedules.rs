@@ -228,6 +228,16 @@ async fn schedules_are_created_listed_deleted_and_scoped_like_threads() {
         "{error}"
     );
 
+    // A thread of another agent.
+    let response = client()
+        .post(server.url("/other"))
+        .bearer_auth(TOKEN)
+        .header("accept", "text/event-stream")
+        .json(&run_body("t-other", "r-other", "elsewhere"))
+        .sent()
+        .await;
+    SseReader::new(response).collect().await;
+
     // Bad input: a 400 naming the field.
     let bad = |change: &dyn Fn(&mut Value)| {
         let mut body = schedule_body("* * * * *", "hi");
@@ -263,6 +273,15 @@ async fn schedules_are_created_listed_deleted_and_scoped_like_threads() {
         ),
         (bad(&|b| b["threadId"] = json!("a\u{7}b")), "threadId"),
         (bad(&|b| b["everySecond"] = json!(true)), "everySecond"),
+        (
+            bad(&|b| b["cron"] = json!(format!("0 {}", "1,".repeat(200)))),
+            "cron",
+        ),
+        (
+            bad(&|b| b["messages"][0]["content"] = json!("x".repeat(300 * 1024))),
+            "messages",
+        ),
+        (bad(&|b| b["threadId"] = json!("t-other")), "threadId"),
     ] {
         let (status, error) = answer(server.post("/schedules").json(&body)).await;
         assert_eq!(status, 400, "{body}: {error}");

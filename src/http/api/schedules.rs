@@ -16,6 +16,12 @@ use crate::protocol::input::check_id;
 use crate::runtime::NewSchedule;
 use crate::store::ScheduleRow;
 
+/// Longest `cron` and `timezone`, in bytes.
+const MAX_FIELD_BYTES: usize = 256;
+/// Largest `messages`, as JSON: each firing sends them again, and a principal may hold
+/// [`crate::runtime::MAX_SCHEDULES_PER_OWNER`] schedules.
+const MAX_MESSAGES_BYTES: usize = 256 * 1024;
+
 /// The fields a schedule's body may hold.
 const FIELDS: [&str; 6] = ["agent", "cron", "messages", "threadId", "timezone", "name"];
 
@@ -55,6 +61,14 @@ pub(super) async fn create(
             "name must be 1 to 200 characters",
             Some("name".to_owned()),
         ));
+    }
+    for (key, value) in [("cron", Some(&cron)), ("timezone", timezone.as_ref())] {
+        if value.is_some_and(|v| v.len() > MAX_FIELD_BYTES) {
+            return Err(ApiError::invalid_input(
+                format!("{key} must be at most {MAX_FIELD_BYTES} bytes"),
+                Some(key.to_owned()),
+            ));
+        }
     }
     let thread_id = optional_string(fields, "threadId")?;
     if let Some(id) = &thread_id {
@@ -144,6 +158,12 @@ fn messages(
             Some("messages".to_owned()),
         ));
     };
+    if Value::Array(messages.clone()).to_string().len() > MAX_MESSAGES_BYTES {
+        return Err(ApiError::invalid_input(
+            format!("messages must be at most {MAX_MESSAGES_BYTES} bytes of JSON"),
+            Some("messages".to_owned()),
+        ));
+    }
     let mut messages = messages.clone();
     for message in &mut messages {
         if let Value::Object(message) = message {

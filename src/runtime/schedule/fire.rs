@@ -24,6 +24,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::CronSchedule;
+use super::cron::Span;
 use crate::access::{Capability, Caps, Principal};
 use crate::metrics::ScheduleOutcome;
 use crate::protocol::decode_run_input;
@@ -141,11 +142,19 @@ impl Runtime {
                 (None, i64::MAX)
             }
         };
-        let passed = cron
-            .as_ref()
-            .map(|cron| cron.between(due, now, MISSED_COUNT_CAP))
-            .unwrap_or_default();
-        if now - due > LATE_TOLERANCE.as_millis() as i64 || cron.is_none() {
+        let late = now - due > LATE_TOLERANCE.as_millis() as i64;
+        let passed = match &cron {
+            // A long gap is many occurrences to count: off the async workers.
+            Some(cron) if late => {
+                let cron = cron.clone();
+                tokio::task::spawn_blocking(move || cron.between(due, now, MISSED_COUNT_CAP))
+                    .await
+                    .unwrap_or_default()
+            }
+            Some(cron) => cron.between(due, now, MISSED_COUNT_CAP),
+            None => Span::default(),
+        };
+        if late || cron.is_none() {
             let missed = Missed {
                 count: passed.count + 1,
                 first: Some(due),
@@ -251,7 +260,9 @@ impl Runtime {
         }
         let mut messages = row.messages.clone();
         for message in messages.as_array_mut().into_iter().flatten() {
-            message["id"] = json!(uuid::Uuid::new_v4().to_string());
+            if let Some(message) = message.as_object_mut() {
+                message.insert("id".to_owned(), json!(uuid::Uuid::new_v4().to_string()));
+            }
         }
         let body = json!({
             "threadId": fired.thread_id,

@@ -16,7 +16,6 @@
 mod cron;
 mod fire;
 
-use serde_json::Value;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -209,7 +208,7 @@ impl Runtime {
             cron: new.cron,
             timezone,
             thread_id: new.thread_id,
-            messages: serde_json::to_value(&new.messages).unwrap_or(Value::Null),
+            messages: serde_json::to_value(&new.messages).map_err(StoreError::Encode)?,
             created_at: now,
             next_fire,
             last: None,
