@@ -934,3 +934,58 @@ async fn a_principal_holds_at_most_its_schedules() {
         answer(with(&server, &carol, reqwest::Method::POST, "/schedules").json(&body)).await;
     assert_eq!(status, 201);
 }
+
+/// A schedule on a thread one node owns: the other node leaves each firing to it, so the
+/// runs all start on the owner (no request between nodes is needed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
+async fn on_a_cluster_a_firing_on_a_thread_is_left_to_the_node_that_owns_it() {
+    let db = PgDb::new().await;
+    let admin = PgDb::client(&db.url).await;
+    let a = node(&db, "a").await;
+    let b = node(&db, "b").await;
+    // b runs thread ct, and so holds its lease.
+    SseReader::new(post_run(&b, "demo", &run_body("ct", "r1", "hello")).await)
+        .collect()
+        .await;
+    let mut body = schedule_body("*/2 * * * * *", "tick");
+    body["threadId"] = json!("ct");
+    let (status, created) = answer(a.post("/schedules").json(&body)).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().expect("id").to_owned();
+    until("three firings", || async {
+        let rows = admin
+            .query("SELECT id FROM runs WHERE thread_id = 'ct'", &[])
+            .await
+            .expect("runs");
+        (rows.len() >= 4).then_some(())
+    })
+    .await;
+    let (_, schedule) = get_json(&b, &format!("/schedules/{id}")).await;
+    assert_eq!(answer(a.delete(&format!("/schedules/{id}"))).await.0, 204);
+    let (a_started, b_started) = (
+        occurrences(&a, "started").await,
+        occurrences(&b, "started").await,
+    );
+    assert_eq!(a_started, 0, "a fired on b's thread");
+    assert_eq!(occurrences(&a, "failed").await, 0, "a claimed a firing on b's thread");
+    assert!(b_started >= 3, "{b_started}");
+    assert_eq!(schedule["lastThreadId"], "ct");
+    assert!(
+        matches!(
+            schedule["lastStatus"].as_str(),
+            Some("started" | "starting")
+        ),
+        "{schedule}"
+    );
+    let owner: String = admin
+        .query_one("SELECT node FROM leases WHERE thread_key = 'ct'", &[])
+        .await
+        .expect("lease")
+        .get(0);
+    assert!(owner.starts_with('b'), "{owner}");
+    a.stop().await;
+    b.stop().await;
+    drop(admin);
+    db.drop().await;
+}
