@@ -5,7 +5,8 @@
 //! skipped with its reason; on a paused clock, each occurrence once, and occurrences
 //! missed while no daemon ran reported and not run; on a two-node cluster sharing
 //! PostgreSQL (ignored unless `AGUI_TEST_PG_URL` is set, as `scripts/cluster.sh` does),
-//! each occurrence fired by exactly one node.
+//! each occurrence fired by exactly one node, and a firing on a thread one node owns left
+//! to that node.
 
 mod support;
 
@@ -968,7 +969,11 @@ async fn on_a_cluster_a_firing_on_a_thread_is_left_to_the_node_that_owns_it() {
         occurrences(&b, "started").await,
     );
     assert_eq!(a_started, 0, "a fired on b's thread");
-    assert_eq!(occurrences(&a, "failed").await, 0, "a claimed a firing on b's thread");
+    assert_eq!(
+        occurrences(&a, "failed").await,
+        0,
+        "a claimed a firing on b's thread"
+    );
     assert!(b_started >= 3, "{b_started}");
     assert_eq!(schedule["lastThreadId"], "ct");
     assert!(

@@ -140,6 +140,9 @@ mod tests {
         }
         let error = CronSchedule::parse("* * * * *", "Mars/Olympus").expect_err("zone");
         assert_eq!(error.field(), "timezone");
+        // A leap day two years ahead is found.
+        let leap = CronSchedule::parse("0 0 29 2 *", "UTC").expect("parses");
+        assert_eq!(leap.after(NEW_YEAR), Some(1_835_395_200_000)); // 2028-02-29
         // Croner finds no 30th of February within its search.
         let never = CronSchedule::parse("0 0 30 2 *", "UTC").expect("parses");
         assert_eq!(never.after(NEW_YEAR), None);
