@@ -184,11 +184,34 @@ async fn the_queue_is_scoped_and_bad_requests_are_refused() {
     live.next().await.expect("started");
     let queued = post_run(&server, "demo", &run_body("e", "r1", "next")).await;
     assert_eq!(queued.status(), 200);
-    assert_eq!(queue_ids(&server, "e").await, ["r1"]);
+    // A run started with no stream waits its turn the same way: 202 with its run id.
+    let mut body = run_body("e", "r2", "after");
+    body["agent"] = json!("demo");
+    let background = server.post("/threads/e/runs").json(&body).sent().await;
+    assert_eq!(background.status(), 202);
+    assert_eq!(queue_ids(&server, "e").await, ["r1", "r2"]);
     live.collect().await;
     assert_eq!(
         text_of(&SseReader::new(queued).collect().await),
         "You said: next"
+    );
+    let mut replies = Vec::new();
+    for _ in 0..200 {
+        let (_, messages) = get_json(&server, "/threads/e/messages").await;
+        replies = messages["messages"]
+            .as_array()
+            .expect("messages")
+            .iter()
+            .filter_map(|m| m["content"].as_str().map(str::to_owned))
+            .collect();
+        if replies.iter().any(|r| r == "You said: after") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(
+        replies.iter().any(|r| r == "You said: after"),
+        "{replies:?}"
     );
     server.stop().await;
 }

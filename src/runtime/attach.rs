@@ -176,6 +176,11 @@ impl Attachment {
         self
     }
 
+    /// A queued input's stream still waiting for its run.
+    pub(crate) fn is_queued(&self) -> bool {
+        self.waiting.is_some()
+    }
+
     /// This stream waits for the attachment `started` hands over, then is that one.
     pub(super) fn waiting_for(
         mut self,

@@ -378,6 +378,10 @@ impl Runtime {
     ) -> Result<String, StartError> {
         let run_id = input.run_id.clone();
         let attachment = self.start_run_as(principal, agent, input).await?;
+        if attachment.is_queued() {
+            // In the thread's queue: it runs, as a background run, when its turn comes.
+            return Ok(run_id);
+        }
         let Some(run) = attachment.live_run() else {
             // Answered in-band (an answer nothing waits for): nothing was started.
             return Err(StartError::Input(crate::protocol::InputError {
