@@ -98,10 +98,7 @@ fn agent_from_file(agent: FileAgent, data_dir: &Path) -> Result<AgentConfig, Con
         }
     };
     let budget = match &agent.budget {
-        Some(limits) => Some(super::resolve::limits(
-            limits,
-            &format!("agent {:?}: budget", agent.name),
-        )?),
+        Some(limits) => Some(limits.resolve(&format!("agent {:?}: budget", agent.name))?),
         None => None,
     };
     Ok(AgentConfig {

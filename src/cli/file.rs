@@ -51,6 +51,37 @@ pub(super) struct FileLimits {
     pub(super) tool_calls: Option<u64>,
 }
 
+impl FileLimits {
+    /// One budget's ceilings; errors name `key`.
+    pub(super) fn resolve(&self, key: &str) -> Result<crate::budget::Limits, ConfigError> {
+        let wall_time = match &self.wall_time {
+            Some(text) => {
+                let duration = humantime::parse_duration(text)
+                    .map_err(|e| ConfigError::new(format!("{key}.wall_time: {e}")))?;
+                if duration.as_secs() == 0 {
+                    return Err(ConfigError::new(format!(
+                        "{key}.wall_time: must be at least one second"
+                    )));
+                }
+                Some(duration.as_secs())
+            }
+            None => None,
+        };
+        for (name, value) in [("tokens", self.tokens), ("tool_calls", self.tool_calls)] {
+            if value == Some(0) {
+                return Err(ConfigError::new(format!(
+                    "{key}.{name}: must be at least 1 (leave it out for no limit)"
+                )));
+            }
+        }
+        Ok(crate::budget::Limits {
+            tokens: self.tokens,
+            wall_time,
+            tool_calls: self.tool_calls,
+        })
+    }
+}
+
 /// `[[webhooks]]`: one endpoint events are POSTed to.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -300,46 +300,14 @@ fn resolve_budgets(file: &super::file::FileBudgets) -> Result<crate::budget::Bud
         tool_calls: file.tool_calls,
     };
     let table = |limits: &Option<super::file::FileLimits>, key: &str| match limits {
-        Some(limits) => self::limits(limits, &format!("budgets.{key}")),
+        Some(limits) => limits.resolve(&format!("budgets.{key}")),
         None => Ok(crate::budget::Limits::default()),
     };
     Ok(crate::budget::Budgets {
-        run: limits(&run, "budgets")?,
+        run: run.resolve("budgets")?,
         thread: table(&file.thread, "thread")?,
         principal: table(&file.principal, "principal")?,
         hard: table(&file.hard, "hard")?,
-    })
-}
-
-/// One budget's ceilings; errors name `key`.
-pub(super) fn limits(
-    file: &super::file::FileLimits,
-    key: &str,
-) -> Result<crate::budget::Limits, ConfigError> {
-    let wall_time = match &file.wall_time {
-        Some(text) => {
-            let duration = humantime::parse_duration(text)
-                .map_err(|e| ConfigError::new(format!("{key}.wall_time: {e}")))?;
-            if duration.as_secs() == 0 {
-                return Err(ConfigError::new(format!(
-                    "{key}.wall_time: must be at least one second"
-                )));
-            }
-            Some(duration.as_secs())
-        }
-        None => None,
-    };
-    for (name, value) in [("tokens", file.tokens), ("tool_calls", file.tool_calls)] {
-        if value == Some(0) {
-            return Err(ConfigError::new(format!(
-                "{key}.{name}: must be at least 1 (leave it out for no limit)"
-            )));
-        }
-    }
-    Ok(crate::budget::Limits {
-        tokens: file.tokens,
-        wall_time,
-        tool_calls: file.tool_calls,
     })
 }
 

@@ -409,3 +409,47 @@ fn webhooks_are_read_checked_and_shown_without_their_secrets() {
         "webhooks[1].name",
     );
 }
+
+#[test]
+fn budgets_are_read_and_bad_ones_refused_by_name() {
+    let dir = std::env::temp_dir().join(format!("agui-cli-budgets-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("c.toml");
+    std::fs::write(
+        &file,
+        "[budgets]\ntokens = 100\nwall_time = \"2m\"\nthread = { tool_calls = 5 }\n\
+         principal = { tokens = 1000 }\nhard = { wall_time = \"1h\" }\n\
+         [[agents]]\nname = \"demo\"\nkind = \"demo\"\nbudget = { tokens = 7 }\n",
+    )
+    .expect("write");
+    let config = parse(&["--config", file.to_str().expect("utf8")])
+        .args
+        .resolve(&no_env)
+        .expect("config")
+        .config;
+    let budgets = &config.budgets;
+    assert_eq!(
+        (budgets.run.tokens, budgets.run.wall_time),
+        (Some(100), Some(120))
+    );
+    assert_eq!(budgets.thread.tool_calls, Some(5));
+    assert_eq!(budgets.principal.tokens, Some(1000));
+    assert_eq!(budgets.hard.wall_time, Some(3600));
+    assert_eq!(config.agents[0].budget.and_then(|b| b.tokens), Some(7));
+
+    for (text, key) in [
+        ("[budgets]\ntokens = 0\n", "budgets.tokens"),
+        (
+            "[budgets]\nthread = { wall_time = \"soon\" }\n",
+            "budgets.thread.wall_time",
+        ),
+        ("[budgets]\nprincipal = { coins = 3 }\n", "coins"),
+    ] {
+        std::fs::write(&file, text).expect("write");
+        let err = parse(&["--config", file.to_str().expect("utf8")])
+            .args
+            .resolve(&no_env)
+            .expect_err(text);
+        assert!(err.to_string().contains(key), "{err}");
+    }
+}
