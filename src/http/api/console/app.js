@@ -212,7 +212,8 @@ async function loadThreads() {
       const item = el("li");
       const button = el("button", thread.title || thread.threadId, { type: "button" });
       button.addEventListener("click", () => openTranscript(thread.threadId, thread.owner));
-      item.append(button, ` ${thread.agent}, ${thread.status}${thread.owner ? `, ${thread.owner}` : ""}`);
+      const queued = thread.queued ? `, ${thread.queued} queued` : "";
+      item.append(button, ` ${thread.agent}, ${thread.status}${queued}${thread.owner ? `, ${thread.owner}` : ""}`);
       list.append(item);
     }
   } catch {
