@@ -393,3 +393,43 @@ async fn queued_input_acknowledged_before_a_kill_9_runs_after_the_restart() {
         "{users:?}"
     );
 }
+
+#[tokio::test]
+async fn input_sent_while_a_run_waits_for_an_approval_waits_its_turn_instead_of_superseding() {
+    let server = TestServer::start().await;
+    let first =
+        SseReader::new(post_run(&server, "demo", &run_body("a", "r0", "/approve ship it")).await)
+            .collect()
+            .await;
+    let call = first
+        .iter()
+        .find(|f| {
+            f.kind() == "TOOL_CALL_START" && f.data["toolCallName"] == "agui_permission_request"
+        })
+        .expect("the permission request")
+        .data["toolCallId"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    // New input that answers nothing: queued, the approval still open.
+    let queued = post_run(&server, "demo", &enqueued("a", "r1", "next")).await;
+    assert_eq!(queued.status(), 200);
+    assert_eq!(queue_ids(&server, "a").await, ["r1"]);
+    // The approval is answered: the run ends as approved, then the queued input runs.
+    let answer = json!({
+        "threadId": "a", "runId": "r0b", "protocolVersion": "1.0",
+        "messages": [
+            {"id": "r0-u", "role": "user", "content": "/approve ship it"},
+            {"id": "ans", "role": "tool", "toolCallId": call, "content": "{\"optionId\":\"allow\"}"},
+        ],
+    });
+    let answered = SseReader::new(post_run(&server, "demo", &answer).await)
+        .collect()
+        .await;
+    assert_eq!(text_of(&answered), "Approved: ship it");
+    assert_eq!(
+        text_of(&SseReader::new(queued).collect().await),
+        "You said: next"
+    );
+    server.stop().await;
+}

@@ -96,6 +96,34 @@ impl Runtime {
         ))
     }
 
+    /// Whether `input` brings new input that answers none of `run`'s waits (it would
+    /// supersede them).
+    pub(super) fn would_supersede(
+        &self,
+        thread: &Thread,
+        run: &LiveRun,
+        input: &RunAgentInput,
+    ) -> bool {
+        if !input.resume.is_empty() {
+            return false;
+        }
+        let new_messages: Vec<Message> = {
+            let state = lock(&thread.state);
+            if !state.has_new_input(input) {
+                return false;
+            }
+            input
+                .messages
+                .iter()
+                .filter(|m| !state.seen.contains(m.id()))
+                .cloned()
+                .collect()
+        };
+        lock(&run.suspension)
+            .as_ref()
+            .is_some_and(|suspension| !suspension.answered_by_messages(&new_messages))
+    }
+
     /// New user input instead of the answer: the waits fail closed and the old turn
     /// finishes in a continuation segment of its own. The new input is not taken here: the
     /// run that starts after the old turn has ended takes it, as its own turn.

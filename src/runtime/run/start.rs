@@ -73,19 +73,31 @@ impl Runtime {
             state.profile = profile;
             decision
         };
+        // New input on a live run waits its turn where the strategy enqueues (on a run that
+        // waits on the client, input that answers nothing, instead of superseding it).
+        let waits_its_turn = match &decision {
+            Decision::Busy {
+                new_input: true, ..
+            } => self.multitask(&thread.agent, strategy, true) == Multitask::Enqueue,
+            Decision::Suspended(run) => {
+                self.multitask(&thread.agent, strategy, true) == Multitask::Enqueue
+                    && self.would_supersede(&thread, run, input)
+            }
+            _ => false,
+        };
+        if waits_its_turn {
+            return match self
+                .enqueue(principal, &thread, &*backend, input, profile)
+                .await
+            {
+                Ok(attachment) => Ok(Ok(attachment)),
+                Err(error) => refused(error),
+            };
+        }
         match decision {
             Decision::Attach(run) => Ok(Ok(self.segment_attachment(&thread, run, profile))),
             Decision::Busy { run, new_input } => {
                 let strategy = self.multitask(&thread.agent, strategy, new_input);
-                if strategy == Multitask::Enqueue {
-                    return match self
-                        .enqueue(principal, &thread, &*backend, input, profile)
-                        .await
-                    {
-                        Ok(attachment) => Ok(Ok(attachment)),
-                        Err(error) => refused(error),
-                    };
-                }
                 match busy(principal, &run, strategy, decide).await {
                     Ok(error) => refused(error),
                     Err(retry) => Err(retry),
