@@ -3,8 +3,8 @@
 //! Every thread gets a directory of its own (with [`Unit::Principal`], all threads of a
 //! principal share one), made from the agent's [`Source`] before the agent's first
 //! `session/new` and passed as that session's `cwd`. Its path is a pure function of agent,
-//! principal and thread ([`Workspaces::dir_for`]), so a restarted daemon finds the same
-//! directory again; a fork copies it ([`Workspaces::fork`]) and deleting the thread removes
+//! principal and thread ([`Workspaces::dir_for`]), or the spare workspace the thread
+//! adopted ([`Workspaces::resolve`]), so a restarted daemon finds the same directory again; a fork copies it ([`Workspaces::fork`]) and deleting the thread removes
 //! it ([`Workspaces::remove`]). Under the configured root:
 //!
 //! ```text
@@ -12,7 +12,12 @@
 //! <root>/<agent>/<principal>/threads/<thread>.base   its base commit, for a git source
 //! <root>/<agent>/<principal>/shared                  the workspace of Unit::Principal
 //! <root>/<agent>/<principal>/threads/.<thread>.*     a workspace being built, or a leftover
+//! <root>/<agent>/<principal>/threads/_spare.<hex>    a workspace made ahead of its thread
+//! <root>/<agent>/<principal>/threads/<thread>.at     the spare workspace the thread adopted
 //! ```
+//!
+//! A thread whose agent session was made ahead (a spare, `spare.rs`) keeps the workspace
+//! made for that session: [`Workspaces::resolve`] finds it from the thread's record.
 //!
 //! Principal and thread names become single path segments: up to 32 characters of
 //! `[A-Za-z0-9._-]` from the name (never a leading `.` or `-`), then `-` and the first 16
@@ -47,6 +52,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 mod compare;
 mod git;
+mod spare;
 mod tree;
 
 pub use compare::{FileChange, Snapshot};

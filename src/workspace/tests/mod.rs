@@ -282,6 +282,78 @@ fn a_symlinked_workspace_or_parent_is_refused() {
 }
 
 #[test]
+fn a_thread_adopts_a_spare_workspace_and_keeps_it_until_removed() {
+    let scratch = Scratch::new("spare");
+    let ws = workspaces(&scratch.0, Source::Empty, Unit::Thread);
+    let spare = ws.spare_dir("alice");
+    assert!(Workspaces::is_spare(&spare));
+    assert_eq!(spare.parent(), ws.dir_for("alice", "t1").parent());
+    assert_ne!(spare, ws.spare_dir("alice"), "each spare a name of its own");
+    assert!(
+        !Workspaces::is_spare(&ws.dir_for("alice", "_spare.0123")),
+        "no thread's directory is a spare's"
+    );
+    // Nothing to adopt before it is made.
+    assert!(matches!(
+        ws.adopt("alice", "t1", &spare),
+        Err(WorkspaceError::NotFound)
+    ));
+    ws.prepare(&spare).expect("prepare");
+    write(&spare.join("a.txt"), "hello\n");
+    assert_eq!(ws.resolve("alice", "t1"), ws.dir_for("alice", "t1"));
+    // Another principal's spare, or a thread's own directory, is not one to adopt.
+    bad_path(ws.adopt("bob", "t1", &spare), "not a spare");
+    bad_path(
+        ws.adopt("alice", "t1", &ws.dir_for("alice", "t2")),
+        "not a spare",
+    );
+    ws.adopt("alice", "t1", &spare).expect("adopt");
+    assert_eq!(ws.resolve("alice", "t1"), spare);
+    assert_eq!(ws.resolve("alice", "t2"), ws.dir_for("alice", "t2"));
+    // Adopted once: neither again nor by a thread with a workspace of its own.
+    let other = ws.spare_dir("alice");
+    ws.prepare(&other).expect("prepare");
+    bad_path(ws.adopt("alice", "t1", &other), "already");
+    ws.prepare(&ws.dir_for("alice", "t2")).expect("prepare");
+    bad_path(ws.adopt("alice", "t2", &other), "already");
+    // A fork copies it, the sweep keeps it (an adopted spare), removal takes both.
+    let forked = ws.dir_for("alice", "t3");
+    ws.fork(&ws.resolve("alice", "t1"), &forked).expect("fork");
+    assert_eq!(
+        fs::read_to_string(forked.join("a.txt")).expect("copied"),
+        "hello\n"
+    );
+    assert_eq!(ws.sweep_spares(), 1, "only the spare nobody adopted");
+    assert!(!other.exists());
+    assert!(spare.join("a.txt").exists());
+    ws.remove_thread("alice", "t1").expect("remove");
+    assert!(!spare.exists());
+    assert_eq!(ws.resolve("alice", "t1"), ws.dir_for("alice", "t1"));
+    ws.remove_thread("alice", "t1").expect("absent is fine");
+}
+
+#[test]
+fn a_record_that_names_no_spare_is_no_record() {
+    let scratch = Scratch::new("record");
+    let ws = workspaces(&scratch.0, Source::Empty, Unit::Thread);
+    let own = ws.dir_for("alice", "t1");
+    let record = own.with_file_name(format!(
+        "{}.at",
+        own.file_name().and_then(|n| n.to_str()).expect("name")
+    ));
+    for bad in ["../../elsewhere", "_spare.XYZ", "t2-0123", ""] {
+        write(&record, bad);
+        assert_eq!(ws.resolve("alice", "t1"), own, "{bad:?}");
+    }
+    let _ = fs::remove_file(&record);
+    symlink(scratch.path("elsewhere"), &record).expect("symlink");
+    assert_eq!(ws.resolve("alice", "t1"), own, "a symlink is no record");
+    // With one workspace per principal there are no spares to resolve to.
+    let shared = workspaces(&scratch.0, Source::Empty, Unit::Principal);
+    assert_eq!(shared.resolve("alice", "t1"), shared.dir_for("alice", "t1"));
+}
+
+#[test]
 fn fork_and_remove_copy_and_delete_plain_workspaces() {
     let scratch = Scratch::new("fork");
     let ws = workspaces(&scratch.0, Source::Empty, Unit::Thread);
