@@ -49,6 +49,11 @@
 //! history there (title: the first prompt), and `session/fork` copies a session's history
 //! to a new session.
 //!
+//! Request log: with `SCRIPTED_AGENT_LOG=<path>`, a line is appended there for each
+//! `initialize` (`initialize <pid>`), `session/new` (`new <session> <pid> <cwd> <the names
+//! of its MCP servers, joined by commas>`), `session/load` (`load <session> <pid>`) and `session/prompt` (`prompt
+//! <session> <pid>`), so a test can tell which requests a process got, and when.
+//!
 //! Authentication switch: with `SCRIPTED_AGENT_AUTH_FILE=<path>`, the agent advertises two
 //! auth methods and, while that file exists, answers `session/new` with error -32000
 //! (`SCRIPTED_AGENT_AUTH_AT=prompt`: answers `session/prompt` so instead). Removing the file
@@ -799,6 +804,7 @@ async fn main() -> Result<(), Error> {
         .name("scripted-acp-agent")
         .on_receive_request(
             async move |request: InitializeRequest, responder, _cx| {
+                log_request(&format!("initialize {}", std::process::id()));
                 let resume = std::env::var("SCRIPTED_AGENT_RESUME").is_ok_and(|v| v == "1");
                 let auth_methods = if std::env::var_os("SCRIPTED_AGENT_AUTH_FILE").is_some() {
                     vec![
@@ -852,6 +858,18 @@ async fn main() -> Result<(), Error> {
                 }
                 let id = format!("sess-{}", uuid::Uuid::new_v4());
                 let servers = serde_json::to_value(&request.mcp_servers).unwrap_or(Value::Null);
+                let names: Vec<&str> = servers
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|s| s["name"].as_str())
+                    .collect();
+                log_request(&format!(
+                    "new {id} {} {} {}",
+                    std::process::id(),
+                    request.cwd.display(),
+                    names.join(",")
+                ));
                 if let Some(dir) = std::env::var_os("SCRIPTED_AGENT_STATE") {
                     let path = std::path::Path::new(&dir).join(format!("{id}.mcp.json"));
                     let _ = std::fs::write(path, servers.to_string());
@@ -876,6 +894,7 @@ async fn main() -> Result<(), Error> {
         .on_receive_request(
             async move |request: LoadSessionRequest, responder, cx: Connection| {
                 let session = request.session_id.to_string();
+                log_request(&format!("load {session} {}", std::process::id()));
                 if let Ok(mut cwds) = on_load.cwds.lock() {
                     cwds.insert(session.clone(), request.cwd.clone());
                 }
@@ -1031,6 +1050,7 @@ async fn main() -> Result<(), Error> {
         .on_receive_request(
             async move |request: PromptRequest, responder, cx: Connection| {
                 let session = request.session_id.to_string();
+                log_request(&format!("prompt {session} {}", std::process::id()));
                 let text = prompt_text(&request);
                 let blocks = serde_json::to_value(&request.prompt).unwrap_or(Value::Null);
                 let shared = on_prompt.clone();
@@ -1061,6 +1081,21 @@ async fn main() -> Result<(), Error> {
         )
         .connect_to(transport)
         .await
+}
+
+/// Appends `line` to `$SCRIPTED_AGENT_LOG`, when set.
+fn log_request(line: &str) {
+    use std::io::Write;
+    let Some(path) = std::env::var_os("SCRIPTED_AGENT_LOG") else {
+        return;
+    };
+    if let Ok(mut file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = file.write_all(format!("{line}\n").as_bytes());
+    }
 }
 
 /// The file commands (`pwd`, `write`, `fill`, `symlink`, `probe`) in the session's `cwd`.

@@ -11,7 +11,7 @@ use serde_json::json;
 
 pub use crate::access::BearerToken;
 pub use crate::agent::Hitl;
-pub use crate::agent::acp::{AcpConfig, FrontendMcp, Permissions};
+pub use crate::agent::acp::{AcpConfig, FrontendMcp, Permissions, Warm};
 pub use crate::http::Auth;
 pub use crate::logging::LogFormat;
 pub use crate::runtime::DEFAULT_MAX_RUNS_PER_PRINCIPAL;
@@ -444,6 +444,10 @@ fn add_acp_json(value: &mut serde_json::Value, acp: &AcpConfig) {
     value["permissions"] = json!(format!("{:?}", acp.permissions).to_lowercase());
     value["mcp_frontend_tools"] = json!(format!("{:?}", acp.frontend_mcp).to_lowercase());
     value["session_ttl"] = json!(format_duration(acp.session_ttl));
+    value["spares"] = json!(acp.warm.spares);
+    value["spare_ttl"] = json!(format_duration(acp.warm.spare_ttl));
+    value["spare_session"] = json!(acp.warm.spare_session);
+    value["preload_sessions"] = json!(acp.warm.preload_sessions);
     for (key, name) in [("mode", "mode"), ("configOptions", "config_options")] {
         if let Some(set) = acp.session_defaults.get(key) {
             value[name] = set.clone();

@@ -87,6 +87,26 @@ pub trait Agent: Send + Sync + 'static {
         None
     }
 
+    /// A run on thread `thread_key`, whose agent session `session_id` is stored, was just
+    /// admitted: a backend that must restore that session (after a restart) may start now,
+    /// while the run is set up. Returns at once.
+    fn prepare(&self, thread_key: &str, session_id: &str) {
+        let _ = (thread_key, session_id);
+    }
+
+    /// How many of the agent's most recently active threads (active within the duration)
+    /// the backend wants to [`warm_up`](Agent::warm_up) at start-up; `None`: none.
+    fn warm_threads(&self) -> Option<(usize, std::time::Duration)> {
+        None
+    }
+
+    /// Called once at start-up, in the daemon's runtime: the backend makes ahead what it
+    /// keeps warm. `recent`: its most recently active threads, newest first, as
+    /// [`warm_threads`](Agent::warm_threads) asked, each `(thread key, session id)`.
+    fn warm_up(&self, recent: Vec<(String, String)>) {
+        let _ = recent;
+    }
+
     /// Stops whatever the backend runs (end of shutdown, after every run has ended).
     fn shutdown(&self) -> BoxFuture<()> {
         Box::pin(async {})
@@ -224,6 +244,9 @@ pub struct AgentStatus {
     /// For [`AgentState::AuthRequired`]: the ways the agent offers to authenticate.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub auth_methods: Vec<AuthMethod>,
+    /// Spares ready for new threads, every principal's (an agent that keeps spares).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spares: Option<usize>,
 }
 
 impl AgentStatus {
@@ -232,6 +255,7 @@ impl AgentStatus {
             state: AgentState::Ready,
             detail: None,
             auth_methods: Vec::new(),
+            spares: None,
         }
     }
 
@@ -240,6 +264,7 @@ impl AgentStatus {
             state,
             detail: Some(detail.to_owned()),
             auth_methods: Vec::new(),
+            spares: None,
         }
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::config::{
     AcpConfig, AgentConfig, AgentKind, ConfigError, FrontendMcp, Hitl, Permissions,
-    RESERVED_AGENT_NAMES, parse_duration, parse_size, valid_agent_name,
+    RESERVED_AGENT_NAMES, Warm, parse_duration, parse_size, valid_agent_name,
 };
 use crate::workspace::{Source, Unit, WorkspaceConfig};
 
@@ -149,6 +149,7 @@ fn acp_config(agent: &FileAgent, data_dir: &Path) -> Result<AcpConfig, ConfigErr
     }
     crate::agent::acp::check_session_defaults(&session_defaults)
         .map_err(|e| ConfigError::new(format!("agent {:?}: {e}", agent.name)))?;
+    let warm = warm_config(agent)?;
     Ok(AcpConfig {
         command: agent.command.clone(),
         cwd: agent.cwd.clone(),
@@ -162,6 +163,29 @@ fn acp_config(agent: &FileAgent, data_dir: &Path) -> Result<AcpConfig, ConfigErr
         sandbox: agent.sandbox.clone().unwrap_or_default(),
         session_ttl,
         session_defaults,
+        warm,
+    })
+}
+
+/// An ACP agent's warm starts: `spares`, `spare_ttl`, `spare_session`, `preload_sessions`.
+fn warm_config(agent: &FileAgent) -> Result<Warm, ConfigError> {
+    let defaults = Warm::default();
+    let spare_ttl = match &agent.spare_ttl {
+        Some(text) => parse_duration(text)
+            .map_err(|e| ConfigError::new(format!("agent {:?}: spare_ttl: {e}", agent.name)))?,
+        None => defaults.spare_ttl,
+    };
+    if spare_ttl.is_zero() {
+        return Err(ConfigError::new(format!(
+            "agent {:?}: spare_ttl must be more than zero",
+            agent.name
+        )));
+    }
+    Ok(Warm {
+        spares: agent.spares.unwrap_or(defaults.spares),
+        spare_ttl,
+        spare_session: agent.spare_session.unwrap_or(defaults.spare_session),
+        preload_sessions: agent.preload_sessions.unwrap_or(defaults.preload_sessions),
     })
 }
 
@@ -245,6 +269,10 @@ fn agent_from_flag(spec: &str, data_dir: &Path) -> Result<AgentConfig, ConfigErr
             session_ttl: None,
             mode: None,
             config_options: None,
+            spares: None,
+            spare_ttl: None,
+            spare_session: None,
+            preload_sessions: None,
         },
         data_dir,
     )

@@ -218,6 +218,12 @@ pub(super) struct FileAgent {
     pub(super) mode: Option<String>,
     /// Config options a new session is set to: option id -> value id or boolean.
     pub(super) config_options: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Spares kept ready per principal (warm starts).
+    pub(super) spares: Option<usize>,
+    pub(super) spare_ttl: Option<String>,
+    pub(super) spare_session: Option<bool>,
+    /// Sessions of recently active threads loaded at start-up.
+    pub(super) preload_sessions: Option<usize>,
 }
 
 /// `[agents.workspace]`.

@@ -297,6 +297,41 @@ fn the_uploads_table_sets_the_limits_and_refuses_a_bad_type() {
 }
 
 #[test]
+fn an_agent_s_warm_starts_are_read_with_their_defaults_and_a_zero_ttl_refused() {
+    let dir = std::env::temp_dir().join(format!("agui-cli-warm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("c.toml");
+    let agent =
+        |keys: &str| format!("[[agents]]\nname = \"a\"\nkind = \"acp\"\ncommand = [\"x\"]\n{keys}");
+    let warm = |keys: &str| {
+        std::fs::write(&file, agent(keys)).expect("write");
+        parse(&["--config", file.to_str().expect("utf8")])
+            .args
+            .resolve(&no_env)
+            .map(|r| match &r.config.agents[0].kind {
+                AgentKind::Acp(acp) => acp.warm.clone(),
+                AgentKind::Demo => panic!("acp expected"),
+            })
+    };
+    let defaults = warm("").expect("defaults");
+    assert_eq!(defaults, crate::config::Warm::default());
+    assert_eq!(defaults.spares, 0, "nothing made ahead unless asked");
+    let set = warm("spares = 2\nspare_ttl = \"5m\"\nspare_session = false\npreload_sessions = 3\n")
+        .expect("set");
+    assert_eq!(
+        set,
+        crate::config::Warm {
+            spares: 2,
+            spare_ttl: std::time::Duration::from_secs(300),
+            spare_session: false,
+            preload_sessions: 3,
+        }
+    );
+    let err = warm("spares = 1\nspare_ttl = \"0s\"\n").expect_err("a zero TTL");
+    assert!(err.to_string().contains("spare_ttl"), "{err}");
+}
+
+#[test]
 fn an_agent_s_multitask_strategy_is_read_and_an_unknown_one_refused() {
     let dir = std::env::temp_dir().join(format!("agui-cli-multitask-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");

@@ -38,6 +38,7 @@ pub mod suspension;
 mod thread;
 pub mod translator;
 pub mod ui;
+mod warm;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -275,6 +276,7 @@ impl Runtime {
         runtime.spawn_stall_check();
         runtime.spawn_fleet();
         runtime.spawn_lease_renewal();
+        runtime.spawn_warm_up();
         runtime
     }
 

@@ -1,6 +1,8 @@
-//! A turn's session: the thread's live one, its stored one loaded (`session/load`) or
-//! resumed (`session/resume`) on a process, or a new one (`session/new`); and the MCP
-//! servers a session is given.
+//! A turn's session: the thread's live one (bound by an earlier turn, or outside any turn:
+//! imported, forked, loaded ahead, a spare's; see [`Announce`]), a spare's session made
+//! ahead (`spares.rs`), its stored one loaded (`session/load`) or resumed
+//! (`session/resume`) on a process, or a new one (`session/new`); and the MCP servers a
+//! session is given.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -12,9 +14,9 @@ use agent_client_protocol::v1::schema::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::pool::Bound;
+use super::pool::{Bound, Taken};
 use super::process::{AcpProcess, Busy};
-use super::settings::{SessionSettings, show_session_settings};
+use super::settings::{SessionSettings, StateChange, show_changes, show_session_settings};
 use super::{FrontendMcp, Inner, Stop, lock, mcp};
 use crate::agent::{AgentError, EventSink, Turn};
 
@@ -24,7 +26,7 @@ const SESSION_WAIT: Duration = Duration::from_secs(120);
 
 /// The answer to a session request of a turn, unless the turn is cancelled first (the run
 /// ends as cancelled) or the agent takes longer than [`SESSION_WAIT`].
-async fn session_answer<T>(
+pub(super) async fn session_answer<T>(
     cancel: &CancellationToken,
     method: &str,
     request: impl std::future::Future<Output = Result<T, agent_client_protocol::Error>>,
@@ -40,24 +42,73 @@ async fn session_answer<T>(
     }
 }
 
+/// What the first turn on a session bound outside a turn tells its run: how the session
+/// came, its modes and options, what was already set on it, and whether to set it back to
+/// the thread's mode and options.
+pub(super) struct Announce {
+    pub(super) how: &'static str,
+    /// The session's modes and options as the agent reported them (`None`: not shown).
+    pub(super) settings: Option<SessionSettings>,
+    /// State changes already made on the session (a spare's session defaults).
+    pub(super) changes: Vec<StateChange>,
+    /// A loaded session: set it back to the mode and options the thread's state shows.
+    pub(super) restore: bool,
+}
+
+impl Announce {
+    /// Only how the session came (imported, forked).
+    pub(super) fn how(how: &'static str) -> Announce {
+        Announce {
+            how,
+            settings: None,
+            changes: Vec::new(),
+            restore: false,
+        }
+    }
+}
+
 impl Inner {
-    /// The thread's session: live, loaded from an earlier process, or new.
+    /// The thread's session: live (or being loaded ahead), a spare's, loaded from an
+    /// earlier process, or new.
     pub(super) async fn session_for(
         self: &Arc<Self>,
         turn: &Turn,
         sink: &EventSink,
     ) -> Result<(Busy, String), Stop> {
+        self.saw_principal(crate::access::split_key(&turn.thread_id).0);
+        self.prepared(turn).await?;
         if let Some((process, session)) = self.live_session(turn, sink).await? {
             return Ok((Busy::new(process), session));
         }
+        // A new thread: a spare's session (or process), made before the request came.
+        let mut spare_process = None;
+        if turn.session_id.is_none() {
+            match self.take_spare(&turn.thread_id).await {
+                Some(Taken::Session(busy)) => {
+                    if let Some((_, session)) = self.live_session(turn, sink).await? {
+                        return Ok((busy, session));
+                    }
+                }
+                Some(Taken::Process(busy)) => spare_process = Some(busy),
+                None => {}
+            }
+        }
         let cwd = self.workdir(&turn.thread_id).await?;
+        if let Some(busy) = spare_process {
+            let process = busy.0.clone();
+            let (mcp_servers, mcp_handle) = self.mcp_servers(&process).await;
+            let session = self
+                .new_session(turn, sink, &process, &cwd, mcp_servers, mcp_handle.as_ref())
+                .await?;
+            return Ok((busy, session));
+        }
         let busy = self.acquire(&self.key_for(&turn.thread_id)).await?;
         let process = busy.0.clone();
         let (mcp_servers, mcp_handle) = self.mcp_servers(&process).await;
         if let Some(stored) = &turn.session_id {
             let restored = self
                 .restore(
-                    turn,
+                    &turn.cancel,
                     &process,
                     stored,
                     &cwd,
@@ -81,7 +132,8 @@ impl Inner {
     }
 
     /// The thread's session when it is live on a running process. A session that was
-    /// bound outside a turn (imported, forked) is announced on its first turn.
+    /// bound outside a turn (imported, forked, loaded ahead, a spare's) is announced on its
+    /// first turn.
     async fn live_session(
         &self,
         turn: &Turn,
@@ -102,18 +154,26 @@ impl Inner {
             return Ok(None);
         }
         let outside = lock(&self.bound_outside).remove(&turn.thread_id);
-        if let Some(how) = outside {
-            sink.set_session(&session, how).await?;
+        if let Some(announce) = outside {
+            sink.set_session(&session, announce.how).await?;
+            if let Some(settings) = &announce.settings {
+                show_session_settings(settings, sink).await?;
+            }
+            show_changes(announce.changes, sink).await?;
+            if let (true, Some(settings)) = (announce.restore, &announce.settings) {
+                self.restore_settings(turn, settings, &process, &session, sink)
+                    .await?;
+            }
         }
         Ok(Some((process, session)))
     }
 
     /// The stored session `stored` taken up on `process`, as the agent offers: how it came
     /// (`loaded`, `resumed`) and its mode and options as the agent reports them, or `None`
-    /// when it could not be (a new session follows).
-    async fn restore(
+    /// when it could not be (a new session follows). `cancel` ends the wait.
+    pub(super) async fn restore(
         &self,
-        turn: &Turn,
+        cancel: &CancellationToken,
         process: &AcpProcess,
         stored: &str,
         cwd: &Path,
@@ -121,7 +181,6 @@ impl Inner {
         mcp_handle: Option<&mcp::McpHandle>,
     ) -> Result<Option<(&'static str, SessionSettings)>, Stop> {
         let capabilities = process.capabilities();
-        let cancel = &turn.cancel;
         if capabilities.load_session {
             self.load(cancel, process, stored, cwd, mcp_servers, mcp_handle)
                 .await

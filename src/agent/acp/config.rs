@@ -35,6 +35,38 @@ pub struct AcpConfig {
     /// "configOptions"?: {"<option id>": "<value id>" | bool}}` (null: as the agent starts
     /// it). Checked by [`check_session_defaults`].
     pub session_defaults: serde_json::Value,
+    /// Warm starts: spares kept ready per principal, and the sessions loaded at start-up.
+    pub warm: Warm,
+}
+
+/// An agent's warm starts (see `spares.rs` and `prepare.rs`): what is made ahead so a new
+/// thread's first prompt, or the first turn after a restart, does not wait for the agent's
+/// start-up. All zero (the default) costs nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warm {
+    /// Spares kept ready per principal (`spares`): each a process already initialized and,
+    /// with `spare_session`, a session already made in the workspace its thread will keep.
+    pub spares: usize,
+    /// How long a principal's spares are kept after its last turn (`spare_ttl`); then they
+    /// are stopped, and made again at its next turn.
+    pub spare_ttl: Duration,
+    /// Whether a spare holds a session made ahead (`spare_session`, default true), or only
+    /// its process.
+    pub spare_session: bool,
+    /// At start-up, the sessions of this many of the agent's most recently active threads
+    /// (active within `session_ttl`) are loaded ahead (`preload_sessions`).
+    pub preload_sessions: usize,
+}
+
+impl Default for Warm {
+    fn default() -> Warm {
+        Warm {
+            spares: 0,
+            spare_ttl: Duration::from_secs(600),
+            spare_session: true,
+            preload_sessions: 0,
+        }
+    }
 }
 
 /// Checks an agent's session defaults (see [`AcpConfig::session_defaults`]); the error
@@ -66,6 +98,7 @@ impl AcpConfig {
             sandbox: Sandbox::default(),
             session_ttl: Duration::from_secs(600),
             session_defaults: serde_json::Value::Null,
+            warm: Warm::default(),
         }
     }
 }
@@ -97,6 +130,7 @@ impl fmt::Debug for AcpConfig {
             .field("sandbox", &self.sandbox)
             .field("session_ttl", &self.session_ttl)
             .field("session_defaults", &self.session_defaults)
+            .field("warm", &self.warm)
             .finish()
     }
 }

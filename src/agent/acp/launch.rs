@@ -67,14 +67,17 @@ pub(super) struct Launch {
 }
 
 impl Launch {
-    /// The command for a process of `key`, confined as `confinement` says (`mcp_port`: the
-    /// frontend-tools endpoint's, which a confined agent may connect to).
+    /// The command for a process of `key`, confined as `confinement` says (`thread_dir`:
+    /// the one workspace a process of a thread's own may write, its thread's or a spare's;
+    /// `mcp_port`: the frontend-tools endpoint's, which a confined agent may connect to).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         config: &AcpConfig,
         host: &AgentHost,
         workspaces: Option<&Workspaces>,
         home: &Path,
         key: &PoolKey,
+        thread_dir: Option<&Path>,
         confinement: Confinement,
         mcp_port: Option<u16>,
     ) -> Result<Launch, String> {
@@ -93,7 +96,7 @@ impl Launch {
         }
         std::fs::create_dir_all(home.join("tmp"))
             .map_err(|e| format!("cannot make the agent home {}: {e}", home.display()))?;
-        let writable = writable_dir(config, host, workspaces, key)?;
+        let writable = writable_dir(config, host, workspaces, key, thread_dir)?;
         std::fs::create_dir_all(&writable)
             .map_err(|e| format!("cannot make {}: {e}", writable.display()))?;
         let policy = policy(config, host, &writable, home, program, mcp_port);
@@ -110,13 +113,14 @@ impl Launch {
 }
 
 /// The directory a confined process of `key` may write and works in: its thread's
-/// workspace or its principal's, or (no workspaces) the agent's `cwd` when that holds none
-/// of the daemon's secrets.
+/// workspace (`thread_dir`) or its principal's, or (no workspaces) the agent's `cwd` when
+/// that holds none of the daemon's secrets.
 fn writable_dir(
     config: &AcpConfig,
     host: &AgentHost,
     workspaces: Option<&Workspaces>,
     key: &PoolKey,
+    thread_dir: Option<&Path>,
 ) -> Result<PathBuf, String> {
     let Some(workspaces) = workspaces else {
         let dir = config
@@ -132,10 +136,8 @@ fn writable_dir(
         }
         return Ok(dir);
     };
-    Ok(match (&key.thread, workspaces.config().unit) {
-        (Some(thread), Unit::Thread) => {
-            workspaces.dir_for(&key.principal, crate::access::split_key(thread).1)
-        }
+    Ok(match (thread_dir, workspaces.config().unit) {
+        (Some(dir), Unit::Thread) => dir.to_owned(),
         _ => workspaces.principal_dir(&key.principal),
     })
 }

@@ -81,6 +81,8 @@ struct Binding {
 
 /// Names the session an endpoint belongs to, once the agent has said it.
 pub(super) struct McpHandle {
+    /// The endpoint's id.
+    id: String,
     session: Arc<Mutex<String>>,
 }
 
@@ -131,7 +133,20 @@ impl McpBridge {
                 vec![HttpHeader::new("Authorization", format!("Bearer {secret}"))],
             ),
         );
-        (entry, McpHandle { session })
+        (
+            entry,
+            McpHandle {
+                id: endpoint.id,
+                session,
+            },
+        )
+    }
+
+    /// Drops the endpoint of `handle` (its session was never made, or is gone).
+    pub(super) fn release(&self, handle: &McpHandle) {
+        if lock(&self.bindings).remove(&handle.id).is_some() {
+            self.server.remove(&handle.id);
+        }
     }
 
     /// The tools a session's MCP endpoint offers from now on (the current run's).

@@ -40,10 +40,12 @@ mod mcp;
 mod parts;
 mod permission;
 mod pool;
+mod prepare;
 mod process;
 mod prompt;
 mod sessions;
 mod settings;
+mod spares;
 mod transcript;
 mod translate;
 mod turn;
@@ -58,6 +60,7 @@ use std::sync::{Arc, Mutex};
 use agent_client_protocol::v1::schema::{Implementation, PromptCapabilities};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::{
     Agent, AgentError, AgentEvent, AgentState, AgentStatus, BoxFuture, EventSink, Processes,
@@ -68,7 +71,7 @@ use crate::protocol::InputError;
 use crate::protocol::input::{Message, RunAgentInput};
 use crate::sync::lock;
 use crate::workspace::Workspaces;
-pub use config::{AcpConfig, FrontendMcp, Permissions, check_session_defaults};
+pub use config::{AcpConfig, FrontendMcp, Permissions, Warm, check_session_defaults};
 pub use launch::AgentHost;
 pub use mcp::{FrontendTools, McpEndpoint, McpHost, McpListener};
 use pool::Bound;
@@ -128,9 +131,16 @@ struct Inner {
     /// thread id -> messages the agent has not received (their turn failed before it
     /// accepted the prompt).
     undelivered: Mutex<HashMap<String, Vec<Message>>>,
-    /// thread id -> how its session came (`imported`, `forked`), for threads whose session
-    /// was bound outside a turn: the thread's first turn shows it in the state.
-    bound_outside: Mutex<HashMap<String, &'static str>>,
+    /// thread id -> how its session came (imported, forked, loaded ahead, a spare's), for
+    /// threads whose session was bound outside a turn: the thread's first turn shows it.
+    bound_outside: Mutex<HashMap<String, bind::Announce>>,
+    /// Spares ready for new threads, by principal (`spares.rs`).
+    spares: spares::Spares,
+    /// Sessions being loaded ahead of their turns (`prepare.rs`).
+    preparing: prepare::Preparing,
+    /// What warm starts run in the background (the spares' keeper, spares being made,
+    /// sessions loaded ahead): each watches `stopped`, and shutdown waits for them.
+    tasks: TaskTracker,
     spawning: tokio::sync::Mutex<()>,
     /// What the agent takes in a prompt, from its last successful `initialize` (`None`
     /// until a process of it has started).
@@ -170,6 +180,9 @@ impl AcpBackend {
                 sessions: Mutex::new(HashMap::new()),
                 undelivered: Mutex::new(HashMap::new()),
                 bound_outside: Mutex::new(HashMap::new()),
+                spares: spares::Spares::default(),
+                preparing: prepare::Preparing::default(),
+                tasks: TaskTracker::new(),
                 spawning: tokio::sync::Mutex::new(()),
                 prompt_capabilities: Mutex::new(None),
                 agent_info: Mutex::new(None),
@@ -181,19 +194,26 @@ impl AcpBackend {
         }
     }
 
-    /// Number of running agent processes.
+    /// Number of running agent processes (spares' included).
     pub fn process_count(&self) -> usize {
+        let spares = self.inner.spare_processes().len();
         let mut processes = lock(&self.inner.processes);
         processes.retain(|p| p.is_alive());
-        processes.len()
+        processes.len() + spares
+    }
+
+    /// Spares ready for new threads now, every principal's.
+    pub fn spares_ready(&self) -> usize {
+        self.inner.spares_ready()
     }
 }
 
 impl Agent for AcpBackend {
     fn processes(&self) -> Option<Processes> {
+        let spares = self.inner.spare_processes();
         let processes = lock(&self.inner.processes);
         let mut counts = Processes::default();
-        for process in processes.iter().filter(|p| p.is_alive()) {
+        for process in processes.iter().chain(&spares).filter(|p| p.is_alive()) {
             if process.active.load(Ordering::Relaxed) > 0 {
                 counts.busy += 1;
             } else {
@@ -258,7 +278,11 @@ impl Agent for AcpBackend {
 
     fn status(&self) -> AgentStatus {
         let found = self.inner.startable();
-        self.inner.health.status(found)
+        let mut status = self.inner.health.status(found);
+        if self.inner.config.warm.spares > 0 {
+            status.spares = Some(self.inner.spares_ready());
+        }
+        status
     }
 
     fn forget_thread(&self, thread_id: &str) -> BoxFuture<()> {
@@ -267,6 +291,7 @@ impl Agent for AcpBackend {
         Box::pin(async move {
             lock(&inner.undelivered).remove(&thread_id);
             lock(&inner.bound_outside).remove(&thread_id);
+            inner.forget_load(&thread_id);
             let bound = lock(&inner.sessions).remove(&thread_id);
             if let Some(bound) = bound {
                 inner.close_session(bound, true).await;
@@ -278,7 +303,8 @@ impl Agent for AcpBackend {
     fn workspace(&self, thread_key: &str) -> Option<(PathBuf, Workspaces)> {
         let workspaces = self.inner.workspaces.as_ref()?;
         let (principal, thread) = crate::access::split_key(thread_key);
-        Some((workspaces.dir_for(principal, thread), workspaces.clone()))
+        // A stat and, for a thread on a spare's workspace, a read of its short record.
+        Some((workspaces.resolve(principal, thread), workspaces.clone()))
     }
 
     fn list_sessions(
@@ -315,20 +341,53 @@ impl Agent for AcpBackend {
         })
     }
 
+    fn prepare(&self, thread_key: &str, session_id: &str) {
+        self.inner.prepare(thread_key, session_id);
+    }
+
+    fn warm_threads(&self) -> Option<(usize, std::time::Duration)> {
+        let count = self.inner.config.warm.preload_sessions;
+        (count > 0).then_some((count, self.inner.config.session_ttl))
+    }
+
+    fn warm_up(&self, recent: Vec<(String, String)>) {
+        self.inner.start_spares();
+        for (thread, session) in recent {
+            self.inner.prepare(&thread, &session);
+        }
+    }
+
     fn shutdown(&self) -> BoxFuture<()> {
         let inner = self.inner.clone();
         Box::pin(async move {
             inner.stopped.cancel();
+            // Every warm-start task ends at `stopped` (a process it was starting is killed
+            // with it); then nothing adds a spare or a session any more.
+            inner.tasks.close();
+            if tokio::time::timeout(WARM_TASKS_WAIT, inner.tasks.wait())
+                .await
+                .is_err()
+            {
+                tracing::warn!(agent = %inner.name, "warm-start tasks did not end in time");
+            }
+            let spares = inner.drain_spares();
             let processes: Vec<_> = lock(&inner.processes).drain(..).collect();
             lock(&inner.sessions).clear();
             // Concurrently: the whole stop sequence stays bounded whatever the pool size.
-            futures_util::future::join_all(processes.iter().map(|p| p.stop())).await;
+            let stops = futures_util::future::join_all(processes.iter().map(|p| p.stop()));
+            let discards =
+                futures_util::future::join_all(spares.into_iter().map(|s| inner.discard_spare(s)));
+            tokio::join!(stops, discards);
             if let Some(bridge) = inner.mcp.get().cloned().flatten() {
                 bridge.closed().await;
             }
         })
     }
 }
+
+/// How long shutdown waits for the warm-start tasks to end (they end at once: each
+/// watches the agent's stop).
+const WARM_TASKS_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Why a turn stopped early.
 enum Stop {

@@ -9,6 +9,7 @@
 //! a per-thread process the process stopped); the thread's next turn loads it again, so
 //! memory follows the threads in use, not the threads ever used.
 
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -35,22 +36,35 @@ pub(super) struct Bound {
     pub(super) used: Instant,
 }
 
+/// What a new thread took from its principal's spares (`spares.rs`).
+pub(super) enum Taken {
+    /// A session, now the thread's live one (announced by its first turn); the process
+    /// counts the turn.
+    Session(Busy),
+    /// A process alone, in the thread's pool: the turn makes the session.
+    Process(Busy),
+}
+
 impl Inner {
     /// The pool of the thread `thread_key` (a scoped key: see [`crate::access::scoped_key`]).
     pub(super) fn key_for(&self, thread_key: &str) -> PoolKey {
         let (principal, _) = crate::access::split_key(thread_key);
-        let per_thread = self
-            .workspaces
+        PoolKey {
+            principal: principal.to_owned(),
+            thread: self.pool_per_thread().then(|| thread_key.to_owned()),
+        }
+    }
+
+    /// Whether each thread has a pool of its own: each has its own workspace and the agent
+    /// is confined.
+    pub(super) fn pool_per_thread(&self) -> bool {
+        self.workspaces
             .as_ref()
             .is_some_and(|w| w.config().unit == Unit::Thread)
             && self
                 .confinement
                 .as_ref()
-                .is_ok_and(|c| *c != Confinement::None);
-        PoolKey {
-            principal: principal.to_owned(),
-            thread: per_thread.then(|| thread_key.to_owned()),
-        }
+                .is_ok_and(|c| *c != Confinement::None)
     }
 
     /// The agent home of `principal`: settings and session files of its processes.
@@ -92,7 +106,7 @@ impl Inner {
         {
             let mut processes = lock(&self.processes);
             processes.retain(|p| p.is_alive());
-            let pool = processes.iter().filter(|p| p.key == *key);
+            let pool = processes.iter().filter(|p| p.in_pool(key));
             // Marked used as it is handed out: the reaper does not stop it under the
             // session about to be made on it.
             if let Some(idle) = pool.clone().find(|p| p.active.load(Ordering::SeqCst) == 0) {
@@ -104,22 +118,46 @@ impl Inner {
                 return Ok(Busy::new(least.clone()));
             }
         }
-        let launch = self.launch(key).await?;
+        let thread_dir = match &key.thread {
+            Some(thread) => self.thread_dir(thread).await,
+            None => None,
+        };
+        let process = self.spawn_process(key, thread_dir.as_deref()).await?;
+        let busy = Busy::new(process.clone());
+        self.join_pool(process);
+        Ok(busy)
+    }
+
+    /// Adds a started process to the pools (its key says which), and starts the reaper.
+    pub(super) fn join_pool(self: &Arc<Self>, process: Arc<AcpProcess>) {
+        lock(&self.processes).push(process);
+        if !self.reaper.swap(true, Ordering::SeqCst) {
+            tokio::spawn(reap(Arc::downgrade(self)));
+        }
+    }
+
+    /// Starts and initializes a process of pool `key` (`thread_dir`: the workspace a process
+    /// of a thread's own may write), outside the pools: [`Inner::join_pool`] adds it.
+    pub(super) async fn spawn_process(
+        self: &Arc<Self>,
+        key: &PoolKey,
+        thread_dir: Option<&Path>,
+    ) -> Result<Arc<AcpProcess>, AgentError> {
+        let launch = self.launch(key, thread_dir).await?;
         let process = AcpProcess::spawn(&self.name, &launch, key.clone())
             .await
             .inspect_err(|_| self.health.spawn_failed())?;
         *lock(&self.prompt_capabilities) = Some(process.capabilities().prompt_capabilities.clone());
         *lock(&self.agent_info) = process.initialized.agent_info.clone();
-        let busy = Busy::new(process.clone());
-        lock(&self.processes).push(process);
-        if !self.reaper.swap(true, Ordering::SeqCst) {
-            tokio::spawn(reap(Arc::downgrade(self)));
-        }
-        Ok(busy)
+        Ok(process)
     }
 
     /// How to start a process of pool `key`.
-    async fn launch(self: &Arc<Self>, key: &PoolKey) -> Result<Launch, AgentError> {
+    async fn launch(
+        self: &Arc<Self>,
+        key: &PoolKey,
+        thread_dir: Option<&Path>,
+    ) -> Result<Launch, AgentError> {
         let unavailable = |message: String| AgentError::Failed {
             code: "AGENT_UNAVAILABLE".to_owned(),
             message: format!("cannot start agent {}: {message}", self.name),
@@ -133,7 +171,7 @@ impl Inner {
         };
         let home = self.home(&key.principal);
         let (config, host, key) = (self.config.clone(), self.host.clone(), key.clone());
-        let workspaces = self.workspaces.clone();
+        let (workspaces, thread_dir) = (self.workspaces.clone(), thread_dir.map(Path::to_owned));
         tokio::task::spawn_blocking(move || {
             Launch::new(
                 &config,
@@ -141,6 +179,7 @@ impl Inner {
                 workspaces.as_ref(),
                 &home,
                 &key,
+                thread_dir.as_deref(),
                 confinement,
                 mcp_port,
             )
@@ -163,7 +202,7 @@ impl Inner {
         if !process.is_alive() {
             return;
         }
-        if process.key.thread.is_some() {
+        if process.serves_one_thread() {
             self.forget_process(&process);
             process.stop().await;
             return;
@@ -233,12 +272,17 @@ async fn reap(inner: Weak<Inner>) {
             tracing::info!(agent = %inner.name, "closing an idle agent session");
             inner.close_session(bound, false).await;
         }
+        // A process holding a spare session is kept for its spare (which has a TTL of its
+        // own).
+        let spares = inner.pooled_spare_processes();
         let idle: Vec<Arc<AcpProcess>> = {
             let processes = lock(&inner.processes);
             processes
                 .iter()
                 .filter(|p| {
-                    p.active.load(Ordering::SeqCst) == 0 && p.idle_for() >= inner.config.idle_ttl
+                    p.active.load(Ordering::SeqCst) == 0
+                        && p.idle_for() >= inner.config.idle_ttl
+                        && !spares.iter().any(|s| Arc::ptr_eq(s, p))
                 })
                 .cloned()
                 .collect()

@@ -234,8 +234,8 @@ pub(super) struct AcpProcess {
     stderr_tail: Arc<Mutex<VecDeque<u8>>>,
     /// Turns in progress on this process.
     pub(super) active: AtomicUsize,
-    /// The pool it belongs to.
-    pub(super) key: PoolKey,
+    /// The pool it belongs to (a spare's is its thread's once a thread takes it).
+    key: Mutex<PoolKey>,
     last_used: Mutex<Instant>,
     pgid: Option<i32>,
     closing: CancellationToken,
@@ -281,11 +281,26 @@ impl AcpProcess {
             exit_status,
             stderr_tail,
             active: AtomicUsize::new(0),
-            key,
+            key: Mutex::new(key),
             last_used: Mutex::new(Instant::now()),
             pgid,
             closing,
         }))
+    }
+
+    /// Whether it belongs to pool `key`.
+    pub(super) fn in_pool(&self, key: &PoolKey) -> bool {
+        *lock(&self.key) == *key
+    }
+
+    /// Whether it serves one thread alone.
+    pub(super) fn serves_one_thread(&self) -> bool {
+        lock(&self.key).thread.is_some()
+    }
+
+    /// Moves it into pool `key` (a spare taken by its thread).
+    pub(super) fn assign(&self, key: PoolKey) {
+        *lock(&self.key) = key;
     }
 
     /// What the agent said it can do in its `initialize` answer.

@@ -10,6 +10,7 @@ use agent_client_protocol::v1::schema::{
     LoadSessionRequest,
 };
 
+use super::bind::Announce;
 use super::process::{self, Busy, SessionEvent};
 use super::transcript::transcript_of;
 use super::{Inner, lock};
@@ -114,7 +115,7 @@ impl Inner {
         }
         self.health.session_ok();
         self.remember(thread_id, &process, session_id);
-        lock(&self.bound_outside).insert(thread_id.to_owned(), "imported");
+        lock(&self.bound_outside).insert(thread_id.to_owned(), Announce::how("imported"));
         tracing::info!(session = %session_id, updates = updates.len(), "ACP session imported");
         Ok(transcript_of(&updates))
     }
@@ -166,7 +167,7 @@ impl Inner {
         if let Some(handle) = &mcp_handle {
             handle.set_session(&session);
         }
-        if process.key == self.key_for(new_thread_id) {
+        if process.in_pool(&self.key_for(new_thread_id)) {
             self.remember(new_thread_id, &process, &session);
         } else {
             // The fork was made on the source thread's process, which may not write the
@@ -175,7 +176,7 @@ impl Inner {
                 bridge.unbind(&session);
             }
         }
-        lock(&self.bound_outside).insert(new_thread_id.to_owned(), "forked");
+        lock(&self.bound_outside).insert(new_thread_id.to_owned(), Announce::how("forked"));
         tracing::info!(session = %session, "ACP session forked");
         Ok(session)
     }

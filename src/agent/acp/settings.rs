@@ -36,7 +36,12 @@ impl Inner {
             mode: turn.document["mode"].as_str(),
             config: &turn.document["config"],
         };
-        self.set(settings, current, process, session, sink).await
+        let mut changes = Vec::new();
+        let set = self
+            .set(settings, current, process, session, &mut changes)
+            .await;
+        show_changes(changes, sink).await?;
+        set
     }
 
     /// Applies the agent's configured session defaults (`mode`, `config_options`) to a
@@ -47,6 +52,24 @@ impl Inner {
         process: &AcpProcess,
         session: &str,
         sink: &EventSink,
+    ) -> Result<(), Stop> {
+        let mut changes = Vec::new();
+        let set = self
+            .set_defaults(created, process, session, &mut changes)
+            .await;
+        show_changes(changes, sink).await?;
+        set
+    }
+
+    /// [`Inner::apply_defaults`] with no run to show it to: what it changed in the
+    /// session's state goes to `changes` (a session made ahead shows them to its thread's
+    /// first turn).
+    pub(super) async fn set_defaults(
+        &self,
+        created: &SessionSettings,
+        process: &AcpProcess,
+        session: &str,
+        changes: &mut Vec<StateChange>,
     ) -> Result<(), Stop> {
         let Ok(defaults) = Settings::from_defaults(&self.config.session_defaults) else {
             // Checked when the configuration is read.
@@ -60,7 +83,7 @@ impl Inner {
             mode: mode.as_deref(),
             config: &config,
         };
-        self.set(defaults, current, process, session, sink).await
+        self.set(defaults, current, process, session, changes).await
     }
 
     /// Puts a session loaded or resumed after a restart back as the thread had it: the
@@ -113,17 +136,24 @@ impl Inner {
             mode: mode.as_deref(),
             config: &config,
         };
-        self.set(wanted, current, process, session, sink).await
+        let mut changes = Vec::new();
+        let set = self
+            .set(wanted, current, process, session, &mut changes)
+            .await;
+        show_changes(changes, sink).await?;
+        set
     }
 
-    /// Sets on the session what `settings` asks and `current` does not already have.
+    /// Sets on the session what `settings` asks and `current` does not already have; what
+    /// the agent took goes to `changes` for the state, in order, also when a later setting
+    /// is refused.
     async fn set(
         &self,
         settings: Settings,
         current: Current<'_>,
         process: &AcpProcess,
         session: &str,
-        sink: &EventSink,
+        changes: &mut Vec<StateChange>,
     ) -> Result<(), Stop> {
         let refused = |what: &str, error: agent_client_protocol::Error| {
             Stop::Failed(AgentError::Failed {
@@ -140,7 +170,7 @@ impl Inner {
                 .block_task()
                 .await
                 .map_err(|e| refused(&format!("mode {mode:?}"), e))?;
-            sink.set_state("/mode", json!(mode)).await?;
+            changes.push(("/mode", json!(mode)));
         }
         for (id, value) in settings.config_options {
             let now = current.config["configOptions"]
@@ -165,11 +195,24 @@ impl Inner {
                 .map_err(|e| refused(&format!("config option {id:?}"), e))?;
             let options = serde_json::to_value(&answer.config_options)
                 .map_err(|e| AgentError::Backend(format!("ACP config options: {e}")))?;
-            sink.set_state("/config", json!({ "configOptions": options }))
-                .await?;
+            changes.push(("/config", json!({ "configOptions": options })));
         }
         Ok(())
     }
+}
+
+/// A change of a session's shared state: a JSON pointer and its new value.
+pub(super) type StateChange = (&'static str, Value);
+
+/// Shows `changes` in the run's shared state, in order.
+pub(super) async fn show_changes(
+    changes: Vec<StateChange>,
+    sink: &EventSink,
+) -> Result<(), SinkClosed> {
+    for (pointer, value) in changes {
+        sink.set_state(pointer, value).await?;
+    }
+    Ok(())
 }
 
 /// A session's modes and config options, as the agent's answer to `session/new`,

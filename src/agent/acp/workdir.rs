@@ -40,20 +40,34 @@ impl Drop for TurnWorkspace {
 impl Inner {
     /// The working directory of thread `thread_key`'s sessions, made if it is new.
     pub(super) async fn workdir(&self, thread_key: &str) -> Result<PathBuf, AgentError> {
-        let Some(workspaces) = &self.workspaces else {
+        let Some(workspaces) = self.workspaces.clone() else {
             return Ok(self.shared_dir());
         };
         let (principal, thread) = crate::access::split_key(thread_key);
-        let dir = workspaces.dir_for(principal, thread);
-        let (workspaces, made) = (workspaces.clone(), dir.clone());
-        tokio::task::spawn_blocking(move || workspaces.prepare(&made))
+        let (principal, thread) = (principal.to_owned(), thread.to_owned());
+        tokio::task::spawn_blocking(move || {
+            let dir = workspaces.resolve(&principal, &thread);
+            workspaces.prepare(&dir).map(|()| dir)
+        })
+        .await
+        .map_err(|e| AgentError::Backend(format!("workspace: {e}")))?
+        .map_err(|e| AgentError::Failed {
+            code: "WORKSPACE_UNAVAILABLE".to_owned(),
+            message: format!("cannot make the thread's workspace: {e}"),
+        })
+    }
+
+    /// The workspace of thread `thread_key` (the spare it adopted, or its own), made or
+    /// not; `None` for an agent without workspaces.
+    pub(super) async fn thread_dir(&self, thread_key: &str) -> Option<PathBuf> {
+        let workspaces = self.workspaces.clone()?;
+        let (principal, thread) = crate::access::split_key(thread_key);
+        let (principal, thread) = (principal.to_owned(), thread.to_owned());
+        let own = workspaces.dir_for(&principal, &thread);
+        tokio::task::spawn_blocking(move || workspaces.resolve(&principal, &thread))
             .await
-            .map_err(|e| AgentError::Backend(format!("workspace: {e}")))?
-            .map_err(|e| AgentError::Failed {
-                code: "WORKSPACE_UNAVAILABLE".to_owned(),
-                message: format!("cannot make the thread's workspace: {e}"),
-            })?;
-        Ok(dir)
+            .ok()
+            .or(Some(own))
     }
 
     /// The directory of sessions that belong to no thread (the readiness probe's, a
@@ -85,8 +99,10 @@ impl Inner {
             return;
         }
         let (principal, thread) = crate::access::split_key(thread_key);
-        let dir = workspaces.dir_for(principal, thread);
-        let removed = tokio::task::spawn_blocking(move || workspaces.remove(&dir)).await;
+        let (principal, thread) = (principal.to_owned(), thread.to_owned());
+        let removed =
+            tokio::task::spawn_blocking(move || workspaces.remove_thread(&principal, &thread))
+                .await;
         let error = match removed {
             Ok(Ok(())) => return,
             Ok(Err(error)) => error.to_string(),
@@ -103,12 +119,12 @@ impl Inner {
         if workspaces.config().unit != Unit::Thread {
             return Ok(());
         }
-        let dir = |key: &str| {
-            let (principal, thread) = crate::access::split_key(key);
-            workspaces.dir_for(principal, thread)
-        };
-        let (from, to) = (dir(from), dir(to));
+        let (from, to) = (from.to_owned(), to.to_owned());
         tokio::task::spawn_blocking(move || {
+            let (principal, thread) = crate::access::split_key(&from);
+            let from = workspaces.resolve(principal, thread);
+            let (principal, thread) = crate::access::split_key(&to);
+            let to = workspaces.dir_for(principal, thread);
             if !from.exists() {
                 workspaces.prepare(&from)?;
             }
@@ -123,8 +139,7 @@ impl Inner {
     /// the quota while it runs.
     pub(super) async fn turn_workspace(&self, thread_key: &str) -> Option<TurnWorkspace> {
         let workspaces = self.workspaces.as_ref()?;
-        let (principal, thread) = crate::access::split_key(thread_key);
-        let dir = workspaces.dir_for(principal, thread);
+        let dir = self.thread_dir(thread_key).await?;
         let at = dir.clone();
         let before = tokio::task::spawn_blocking(move || Snapshot::take(&at))
             .await

@@ -200,7 +200,8 @@ fn valid_host(host: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']' | '_'))
 }
 
-/// Each agent's last known state; for `auth_required`, the auth methods it offers.
+/// Each agent's last known state; for `auth_required`, the auth methods it offers; for
+/// the operator, the spares ready of an agent that keeps them.
 pub(super) fn agents(app: &App, principal: &Principal) -> serde_json::Value {
     let statuses = app.runtime.agent_statuses();
     let agents: Vec<_> = app
@@ -210,9 +211,13 @@ pub(super) fn agents(app: &App, principal: &Principal) -> serde_json::Value {
         .map(|(name, description)| {
             let mut agent = json!({"name": name, "description": description});
             if let Some((_, status)) = statuses.iter().find(|(n, _)| n == name)
-                && let (Some(agent), Ok(serde_json::Value::Object(status))) =
+                && let (Some(agent), Ok(serde_json::Value::Object(mut status))) =
                     (agent.as_object_mut(), serde_json::to_value(status))
             {
+                // Every principal's spares: the operator's to see.
+                if !principal.is_operator() {
+                    status.remove("spares");
+                }
                 agent.extend(status);
             }
             agent

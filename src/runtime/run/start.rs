@@ -524,6 +524,10 @@ pub(in crate::runtime) fn start(
         document,
         tool_call_ids,
     } = turn_inputs(rt, thread, &run, &input);
+    // A session to restore is restored while the run's start is committed.
+    if let Some(session) = &session_id {
+        agent.prepare(thread.key.as_str(), session);
+    }
     record_start(rt, thread, &run, &new_messages);
 
     // Attached before the pump starts, so the disconnect watcher sees this stream.
