@@ -51,8 +51,9 @@
 //!
 //! Request log: with `SCRIPTED_AGENT_LOG=<path>`, a line is appended there for each
 //! `initialize` (`initialize <pid>`), `session/new` (`new <session> <pid> <cwd> <the names
-//! of its MCP servers, joined by commas>`), `session/load` (`load <session> <pid>`) and `session/prompt` (`prompt
-//! <session> <pid>`), so a test can tell which requests a process got, and when.
+//! of its MCP servers, joined by commas>`), `session/load` (`load <session> <pid>`),
+//! `session/prompt` (`prompt <session> <pid>`) and `session/close` (`close <session>
+//! <pid>`), so a test can tell which requests a process got, and when.
 //!
 //! Authentication switch: with `SCRIPTED_AGENT_AUTH_FILE=<path>`, the agent advertises two
 //! auth methods and, while that file exists, answers `session/new` with error -32000
@@ -1033,6 +1034,11 @@ async fn main() -> Result<(), Error> {
         )
         .on_receive_request(
             async move |request: CloseSessionRequest, responder, _cx| {
+                log_request(&format!(
+                    "close {} {}",
+                    request.session_id,
+                    std::process::id()
+                ));
                 mark(&request.session_id.to_string(), "closed");
                 let response = CloseSessionResponse::new();
                 responder.respond(response)

@@ -447,6 +447,7 @@ fn add_acp_json(value: &mut serde_json::Value, acp: &AcpConfig) {
     value["spares"] = json!(acp.warm.spares);
     value["spare_ttl"] = json!(format_duration(acp.warm.spare_ttl));
     value["spare_session"] = json!(acp.warm.spare_session);
+    value["spare_principals"] = json!(acp.warm.spare_principals);
     value["preload_sessions"] = json!(acp.warm.preload_sessions);
     for (key, name) in [("mode", "mode"), ("configOptions", "config_options")] {
         if let Some(set) = acp.session_defaults.get(key) {

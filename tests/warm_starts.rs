@@ -3,8 +3,9 @@
 //! `session/load` and `session/prompt`, and in which order: a new thread's first turn on a
 //! spare sends only its prompt, the spare is replaced, its session is the thread's (its
 //! workspace, its MCP endpoint, the agent's session defaults, as a fresh session's), no
-//! spares means nothing made, spares stop after their TTL, and a restarted daemon loads
-//! the recent threads' sessions before their turns come.
+//! spares means nothing made, spares stop after their TTL and are kept for the most
+//! recently seen principals only, and a restarted daemon loads the recent threads' sessions
+//! before their turns come.
 
 mod support;
 
@@ -471,5 +472,62 @@ async fn a_restarted_daemon_loads_the_recent_threads_sessions_before_their_turns
     .await;
     assert_eq!(session_of(&frames), sessions[0]);
     assert_eq!(text_of(&frames), "Echo: again");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn spares_are_kept_for_the_most_recently_seen_principals_only() {
+    let scratch = temp_dir("warm-principals");
+    let log = scratch.join("agent.log");
+    let l = log.clone();
+    let server = TestServer::with(move |c| {
+        let mut agent = agent("warm", 1, &l, None);
+        if let AgentKind::Acp(acp) = &mut agent.kind {
+            acp.warm.spare_principals = 1;
+        }
+        c.agents = vec![agent];
+    })
+    .await;
+    // The operator's spare, from the start.
+    wait_spares(&server, "warm", 1).await;
+    let operators = read_log(&log)
+        .into_iter()
+        .find(|l| l.what() == "new")
+        .expect("new");
+
+    // Alice's first turn: her spare is made, the operator's (seen less recently) goes.
+    let minted = server
+        .post("/tokens")
+        .json(&json!({"sub": "alice"}))
+        .sent()
+        .await;
+    assert_eq!(minted.status(), 200);
+    let token: Value = minted.json().await.expect("json");
+    let token = token["token"].as_str().expect("token").to_owned();
+    let response = client()
+        .post(server.url("/warm"))
+        .bearer_auth(&token)
+        .json(&run_body("a1", "a1-r1", "hello"))
+        .sent()
+        .await;
+    assert_eq!(response.status(), 200);
+    let frames = SseReader::new(response).collect().await;
+    assert_ne!(
+        session_of(&frames),
+        operators.session(),
+        "not the operator's"
+    );
+    let lines = wait_log(&log, "alice's spare, the operator's closed", |l| {
+        count(l, "new") == 3
+            && l.iter()
+                .any(|l| l.what() == "close" && l.session() == operators.session())
+    })
+    .await;
+    wait_spares(&server, "warm", 1).await;
+    assert_eq!(
+        count(&lines, "new"),
+        3,
+        "the operator's, alice's first session, alice's spare: {lines:?}"
+    );
     server.stop().await;
 }

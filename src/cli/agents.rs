@@ -167,7 +167,8 @@ fn acp_config(agent: &FileAgent, data_dir: &Path) -> Result<AcpConfig, ConfigErr
     })
 }
 
-/// An ACP agent's warm starts: `spares`, `spare_ttl`, `spare_session`, `preload_sessions`.
+/// An ACP agent's warm starts: `spares`, `spare_ttl`, `spare_session`, `spare_principals`,
+/// `preload_sessions`.
 fn warm_config(agent: &FileAgent) -> Result<Warm, ConfigError> {
     let defaults = Warm::default();
     let spare_ttl = match &agent.spare_ttl {
@@ -185,6 +186,7 @@ fn warm_config(agent: &FileAgent) -> Result<Warm, ConfigError> {
         spares: agent.spares.unwrap_or(defaults.spares),
         spare_ttl,
         spare_session: agent.spare_session.unwrap_or(defaults.spare_session),
+        spare_principals: agent.spare_principals.unwrap_or(defaults.spare_principals),
         preload_sessions: agent.preload_sessions.unwrap_or(defaults.preload_sessions),
     })
 }
@@ -272,6 +274,7 @@ fn agent_from_flag(spec: &str, data_dir: &Path) -> Result<AgentConfig, ConfigErr
             spares: None,
             spare_ttl: None,
             spare_session: None,
+            spare_principals: None,
             preload_sessions: None,
         },
         data_dir,

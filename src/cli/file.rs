@@ -222,6 +222,7 @@ pub(super) struct FileAgent {
     pub(super) spares: Option<usize>,
     pub(super) spare_ttl: Option<String>,
     pub(super) spare_session: Option<bool>,
+    pub(super) spare_principals: Option<usize>,
     /// Sessions of recently active threads loaded at start-up.
     pub(super) preload_sessions: Option<usize>,
 }

@@ -316,7 +316,7 @@ fn an_agent_s_warm_starts_are_read_with_their_defaults_and_a_zero_ttl_refused() 
     let defaults = warm("").expect("defaults");
     assert_eq!(defaults, crate::config::Warm::default());
     assert_eq!(defaults.spares, 0, "nothing made ahead unless asked");
-    let set = warm("spares = 2\nspare_ttl = \"5m\"\nspare_session = false\npreload_sessions = 3\n")
+    let set = warm("spares = 2\nspare_ttl = \"5m\"\nspare_session = false\nspare_principals = 4\npreload_sessions = 3\n")
         .expect("set");
     assert_eq!(
         set,
@@ -324,6 +324,7 @@ fn an_agent_s_warm_starts_are_read_with_their_defaults_and_a_zero_ttl_refused() 
             spares: 2,
             spare_ttl: std::time::Duration::from_secs(300),
             spare_session: false,
+            spare_principals: 4,
             preload_sessions: 3,
         }
     );

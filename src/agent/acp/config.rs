@@ -53,6 +53,9 @@ pub struct Warm {
     /// Whether a spare holds a session made ahead (`spare_session`, default true), or only
     /// its process.
     pub spare_session: bool,
+    /// For how many principals at most spares are kept (`spare_principals`): the most
+    /// recently seen ones.
+    pub spare_principals: usize,
     /// At start-up, the sessions of this many of the agent's most recently active threads
     /// (active within `session_ttl`) are loaded ahead (`preload_sessions`).
     pub preload_sessions: usize,
@@ -64,6 +67,7 @@ impl Default for Warm {
             spares: 0,
             spare_ttl: Duration::from_secs(600),
             spare_session: true,
+            spare_principals: 16,
             preload_sessions: 0,
         }
     }

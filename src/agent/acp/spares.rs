@@ -18,13 +18,16 @@
 //!   never taken.
 //!
 //! Whose: the operator's from the start, any other principal's from its first turn on (the
-//! daemon does not know a principal before it sees one). A principal with no turn for
-//! `spare_ttl` has its spares stopped (a spare's own process stopped, a session made ahead
-//! closed and deleted, an unadopted workspace removed); they are made again at its next
-//! turn. A spare is not a run: it takes no admission slot and counts against no limit of
-//! its principal; its process is shown among the agent's idle processes. One spare is made
-//! at a time per agent; after a failure the next try waits (5 s, doubling up to 5 min).
-//! With `spares = 0` (the default) nothing is made and no task started.
+//! daemon does not know a principal before it sees one), for at most `spare_principals`
+//! principals (the most recently seen). A principal with no turn for `spare_ttl` has its
+//! spares stopped (a spare's own process stopped, a session made ahead closed and deleted,
+//! an unadopted workspace removed); they are made again at its next turn. A spare is not a
+//! run: it takes no admission slot and counts against no limit of its principal; its
+//! process is shown among the agent's idle processes. One spare is made at a time per
+//! agent, and none while a turn that took one still runs (for 10 s at most: starting an
+//! agent takes CPU that turn should have); after a failure the next try waits (5 s,
+//! doubling up to 5 min). With `spares = 0` (the default) nothing is made and no task
+//! started.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -47,6 +50,8 @@ use super::{Inner, Stop, lock};
 use crate::agent::AgentError;
 use crate::workspace::{Unit, Workspaces};
 
+/// How long at most a taken spare's replacement waits for the turn that took it.
+const DEFER_MOST: Duration = Duration::from_secs(10);
 /// The first wait after a failed spare, doubled after each further failure.
 const RETRY_FIRST: Duration = Duration::from_secs(5);
 /// The longest wait between tries.
@@ -62,6 +67,9 @@ pub(super) struct Spares {
     keeper: AtomicBool,
     /// Whether a spare is being made (one at a time).
     making: AtomicBool,
+    /// Threads whose turn that took a spare still runs, and since when: no spare is made
+    /// meanwhile (for at most [`DEFER_MOST`]), so making one does not slow that turn down.
+    taking: Mutex<HashMap<String, Instant>>,
 }
 
 /// One principal's spares.
@@ -106,14 +114,25 @@ impl Inner {
         if self.config.warm.spares == 0 || self.stopped.is_cancelled() {
             return;
         }
-        let fresh = {
+        let (fresh, evicted) = {
             let mut stock = lock(&self.spares.stock);
             match stock.get_mut(principal) {
                 Some(stock) => {
                     stock.seen = Instant::now();
-                    false
+                    (false, Vec::new())
                 }
                 None => {
+                    // Past `spare_principals`, the least recently seen principal's go.
+                    let mut evicted = Vec::new();
+                    if stock.len() >= self.config.warm.spare_principals.max(1)
+                        && let Some(oldest) = stock
+                            .iter()
+                            .min_by_key(|(_, s)| s.seen)
+                            .map(|(p, _)| p.clone())
+                        && let Some(gone) = stock.remove(&oldest)
+                    {
+                        evicted = gone.ready;
+                    }
                     stock.insert(
                         principal.to_owned(),
                         Stock {
@@ -123,10 +142,18 @@ impl Inner {
                             failures: 0,
                         },
                     );
-                    true
+                    (true, evicted)
                 }
             }
         };
+        if !evicted.is_empty() {
+            let inner = self.clone();
+            self.tasks.spawn(async move {
+                for spare in evicted {
+                    inner.discard_spare(spare).await;
+                }
+            });
+        }
         if !self.spares.keeper.swap(true, Ordering::SeqCst) {
             let wake = self.spares.wake.clone();
             let stopped = self.stopped.clone();
@@ -153,7 +180,6 @@ impl Inner {
                 .position(|s| s.process.is_alive() && (s.session.is_some() || !s.pooled))?;
             ready.remove(at)
         };
-        self.spares.wake.notify_one();
         if let (Some(dir), Some(workspaces)) = (&spare.workspace, self.workspaces.clone()) {
             let (p, t, d) = (principal.to_owned(), thread.to_owned(), dir.clone());
             let adopted = tokio::task::spawn_blocking(move || workspaces.adopt(&p, &t, &d)).await;
@@ -163,6 +189,8 @@ impl Inner {
                 return None;
             }
         }
+        // Its replacement waits for this turn.
+        lock(&self.spares.taking).insert(thread_key.to_owned(), Instant::now());
         let Spare {
             process,
             pooled,
@@ -190,6 +218,13 @@ impl Inner {
             }
             None => Taken::Process(busy),
         })
+    }
+
+    /// The turn of `thread_key` ended: a replacement of the spare it took may be made now.
+    pub(super) fn turn_ended(&self, thread_key: &str) {
+        if self.config.warm.spares > 0 && lock(&self.spares.taking).remove(thread_key).is_some() {
+            self.spares.wake.notify_one();
+        }
     }
 
     /// Spares ready now (every principal's).
@@ -300,6 +335,13 @@ impl Inner {
     fn fill_spares(self: &Arc<Self>) {
         if self.stopped.is_cancelled() || self.spares.making.load(Ordering::SeqCst) {
             return;
+        }
+        {
+            let mut taking = lock(&self.spares.taking);
+            taking.retain(|_, at| at.elapsed() < DEFER_MOST);
+            if !taking.is_empty() {
+                return;
+            }
         }
         let (wanted, now) = (self.config.warm.spares, Instant::now());
         let principal = lock(&self.spares.stock)
@@ -537,8 +579,9 @@ async fn keep(inner: Weak<Inner>, wake: Arc<Notify>, stopped: CancellationToken)
     }
     loop {
         let period = match inner.upgrade() {
-            Some(inner) => (inner.config.warm.spare_ttl / 4)
-                .clamp(Duration::from_millis(100), Duration::from_secs(30)),
+            Some(inner) => {
+                (inner.config.warm.spare_ttl / 4).clamp(Duration::from_millis(100), DEFER_MOST)
+            }
             None => return,
         };
         tokio::select! {

@@ -29,6 +29,15 @@ const CANCEL_WAIT: Duration = Duration::from_millis(1000);
 /// The agent's answer to a prompt.
 type PromptResult = Result<PromptResponse, agent_client_protocol::Error>;
 
+/// Tells the spares when a turn is over, however it ends (see `spares.rs`).
+struct TurnEnded<'a>(&'a Inner, &'a str);
+
+impl Drop for TurnEnded<'_> {
+    fn drop(&mut self) {
+        self.0.turn_ended(self.1);
+    }
+}
+
 /// A turn's prompt in flight: where the agent's events about its session come from, and
 /// where they go.
 struct InFlight<'a> {
@@ -55,6 +64,7 @@ impl Inner {
         turn: Turn,
         sink: &EventSink,
     ) -> Result<TurnEnd, Stop> {
+        let _ended = TurnEnded(self, &turn.thread_id);
         let input = self.input_for(&turn);
         let (busy, session) = match self.session_for(&turn, sink).await {
             Ok(bound) => bound,
