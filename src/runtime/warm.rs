@@ -1,7 +1,9 @@
 //! Warm starts at start-up: each agent is told once to make ahead what it keeps warm
 //! (`Agent::warm_up`), with the threads it asked for (`Agent::warm_threads`): its most
 //! recently active threads that have an agent session, active within the age it gave,
-//! newest first, read from the store's listing by activity.
+//! newest first, read from the store's listing by activity. Those threads are loaded into
+//! memory first (under the memory budget, as a run would load them), so their first run
+//! after the restart does not wait for the store either.
 //!
 //! Not in a cluster: which node serves a thread is settled by its lease when a run comes,
 //! so a node loading sessions for threads at start-up could load another node's; there
@@ -9,6 +11,7 @@
 
 use std::sync::Arc;
 
+use crate::access::ThreadKey;
 use crate::agent::Agent;
 use crate::clock::now_ms;
 use crate::store::ListScope;
@@ -25,11 +28,9 @@ impl Runtime {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let inner = Arc::downgrade(&self.inner);
+        let runtime = self.clone();
         handle.spawn(async move {
-            let Some(inner) = inner.upgrade() else {
-                return;
-            };
+            let inner = runtime.inner.clone();
             let agents: Vec<(String, Arc<dyn Agent>)> = inner
                 .agents
                 .iter()
@@ -43,9 +44,18 @@ impl Runtime {
                     }
                     _ => Vec::new(),
                 };
+                for (key, _) in &recent {
+                    if let Err(error) = runtime.load_thread(key).await {
+                        tracing::debug!(?error, "a recent thread was not loaded ahead");
+                    }
+                }
                 if inner.draining.load(std::sync::atomic::Ordering::SeqCst) {
                     return;
                 }
+                let recent = recent
+                    .into_iter()
+                    .map(|(key, session)| (key.as_str().to_owned(), session))
+                    .collect();
                 agent.warm_up(recent);
             }
         });
@@ -59,7 +69,7 @@ async fn recent_threads(
     agent: &str,
     count: usize,
     within: std::time::Duration,
-) -> Vec<(String, String)> {
+) -> Vec<(ThreadKey, String)> {
     let page = store
         .list_threads(
             count + SLACK,
@@ -79,7 +89,7 @@ async fn recent_threads(
     page.threads
         .into_iter()
         .filter(|row| row.updated_at >= since)
-        .filter_map(|row| Some((row.key.as_str().to_owned(), row.session_id?)))
+        .filter_map(|row| Some((row.key, row.session_id?)))
         .take(count)
         .collect()
 }
