@@ -13,8 +13,8 @@
 //! | `idle` | memory per idle stream, for each N of `--idle-streams`: the server's RSS before, then N open streams of `/slow 2 60000` (the first chunk, then a minute of silence), the RSS once every stream got its first `TEXT_MESSAGE_CONTENT`; (after - before) / N in kB. Then every connection is dropped (and, before a next N, `--idle-settle` is waited) |
 //! | `rss-after` | the server's RSS after `--rss-runs` finished runs of about `--rss-events` events each, `--rss-parallel` at a time, read after the last stream ended; its peak RSS (VmHWM); its RSS again after `--rss-wait` seconds (MiB) |
 //! | `all` | all of them, in that order |
-//! | `agent-turns` | not in `all`: an ACP agent (`--agent`) on a model scripted to answer "bench-turn" (`scripts/bench.sh` sets it up): `--turn-threads` new threads, one after the other, each a first turn then `--warm-turns` turns; time to the first event, to the first text delta and to the end of the stream, medians per kind of turn. The conversations go to `--turns-file` |
-//! | `agent-restart` | not in `all`: the conversations of `--turns-file` on a restarted daemon: each thread's next turn, the same times |
+//! | `agent-turns` | not in `all`: an ACP agent (`--agent`) on a model scripted to answer "bench-turn" (`scripts/bench.sh` sets it up): after `--settle` seconds, `--turn-threads` new threads, one after the other, each a first turn then `--warm-turns` turns; time to the first event, to the first text delta and to the end of the stream, medians per kind of turn. The conversations go to `--turns-file` |
+//! | `agent-restart` | not in `all`: the conversations of `--turns-file` on a restarted daemon: after `--settle` seconds, each thread's next turn, the same times |
 //!
 //! A `tcp://HOST:PORT` URL names the raw TCP baseline (`examples/bare_sse.rs --mode
 //! raw-tcp`, no HTTP): the same runs and the same counting of the stream's bytes, for
@@ -166,6 +166,15 @@ struct Args {
     /// agent-turns, agent-restart: seconds a turn may take.
     #[arg(long, default_value_t = 120.0)]
     turn_timeout: f64,
+    /// agent-turns, agent-restart: a word in the measures' names after `agent_`
+    /// (`--turns-tag cold` reports `agent_cold_warm_turn_ms`, ...), to tell configurations
+    /// apart.
+    #[arg(long)]
+    turns_tag: Option<String>,
+    /// agent-turns, agent-restart: seconds to wait before the first turn (a daemon just
+    /// started makes what it keeps warm meanwhile).
+    #[arg(long, default_value_t = 0.0)]
+    settle: f64,
     /// Speak HTTP/2 with prior knowledge (h2c) instead of HTTP/1.1.
     #[arg(long)]
     http2: bool,
@@ -957,6 +966,10 @@ impl Conversation {
 /// The timings of some turns: time to the first event (`RUN_STARTED`), to the first text
 /// delta (the agent's answer), and to the end of the stream, medians in ms.
 fn report_turns(report: &Report<'_>, scenario: &str, kind: &str, turns: &[RunStats]) {
+    let kind = match &report.args.turns_tag {
+        Some(tag) => format!("{tag}_{kind}"),
+        None => kind.to_owned(),
+    };
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
@@ -994,6 +1007,7 @@ fn report_turns(report: &Report<'_>, scenario: &str, kind: &str, turns: &[RunSta
 /// `agent_warm_*`). The conversations are written to `--turns-file` for `agent-restart`.
 async fn agent_turns(args: &Args, client: &Client, report: &Report<'_>) -> Result<(), String> {
     let path = args.turns_file.as_ref().ok_or("needs --turns-file")?;
+    tokio::time::sleep(Duration::from_secs_f64(args.settle)).await;
     let (mut first, mut warm, mut conversations) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..args.turn_threads {
         let mut conversation = Conversation {
@@ -1022,6 +1036,7 @@ async fn agent_restart(args: &Args, client: &Client, report: &Report<'_>) -> Res
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut conversations: Vec<Conversation> =
         serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    tokio::time::sleep(Duration::from_secs_f64(args.settle)).await;
     let mut after = Vec::with_capacity(conversations.len());
     for conversation in &mut conversations {
         after.push(conversation.turn(args, client).await?);

@@ -35,12 +35,14 @@
 # Code adapter is installed (AGUI_REAL_AGENTS, default target/tools/real-agents, the folder
 # `scripts/real-agents.sh --install-only` installs it into and prints; AGUI_REAL_AGENTS=
 # (empty) skips it): agui-serve with Claude Code on the scripted model
-# (examples/scripted_model.rs), once per round: new threads' first turns and warm turns
-# (loadgen's agent-turns), then the daemon restarted on the same data and each thread's next
-# turn (agent-restart). Reported as medians and as ratios to the warm turn. Without the
-# adapter it says so and goes on.
+# (examples/scripted_model.rs), once per round and per configuration (warm starts: a spare
+# per principal and the recent threads' sessions loaded at start-up; then none): new
+# threads' first turns and warm turns (loadgen's agent-turns), then the daemon restarted on
+# the same data and each thread's next turn (agent-restart). Reported as medians and as
+# ratios to the same configuration's warm turn. Without the adapter it says so and goes on.
 #
 # Environment: SCENARIOS (comma-separated loadgen scenarios and real-agent; default all),
+# AGENT_SETTLE (seconds the real-agent phase waits after each daemon start; default 15),
 # IDLE_STREAMS (idle levels; default "2000 10000"), LOADGEN (the load client; default
 # target/release/examples/loadgen), LOADGEN_ARGS (extra loadgen flags), DAEMON_ARGS (extra
 # server flags), OUT (keep the raw JSON lines in this file), BENCH_TMP (where the servers'
@@ -247,6 +249,7 @@ bench_one() {
 # The real-agent phase's scripted model and configuration (once), then per round:
 # agent_round ROUND.
 agent_tools="${AGUI_REAL_AGENTS-$root/target/tools/real-agents}"
+agent_settle="${AGENT_SETTLE:-15}"
 agent_note=""
 if [ -n "$real_agent" ] && [ -z "$agent_tools" ]; then
   agent_note="real-agent phase skipped: AGUI_REAL_AGENTS is empty"
@@ -273,8 +276,11 @@ if [ -n "$real_agent" ]; then
   done
   [ -n "$model_url" ] || { echo "the scripted model did not start:" >&2; cat "$work/model.err" >&2; exit 1; }
   # Claude Code as tests/real_agents.rs and scripts/browser-real-agents.sh run it: each
-  # thread its own workspace and confined process, the model on loopback, mode "default".
-  cat >"$work/agent.toml" <<TOML
+  # thread its own workspace and confined process, the model on loopback, mode "default";
+  # agent.toml with warm starts (a spare per principal, the recent threads' sessions
+  # loaded at start-up), agent-cold.toml without.
+  for config in agent agent-cold; do
+    cat >"$work/$config.toml" <<TOML
 [[agents]]
 name = "claude"
 kind = "acp"
@@ -285,23 +291,32 @@ mode = "default"
 workspace = { source = "empty" }
 sandbox = { read = ["$agent_tools"], connect = [${model_url##*:}] }
 TOML
+  done
+  printf 'spares = 1\npreload_sessions = 8\n' >>"$work/agent.toml"
 fi
-agent_round() {
-  local round="$1" dir bin="$root/target/release/agui-serve"
+# agent_phase ROUND CONFIG [TAG]: the real agent's turns on a daemon with CONFIG (its
+# measures named agent_TAG_... when TAG is given), then on the daemon restarted.
+agent_phase() {
+  local round="$1" config="$2" tag="${3:-}" dir bin="$root/target/release/agui-serve"
   dir="$(mktemp -d "$work/real-agent-$round.XXXXXX")"
-  start_server agui-serve "$bin" "$dir" --config "$work/agent.toml"
-  echo "round $round agui-serve (real agent): new threads and warm turns at $server_url (pid $server_pid)" >&2
-  load agui-serve "$round" "real agent" "$dir" --agent claude --scenario agent-turns \
-    --turns-file "$dir/turns.json"
+  start_server agui-serve "$bin" "$dir" --config "$work/$config.toml"
+  echo "round $round agui-serve (real agent, $config): new threads and warm turns at $server_url (pid $server_pid)" >&2
+  load agui-serve "$round" "real agent, $config" "$dir" --agent claude --scenario agent-turns \
+    --turns-file "$dir/turns.json" --settle "$agent_settle" ${tag:+--turns-tag "$tag"}
   stop_server
   if [ -s "$dir/turns.json" ]; then
-    start_server agui-serve "$bin" "$dir" --config "$work/agent.toml"
-    echo "round $round agui-serve (real agent): restarted at $server_url (pid $server_pid)" >&2
-    load agui-serve "$round" "real agent, restarted" "$dir" --agent claude --scenario agent-restart \
-      --turns-file "$dir/turns.json"
+    start_server agui-serve "$bin" "$dir" --config "$work/$config.toml"
+    echo "round $round agui-serve (real agent, $config): restarted at $server_url (pid $server_pid)" >&2
+    load agui-serve "$round" "real agent, $config, restarted" "$dir" --agent claude \
+      --scenario agent-restart --turns-file "$dir/turns.json" --settle "$agent_settle" \
+      ${tag:+--turns-tag "$tag"}
     stop_server
   fi
   rm -rf "$dir"
+}
+agent_round() {
+  agent_phase "$1" agent
+  agent_phase "$1" agent-cold cold
 }
 
 started=$SECONDS
@@ -400,12 +415,15 @@ for key in measures:
 print("\n".join(table))
 
 # The real-agent phase: each kind of turn's medians over the rounds, and its ratio to the
-# warm turn (a turn on the thread's live agent process and session).
+# warm turn (a turn on the thread's live agent process and session) of the same
+# configuration: with warm starts (spares, sessions loaded at start-up), then without
+# (measures tagged cold_).
 KINDS = [("new_thread", "new thread's first turn"), ("warm", "warm turn"),
          ("restart", "first turn after a restart")]
+CONFIGS = [("", "warm starts"), ("cold_", "no warm starts")]
 WHATS = [("first_event", "first event"), ("first_text", "first text"), ("turn", "whole turn")]
-def agent(kind, what):
-    return median(f"{AGENT}{kind}_{what}_ms", subject)
+def agent(tag, kind, what):
+    return median(f"{AGENT}{tag}{kind}_{what}_ms", subject)
 agent_table = []
 if any(key.startswith(AGENT) for key in units):
     agent_table = ["| turn | " + " | ".join(f"{name} ms" for _, name in WHATS) + " | "
@@ -413,16 +431,32 @@ if any(key.startswith(AGENT) for key in units):
                    "|---" * (1 + 2 * len(WHATS)) + "|"]
     print()
     print(f"real agent: Claude Code on the scripted model behind {subject}, medians over the rounds, ratios to the warm turn")
-    print(f"{'turn':28}" + "".join(f" {name + ' ms':>15}" for _, name in WHATS)
+    print(f"{'turn':46}" + "".join(f" {name + ' ms':>15}" for _, name in WHATS)
           + "".join(f" {name + ' / warm':>20}" for _, name in WHATS))
-    for kind, name in KINDS:
-        ms = [agent(kind, what) for what, _ in WHATS]
-        ratios = [a / w if a == a and w == w and w else nan
-                  for a, w in zip(ms, [agent("warm", what) for what, _ in WHATS])]
-        print(f"{name:28}" + "".join(f" {fmt(x):>15}" for x in ms)
-              + "".join(f" {fmt_ratio(x):>20}" for x in ratios))
-        agent_table.append(f"| {name} | " + " | ".join(fmt(x) for x in ms) + " | "
-                           + " | ".join(fmt_ratio(x) for x in ratios) + " |")
+    for tag, config in CONFIGS:
+        if not any(key.startswith(f"{AGENT}{tag}warm_") for key in units):
+            continue
+        for kind, kind_name in KINDS:
+            name = f"{kind_name}, {config}"
+            ms = [agent(tag, kind, what) for what, _ in WHATS]
+            ratios = [a / w if a == a and w == w and w else nan
+                      for a, w in zip(ms, [agent(tag, "warm", what) for what, _ in WHATS])]
+            print(f"{name:46}" + "".join(f" {fmt(x):>15}" for x in ms)
+                  + "".join(f" {fmt_ratio(x):>20}" for x in ratios))
+            agent_table.append(f"| {name} | " + " | ".join(fmt(x) for x in ms) + " | "
+                               + " | ".join(fmt_ratio(x) for x in ratios) + " |")
+    # Spares are made in the background while the warm turns run: the warm-start turns also
+    # against the warm turn of the configuration that makes nothing.
+    if all(any(key.startswith(f"{AGENT}{tag}warm_") for key in units) for tag, _ in CONFIGS):
+        for kind, kind_name in KINDS:
+            name = f"{kind_name}, warm starts / warm turn, no warm starts"
+            ratios = [a / w if a == a and w == w and w else nan
+                      for a, w in ((agent("", kind, what), agent("cold_", "warm", what))
+                                   for what, _ in WHATS)]
+            print(f"{name:46}" + "".join(f" {'':>15}" for _ in WHATS)
+                  + "".join(f" {fmt_ratio(x):>20}" for x in ratios))
+            agent_table.append(f"| {name} | " + " | ".join("" for _ in WHATS) + " | "
+                               + " | ".join(fmt_ratio(x) for x in ratios) + " |")
     print()
     print("\n".join(agent_table))
 agent_note = os.environ.get("BENCH_AGENT_NOTE", "")
