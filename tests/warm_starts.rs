@@ -46,6 +46,7 @@ fn agent(name: &str, spares: usize, log: &Path, workspaces: Option<&Path>) -> Ag
         description: "scripted".to_owned(),
         hitl: Hitl::Tool,
         multitask: Default::default(),
+        budget: None,
         kind: AgentKind::Acp(config),
     }
 }
