@@ -5,7 +5,7 @@
 //! workspace, its MCP endpoint, the agent's session defaults, as a fresh session's), no
 //! spares means nothing made, spares stop after their TTL and are kept for the most
 //! recently seen principals only, and a restarted daemon loads the recent threads' sessions
-//! before their turns come.
+//! before their turns come (and asks once for a session the agent will not load).
 
 mod support;
 
@@ -529,6 +529,52 @@ async fn spares_are_kept_for_the_most_recently_seen_principals_only() {
         count(&lines, "new"),
         3,
         "the operator's, alice's first session, alice's spare: {lines:?}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_session_the_agent_will_not_load_is_asked_for_once_after_a_restart() {
+    let scratch = temp_dir("warm-unloadable");
+    let (log, state) = (scratch.join("agent.log"), scratch.join("state"));
+    std::fs::create_dir_all(&state).expect("state dir");
+    let data = temp_dir("warm-unloadable-data");
+    let (l, s, d) = (log.clone(), state.clone(), data.clone());
+    let configure = move |c: &mut agui_serve::config::Config| {
+        c.data_dir = d.clone();
+        let mut agent = agent("warm", 0, &l, None);
+        if let AgentKind::Acp(acp) = &mut agent.kind {
+            acp.env
+                .insert("SCRIPTED_AGENT_STATE".to_owned(), s.display().to_string());
+            acp.sandbox.write.push(s.clone());
+        }
+        c.agents = vec![agent];
+    };
+    let server = TestServer::with(configure.clone()).await;
+    let mut history = Vec::new();
+    let frames = run(&server, "warm", &next_turn("u", 1, &mut history, "hello")).await;
+    let session = session_of(&frames);
+    server.stop().await;
+    // The agent forgets the session.
+    std::fs::remove_file(state.join(format!("{session}.jsonl"))).expect("its history");
+
+    let server = TestServer::with(configure).await;
+    let frames = run(&server, "warm", &next_turn("u", 2, &mut history, "again")).await;
+    assert_eq!(text_of(&frames), "Echo: again");
+    assert_ne!(session_of(&frames), session, "a new session");
+    let thread: Value = get_json(&server, "/threads/u").await.1;
+    assert_eq!(
+        thread["metadata"]["session"]["how"],
+        "new (earlier session could not be restored)"
+    );
+    let lines = read_log(&log);
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.what() == "load" && l.session() == session)
+            .count(),
+        1,
+        "the load the run's admission started, and no second one: {lines:?}"
     );
     server.stop().await;
 }

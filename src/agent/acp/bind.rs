@@ -105,7 +105,9 @@ impl Inner {
         let busy = self.acquire(&self.key_for(&turn.thread_id)).await?;
         let process = busy.0.clone();
         let (mcp_servers, mcp_handle) = self.mcp_servers(&process).await;
-        if let Some(stored) = &turn.session_id {
+        // A load ahead that the agent refused is not tried again.
+        let refused = self.load_refused(&turn.thread_id);
+        if let Some(stored) = turn.session_id.as_ref().filter(|_| !refused) {
             let restored = self
                 .restore(
                     &turn.cancel,

@@ -7,12 +7,13 @@
 //! (active within `session_ttl`, newest first; `Agent::warm_up`). The thread's turn waits
 //! for a load in flight, then finds the session live, bound outside a turn: its run is
 //! told what a load in the turn would have told it (`loaded` or `resumed`, the session's
-//! modes and options, then set back to the thread's mode and options). A load that fails
-//! leaves nothing behind: the turn restores the session as it would have (and starts a new
-//! one if that fails too). A session loaded ahead that no turn uses is closed after
-//! `session_ttl`, like any other.
+//! modes and options, then set back to the thread's mode and options). A load the agent
+//! refuses is not tried again: the turn starts a new session, as it would have after its
+//! own load was refused; one that could not be tried (no process) leaves nothing behind and
+//! the turn tries as it would have. A session loaded ahead that no turn uses is closed
+//! after `session_ttl`, like any other.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -31,6 +32,19 @@ use crate::agent::Turn;
 pub(super) struct Preparing {
     loads: std::sync::Mutex<HashMap<String, Load>>,
     next: std::sync::atomic::AtomicU64,
+    /// Threads whose stored session the agent would not load or resume ahead, until
+    /// their turn reads it.
+    refused: std::sync::Mutex<HashSet<String>>,
+}
+
+/// How a load ahead went.
+enum Loaded {
+    /// The session is live on the process: how it came, its modes and options.
+    Live(Arc<AcpProcess>, &'static str, SessionSettings),
+    /// The agent answered that it cannot load or resume it.
+    Refused,
+    /// It could not be tried (no workspace, no process, a timeout, the agent stopping).
+    Untried,
 }
 
 /// A load in flight.
@@ -67,7 +81,7 @@ impl Inner {
         self.tasks.spawn(async move {
             let loaded = tokio::select! {
                 loaded = inner.load_ahead(&thread, &stored) => loaded,
-                () = inner.stopped.cancelled() => None,
+                () = inner.stopped.cancelled() => Loaded::Untried,
             };
             // Still wanted unless the thread was deleted meanwhile.
             let wanted = {
@@ -78,7 +92,10 @@ impl Inner {
                 }
                 ours && !inner.stopped.is_cancelled()
             };
-            if let Some((process, how, settings)) = loaded {
+            if let (Loaded::Refused, true) = (&loaded, wanted) {
+                lock(&inner.preparing.refused).insert(thread.clone());
+            }
+            if let Loaded::Live(process, how, settings) = loaded {
                 if wanted {
                     inner.remember(&thread, &process, &stored);
                     let announce = Announce {
@@ -120,17 +137,23 @@ impl Inner {
     /// A thread was deleted: a load in flight is no longer wanted.
     pub(super) fn forget_load(&self, thread_key: &str) {
         lock(&self.preparing.loads).remove(thread_key);
+        lock(&self.preparing.refused).remove(thread_key);
+    }
+
+    /// Whether the agent refused to load the thread's session ahead (once: the mark goes).
+    pub(super) fn load_refused(&self, thread_key: &str) -> bool {
+        lock(&self.preparing.refused).remove(thread_key)
     }
 
     /// The load itself: the thread's workspace, the process its turn would use, the
-    /// session restored there (`None`: it could not be).
-    async fn load_ahead(
-        self: &Arc<Self>,
-        thread: &str,
-        stored: &str,
-    ) -> Option<(Arc<AcpProcess>, &'static str, SessionSettings)> {
-        let cwd = self.workdir(thread).await.ok()?;
-        let busy = self.acquire(&self.key_for(thread)).await.ok()?;
+    /// session restored there.
+    async fn load_ahead(self: &Arc<Self>, thread: &str, stored: &str) -> Loaded {
+        let Ok(cwd) = self.workdir(thread).await else {
+            return Loaded::Untried;
+        };
+        let Ok(busy) = self.acquire(&self.key_for(thread)).await else {
+            return Loaded::Untried;
+        };
         let process = busy.0.clone();
         let (mcp_servers, mcp_handle) = self.mcp_servers(&process).await;
         let cancel = self.stopped.child_token();
@@ -144,19 +167,16 @@ impl Inner {
                 mcp_handle.as_ref(),
             )
             .await;
+        if let Ok(Some((how, settings))) = restored {
+            tracing::info!(agent = %self.name, session = %stored, "session loaded ahead of its turn");
+            return Loaded::Live(process, how, settings);
+        }
+        if let (Some(handle), Some(bridge)) = (&mcp_handle, self.mcp.get().cloned().flatten()) {
+            bridge.release(handle);
+        }
         match restored {
-            Ok(Some((how, settings))) => {
-                tracing::info!(agent = %self.name, session = %stored, "session loaded ahead of its turn");
-                Some((process, how, settings))
-            }
-            _ => {
-                if let (Some(handle), Some(bridge)) =
-                    (&mcp_handle, self.mcp.get().cloned().flatten())
-                {
-                    bridge.release(handle);
-                }
-                None
-            }
+            Ok(_) => Loaded::Refused,
+            Err(_) => Loaded::Untried,
         }
     }
 }
