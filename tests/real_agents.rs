@@ -709,3 +709,74 @@ async fn two_claude_threads_at_once() {
     );
     assert_ne!(sl, sr, "each thread its own session");
 }
+
+#[tokio::test]
+#[ignore = "needs the real adapters: scripts/test.sh installs them"]
+async fn claude_on_a_spare_keeps_its_session_across_a_restart_loaded_ahead() {
+    let model = ScriptedModel::start().await;
+    model.script("spare-one", vec![Step::Say("First answer.".to_owned())]);
+    model.script("spare-two", vec![Step::Say("Second answer.".to_owned())]);
+    let data = temp_dir("real-spare");
+    let start = || {
+        let mut agent = claude(&model, &data.join("workspaces"), Permissions::Allow);
+        if let AgentKind::Acp(acp) = &mut agent.kind {
+            acp.warm.spares = 1;
+            acp.warm.preload_sessions = 4;
+        }
+        let d = data.clone();
+        TestServer::with(move |c: &mut Config| {
+            c.agents = vec![agent];
+            c.data_dir = d;
+            c.stall_timeout = Duration::from_secs(120);
+        })
+    };
+    let spares_ready = |server: &TestServer| {
+        let request = server.get("/agents");
+        async move {
+            let agents: Value = request.sent().await.json().await.expect("json");
+            agents["agents"][0]["spares"] == 1
+        }
+    };
+    let daemon = start().await;
+    let mut ready = false;
+    for _ in 0..600 {
+        if spares_ready(&daemon).await {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ready, "Claude's spare was never ready");
+    let mut chat = Conversation::new("spare");
+    let first = chat.say(&daemon, "spare-one: hello").await;
+    assert_eq!(text_of(&first).trim(), "First answer.");
+    let before = apply_state(&first, None).expect("state");
+    assert_eq!(before["mode"], "default", "the session defaults, set ahead");
+    let thread: Value = get_json(&daemon, "/threads/spare").await.1;
+    assert_eq!(thread["metadata"]["session"]["how"], "new");
+    chat.messages
+        .push(json!({"id": "spare-a1", "role": "assistant", "content": "First answer."}));
+    daemon.stop().await;
+
+    // Restarted: the session is loaded at start-up in the workspace the thread adopted.
+    let daemon = start().await;
+    let second = chat.say(&daemon, "spare-two: and again").await;
+    assert!(
+        message_texts(&second).contains(&"Second answer.".to_owned()),
+        "{:?}",
+        message_texts(&second)
+    );
+    let after = apply_state(&second, None).expect("state");
+    assert_eq!(after["session"], before["session"]);
+    let thread: Value = get_json(&daemon, "/threads/spare").await.1;
+    assert_eq!(thread["metadata"]["session"]["how"], "loaded");
+    let request = model
+        .scripted_requests("spare-two")
+        .pop()
+        .expect("the second turn's request");
+    let said = texts_sent(&request, "assistant").join("\n");
+    assert!(
+        said.contains("First answer."),
+        "the model was sent the first turn (the session was loaded): {said}"
+    );
+}
