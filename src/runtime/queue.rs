@@ -106,6 +106,11 @@ impl Runtime {
             self.inner.store.queue_remove(thread.key.as_str(), &row.id);
             return Err(StartError::Store);
         }
+        // The live run may have ended since the decision (its end looked at the queue
+        // before this item was in it): then nothing else starts the item.
+        if lock(&thread.state).live.is_none() {
+            self.kick_queue(thread);
+        }
         Ok(self.waiting_attachment(thread, profile, rx))
     }
 
