@@ -8,7 +8,8 @@
 //! |---|---|
 //! | `one-stream` | events/s of single runs, one after another, that stream many events with no delay (the demo's echo: one `TEXT_MESSAGE_CONTENT` per word of the user message; `/slow N 0` is not unpaced: each chunk still waits a timer tick, about 1 ms) |
 //! | `concurrent` | total events/s of `--concurrency` runs started together |
-//! | `ttfe` | time to the first event (`RUN_STARTED`) and to the end of the stream, over `--runs` sequential short runs, each on a fresh thread, idle daemon |
+//! | `ttfe` | time to the first event (`RUN_STARTED`) and to the end of the stream, over `--runs` sequential short runs, each on a fresh thread, idle daemon; and those runs per second (`--runs` over the time they took together) |
+//! | `storm` | `--storm-streams` short runs started together, each on a fresh thread and (past the kept connections) a new connection: time to the first event and to the end of the stream, p50 and p99 in ms, and how many streams were incomplete |
 //! | `paced` | `--paced-streams` runs started together, each `/slow N MS` (steady paced chunks): the gaps between the arrivals of consecutive `TEXT_MESSAGE_CONTENT` events of one stream, pooled over all streams, p50 and p99 in ms, and how many streams were incomplete |
 //! | `idle` | memory per idle stream, for each N of `--idle-streams`: the server's RSS before, then N open streams of `/slow 2 60000` (the first chunk, then a minute of silence), the RSS once every stream got its first `TEXT_MESSAGE_CONTENT`; (after - before) / N in kB. Then every connection is dropped (and, before a next N, `--idle-settle` is waited) |
 //! | `rss-after` | the server's RSS after `--rss-runs` finished runs of about `--rss-events` events each, `--rss-parallel` at a time, read after the last stream ended; its peak RSS (VmHWM); its RSS again after `--rss-wait` seconds (MiB) |
@@ -46,6 +47,7 @@ enum Scenario {
     OneStream,
     Concurrent,
     Ttfe,
+    Storm,
     Paced,
     Idle,
     RssAfter,
@@ -58,10 +60,11 @@ enum Scenario {
 
 impl Scenario {
     /// Every scenario, in the order `all` runs them.
-    const EVERY: [Scenario; 6] = [
+    const EVERY: [Scenario; 7] = [
         Scenario::OneStream,
         Scenario::Concurrent,
         Scenario::Ttfe,
+        Scenario::Storm,
         Scenario::Paced,
         Scenario::Idle,
         Scenario::RssAfter,
@@ -118,6 +121,9 @@ struct Args {
     /// ttfe: measured sequential runs.
     #[arg(long, default_value_t = 500)]
     runs: usize,
+    /// storm: short runs started at once.
+    #[arg(long, default_value_t = 500)]
+    storm_streams: usize,
     /// paced: runs at once.
     #[arg(long, default_value_t = 500)]
     paced_streams: usize,
@@ -640,12 +646,14 @@ async fn ttfe(args: &Args, client: &Client, report: &Report<'_>) -> Result<(), S
     let mut first = Vec::with_capacity(args.runs);
     let mut total = Vec::with_capacity(args.runs);
     let mut incomplete = 0;
+    let started = Instant::now();
     for _ in 0..args.runs {
         let stats = client.run("hello").await?;
         incomplete += usize::from(!stats.complete());
         first.push(stats.first_event.as_secs_f64() * 1e3);
         total.push(stats.total.as_secs_f64() * 1e3);
     }
+    let seconds = started.elapsed().as_secs_f64();
     let cpu_after = args.pid.and_then(|pid| cpu_seconds(pid, args.clk_tck));
     first.sort_by(f64::total_cmp);
     total.sort_by(f64::total_cmp);
@@ -658,6 +666,13 @@ async fn ttfe(args: &Args, client: &Client, report: &Report<'_>) -> Result<(), S
     ] {
         report.line("ttfe", measure, percentile(sorted, p), "ms", extra.clone());
     }
+    report.line(
+        "ttfe",
+        "short_runs_per_s",
+        args.runs as f64 / seconds,
+        "runs/s",
+        extra.clone(),
+    );
     if let (Some(before), Some(after)) = (cpu_before, cpu_after) {
         report.line(
             "ttfe",
@@ -667,6 +682,59 @@ async fn ttfe(args: &Args, client: &Client, report: &Report<'_>) -> Result<(), S
             extra,
         );
     }
+    Ok(())
+}
+
+async fn storm(args: &Args, client: &Arc<Client>, report: &Report<'_>) -> Result<(), String> {
+    warm(client, args.warmup).await?;
+    let n = args.storm_streams;
+    let barrier = Arc::new(tokio::sync::Barrier::new(n + 1));
+    let mut tasks = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (client, barrier) = (client.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            client.run("hello").await
+        }));
+    }
+    barrier.wait().await;
+    let (mut first, mut total) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut incomplete, mut failed, mut first_error) = (0, 0, None);
+    for task in tasks {
+        match task.await.map_err(|e| e.to_string()).and_then(|r| r) {
+            Ok(stats) => {
+                incomplete += usize::from(!stats.complete());
+                first.push(stats.first_event.as_secs_f64() * 1e3);
+                total.push(stats.total.as_secs_f64() * 1e3);
+            }
+            Err(error) => {
+                failed += 1;
+                first_error.get_or_insert(error);
+            }
+        }
+    }
+    first.sort_by(f64::total_cmp);
+    total.sort_by(f64::total_cmp);
+    let extra = json!({
+        "streams": n,
+        "incomplete": incomplete,
+        "failed": failed,
+        "first_error": first_error,
+    });
+    for (measure, sorted, p) in [
+        ("storm_ttfe_p50_ms", &first, 50.0),
+        ("storm_ttfe_p99_ms", &first, 99.0),
+        ("storm_run_p99_ms", &total, 99.0),
+    ] {
+        report.line("storm", measure, percentile(sorted, p), "ms", extra.clone());
+    }
+    report.line(
+        "storm",
+        "storm_incomplete_streams",
+        (incomplete + failed) as f64,
+        "streams",
+        extra,
+    );
     Ok(())
 }
 
@@ -1090,6 +1158,7 @@ async fn measure(args: Args) -> std::process::ExitCode {
             Scenario::OneStream => one_stream(&args, &client, &report).await,
             Scenario::Concurrent => concurrent(&args, &client, &report).await,
             Scenario::Ttfe => ttfe(&args, &client, &report).await,
+            Scenario::Storm => storm(&args, &client, &report).await,
             Scenario::Paced => paced(&args, &client, &report).await,
             Scenario::Idle => idle(&args, &client, &report).await,
             Scenario::AgentTurns => agent_turns(&args, &client, &report).await,

@@ -27,7 +27,7 @@
 # bench/node/server.mjs).
 #
 # Measure groups, each on a fresh server (so that one group's memory does not weigh on the
-# next): one-stream, concurrent, ttfe and paced together; idle once per level of
+# next): one-stream, concurrent, ttfe, storm and paced together; idle once per level of
 # IDLE_STREAMS (a fresh server per level, so agui-serve's 30 s disconnect grace never keeps
 # a level's runs alive into the next); rss-after. See examples/loadgen.rs for each measure.
 #
@@ -129,7 +129,7 @@ hard="$(ulimit -Hn)"
 ulimit -n "$hard" 2>/dev/null || echo "warning: could not raise ulimit -n to $hard" >&2
 echo "open files limit: $(ulimit -n)" >&2
 
-scenarios="${SCENARIOS:-one-stream,concurrent,ttfe,paced,idle,rss-after,real-agent}"
+scenarios="${SCENARIOS:-one-stream,concurrent,ttfe,storm,paced,idle,rss-after,real-agent}"
 read -r -a idle_levels <<<"${IDLE_STREAMS:-2000 10000}"
 # The groups of loadgen flags, each run on a fresh server.
 groups=()
@@ -137,7 +137,7 @@ main=""
 real_agent=""
 for scenario in ${scenarios//,/ }; do
   case "$scenario" in
-    one-stream | concurrent | ttfe | paced) main="${main:+$main,}$scenario" ;;
+    one-stream | concurrent | ttfe | storm | paced) main="${main:+$main,}$scenario" ;;
     idle) for n in "${idle_levels[@]}"; do groups+=("--scenario idle --idle-streams $n"); done ;;
     rss-after) groups+=("--scenario rss-after") ;;
     real-agent) if [ -n "$full" ]; then real_agent=1; fi ;;

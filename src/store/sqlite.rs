@@ -31,7 +31,7 @@ mod rows;
 mod schedules;
 mod schema;
 use rows::{append_messages, list_sql, thread_row};
-use schema::{known_threads, make_private, prepare, recover, sibling};
+use schema::{known_threads, make_private, prepare, recover};
 
 type Job = Box<dyn FnOnce(&mut Connection) -> Option<Reply> + Send>;
 
@@ -60,8 +60,8 @@ struct Shared {
     /// Held by whichever connection checkpoints: SQLite refuses a checkpoint while another
     /// one runs (SQLITE_BUSY at once, without the busy handler), so the runner waits here.
     checkpointing: Arc<Mutex<()>>,
-    /// The database's WAL file, measured after every batch.
-    wal: std::path::PathBuf,
+    /// The bytes one frame of the WAL takes (the page and its header).
+    frame: u64,
     /// The threads the database may hold (see `known.rs`).
     known: KnownThreads,
 }
@@ -98,6 +98,9 @@ impl SqliteStore {
         }
         // Checkpoints happen on their own thread (below), never inside a commit.
         conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+        // After the pragma, which replaces any WAL hook: each commit says how long the log is.
+        conn.wal_hook(Some(note_wal));
+        let page: u64 = conn.pragma_query_value(None, "page_size", |r| r.get(0))?;
         // When the log restarts (its frames all copied), its file shrinks to this.
         conn.pragma_update(None, "journal_size_limit", (WAL_LIMIT / 16) as i64)?;
         conn.set_prepared_statement_cache_capacity(64);
@@ -110,7 +113,7 @@ impl SqliteStore {
                 runtime,
                 _checkpointer: checkpointer,
                 checkpointing,
-                wal: sibling(&path, "-wal"),
+                frame: WAL_FRAME_HEADER + page,
                 known,
             }),
         })
@@ -687,25 +690,47 @@ impl Database for Shared {
 }
 
 impl Shared {
-    /// Measures the WAL and, past [`WAL_LIMIT`], copies the rest of it into the database
-    /// and truncates it. No transaction is open, and this runner is the only writer, so
-    /// the checkpoint completes (after the background one's, if that is running).
+    /// Past [`WAL_LIMIT`] of log (as the batch's commit reported it), copies the rest of
+    /// the log into the database and truncates it. No transaction is open, and this runner
+    /// is the only writer, so the checkpoint completes (after the background one's, if
+    /// that is running). A batch that wrote nothing leaves the log as it was.
     fn bound_wal(&self, conn: &Connection) {
-        let len = |path| std::fs::metadata(path).map_or(0, |m| m.len());
-        let mut wal = len(&self.wal);
+        let Some(frames) = WAL_FRAMES.take() else {
+            return;
+        };
+        let mut wal = WAL_HEADER + u64::from(frames) * self.frame;
         if wal > WAL_LIMIT {
             let _checkpointing = lock(&self.checkpointing);
             match conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
                 r.get::<_, i64>(0)
             }) {
-                Ok(0) => tracing::debug!(bytes = wal, "WAL truncated"),
+                Ok(0) => {
+                    tracing::debug!(bytes = wal, "WAL truncated");
+                    wal = 0;
+                }
+                // The next batch's commit reports the log again, and it is retried.
                 Ok(_) => tracing::warn!(bytes = wal, "WAL checkpoint was blocked; it is retried"),
                 Err(error) => tracing::warn!(%error, bytes = wal, "WAL checkpoint failed"),
             }
-            wal = len(&self.wal);
         }
         self.runner.metrics().wal(wal);
     }
+}
+
+/// The WAL's header, and each frame's header before its page (SQLite's file format).
+const WAL_HEADER: u64 = 32;
+const WAL_FRAME_HEADER: u64 = 24;
+
+thread_local! {
+    /// The frames in the WAL after the last commit on this thread's connection, until
+    /// [`Shared::bound_wal`] takes them: the runner commits and bounds on one thread.
+    static WAL_FRAMES: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
+}
+
+/// SQLite's WAL hook: a commit left `frames` frames in the log (no file to measure).
+fn note_wal(_: &rusqlite::hooks::Wal, frames: std::ffi::c_int) -> rusqlite::Result<()> {
+    WAL_FRAMES.set(Some(u32::try_from(frames).unwrap_or(0)));
+    Ok(())
 }
 
 /// Runs `batch` in one transaction (each job takes its own savepoint) and ends it: whether
