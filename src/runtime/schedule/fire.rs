@@ -155,30 +155,8 @@ impl Runtime {
             None => Span::default(),
         };
         if late || cron.is_none() {
-            let missed = Missed {
-                count: passed.count + 1,
-                first: Some(due),
-                last: passed.last.or(Some(due)),
-            };
-            let occurrence = Occurrence {
-                due,
-                next,
-                fired: None,
-                missed,
-            };
-            if !self.store().claim_occurrence(&row.id, occurrence).await? {
-                self.schedule_metrics().counted(ScheduleOutcome::Lost, 1);
-            } else if cron.is_some() {
-                self.schedule_metrics()
-                    .counted(ScheduleOutcome::Missed, missed.count as u64);
-                tracing::warn!(
-                    schedule.id = %row.id,
-                    missed = missed.count,
-                    first = %crate::clock::rfc3339(due),
-                    last = %crate::clock::rfc3339(missed.last.unwrap_or(due)),
-                    "schedule occurrences missed while no node ran them; not run"
-                );
-            }
+            self.record_missed(row, next, passed, cron.is_some())
+                .await?;
             return Ok(true);
         }
         if let Some(thread) = &row.thread_id
@@ -214,7 +192,50 @@ impl Runtime {
         }
         self.schedule_metrics()
             .counted(ScheduleOutcome::Missed, passed.count as u64);
-        let (status, error) = match self.fire(row, &fired).await {
+        self.start_and_record(row, &fired).await?;
+        Ok(true)
+    }
+
+    /// Claims `row`'s due occurrence as missed (with the `passed` ones since), not run; a
+    /// `readable` schedule's misses are counted and logged.
+    async fn record_missed(
+        &self,
+        row: &ScheduleRow,
+        next: i64,
+        passed: Span,
+        readable: bool,
+    ) -> Result<(), StoreError> {
+        let due = row.next_fire;
+        let missed = Missed {
+            count: passed.count + 1,
+            first: Some(due),
+            last: passed.last.or(Some(due)),
+        };
+        let occurrence = Occurrence {
+            due,
+            next,
+            fired: None,
+            missed,
+        };
+        if !self.store().claim_occurrence(&row.id, occurrence).await? {
+            self.schedule_metrics().counted(ScheduleOutcome::Lost, 1);
+        } else if readable {
+            self.schedule_metrics()
+                .counted(ScheduleOutcome::Missed, missed.count as u64);
+            tracing::warn!(
+                schedule.id = %row.id,
+                missed = missed.count,
+                first = %crate::clock::rfc3339(due),
+                last = %crate::clock::rfc3339(missed.last.unwrap_or(due)),
+                "schedule occurrences missed while no node ran them; not run"
+            );
+        }
+        Ok(())
+    }
+
+    /// Starts the claimed occurrence `fired` of `row` and records what became of it.
+    async fn start_and_record(&self, row: &ScheduleRow, fired: &Fired) -> Result<(), StoreError> {
+        let (status, error) = match self.fire(row, fired).await {
             Ok(()) => {
                 tracing::info!(schedule.id = %row.id, thread.id = %fired.thread_id, run.id = %fired.run_id, "schedule fired");
                 self.schedule_metrics().counted(ScheduleOutcome::Started, 1);
@@ -238,8 +259,7 @@ impl Runtime {
         };
         self.store()
             .record_firing(&row.id, &fired.run_id, status, error)
-            .await?;
-        Ok(true)
+            .await
     }
 
     /// Starts `fired`'s run of schedule `row`: its messages (with fresh ids, so the thread
