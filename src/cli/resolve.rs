@@ -59,6 +59,10 @@ impl ServeArgs {
             .clone()
             .or_else(|| server.data_dir.clone())
             .unwrap_or_else(|| default_data_dir(env));
+        // Absolute from here on: the workspaces under it are agents' `cwd`, which ACP wants
+        // absolute, and a relative one would move with the agent's own directory.
+        let data_dir = std::path::absolute(&data_dir)
+            .map_err(|e| ConfigError::new(format!("data directory {}: {e}", data_dir.display())))?;
         let max_concurrent_runs = self.max_concurrent_runs(server)?;
         let timeouts = self.timeouts(server)?;
         let memory_budget = self.memory_budget(server)?;

@@ -208,6 +208,39 @@ fn agents_take_workspaces_by_default_and_never_the_daemons_ports() {
     assert!(resolve(&relative).is_err());
 }
 
+/// A relative data directory is taken from the daemon's working directory, once: the
+/// agents' workspaces under it are absolute, as ACP wants an agent's `cwd`.
+#[test]
+fn a_relative_data_directory_is_made_absolute() {
+    let dir = std::env::temp_dir().join(format!("agui-cli-rel-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("c.toml");
+    std::fs::write(
+        &file,
+        "[[agents]]\nname = \"a\"\nkind = \"acp\"\ncommand = [\"x\"]\n",
+    )
+    .expect("write");
+    let config = parse(&[
+        "--config",
+        file.to_str().expect("utf8"),
+        "--data-dir",
+        "state/agui",
+    ])
+    .args
+    .resolve(&no_env)
+    .expect("valid")
+    .config;
+    let cwd = std::env::current_dir().expect("cwd");
+    assert_eq!(config.data_dir, cwd.join("state/agui"));
+    let AgentKind::Acp(acp) = &config.agents[0].kind else {
+        panic!("an ACP agent");
+    };
+    let workspace = acp.workspace.as_ref().expect("a workspace by default");
+    assert_eq!(workspace.root, cwd.join("state/agui/workspaces"));
+    assert!(workspace.root.is_absolute());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn config_file_and_flags_merge() {
     let dir = std::env::temp_dir().join(format!("agui-cli-merge-{}", std::process::id()));
