@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The benchmark: the same load, from the one load client (examples/loadgen.rs), against
 # several servers over loopback, in interleaved rounds (a fresh server for every measure
-# group, in turn: H N A H N A ...). Prints, for every measure, each server's min/median/max
+# group, in turn, each round starting one server later: H N A, N A H, A H N, ...). Prints, for every measure, each server's min/median/max
 # and the median of the last server with its ratio to each of the others.
 #
 #   scripts/bench.sh [rounds]                  # the full benchmark (default 3 rounds)
-#   scripts/bench.sh BIN_A BIN_B [rounds]      # two daemon builds, A B A B ..., ratio B/A
+#   scripts/bench.sh BIN_A BIN_B [rounds]      # two daemon builds, A B, B A, ..., ratio B/A
 #
 # With no BIN it builds what it needs and compares agui-serve with baselines that answer the
 # demo agent's requests with the same events and sizes but have no runtime:
@@ -320,9 +320,14 @@ agent_round() {
 }
 
 started=$SECONDS
+# Each round starts one server later than the one before (A B C, B C A, C A B, ...), so
+# that no server always runs right after the same one (a storm of new connections leaves
+# the machine busier for the next server for a while).
+servers=${#labels[@]}
 for round in $(seq 1 "$rounds"); do
   for group in "${groups[@]}"; do
-    for i in "${!labels[@]}"; do
+    for k in $(seq 0 $((servers - 1))); do
+      i=$(((k + round - 1) % servers))
       this="$(group_for "$i" "$group")"
       if [ -n "$this" ]; then bench_one "$i" "$round" "$this"; fi
     done
