@@ -92,5 +92,8 @@ status=0
 if [ "$status" -ne 0 ]; then
   echo "--- daemon log (tail)" >&2; tail -n 60 "$work/daemon.err" >&2
   echo "--- model log" >&2; tail -n 20 "$work/model.err" >&2
+  for agent in claude codex; do
+    echo "--- example server ($agent)" >&2; tail -n 20 "$work/app-$agent.err" >&2
+  done
 fi
 exit "$status"

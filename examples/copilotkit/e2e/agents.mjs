@@ -42,10 +42,18 @@ async function open(url) {
   return { page, errors };
 }
 
+// The chat takes input before it can send it: until the runtime's /info has answered, Enter
+// keeps the text and sends nothing. So Enter is pressed again while the text is still in the
+// box (once sent, the box is empty, and Enter on an empty box of a running chat would stop
+// the run), then the message is waited for in the chat.
 async function send(page, text) {
   const input = page.getByTestId("copilot-chat-textarea");
   await input.fill(text);
-  await input.press("Enter");
+  for (let i = 0; i < 200 && (await input.inputValue()) === text; i += 1) {
+    await input.press("Enter");
+    await page.waitForTimeout(100);
+  }
+  await page.getByTestId("copilot-user-message").filter({ hasText: text }).last().waitFor();
 }
 
 const cases = [

@@ -60,10 +60,16 @@ page.setDefaultTimeout(TIMEOUT);
 const assistant = page.getByTestId("copilot-assistant-message");
 const user = page.getByTestId("copilot-user-message");
 
+// Until the runtime's /info has answered, Enter keeps the text and sends nothing: Enter is
+// pressed again while the text is still in the box (once sent the box is empty, and Enter on
+// an empty box of a running chat would stop the run).
 async function send(text) {
   const input = page.getByTestId("copilot-chat-textarea");
   await input.fill(text);
-  await input.press("Enter");
+  for (let i = 0; i < 200 && (await input.inputValue()) === text; i += 1) {
+    await input.press("Enter");
+    await page.waitForTimeout(100);
+  }
   await user.filter({ hasText: text }).last().waitFor();
 }
 
