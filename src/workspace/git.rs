@@ -5,6 +5,14 @@
 //! tells where the repository is: that is the configured one. Git runs inside a worktree
 //! only with `--git-dir` set to the repository's record of it (found by its `gitdir`), with
 //! submodules, external diff drivers and text conversion off.
+//!
+//! Git never runs a program an agent could have written: the repository may be in an
+//! agent's `sandbox.write`, so its hooks and config are the agent's to plant. Every git
+//! command here gets, on its command line (which outranks every config file), hooks from
+//! an empty place, no fsmonitor, pager, editor, askpass, credential helper, external diff,
+//! automatic gc or transport, and each filter driver the repository's config names
+//! emptied; a repository whose config includes another file is refused, since what an
+//! include pulls in cannot be seen ahead ([`Neutral`]).
 
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, OpenOptions};
@@ -36,8 +44,9 @@ pub(super) fn prepare(
         return Ok(());
     }
     let dir = std::path::absolute(dir)?;
-    let commit = resolve_commit(repo, reference.unwrap_or("HEAD"))?;
-    add_worktree(repo, &dir, &commit)?;
+    let repo = Repo::open(repo)?;
+    let commit = resolve_commit(&repo, reference.unwrap_or("HEAD"))?;
+    add_worktree(&repo, &dir, &commit)?;
     write_base(&dir, &commit)
 }
 
@@ -54,16 +63,17 @@ pub(super) fn fork(
     }
     let from = std::path::absolute(from)?;
     let to = std::path::absolute(to)?;
-    let admin = admin_dir(repo, &from)?;
+    let repo = Repo::open(repo)?;
+    let admin = admin_dir(&repo, &from)?;
     let head = stdout_line(run(
         in_worktree(&admin, &from).args(["rev-parse", "--verify", "HEAD^{commit}"]),
         "rev-parse HEAD",
     )?);
     let base = read_base(&from)?.unwrap_or_else(|| head.clone());
-    add_worktree(repo, &to, &head)?;
+    add_worktree(&repo, &to, &head)?;
     let filled = replace_files(source, &to);
     if filled.is_err() {
-        let _ = discard(repo, &to);
+        let _ = discard(&repo, &to);
     }
     filled?;
     write_base(&to, &base)
@@ -73,7 +83,7 @@ pub(super) fn fork(
 /// its base file; absent parts are fine.
 pub(super) fn remove(repo: &Path, dir: &Path) -> Result<(), WorkspaceError> {
     let dir = std::path::absolute(dir)?;
-    discard(repo, &dir)?;
+    discard(&Repo::open(repo)?, &dir)?;
     if let Some(base) = base_path(&dir) {
         tree::remove_tree(&base)?;
     }
@@ -91,7 +101,7 @@ pub(super) fn changes(
     let base = read_base(&dir)?.ok_or_else(|| {
         WorkspaceError::Git("no base commit is recorded for this workspace".to_owned())
     })?;
-    let admin = admin_dir(repo, &dir)?;
+    let admin = admin_dir(&Repo::open(repo)?, &dir)?;
     let mut files = tracked_changes(&admin, &dir, workspace, &base)?;
     let mut diff = DiffText::new(max_diff);
     let (text, cut) = run_capped(diff_command(&admin, &dir, &base, &["--no-color"]), max_diff)?;
@@ -120,7 +130,7 @@ const DIFF_ARGS: [&str; 5] = [
     "--no-textconv",
 ];
 
-fn diff_command(admin: &Path, dir: &Path, base: &str, extra: &[&str]) -> Command {
+fn diff_command(admin: &Admin, dir: &Path, base: &str, extra: &[&str]) -> Command {
     let mut cmd = in_worktree(admin, dir);
     cmd.args(DIFF_ARGS).args(extra).arg(base).arg("--");
     cmd
@@ -129,7 +139,7 @@ fn diff_command(admin: &Path, dir: &Path, base: &str, extra: &[&str]) -> Command
 /// Tracked files that differ from the base: status and line counts from git, sizes from
 /// the workspace (and, for deleted files, from the base).
 fn tracked_changes(
-    admin: &Path,
+    admin: &Admin,
     dir: &Path,
     workspace: &Tree,
     base: &str,
@@ -166,7 +176,7 @@ fn tracked_changes(
 
 /// Untracked files (not ignored) as added, their text appended to `diff` as new files.
 fn untracked_changes(
-    admin: &Path,
+    admin: &Admin,
     dir: &Path,
     workspace: &Tree,
     diff: &mut DiffText,
@@ -212,7 +222,7 @@ fn made(dir: &Path) -> Result<bool, WorkspaceError> {
 
 /// Adds the worktree `dir` at `commit` on its branch, first discarding whatever a crash
 /// left of an earlier attempt.
-fn add_worktree(repo: &Path, dir: &Path, commit: &str) -> Result<(), WorkspaceError> {
+fn add_worktree(repo: &Repo, dir: &Path, commit: &str) -> Result<(), WorkspaceError> {
     discard(repo, dir)?;
     if let Some(parent) = dir.parent() {
         fs::create_dir_all(parent)?;
@@ -226,7 +236,7 @@ fn add_worktree(repo: &Path, dir: &Path, commit: &str) -> Result<(), WorkspaceEr
 }
 
 /// Deletes `dir`, prunes the repository's records of missing worktrees, deletes the branch.
-fn discard(repo: &Path, dir: &Path) -> Result<(), WorkspaceError> {
+fn discard(repo: &Repo, dir: &Path) -> Result<(), WorkspaceError> {
     tree::remove_tree(dir)?;
     run(in_repo(repo).args(["worktree", "prune"]), "worktree prune")?;
     let branch = branch(dir);
@@ -254,7 +264,7 @@ fn branch(dir: &Path) -> String {
     )
 }
 
-fn resolve_commit(repo: &Path, reference: &str) -> Result<String, WorkspaceError> {
+fn resolve_commit(repo: &Repo, reference: &str) -> Result<String, WorkspaceError> {
     let mut cmd = in_repo(repo);
     cmd.args(["rev-parse", "--verify", "--end-of-options"])
         .arg(format!("{reference}^{{commit}}"));
@@ -319,7 +329,7 @@ fn is_commit_id(text: &str) -> bool {
 
 /// The repository's administrative directory of the worktree `dir` (absolute):
 /// `<common dir>/worktrees/<id>`, the one whose `gitdir` names `dir/.git`.
-fn admin_dir(repo: &Path, dir: &Path) -> Result<PathBuf, WorkspaceError> {
+fn admin_dir(repo: &Repo, dir: &Path) -> Result<Admin, WorkspaceError> {
     let common = stdout_line(run(
         in_repo(repo).args(["rev-parse", "--path-format=absolute", "--git-common-dir"]),
         "rev-parse --git-common-dir",
@@ -338,12 +348,15 @@ fn admin_dir(repo: &Path, dir: &Path) -> Result<PathBuf, WorkspaceError> {
             .iter()
             .any(|want| want.as_os_str().as_bytes() == gitdir)
         {
-            return Ok(entry.path());
+            return Ok(Admin {
+                dir: entry.path(),
+                neutral: repo.neutral.clone(),
+            });
         }
     }
     Err(WorkspaceError::Git(format!(
         "the workspace is not a worktree of {}",
-        repo.display()
+        repo.path.display()
     )))
 }
 
@@ -360,7 +373,7 @@ fn replace_files(source: &Tree, to: &Path) -> Result<(), WorkspaceError> {
 
 /// Sizes of the files in the base commit, by path.
 fn base_sizes(
-    admin: &Path,
+    admin: &Admin,
     dir: &Path,
     base: &str,
 ) -> Result<std::collections::HashMap<Vec<u8>, u64>, WorkspaceError> {
@@ -432,12 +445,135 @@ fn changed_file(
     }
 }
 
+/// Settings that would run a program, each set on the command line to run none.
+const NEUTRAL: [&str; 17] = [
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "core.pager=cat",
+    "core.editor=false",
+    "sequence.editor=false",
+    "core.askPass=false",
+    "core.sshCommand=false",
+    "core.gitProxy=",
+    "core.attributesFile=/dev/null",
+    "credential.helper=",
+    "diff.external=",
+    "gc.auto=0",
+    "maintenance.auto=false",
+    "submodule.recurse=false",
+    "fetch.recurseSubmodules=false",
+    "protocol.allow=never",
+    "uploadpack.packObjectsHook=",
+];
+
+/// The command-line settings that keep every git command on one repository from running a
+/// program its config names ([`NEUTRAL`] and its filter drivers emptied), read from the
+/// repository's config files as they are now; or why the repository is refused.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Neutral {
+    settings: Vec<String>,
+}
+
+impl Neutral {
+    /// Reads `repo`'s config files (the common one, and every `config.worktree`) without
+    /// following includes: an include is refused, a filter driver emptied.
+    pub(super) fn of(repo: &Path) -> Result<Neutral, WorkspaceError> {
+        let mut settings: Vec<String> = NEUTRAL.iter().map(|s| (*s).to_owned()).collect();
+        let common = common_dir(repo)?;
+        let mut files = vec![common.join("config"), common.join("config.worktree")];
+        for entry in fs::read_dir(common.join("worktrees"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            files.push(entry.path().join("config.worktree"));
+        }
+        let mut drivers = std::collections::BTreeSet::new();
+        for file in files.iter().filter(|f| f.is_file()) {
+            for key in config_keys(file)? {
+                let lower = key.to_ascii_lowercase();
+                if lower.starts_with("include.") || lower.starts_with("includeif.") {
+                    return Err(WorkspaceError::Git(format!(
+                        "the repository's config includes another file ({key} in {}); git is not run on it",
+                        file.display()
+                    )));
+                }
+                if let Some(rest) = lower.strip_prefix("filter.")
+                    && let Some((_, var)) = rest.rsplit_once('.')
+                {
+                    // The driver's name as written (subsections keep their case).
+                    let name = &key["filter.".len()..key.len() - var.len() - 1];
+                    if name.contains(['=', '\n', '\0']) {
+                        return Err(WorkspaceError::Git(format!(
+                            "the repository's config names a filter driver git cannot be told to ignore ({})",
+                            file.display()
+                        )));
+                    }
+                    drivers.insert(name.to_owned());
+                }
+            }
+        }
+        for name in drivers {
+            for (var, value) in [
+                ("clean", ""),
+                ("smudge", ""),
+                ("process", ""),
+                ("required", "false"),
+            ] {
+                settings.push(format!("filter.{name}.{var}={value}"));
+            }
+        }
+        Ok(Neutral { settings })
+    }
+
+    fn apply(&self, cmd: &mut Command) {
+        for setting in &self.settings {
+            cmd.arg("-c").arg(setting);
+        }
+    }
+}
+
+/// The keys set in the config file `file`, includes not followed.
+fn config_keys(file: &Path) -> Result<Vec<String>, WorkspaceError> {
+    let mut cmd = bare_git();
+    cmd.args(["config", "--no-includes", "--name-only", "--list", "--file"])
+        .arg(file);
+    let out = run(&mut cmd, "reading the repository's config")?;
+    Ok(String::from_utf8_lossy(&out)
+        .lines()
+        .map(str::to_owned)
+        .collect())
+}
+
+/// The repository's common directory: `repo/.git` for one with a worktree, else `repo`
+/// (bare). Found without running git in it.
+fn common_dir(repo: &Path) -> Result<PathBuf, WorkspaceError> {
+    let dot_git = repo.join(".git");
+    let common = if dot_git.is_dir() {
+        dot_git
+    } else {
+        repo.to_owned()
+    };
+    if !common.join("objects").is_dir() {
+        return Err(WorkspaceError::Git(format!(
+            "{} is not a git repository",
+            repo.display()
+        )));
+    }
+    Ok(common)
+}
+
 /// `git` with a fixed environment: no prompts, untranslated messages, nothing inherited
-/// that would point it at another repository.
-fn git() -> Command {
+/// that would point it at another repository or run a program.
+fn bare_git() -> Command {
     let mut cmd = Command::new("git");
     cmd.env("GIT_TERMINAL_PROMPT", "0")
         .env("LC_ALL", "C")
+        .env("GIT_PAGER", "cat")
+        .env("GIT_EDITOR", "false")
+        .env("GIT_ASKPASS", "false")
+        .env("GIT_NO_REPLACE_OBJECTS", "1")
+        .arg("--no-pager")
         .stdin(Stdio::null());
     for var in [
         "GIT_DIR",
@@ -446,28 +582,59 @@ fn git() -> Command {
         "GIT_COMMON_DIR",
         "GIT_OBJECT_DIRECTORY",
         "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+        "GIT_CONFIG",
+        "GIT_CONFIG_PARAMETERS",
+        "GIT_CONFIG_COUNT",
+        "GIT_EXTERNAL_DIFF",
+        "GIT_SSH",
+        "GIT_SSH_COMMAND",
+        "GIT_PROXY_COMMAND",
+        "GIT_ATTR_SOURCE",
     ] {
         cmd.env_remove(var);
     }
     cmd
 }
 
-fn in_repo(repo: &Path) -> Command {
-    let mut cmd = git();
-    cmd.arg("-C").arg(repo);
+/// The repository `repo`, with the settings that keep git on it from running a program.
+struct Repo<'a> {
+    path: &'a Path,
+    neutral: Neutral,
+}
+
+impl Repo<'_> {
+    fn open(path: &Path) -> Result<Repo<'_>, WorkspaceError> {
+        Ok(Repo {
+            path,
+            neutral: Neutral::of(path)?,
+        })
+    }
+}
+
+/// A worktree's administrative directory in its repository, and the repository's settings.
+struct Admin {
+    dir: PathBuf,
+    neutral: Neutral,
+}
+
+fn in_repo(repo: &Repo) -> Command {
+    let mut cmd = bare_git();
+    repo.neutral.apply(&mut cmd);
+    cmd.arg("-C").arg(repo.path);
     cmd
 }
 
 /// Git in the worktree `dir` through its administrative directory `admin`.
-fn in_worktree(admin: &Path, dir: &Path) -> Command {
-    let mut cmd = git();
+fn in_worktree(admin: &Admin, dir: &Path) -> Command {
+    let mut cmd = bare_git();
+    admin.neutral.apply(&mut cmd);
     let mut git_dir = OsString::from("--git-dir=");
-    git_dir.push(admin);
+    git_dir.push(&admin.dir);
     let mut work_tree = OsString::from("--work-tree=");
     work_tree.push(dir);
     cmd.arg(git_dir)
         .arg(work_tree)
-        .args(["-c", "core.fsmonitor=false", "-c", "core.quotePath=false"])
+        .args(["-c", "core.quotePath=false"])
         .current_dir(dir);
     cmd
 }

@@ -164,3 +164,182 @@ fn git_changes_count_lines_list_untracked_files_and_cap_the_diff() {
     assert_eq!(cut.diff.expect("diff").len(), 20);
     assert_eq!(cut.files.len(), 4);
 }
+
+/// Every hook git knows of.
+const HOOKS: [&str; 29] = [
+    "applypatch-msg",
+    "pre-applypatch",
+    "post-applypatch",
+    "pre-commit",
+    "pre-merge-commit",
+    "prepare-commit-msg",
+    "commit-msg",
+    "post-commit",
+    "pre-rebase",
+    "post-checkout",
+    "post-merge",
+    "pre-push",
+    "pre-receive",
+    "update",
+    "proc-receive",
+    "post-receive",
+    "post-update",
+    "reference-transaction",
+    "push-to-checkout",
+    "pre-auto-gc",
+    "post-rewrite",
+    "sendemail-validate",
+    "fsmonitor-watchman",
+    "p4-changelist",
+    "p4-prepare-changelist",
+    "p4-post-changelist",
+    "p4-pre-submit",
+    "post-index-change",
+    "pre-checkout",
+];
+
+/// A script that leaves `marks/<name>` when run, and passes its input through (a filter).
+fn planted(dir: &Path, marks: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    write(
+        &path,
+        &format!("#!/bin/sh\ntouch '{}/{name}'\ncat\n", marks.display()),
+    );
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).expect("chmod");
+    path
+}
+
+/// Plants, as an agent with the repository writable could, every hook and every config
+/// setting that makes git run a program; returns the directory the programs mark.
+fn plant_everything(scratch: &Scratch, repo: &Path) -> PathBuf {
+    let marks = scratch.path("marks");
+    fs::create_dir_all(&marks).expect("marks");
+    // Attributes that route every file through a driver, committed and in `info/`.
+    write(
+        &repo.join(".gitattributes"),
+        "* filter=evil diff=evil merge=evil\n",
+    );
+    git_in(repo, &["add", ".gitattributes"]);
+    git_in(repo, &["commit", "-q", "-m", "attributes"]);
+    write(
+        &repo.join(".git/info/attributes"),
+        "* filter=evil diff=evil merge=evil\n",
+    );
+    let hooks = repo.join(".git/hooks");
+    let elsewhere = scratch.path("elsewhere-hooks");
+    fs::create_dir_all(&elsewhere).expect("hooks dir");
+    for hook in HOOKS {
+        planted(&hooks, &marks, hook);
+        planted(&elsewhere, &marks, hook);
+    }
+    let bin = scratch.path("bin");
+    let program = |name: &str| planted(&bin, &marks, name).display().to_string();
+    let settings = [
+        ("core.hooksPath", elsewhere.display().to_string()),
+        ("core.fsmonitor", program("fsmonitor")),
+        ("core.pager", program("pager")),
+        ("core.editor", program("editor")),
+        ("sequence.editor", program("sequence-editor")),
+        ("core.askPass", program("askpass")),
+        ("core.sshCommand", program("ssh")),
+        ("core.gitProxy", program("proxy")),
+        ("core.alternateRefsCommand", program("alternate-refs")),
+        ("credential.helper", format!("!{}", program("credential"))),
+        ("diff.external", program("diff-external")),
+        ("diff.evil.textconv", program("textconv")),
+        ("diff.evil.command", program("diff-command")),
+        ("merge.evil.driver", program("merge-driver")),
+        ("filter.evil.clean", program("clean")),
+        ("filter.evil.smudge", program("smudge")),
+        ("filter.evil.process", program("process")),
+        ("filter.evil.required", "true".to_owned()),
+        ("filter.Other.Name.smudge", program("smudge-dotted")),
+        ("uploadpack.packObjectsHook", program("pack-objects")),
+        ("gc.auto", "1".to_owned()),
+        ("gc.autoDetach", "false".to_owned()),
+        ("submodule.recurse", "true".to_owned()),
+        ("safe.directory", "*".to_owned()),
+        ("core.untrackedCache", "true".to_owned()),
+    ];
+    for (key, value) in settings {
+        git_in(repo, &["config", key, &value]);
+    }
+    marks
+}
+
+fn marks_left(marks: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(marks)
+        .expect("marks")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn git_runs_no_program_an_agent_planted_in_the_repository() {
+    let scratch = Scratch::new("git-planted");
+    let repo = repo(&scratch);
+    let marks = plant_everything(&scratch, &repo);
+    let source = Source::Git {
+        repo: repo.clone(),
+        reference: None,
+    };
+    let ws = workspaces(&scratch.path("root"), source, Unit::Thread);
+    let from = ws.dir_for("alice", "t1");
+    ws.prepare(&from).expect("prepare");
+    write(&from.join("a.txt"), "one\nTWO\nthree\n");
+    write(&from.join("new.txt"), "untracked\n");
+    let changes = ws.changes(&from, 1 << 20).expect("changes");
+    assert!(
+        changes.files.iter().any(|f| f.path == "a.txt"),
+        "{changes:?}"
+    );
+    let to = ws.dir_for("alice", "t2");
+    ws.fork(&from, &to).expect("fork");
+    ws.remove(&from).expect("remove");
+    ws.remove(&to).expect("remove");
+    assert_eq!(marks_left(&marks), Vec::<String>::new(), "programs ran");
+    // The same repository does run them for a git that is not told otherwise: the test
+    // could have seen them.
+    // (The planted programs are no real hooks or filters: git may fail after running them.)
+    let _ = Command::new("git")
+        .arg("-C")
+        .arg(&repo)
+        .args(["worktree", "add", "-q"])
+        .arg(scratch.path("plain"))
+        .output()
+        .expect("git");
+    let ran = marks_left(&marks);
+    for expected in ["reference-transaction", "fsmonitor", "process"] {
+        assert!(ran.iter().any(|m| m == expected), "{ran:?}");
+    }
+}
+
+#[test]
+fn git_refuses_a_repository_whose_config_includes_another_file() {
+    let scratch = Scratch::new("git-include");
+    let repo = repo(&scratch);
+    let marks = scratch.path("marks");
+    fs::create_dir_all(&marks).expect("marks");
+    let included = scratch.path("included.config");
+    let hooks = scratch.path("included-hooks");
+    planted(&hooks, &marks, "post-checkout");
+    write(
+        &included,
+        &format!("[core]\n\thooksPath = {}\n", hooks.display()),
+    );
+    git_in(
+        &repo,
+        &["config", "include.path", &included.display().to_string()],
+    );
+    let source = Source::Git {
+        repo: repo.clone(),
+        reference: None,
+    };
+    let ws = workspaces(&scratch.path("root"), source, Unit::Thread);
+    let dir = ws.dir_for("alice", "t1");
+    let error = ws.prepare(&dir).expect_err("refused").to_string();
+    assert!(error.contains("includes another file"), "{error}");
+    assert_eq!(marks_left(&marks), Vec::<String>::new());
+}
