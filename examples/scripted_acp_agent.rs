@@ -31,7 +31,7 @@
 //! | `write NAME TEXT` | writes TEXT (and a newline) to NAME in the session's directory: `Wrote NAME` or `Write failed: ...` |
 //! | `fill NAME BYTES` | writes BYTES zero bytes to NAME there |
 //! | `symlink NAME TARGET` | makes NAME there a symlink to TARGET |
-//! | `probe JSON` | tries what a prompt-injected agent tries and reports each outcome (`ok`, `denied`, `error: ...`) as `Probe: {...}`: `{"read":[paths],"list":[dirs],"write":[paths],"connect":["host:port"],"signal":[pids]}` (relative paths are in the session's directory) |
+//! | `probe JSON` | tries what a prompt-injected agent tries and reports each outcome (`ok`, `denied`, `error: ...`) as `Probe: {...}`: `{"read":[paths],"list":[dirs],"write":[paths],"connect":["host:port"],"signal":[pids],"run":[[label,python code]]}` (relative paths are in the session's directory; each code runs under `/usr/bin/python3 -c` and its outcome is what it printed) |
 //!
 //! Prompts may carry audio and embedded resources (`promptCapabilities.audio` and
 //! `embeddedContext`), and images only with `SCRIPTED_AGENT_IMAGES=1`.
@@ -1170,6 +1170,31 @@ fn probe(cwd: &std::path::Path, plan: &str) -> Value {
             .and_then(|a| std::net::TcpStream::connect_timeout(&a, Duration::from_secs(2)))
             .map(drop);
         out.insert(format!("connect:{address}"), json!(verdict(result)));
+    }
+    // `"run": [[label, code], ...]`: each code run by `/usr/bin/python3 -c`, its outcome
+    // what it printed (the caller's code prints `ok`, `denied` or `error: ...`).
+    for entry in plan["run"].as_array().into_iter().flatten() {
+        let (Some(label), Some(code)) = (entry[0].as_str(), entry[1].as_str()) else {
+            continue;
+        };
+        let outcome = match std::process::Command::new("/usr/bin/python3")
+            .arg("-c")
+            .arg(code)
+            .current_dir(cwd)
+            .stdin(std::process::Stdio::null())
+            .output()
+        {
+            Ok(out) if out.status.success() => {
+                String::from_utf8_lossy(&out.stdout).trim().to_owned()
+            }
+            Ok(out) => format!(
+                "error: {} {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+            Err(error) => format!("error: {error}"),
+        };
+        out.insert(format!("run:{label}"), json!(outcome));
     }
     for pid in items("signal") {
         let result = pid

@@ -23,6 +23,8 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+mod syscalls;
+
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd,
     Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
@@ -102,6 +104,10 @@ pub struct Policy {
     pub connect: Vec<u16>,
     /// TCP ports the agent may bind.
     pub bind: Vec<u16>,
+    /// Whether the agent may listen: it has ports to bind, or a network of its own (the
+    /// system-call filter refuses `listen` otherwise, see `syscalls.rs`).
+    #[serde(default)]
+    pub listen: bool,
 }
 
 /// What the running kernel enforces of a policy.
@@ -194,11 +200,13 @@ pub fn system_devices() -> Vec<PathBuf> {
 
 /// `roots` without `secrets`: a root that holds a secret is replaced by its entries,
 /// recursively, leaving the secret (and only it) out; a root inside a secret is dropped.
-/// Paths are compared canonicalized; `/` is never taken as a secret.
+/// Paths are compared canonicalized; a secret that does not exist (yet) is taken out by
+/// its nearest existing ancestor, so it cannot appear later inside a granted directory;
+/// `/` is never taken as a secret.
 pub fn carve(roots: &[PathBuf], secrets: &[PathBuf]) -> Vec<PathBuf> {
     let secrets: Vec<PathBuf> = secrets
         .iter()
-        .filter_map(|s| std::fs::canonicalize(s).ok())
+        .filter_map(|s| s.ancestors().find_map(|a| std::fs::canonicalize(a).ok()))
         .filter(|s| s.parent().is_some())
         .collect();
     let mut out = Vec::new();
@@ -337,6 +345,12 @@ pub fn launch(args: Vec<OsString>) -> String {
     if let Err(error) = restrict(&policy) {
         return error;
     }
+    let filter = syscalls::Filter {
+        listen: policy.listen,
+    };
+    if let Err(error) = filter.install() {
+        return error;
+    }
     use std::os::unix::process::CommandExt;
     let error = std::process::Command::new(&program).args(args).exec();
     format!("cannot start {}: {error}", Path::new(&program).display())
@@ -468,6 +482,14 @@ mod tests {
             std::slice::from_ref(&root)
         );
         assert!(carve(&[root.join("a/secret")], &[root.join("a")]).is_empty());
+        // A secret not made yet is taken out by its nearest existing ancestor.
+        let granted = carve(std::slice::from_ref(&root), &[root.join("b/later/key")]);
+        let mut names: Vec<String> = granted
+            .iter()
+            .map(|p| p.strip_prefix(&root).expect("under").display().to_string())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["a"]);
         // `/` as a secret (a daemon whose HOME is `/`) takes nothing away.
         assert_eq!(carve(std::slice::from_ref(&root), &["/".into()]), [root]);
     }
@@ -480,6 +502,7 @@ mod tests {
             devices: vec!["/dev/null".into()],
             connect: vec![443],
             bind: Vec::new(),
+            listen: false,
         };
         let (program, args) = launch_command(
             Path::new("/bin/agui-serve"),

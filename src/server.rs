@@ -108,8 +108,8 @@ impl Server {
             source,
         })?;
         let tls = tls_acceptor(&config)?;
-        let agents = agents(&config, &agent_host(&config));
         ensure_dir(&config.data_dir)?;
+        let agents = agents(&config, &agent_host(&config)?);
         // The embedded store's data directory, held while this server lives.
         let data_lock = (config.cluster.is_none())
             .then(|| Store::lock_data_dir(&config.data_dir))
@@ -377,8 +377,9 @@ fn tls_acceptor(config: &Config) -> Result<Option<TlsAcceptor>, ServeError> {
 }
 
 /// What the agent processes share: the launcher, the loopback MCP server, and the paths no
-/// agent may read (the daemon's secrets, `$HOME`, every workspace root).
-fn agent_host(config: &Config) -> AgentHost {
+/// agent may read (the daemon's secrets, `$HOME`, every workspace root). Each workspace
+/// root is made here, before any agent starts, so every launch carves it out by name.
+fn agent_host(config: &Config) -> Result<AgentHost, ServeError> {
     let mut host = AgentHost::new(&config.data_dir);
     host.mcp = Some(Arc::new(crate::http::mcp::LoopbackMcp::default()));
     host.secrets = config.secret_paths();
@@ -390,13 +391,14 @@ fn agent_host(config: &Config) -> AgentHost {
         if let AgentKind::Acp(acp) = &agent.kind
             && let Some(workspace) = &acp.workspace
         {
+            ensure_dir(&workspace.root)?;
             host.secrets.push(workspace.root.clone());
         }
     }
     if let Some(launcher) = &config.launcher {
         host.launcher = launcher.clone();
     }
-    host
+    Ok(host)
 }
 
 /// The configured agents by name.

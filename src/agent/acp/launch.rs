@@ -213,6 +213,9 @@ fn policy(
         devices: confine::system_devices(),
         connect,
         bind: config.sandbox.bind.clone(),
+        // `listen` binds a port of its own choosing past the bind rule: only an agent
+        // given ports to bind may listen at all.
+        listen: !config.sandbox.bind.is_empty(),
     }
 }
 
