@@ -23,6 +23,7 @@
 //! | `pid` | `Pid: <this process's id>` |
 //! | `late-title TITLE` | `Titled later.`, then 200 ms after the turn a session title update |
 //! | `crash` | one chunk, a line on stderr, then exits with status 3 |
+//! | `hog MIB` | holds MIB MiB of memory it has touched, then answers `Held MIB MiB` |
 //! | `auth` | answers the prompt with error -32000 |
 //! | `recall` | `Heard: <every prompt line this session received, joined by " | ">` |
 //! | `blocks` | `Blocks: <the prompt's content blocks as JSON>` |
@@ -698,6 +699,16 @@ async fn play(
         }
         "auth" => {
             return Err(auth_required());
+        }
+        "hog" => {
+            // Touches `rest` MiB of memory, page by page, then answers (if still alive).
+            let mib: usize = rest.trim().parse().unwrap_or(0);
+            let mut held: Vec<Vec<u8>> = Vec::new();
+            for _ in 0..mib {
+                held.push(vec![1u8; 1 << 20]);
+            }
+            let reply = format!("Held {} MiB", held.len());
+            chunk(&cx, &session, "agent_message_chunk", &mid, &reply)?;
         }
         "pwd" | "write" | "fill" | "symlink" | "probe" => {
             let reply = files(&shared.cwd(&session), head, rest);

@@ -23,6 +23,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+pub mod cgroup;
 mod syscalls;
 
 use landlock::{
@@ -72,6 +73,8 @@ pub struct Sandbox {
     pub connect: Vec<u16>,
     /// TCP ports the agent may bind.
     pub bind: Vec<u16>,
+    /// Memory, processes and CPU of each agent process (its control group).
+    pub limits: cgroup::Limits,
 }
 
 impl Default for Sandbox {
@@ -81,6 +84,7 @@ impl Default for Sandbox {
             write: Vec::new(),
             connect: vec![443],
             bind: Vec::new(),
+            limits: cgroup::Limits::default(),
         }
     }
 }
@@ -108,6 +112,13 @@ pub struct Policy {
     /// system-call filter refuses `listen` otherwise, see `syscalls.rs`).
     #[serde(default)]
     pub listen: bool,
+    /// The `cgroup.procs` files the launcher joins before anything else.
+    #[serde(default)]
+    pub cgroups: Vec<PathBuf>,
+    /// Only join the groups and start the program (the outer step before `bwrap`, whose
+    /// inner launcher confines).
+    #[serde(default)]
+    pub join_only: bool,
 }
 
 /// What the running kernel enforces of a policy.
@@ -333,11 +344,19 @@ pub fn launch(args: Vec<OsString>) -> String {
     let Some(program) = args.next() else {
         return "the program is missing".to_owned();
     };
+    if let Err(error) = cgroup::join(&policy.cgroups) {
+        return error;
+    }
     close_inherited();
     // A session of its own: no controlling terminal of the daemon's to type into (the
     // daemon started it as no group's leader for this; the session is its process group).
     if let Err(error) = nix::unistd::setsid() {
         return format!("cannot start a session: {error}");
+    }
+    use std::os::unix::process::CommandExt;
+    if policy.join_only {
+        let error = std::process::Command::new(&program).args(args).exec();
+        return format!("cannot start {}: {error}", Path::new(&program).display());
     }
     if let Err(error) = drop_capabilities() {
         return error;
@@ -351,7 +370,6 @@ pub fn launch(args: Vec<OsString>) -> String {
     if let Err(error) = filter.install() {
         return error;
     }
-    use std::os::unix::process::CommandExt;
     let error = std::process::Command::new(&program).args(args).exec();
     format!("cannot start {}: {error}", Path::new(&program).display())
 }
@@ -503,6 +521,8 @@ mod tests {
             connect: vec![443],
             bind: Vec::new(),
             listen: false,
+            cgroups: Vec::new(),
+            join_only: false,
         };
         let (program, args) = launch_command(
             Path::new("/bin/agui-serve"),

@@ -670,3 +670,77 @@ async fn unconfined_the_kernel_doors_are_open() {
         assert_ne!(outcome, "denied", "{attempt}: {outcome}");
     }
 }
+
+/// `/healthz` asked every 50 ms until `stop`: the slowest answer, and whether every one
+/// came.
+async fn watch_health(url: String, stop: tokio_util::sync::CancellationToken) -> (Duration, bool) {
+    let mut slowest = Duration::ZERO;
+    let mut all = true;
+    while !stop.is_cancelled() {
+        let asked = std::time::Instant::now();
+        let answered =
+            tokio::time::timeout(Duration::from_secs(10), client().get(&url).send()).await;
+        all &= matches!(answered, Ok(Ok(ref r)) if r.status() == 200);
+        slowest = slowest.max(asked.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (slowest, all)
+}
+
+#[tokio::test]
+async fn a_memory_hog_and_a_fork_bomb_hit_their_limits_and_another_principal_goes_on() {
+    if agui_serve::confine::cgroup::status().is_err() {
+        // The host gives no control group to the daemon: the limits cannot be had here,
+        // and the daemon says so at start (tests/binary.rs checks the warning).
+        panic!(
+            "no writable cgroup on this host: {:?}",
+            agui_serve::confine::cgroup::status()
+        );
+    }
+    let s = setup("limits", |c, d| {
+        let mut agent = probe_agent("probe", Confinement::Landlock, d, None);
+        if let agui_serve::config::AgentKind::Acp(acp) = &mut agent.kind {
+            acp.sandbox.limits.memory_mib = 96;
+            acp.sandbox.limits.pids = 48;
+        }
+        c.agents = vec![agent];
+    })
+    .await;
+    let (alice, bob) = (
+        token_for(&s.server, "alice").await,
+        token_for(&s.server, "bob").await,
+    );
+    let stop = tokio_util::sync::CancellationToken::new();
+    let health = tokio::spawn({
+        let url = s.server.url("/healthz");
+        let stop = stop.clone();
+        async move { watch_health(url, stop).await }
+    });
+    // The fork bomb: processes until the kernel refuses one; the limit, not the machine.
+    let bomb = "import os, time\nn = 0\ntry:\n    while n < 2000:\n        if os.fork() == 0:\n            time.sleep(5); os._exit(0)\n        n += 1\n    print('ok %d' % n)\nexcept OSError as e:\n    print('refused after %d: %s' % (n, e))";
+    let forks = probe(
+        &s.server,
+        &bob,
+        "probe",
+        "b1",
+        json!({"run": [["bomb", bomb]]}),
+    )
+    .await;
+    let forks = forks["run:bomb"].as_str().expect("outcome").to_owned();
+    assert!(forks.starts_with("refused after"), "{forks}");
+    // The memory hog: the agent itself, killed at its limit, the run ended naming it.
+    let frames = turn(&s.server, &bob, "probe", "b2", "hog 400").await;
+    let last = frames.last().expect("frames");
+    assert_eq!(last.kind(), "RUN_ERROR", "{}", text_of(&frames));
+    let message = last.data["message"].as_str().expect("message");
+    assert!(message.contains("memory limit (96 MiB)"), "{message}");
+    // Alice's runs go on meanwhile and after.
+    assert_eq!(
+        say(&s.server, &alice, "probe", "a", "write after.txt fine").await,
+        "Wrote after.txt"
+    );
+    stop.cancel();
+    let (slowest, all) = health.await.expect("health watcher");
+    assert!(all, "a /healthz went unanswered during the attack");
+    eprintln!("slowest /healthz during the attack: {slowest:?} (fork bomb: {forks})");
+}

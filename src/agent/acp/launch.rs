@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::{AcpConfig, McpHost};
+use crate::confine::cgroup::Cgroup;
 use crate::confine::{self, Confinement, Policy};
 use crate::workspace::{Unit, Workspaces};
 
@@ -64,6 +65,8 @@ pub(super) struct Launch {
     /// The launcher makes its own session (and so its process group); else the daemon
     /// starts the agent in a process group of its own.
     pub(super) own_session: bool,
+    /// The control group the launcher joins (confined, where the host has one to give).
+    pub(super) cgroup: Option<Arc<Cgroup>>,
 }
 
 impl Launch {
@@ -92,6 +95,7 @@ impl Launch {
                 env: None,
                 cwd: config.cwd.clone(),
                 own_session: false,
+                cgroup: None,
             });
         }
         std::fs::create_dir_all(home.join("tmp"))
@@ -101,13 +105,22 @@ impl Launch {
             .map_err(|e| format!("cannot make {}: {e}", writable.display()))?;
         let policy = policy(config, host, &writable, home, program, mcp_port);
         let env = confined_env(config, home);
-        let (launcher, words) = confined_command(confinement, host, &policy, program, args)?;
+        let cgroup = match Cgroup::create(config.sandbox.limits) {
+            Ok(group) => Some(Arc::new(group)),
+            Err(why) => {
+                tracing::warn!(%why, "agent started without memory, process or CPU limits");
+                None
+            }
+        };
+        let joins = cgroup.as_ref().map(|g| g.procs_files()).unwrap_or_default();
+        let (launcher, words) = confined_command(confinement, host, &policy, joins, program, args)?;
         Ok(Launch {
             program: launcher,
             args: words,
             env: Some(env),
             cwd: Some(writable),
             own_session: confine::starts_own_session(confinement),
+            cgroup,
         })
     }
 }
@@ -159,25 +172,41 @@ fn confined_env(config: &AcpConfig, home: &Path) -> BTreeMap<String, String> {
     env
 }
 
-/// The command line that starts `program` under `policy`: the launcher inside bwrap, or
-/// the launcher alone.
+/// The command line that starts `program` under `policy`, joining the control groups
+/// `joins` first: the launcher alone, or a launcher that only joins them, then bwrap, then
+/// the launcher that confines.
 fn confined_command(
     confinement: Confinement,
     host: &AgentHost,
     policy: &Policy,
+    joins: Vec<PathBuf>,
     program: &str,
     args: &[String],
 ) -> Result<(PathBuf, Vec<String>), String> {
     if confinement != Confinement::Bwrap {
-        return confine::launch_command(&host.launcher, policy, program, args);
+        let policy = Policy {
+            cgroups: joins,
+            ..policy.clone()
+        };
+        return confine::launch_command(&host.launcher, &policy, program, args);
     }
     let inner = confine::launch_command(&host.launcher, policy, program, args)?;
     let mut bwrap = confine::bwrap_args(policy, &host.secrets, &host.launcher);
     bwrap.push("--".to_owned());
     bwrap.push(inner.0.display().to_string());
     bwrap.extend(inner.1);
-    let launcher = confine::bwrap_program().ok_or("bwrap is not installed")?;
-    Ok((launcher, bwrap))
+    let bwrap_program = confine::bwrap_program().ok_or("bwrap is not installed")?;
+    let outer = Policy {
+        cgroups: joins,
+        join_only: true,
+        ..Policy::default()
+    };
+    confine::launch_command(
+        &host.launcher,
+        &outer,
+        &bwrap_program.display().to_string(),
+        &bwrap,
+    )
 }
 
 /// The rules of a confined process that may write `writable` and `home`.
@@ -216,6 +245,8 @@ fn policy(
         // `listen` binds a port of its own choosing past the bind rule: only an agent
         // given ports to bind may listen at all.
         listen: !config.sandbox.bind.is_empty(),
+        cgroups: Vec::new(),
+        join_only: false,
     }
 }
 

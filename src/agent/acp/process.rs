@@ -239,6 +239,8 @@ pub(super) struct AcpProcess {
     last_used: Mutex<Instant>,
     pgid: Option<i32>,
     closing: CancellationToken,
+    /// Its control group (memory, processes, CPU), read for a breach when it exits.
+    cgroup: Option<Arc<crate::confine::cgroup::Cgroup>>,
 }
 
 impl AcpProcess {
@@ -285,6 +287,7 @@ impl AcpProcess {
             last_used: Mutex::new(Instant::now()),
             pgid,
             closing,
+            cgroup: launch.cgroup.clone(),
         }))
     }
 
@@ -333,10 +336,18 @@ impl AcpProcess {
         let tail =
             String::from_utf8_lossy(&lock(&self.stderr_tail).iter().copied().collect::<Vec<_>>())
                 .into_owned();
+        let breach = self.cgroup.as_ref().and_then(|group| group.breach());
+        if let Some(breach) = &breach {
+            tracing::warn!(pid = self.pgid, %breach, "agent limit reached");
+        }
+        let why = breach.map(|b| format!("{b}; ")).unwrap_or_default();
         if tail.trim().is_empty() {
-            format!("the agent process exited ({status})")
+            format!("{why}the agent process exited ({status})")
         } else {
-            format!("the agent process exited ({status}): {}", last_lines(&tail))
+            format!(
+                "{why}the agent process exited ({status}): {}",
+                last_lines(&tail)
+            )
         }
     }
 

@@ -1,0 +1,239 @@
+//! A control group per agent process, with memory, process-count and CPU limits, so one
+//! principal's agent cannot take the machine from the others.
+//!
+//! The daemon makes the group (cgroup v2 where it was delegated a subtree, as systemd's
+//! `Delegate=yes` does; else the v1 `memory`, `pids` and `cpu` hierarchies where they are
+//! mounted and writable), the launcher joins it before anything of the agent runs (so no
+//! child is forked outside it), and the daemon reads its counters when the agent exits to
+//! say which limit it hit, then removes it. A few files per controller: written here
+//! rather than with a crate whose systemd and D-Bus support the daemon does not use.
+//!
+//! Where neither version is writable, agents run without limits and the daemon says so at
+//! start and in `check-config` ([`status`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Deserialize;
+
+/// An agent process's limits (`[agents.sandbox] limits = {...}`); each has a default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Memory of the agent and everything it starts, in MiB.
+    pub memory_mib: u64,
+    /// Processes and threads, together.
+    pub pids: u64,
+    /// CPU time, in percent of one core (50: half of one, 200: two).
+    pub cpu_percent: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            memory_mib: 2048,
+            pids: 512,
+            cpu_percent: 100,
+        }
+    }
+}
+
+/// The hierarchy agents' groups are made in.
+#[derive(Debug, Clone)]
+enum Hierarchy {
+    /// One directory with the three controllers enabled for its children.
+    V2(PathBuf),
+    /// One directory per controller: memory, pids, cpu.
+    V1 {
+        memory: PathBuf,
+        pids: PathBuf,
+        cpu: PathBuf,
+    },
+}
+
+/// Where the daemon makes its agents' groups, found (and prepared) once.
+fn hierarchy() -> &'static Result<Hierarchy, String> {
+    static FOUND: OnceLock<Result<Hierarchy, String>> = OnceLock::new();
+    FOUND.get_or_init(find)
+}
+
+/// What limits agents get on this host: `Ok` names the version, `Err` why none.
+pub fn status() -> Result<&'static str, String> {
+    match hierarchy() {
+        Ok(Hierarchy::V2(_)) => Ok("cgroup v2"),
+        Ok(Hierarchy::V1 { .. }) => Ok("cgroup v1"),
+        Err(why) => Err(why.clone()),
+    }
+}
+
+/// This process's group in each hierarchy: `(controllers, path)` from `/proc/self/cgroup`.
+fn own_groups() -> Vec<(String, String)> {
+    std::fs::read_to_string("/proc/self/cgroup")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.splitn(3, ':');
+            let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+            Some((controllers.to_owned(), path.to_owned()))
+        })
+        .collect()
+}
+
+fn find() -> Result<Hierarchy, String> {
+    let root = Path::new("/sys/fs/cgroup");
+    let groups = own_groups();
+    if root.join("cgroup.controllers").exists()
+        && let Some((_, path)) = groups.iter().find(|(c, _)| c.is_empty())
+    {
+        return delegated_v2(&root.join(path.trim_start_matches('/')));
+    }
+    let dir_of = |controller: &str| -> Result<PathBuf, String> {
+        let (mount, path) = groups
+            .iter()
+            .find(|(c, _)| c.split(',').any(|c| c == controller))
+            .ok_or_else(|| format!("no cgroup v1 {controller} controller"))?;
+        let dir = root
+            .join(mount)
+            .join(path.trim_start_matches('/'))
+            .join(format!("agui-serve-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+        Ok(dir)
+    };
+    Ok(Hierarchy::V1 {
+        memory: dir_of("memory")?,
+        pids: dir_of("pids")?,
+        cpu: dir_of("cpu")?,
+    })
+}
+
+/// Prepares the delegated v2 group `own`: the daemon moves into a leaf of its own (a group
+/// with controllers for its children may hold no process), then the three controllers are
+/// enabled for the agents' groups beside it.
+fn delegated_v2(own: &Path) -> Result<Hierarchy, String> {
+    let fail = |what: &str, e: std::io::Error| {
+        format!(
+            "cgroup v2 {} is not delegated to the daemon ({what}: {e})",
+            own.display()
+        )
+    };
+    let leaf = own.join("daemon");
+    std::fs::create_dir_all(&leaf).map_err(|e| fail("mkdir", e))?;
+    std::fs::write(leaf.join("cgroup.procs"), std::process::id().to_string())
+        .map_err(|e| fail("moving the daemon", e))?;
+    std::fs::write(own.join("cgroup.subtree_control"), "+memory +pids +cpu")
+        .map_err(|e| fail("enabling memory, pids, cpu", e))?;
+    Ok(Hierarchy::V2(own.to_owned()))
+}
+
+/// One agent process's group; removed when dropped (once the process is gone).
+#[derive(Debug)]
+pub struct Cgroup {
+    /// The group's directory in each hierarchy (one for v2).
+    dirs: Vec<PathBuf>,
+    limits: Limits,
+}
+
+impl Cgroup {
+    /// Makes a group with `limits`, or says why none can be had.
+    pub fn create(limits: Limits) -> Result<Cgroup, String> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let name = format!("agent-{}", NEXT.fetch_add(1, Ordering::Relaxed));
+        let hierarchy = hierarchy().as_ref().map_err(Clone::clone)?;
+        let memory = (limits.memory_mib.saturating_mul(1 << 20)).to_string();
+        let period: u64 = 100_000;
+        let quota = limits.cpu_percent.max(1) * period / 100;
+        let pids = limits.pids.max(1).to_string();
+        let (dirs, files): (Vec<PathBuf>, Vec<(PathBuf, String)>) = match hierarchy {
+            Hierarchy::V2(base) => {
+                let dir = base.join(&name);
+                let files = vec![
+                    (dir.join("memory.max"), memory),
+                    (dir.join("memory.swap.max"), "0".to_owned()),
+                    (dir.join("pids.max"), pids),
+                    (dir.join("cpu.max"), format!("{quota} {period}")),
+                ];
+                (vec![dir], files)
+            }
+            Hierarchy::V1 {
+                memory: m,
+                pids: p,
+                cpu: c,
+            } => {
+                let (m, p, c) = (m.join(&name), p.join(&name), c.join(&name));
+                let files = vec![
+                    (m.join("memory.limit_in_bytes"), memory),
+                    (p.join("pids.max"), pids),
+                    (c.join("cpu.cfs_period_us"), period.to_string()),
+                    (c.join("cpu.cfs_quota_us"), quota.to_string()),
+                ];
+                (vec![m, p, c], files)
+            }
+        };
+        let group = Cgroup { dirs, limits };
+        for dir in &group.dirs {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+        }
+        for (file, value) in files {
+            // v1 memory+swap is optional; every other limit must hold.
+            std::fs::write(&file, &value)
+                .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+        }
+        Ok(group)
+    }
+
+    /// The files the launcher writes its pid to, to join the group.
+    pub fn procs_files(&self) -> Vec<PathBuf> {
+        self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
+    }
+
+    /// Which limit the group hit, if any: read from its event counters.
+    pub fn breach(&self) -> Option<String> {
+        let count = |file: &Path, key: &str| -> u64 {
+            std::fs::read_to_string(file)
+                .unwrap_or_default()
+                .lines()
+                .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        let find = |name: &str| self.dirs.iter().map(|d| d.join(name)).find(|f| f.exists());
+        let oom = find("memory.events")
+            .map(|f| count(&f, "oom_kill "))
+            .or_else(|| find("memory.oom_control").map(|f| count(&f, "oom_kill ")))
+            .unwrap_or(0);
+        if oom > 0 {
+            return Some(format!(
+                "the agent hit its memory limit ({} MiB) and was killed",
+                self.limits.memory_mib
+            ));
+        }
+        let forks = find("pids.events").map_or(0, |f| count(&f, "max "));
+        if forks > 0 {
+            return Some(format!(
+                "the agent hit its process limit ({}): {forks} forks refused",
+                self.limits.pids
+            ));
+        }
+        None
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        for dir in &self.dirs {
+            // Fails while a process is left in it; the stop kills the group first.
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+/// The launcher's part: moves this process into each group of `procs` (the files
+/// [`Cgroup::procs_files`] named), before anything of the agent runs.
+pub(super) fn join(procs: &[PathBuf]) -> Result<(), String> {
+    for file in procs {
+        std::fs::write(file, std::process::id().to_string())
+            .map_err(|e| format!("cannot join the agent's cgroup {}: {e}", file.display()))?;
+    }
+    Ok(())
+}
