@@ -54,9 +54,10 @@ pub(in crate::runtime) struct Pump {
     /// Tool calls opened in earlier segments (a later result may answer them).
     pub(in crate::runtime) known_tools: HashSet<String>,
     /// A suspension whose terminal event waits for the store (see [`Pump::settle`]).
-    pub(in crate::runtime) pending_park: Option<Ending>,
+    /// Boxed, as the next one: rare, and a run that never suspends keeps only a pointer.
+    pub(in crate::runtime) pending_park: Option<Box<Ending>>,
     /// A segment whose `RUN_STARTED` waits for the store.
-    pub(in crate::runtime) pending_segment: Option<NextSegment>,
+    pub(in crate::runtime) pending_segment: Option<Box<NextSegment>>,
     /// The run's budgets, when any applies (`budget.rs`).
     pub(in crate::runtime) budget: Option<Box<super::RunBudget>>,
     /// Spending changed since the budget was last shown.
@@ -89,7 +90,12 @@ pub(in crate::runtime) async fn drive(
     }
     let run = pump.writer.run.clone();
     let (sink, mut items) = EventSink::channel(SINK_CAPACITY);
-    let mut turn_future = AssertUnwindSafe(agent.run(*turn, sink)).catch_unwind();
+    // The turn out of its box, and the box freed now, not when the run ends.
+    let turn = {
+        let boxed = turn;
+        *boxed
+    };
+    let mut turn_future = AssertUnwindSafe(agent.run(turn, sink)).catch_unwind();
     let overdue = async {
         run.cancel.cancelled().await;
         tokio::time::sleep(CANCEL_BOUND).await;
@@ -292,7 +298,7 @@ impl Pump {
             Channel::Interrupts => Ending::Interrupt { interrupts },
         };
         self.writer.close_for_park(&ending);
-        self.pending_park = Some(ending);
+        self.pending_park = Some(Box::new(ending));
         // Phase first, then the flag: `Runtime::drain` sets the flag, then looks at phases,
         // so a run parking during a drain is seen by one of the two.
         if self.writer.rt.is_draining() {
@@ -319,7 +325,7 @@ impl Pump {
                 if !self.writer.commit().await {
                     tracing::error!("suspension announced although the store failed");
                 }
-                self.writer.park(ending);
+                self.writer.park(*ending);
                 tracing::info!(
                     waits = pending_len(&self.writer.run),
                     "run suspended, waiting on the client"
@@ -328,7 +334,7 @@ impl Pump {
                 if !self.writer.commit().await {
                     tracing::error!("segment started although the store failed");
                 }
-                self.open_segment(next);
+                self.open_segment(*next);
             } else {
                 return;
             }
@@ -337,7 +343,7 @@ impl Pump {
 
     pub(in crate::runtime) fn on_control(&mut self, command: Control) {
         match command {
-            Control::Resume(next) => self.next_segment(*next),
+            Control::Resume(next) => self.next_segment(next),
         }
     }
 
@@ -350,19 +356,19 @@ impl Pump {
             return;
         };
         self.writer.expired(&suspension);
-        self.next_segment(NextSegment {
+        self.next_segment(Box::new(NextSegment {
             run_id: suspension.segment_run_id.clone(),
             parent_run_id: None,
             abandoned: suspension.unanswered_calls(&[]),
             why: why.to_owned(),
             link: None,
-        });
+        }));
         suspension.fail_closed(why);
     }
 
     /// Ends the suspension; the next segment opens once what answered it is stored
     /// ([`Pump::settle`]).
-    pub(in crate::runtime) fn next_segment(&mut self, next: NextSegment) {
+    pub(in crate::runtime) fn next_segment(&mut self, next: Box<NextSegment>) {
         self.deadline = None;
         self.pending_segment = Some(next);
     }
