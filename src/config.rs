@@ -468,6 +468,15 @@ fn add_acp_json(value: &mut serde_json::Value, acp: &AcpConfig) {
         "write": acp.sandbox.write,
         "connect": acp.sandbox.connect,
         "bind": acp.sandbox.bind,
+        "limits": {
+            "memory_mib": acp.sandbox.limits.memory_mib,
+            "pids": acp.sandbox.limits.pids,
+            "cpu_percent": acp.sandbox.limits.cpu_percent,
+            "in_force": match crate::confine::cgroup::status() {
+                Ok(version) => version.to_owned(),
+                Err(why) => format!("unavailable: {why}"),
+            },
+        },
     });
 }
 

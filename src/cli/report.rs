@@ -32,7 +32,14 @@ impl Resolved {
                         "agent {:?}: confinement = \"none\": the agent can read the daemon's data directory and keys",
                         agent.name
                     )),
-                    Ok(_) => {}
+                    Ok(_) => {
+                        if let Err(why) = crate::confine::cgroup::status() {
+                            warnings.push(format!(
+                                "agent {:?}: no memory, process or CPU limits: {why}",
+                                agent.name
+                            ));
+                        }
+                    }
                     Err(why) => warnings.push(format!(
                         "agent {:?}: will not start: {why}",
                         agent.name

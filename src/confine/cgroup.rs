@@ -58,12 +58,22 @@ fn hierarchy() -> &'static Result<Hierarchy, String> {
     FOUND.get_or_init(find)
 }
 
-/// What limits agents get on this host: `Ok` names the version, `Err` why none.
+/// What limits agents would get on this host, asked without making or moving anything
+/// (for the start-up warning and `check-config`): `Ok` names the version, `Err` says why
+/// none.
 pub fn status() -> Result<&'static str, String> {
-    match hierarchy() {
-        Ok(Hierarchy::V2(_)) => Ok("cgroup v2"),
-        Ok(Hierarchy::V1 { .. }) => Ok("cgroup v1"),
-        Err(why) => Err(why.clone()),
+    let writable = |dir: &Path| {
+        nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK)
+            .map_err(|e| format!("{} is not writable by the daemon: {e}", dir.display()))
+    };
+    match locate()? {
+        Place::V2(own) => writable(&own).map(|()| "cgroup v2"),
+        Place::V1(parents) => {
+            for parent in &parents {
+                writable(parent)?;
+            }
+            Ok("cgroup v1")
+        }
     }
 }
 
@@ -80,31 +90,83 @@ fn own_groups() -> Vec<(String, String)> {
         .collect()
 }
 
-fn find() -> Result<Hierarchy, String> {
+/// Where the daemon's own groups are: its v2 group, or its v1 memory, pids and cpu groups.
+enum Place {
+    V2(PathBuf),
+    V1([PathBuf; 3]),
+}
+
+const V1_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
+
+fn locate() -> Result<Place, String> {
     let root = Path::new("/sys/fs/cgroup");
     let groups = own_groups();
     if root.join("cgroup.controllers").exists()
         && let Some((_, path)) = groups.iter().find(|(c, _)| c.is_empty())
     {
-        return delegated_v2(&root.join(path.trim_start_matches('/')));
+        return Ok(Place::V2(root.join(path.trim_start_matches('/'))));
     }
     let dir_of = |controller: &str| -> Result<PathBuf, String> {
         let (mount, path) = groups
             .iter()
             .find(|(c, _)| c.split(',').any(|c| c == controller))
-            .ok_or_else(|| format!("no cgroup v1 {controller} controller"))?;
-        let dir = root
-            .join(mount)
-            .join(path.trim_start_matches('/'))
-            .join(format!("agui-serve-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
-        Ok(dir)
+            .ok_or_else(|| {
+                format!("no cgroup v2 delegation and no cgroup v1 {controller} controller")
+            })?;
+        Ok(root.join(mount).join(path.trim_start_matches('/')))
     };
+    Ok(Place::V1([
+        dir_of(V1_CONTROLLERS[0])?,
+        dir_of(V1_CONTROLLERS[1])?,
+        dir_of(V1_CONTROLLERS[2])?,
+    ]))
+}
+
+fn find() -> Result<Hierarchy, String> {
+    let parents = match locate()? {
+        Place::V2(own) => return delegated_v2(&own),
+        Place::V1(parents) => parents,
+    };
+    let [memory, pids, cpu] = parents.map(|parent| {
+        remove_stale(&parent);
+        let dir = parent.join(format!("agui-serve-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .map(|()| dir.clone())
+            .map_err(|e| format!("cannot make {}: {e}", dir.display()))
+    });
     Ok(Hierarchy::V1 {
-        memory: dir_of("memory")?,
-        pids: dir_of("pids")?,
-        cpu: dir_of("cpu")?,
+        memory: memory?,
+        pids: pids?,
+        cpu: cpu?,
     })
+}
+
+/// Removes the v1 groups under `parent` of daemons no longer running (`agui-serve-PID`
+/// with their agents' groups, empty once their processes are gone).
+fn remove_stale(parent: &Path) {
+    for entry in std::fs::read_dir(parent).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("agui-serve-"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        for agent in std::fs::read_dir(entry.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if agent.path().is_dir() {
+                let _ = std::fs::remove_dir(agent.path());
+            }
+        }
+        let _ = std::fs::remove_dir(entry.path());
+    }
 }
 
 /// Prepares the delegated v2 group `own`: the daemon moves into a leaf of its own (a group
@@ -126,6 +188,9 @@ fn delegated_v2(own: &Path) -> Result<Hierarchy, String> {
     Ok(Hierarchy::V2(own.to_owned()))
 }
 
+/// A control file and the value written to it.
+type Setting = (PathBuf, String);
+
 /// One agent process's group; removed when dropped (once the process is gone).
 #[derive(Debug)]
 pub struct Cgroup {
@@ -144,16 +209,18 @@ impl Cgroup {
         let period: u64 = 100_000;
         let quota = limits.cpu_percent.max(1) * period / 100;
         let pids = limits.pids.max(1).to_string();
-        let (dirs, files): (Vec<PathBuf>, Vec<(PathBuf, String)>) = match hierarchy {
+        // Each: the group's directories, its limits, and its swap limit (memory and swap
+        // together at the memory limit), written where the kernel accounts swap.
+        let (dirs, files, swap): (Vec<PathBuf>, Vec<Setting>, Setting) = match hierarchy {
             Hierarchy::V2(base) => {
                 let dir = base.join(&name);
                 let files = vec![
                     (dir.join("memory.max"), memory),
-                    (dir.join("memory.swap.max"), "0".to_owned()),
                     (dir.join("pids.max"), pids),
                     (dir.join("cpu.max"), format!("{quota} {period}")),
                 ];
-                (vec![dir], files)
+                let swap = (dir.join("memory.swap.max"), "0".to_owned());
+                (vec![dir], files, swap)
             }
             Hierarchy::V1 {
                 memory: m,
@@ -161,13 +228,14 @@ impl Cgroup {
                 cpu: c,
             } => {
                 let (m, p, c) = (m.join(&name), p.join(&name), c.join(&name));
+                let swap = (m.join("memory.memsw.limit_in_bytes"), memory.clone());
                 let files = vec![
                     (m.join("memory.limit_in_bytes"), memory),
                     (p.join("pids.max"), pids),
                     (c.join("cpu.cfs_period_us"), period.to_string()),
                     (c.join("cpu.cfs_quota_us"), quota.to_string()),
                 ];
-                (vec![m, p, c], files)
+                (vec![m, p, c], files, swap)
             }
         };
         let group = Cgroup { dirs, limits };
@@ -175,8 +243,8 @@ impl Cgroup {
             std::fs::create_dir_all(dir)
                 .map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
         }
-        for (file, value) in files {
-            // v1 memory+swap is optional; every other limit must hold.
+        let swap = swap.0.exists().then_some(swap);
+        for (file, value) in files.into_iter().chain(swap) {
             std::fs::write(&file, &value)
                 .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
         }

@@ -107,8 +107,9 @@ impl Launch {
         let env = confined_env(config, home);
         let cgroup = match Cgroup::create(config.sandbox.limits) {
             Ok(group) => Some(Arc::new(group)),
+            // Said once at start (`AcpBackend::new`) and by `check-config`.
             Err(why) => {
-                tracing::warn!(%why, "agent started without memory, process or CPU limits");
+                tracing::debug!(%why, "agent started without memory, process or CPU limits");
                 None
             }
         };

@@ -162,11 +162,20 @@ impl AcpBackend {
                 agent = name,
                 "confinement = \"none\": the agent can read the daemon's data directory and keys"
             ),
-            Ok(confinement) => tracing::info!(
-                agent = name,
-                confinement = confinement.as_str(),
-                "agent confined"
-            ),
+            Ok(confinement) => {
+                tracing::info!(
+                    agent = name,
+                    confinement = confinement.as_str(),
+                    "agent confined"
+                );
+                if let Err(why) = crate::confine::cgroup::status() {
+                    tracing::warn!(
+                        agent = name,
+                        %why,
+                        "no control group for the agent's processes: no memory, process or CPU limits"
+                    );
+                }
+            }
             Err(why) => tracing::error!(agent = name, %why, "the agent will not be started"),
         }
         AcpBackend {
