@@ -504,88 +504,84 @@ def report(f):
         print("error: %s" % e)
 "#;
 
-/// The kernel's doors that Landlock alone leaves open, tried by one principal's agent on
-/// the daemon (`daemon`: its port, `pid`) and on another principal's agent (`other`).
+/// The kernel's doors that Landlock alone leaves open, as Python: `HOST` and `PORT` are
+/// the daemon's address, `PID` its pid, `OTHER` another principal's agent's pid.
+const KERNEL_DOORS: [(&str, &str); 25] = [
+    // MPTCP passes Landlock's TCP rules; the other families are not needed at all.
+    (
+        "mptcp-daemon",
+        "s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262); s.settimeout(2); s.connect(('HOST', PORT))",
+    ),
+    (
+        "sctp",
+        "socket.socket(socket.AF_INET, socket.SOCK_STREAM, 132)",
+    ),
+    (
+        "udplite",
+        "socket.socket(socket.AF_INET, socket.SOCK_DGRAM, 136)",
+    ),
+    ("vsock", "socket.socket(40, socket.SOCK_STREAM, 0)"),
+    ("alg", "socket.socket(38, socket.SOCK_SEQPACKET, 0)"),
+    (
+        "netlink-audit",
+        "socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 9)",
+    ),
+    ("unix-pair-inet", "socket.socketpair(socket.AF_INET)"),
+    // Limits, priority and CPUs of the daemon and of another principal's agent.
+    (
+        "prlimit-daemon",
+        "resource.prlimit(PID, resource.RLIMIT_NOFILE)",
+    ),
+    (
+        "prlimit-other",
+        "resource.prlimit(OTHER, resource.RLIMIT_CPU)",
+    ),
+    (
+        "renice-daemon",
+        "os.setpriority(os.PRIO_PROCESS, PID, os.getpriority(os.PRIO_PROCESS, PID))",
+    ),
+    ("renice-user", "os.setpriority(os.PRIO_USER, 0, 0)"),
+    ("renice-group", "os.setpriority(os.PRIO_PGRP, 0, 0)"),
+    (
+        "affinity-daemon",
+        "os.sched_setaffinity(PID, os.sched_getaffinity(PID))",
+    ),
+    (
+        "affinity-other",
+        "os.sched_setaffinity(OTHER, os.sched_getaffinity(OTHER))",
+    ),
+    // SysV IPC, shared with every process of the daemon's IPC namespace.
+    ("shm", "checked(libc.shmget(0, 4096, 0o1600))"),
+    ("msgq", "checked(libc.msgget(0, 0o1600))"),
+    ("sem", "checked(libc.semget(0, 1, 0o1600))"),
+    // A port bound by `listen` past the bind rule.
+    ("implicit-bind", "socket.socket().listen(1)"),
+    // New namespaces, io_uring, keyrings, bpf, perf, userfaultfd, process_vm_readv.
+    ("unshare-user", "checked(libc.unshare(0x10000000))"),
+    ("io-uring", "call(425, 1, ctypes.create_string_buffer(120))"),
+    ("keyctl", "call(250, 0, -3, 0)"),
+    ("bpf", "call(321, 0, ctypes.create_string_buffer(128), 128)"),
+    (
+        "perf",
+        "call(298, ctypes.create_string_buffer(128), 0, -1, -1, 0)",
+    ),
+    ("userfaultfd", "call(323, 0)"),
+    ("process-vm-readv", "call(310, OTHER, 0, 0, 0, 0, 0)"),
+];
+
+/// The probe's plan for [`KERNEL_DOORS`], tried on the daemon (`daemon`: its address,
+/// `pid`) and on another principal's agent (`other`).
 fn kernel_attempts(daemon: std::net::SocketAddr, pid: u32, other: u32) -> Value {
-    let (host, port) = (daemon.ip(), daemon.port());
-    let attempts: Vec<(&str, String)> = vec![
-        // MPTCP passes Landlock's TCP rules; the other families are not needed at all.
-        (
-            "mptcp-daemon",
-            format!(
-                "s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262); s.settimeout(2); s.connect(('{host}', {port}))"
-            ),
-        ),
-        (
-            "sctp",
-            "socket.socket(socket.AF_INET, socket.SOCK_STREAM, 132)".into(),
-        ),
-        (
-            "udplite",
-            "socket.socket(socket.AF_INET, socket.SOCK_DGRAM, 136)".into(),
-        ),
-        ("vsock", "socket.socket(40, socket.SOCK_STREAM, 0)".into()),
-        ("alg", "socket.socket(38, socket.SOCK_SEQPACKET, 0)".into()),
-        (
-            "netlink-audit",
-            "socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 9)".into(),
-        ),
-        ("unix-pair-inet", "socket.socketpair(socket.AF_INET)".into()),
-        // Limits, priority and CPUs of the daemon and of another principal's agent.
-        (
-            "prlimit-daemon",
-            format!("resource.prlimit({pid}, resource.RLIMIT_NOFILE)"),
-        ),
-        (
-            "prlimit-other",
-            format!("resource.prlimit({other}, resource.RLIMIT_CPU)"),
-        ),
-        (
-            "renice-daemon",
-            format!(
-                "os.setpriority(os.PRIO_PROCESS, {pid}, os.getpriority(os.PRIO_PROCESS, {pid}))"
-            ),
-        ),
-        ("renice-user", "os.setpriority(os.PRIO_USER, 0, 0)".into()),
-        ("renice-group", "os.setpriority(os.PRIO_PGRP, 0, 0)".into()),
-        (
-            "affinity-daemon",
-            format!("os.sched_setaffinity({pid}, os.sched_getaffinity({pid}))"),
-        ),
-        (
-            "affinity-other",
-            format!("os.sched_setaffinity({other}, os.sched_getaffinity({other}))"),
-        ),
-        // SysV IPC, shared with every process of the daemon's IPC namespace.
-        ("shm", "checked(libc.shmget(0, 4096, 0o1600))".into()),
-        ("msgq", "checked(libc.msgget(0, 0o1600))".into()),
-        ("sem", "checked(libc.semget(0, 1, 0o1600))".into()),
-        // A port bound by `listen` past the bind rule.
-        ("implicit-bind", "socket.socket().listen(1)".into()),
-        // New namespaces, io_uring, keyrings, bpf, perf, userfaultfd, process_vm_readv.
-        ("unshare-user", "checked(libc.unshare(0x10000000))".into()),
-        (
-            "io-uring",
-            "call(425, 1, ctypes.create_string_buffer(120))".into(),
-        ),
-        ("keyctl", "call(250, 0, -3, 0)".into()),
-        (
-            "bpf",
-            "call(321, 0, ctypes.create_string_buffer(128), 128)".into(),
-        ),
-        (
-            "perf",
-            "call(298, ctypes.create_string_buffer(128), 0, -1, -1, 0)".into(),
-        ),
-        ("userfaultfd", "call(323, 0)".into()),
-        (
-            "process-vm-readv",
-            format!("call(310, {other}, 0, 0, 0, 0, 0)"),
-        ),
-    ];
-    let run: Vec<Value> = attempts
-        .into_iter()
-        .map(|(label, code)| json!([label, format!("{PRELUDE}\nreport(lambda: exec({code:?}))")]))
+    let run: Vec<Value> = KERNEL_DOORS
+        .iter()
+        .map(|(label, code)| {
+            let code = code
+                .replace("HOST", &daemon.ip().to_string())
+                .replace("PORT", &daemon.port().to_string())
+                .replace("OTHER", &other.to_string())
+                .replace("PID", &pid.to_string());
+            json!([label, format!("{PRELUDE}\nreport(lambda: exec({code:?}))")])
+        })
         .collect();
     json!({ "run": run })
 }
@@ -621,7 +617,11 @@ async fn kernel_door_attempts(
     let Value::Object(outcomes) = outcomes else {
         panic!("outcomes: {outcomes}");
     };
-    assert_eq!(outcomes.len(), 25, "every attempt reported: {outcomes:?}");
+    assert_eq!(
+        outcomes.len(),
+        KERNEL_DOORS.len(),
+        "every attempt reported: {outcomes:?}"
+    );
     outcomes
 }
 
