@@ -744,3 +744,85 @@ async fn a_memory_hog_and_a_fork_bomb_hit_their_limits_and_another_principal_goe
     assert!(all, "a /healthz went unanswered during the attack");
     eprintln!("slowest /healthz during the attack: {slowest:?} (fork bomb: {forks})");
 }
+
+/// Appends 8 KiB to `bg.bin` every 100 ms for 20 s from a process of its own session
+/// (out of the agent's process group, its output let go), and returns at once.
+const BACKGROUND_WRITER: &str = "import os, time
+if os.fork() == 0:
+    os.setsid()
+    null = os.open('/dev/null', os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    for _ in range(200):
+        with open('bg.bin', 'ab') as f:
+            f.write(b'x' * 8192)
+        time.sleep(0.1)
+    os._exit(0)
+print('ok')";
+
+#[tokio::test]
+async fn the_quota_counts_the_agent_home_and_stops_a_writer_between_turns() {
+    const QUOTA: u64 = 256 * 1024;
+    let s = setup("quota-home", |c, d| {
+        c.agents = vec![probe_agent("probe", Confinement::Landlock, d, Some(QUOTA))];
+    })
+    .await;
+    let (alice, carol) = (
+        token_for(&s.server, "alice").await,
+        token_for(&s.server, "carol").await,
+    );
+    // Alice writes her home, not her workspace: the quota counts it.
+    let fill_home = "import os\nopen(os.path.join(os.environ['HOME'], 'blob'), 'wb').write(b'x' * 400000)\nprint('ok')";
+    let frames = turn(
+        &s.server,
+        &alice,
+        "probe",
+        "h",
+        &format!("probe {}", json!({"run": [["home", fill_home]]})),
+    )
+    .await;
+    let last = frames.last().expect("frames");
+    assert_eq!(last.kind(), "RUN_ERROR", "{}", text_of(&frames));
+    assert_eq!(last.data["code"], "WORKSPACE_QUOTA");
+    // Carol's turn leaves a writer behind and ends within the quota.
+    let cwd = cwd_of(&say(&s.server, &carol, "probe", "w", "pwd").await);
+    let started = probe(
+        &s.server,
+        &carol,
+        "probe",
+        "w",
+        json!({"run": [["writer", BACKGROUND_WRITER]]}),
+    )
+    .await;
+    assert_eq!(started["run:writer"], "ok");
+    // Until the file stops growing: stopped at the quota, not at the writer's own end
+    // (20 s, 1.6 MB).
+    let size = || std::fs::metadata(cwd.join("bg.bin")).map_or(0, |m| m.len());
+    let mut last_size = size();
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = size();
+        if now == last_size && now > QUOTA {
+            break;
+        }
+        last_size = now;
+    }
+    assert!(
+        last_size < 1024 * 1024,
+        "the writer went on to {last_size} bytes"
+    );
+    // Nothing stored is lost, and the next turn says the workspace is over its quota.
+    let frames = turn(&s.server, &carol, "probe", "w", "pwd").await;
+    let last = frames.last().expect("frames");
+    assert_eq!(last.kind(), "RUN_ERROR", "{}", text_of(&frames));
+    assert_eq!(last.data["code"], "WORKSPACE_QUOTA");
+    let messages = client()
+        .get(s.server.url("/threads/w/messages"))
+        .bearer_auth(&carol)
+        .sent()
+        .await
+        .text()
+        .await
+        .expect("messages");
+    assert!(messages.contains("Cwd:"), "{messages}");
+}

@@ -256,6 +256,21 @@ impl Cgroup {
         self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
     }
 
+    /// Kills every process left in the group (one that left the agent's process group
+    /// with `setsid` included).
+    pub fn kill_all(&self) {
+        let Some(dir) = self.dirs.first() else {
+            return;
+        };
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+
     /// Which limit the group hit, if any: read from its event counters.
     pub fn breach(&self) -> Option<String> {
         let count = |file: &Path, key: &str| -> u64 {

@@ -311,18 +311,23 @@ impl Workspaces {
         }
     }
 
-    /// Whether the workspace uses more than the quota (never without one). The quota fails
-    /// closed: a tree that cannot be measured (too large to walk, a directory the agent
-    /// made unreadable) counts as over; one not made yet does not.
-    pub fn over_quota(&self, dir: &Path) -> bool {
+    /// Whether the workspace `dir` and the agent home `home` (where its agent also writes)
+    /// use more than the quota together (never without one). The quota fails closed: a
+    /// tree that cannot be measured (too large to walk, a directory the agent made
+    /// unreadable) counts as over; one not made yet counts as empty.
+    pub fn over_quota(&self, dir: &Path, home: Option<&Path>) -> bool {
         let Some(quota) = self.config.quota else {
             return false;
         };
-        match usage(dir) {
-            Ok(used) => used > quota,
-            Err(WorkspaceError::NotFound) => false,
-            Err(_) => true,
+        let mut used: u64 = 0;
+        for tree in std::iter::once(dir).chain(home) {
+            match usage(tree) {
+                Ok(bytes) => used = used.saturating_add(bytes),
+                Err(WorkspaceError::NotFound) => {}
+                Err(_) => return true,
+            }
         }
+        used > quota
     }
 }
 

@@ -147,6 +147,25 @@ impl Inner {
         let process = AcpProcess::spawn(&self.name, &launch, key.clone())
             .await
             .inspect_err(|_| self.health.spawn_failed())?;
+        // The one workspace the process writes: its thread's (a pool per thread) or its
+        // principal's; an unconfined process of many threads has none of its own.
+        let own = match (&self.workspaces, thread_dir) {
+            (Some(w), Some(dir)) if self.pool_per_thread() => Some((w, dir.to_owned())),
+            (Some(w), _) if w.config().unit == Unit::Principal => {
+                Some((w, w.principal_dir(&key.principal)))
+            }
+            _ => None,
+        };
+        if let Some((workspaces, dir)) = own
+            && workspaces.config().quota.is_some()
+        {
+            tokio::spawn(super::workdir::watch_process_quota(
+                Arc::downgrade(self),
+                Arc::downgrade(&process),
+                workspaces.clone(),
+                [dir, self.home(&key.principal)],
+            ));
+        }
         *lock(&self.prompt_capabilities) = Some(process.capabilities().prompt_capabilities.clone());
         *lock(&self.agent_info) = process.initialized.agent_info.clone();
         Ok(process)

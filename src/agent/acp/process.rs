@@ -352,8 +352,8 @@ impl AcpProcess {
     }
 
     /// Stops the process: stdin EOF, then SIGTERM to its group, then SIGKILL; whatever of
-    /// its group outlives it (a child it left behind, which could still write in its
-    /// workspace) is killed last.
+    /// its group (and of its control group) outlives it (a child it left behind, which
+    /// could still write in its workspace) is killed last.
     pub(super) async fn stop(&self) {
         self.closing.cancel();
         let Some(pgid) = self.pgid else {
@@ -369,6 +369,9 @@ impl AcpProcess {
             }
         }
         signal_group(pgid, nix::sys::signal::Signal::SIGKILL);
+        if let Some(group) = &self.cgroup {
+            group.kill_all();
+        }
     }
 }
 

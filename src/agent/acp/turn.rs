@@ -165,6 +165,14 @@ impl Inner {
                     send_cancel(process, session);
                     process.router.unregister(session);
                     flight.translator.close(sink).await?;
+                    // The writer stops too, not only the run (a process of this thread
+                    // alone; one shared by a principal's threads is stopped between
+                    // turns, `workdir::watch_process_quota`).
+                    if process.serves_one_thread() {
+                        self.forget_process(process);
+                        let process = Arc::clone(process);
+                        tokio::spawn(async move { process.stop().await });
+                    }
                     let quota = self.workspaces.as_ref().and_then(|w| w.config().quota).unwrap_or(0);
                     return Err(Stop::Failed(workdir::quota_error(quota)));
                 }

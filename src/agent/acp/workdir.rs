@@ -24,6 +24,8 @@ const QUOTA_CHECK: Duration = Duration::from_secs(2);
 /// A turn's view of its workspace.
 pub(super) struct TurnWorkspace {
     dir: PathBuf,
+    /// The agent home of the thread's principal, which counts against the quota too.
+    home: PathBuf,
     before: Option<Snapshot>,
     workspaces: Workspaces,
     /// Cancelled when the workspace grows past its quota during the turn.
@@ -140,6 +142,7 @@ impl Inner {
     pub(super) async fn turn_workspace(&self, thread_key: &str) -> Option<TurnWorkspace> {
         let workspaces = self.workspaces.as_ref()?;
         let dir = self.thread_dir(thread_key).await?;
+        let home = self.home(crate::access::split_key(thread_key).0);
         let at = dir.clone();
         let before = tokio::task::spawn_blocking(move || Snapshot::take(&at))
             .await
@@ -148,13 +151,14 @@ impl Inner {
         if workspaces.config().quota.is_some() {
             tokio::spawn(watch_quota(
                 workspaces.clone(),
-                dir.clone(),
+                [dir.clone(), home.clone()],
                 over_quota.clone(),
                 watch.clone(),
             ));
         }
         Some(TurnWorkspace {
             dir,
+            home,
             before: Some(before),
             workspaces: workspaces.clone(),
             over_quota,
@@ -184,7 +188,8 @@ impl TurnWorkspace {
             })
             .await?;
         }
-        Ok(match over_quota(&self.workspaces, &self.dir).await {
+        let trees = [self.dir.clone(), self.home.clone()];
+        Ok(match over_quota(&self.workspaces, &trees).await {
             true => Err(quota_error(self.workspaces.config().quota.unwrap_or(0))),
             false => Ok(()),
         })
@@ -199,18 +204,20 @@ pub(super) fn quota_error(quota: u64) -> AgentError {
     }
 }
 
-/// [`Workspaces::over_quota`] on the blocking pool (a failure to run it counts as over).
-async fn over_quota(workspaces: &Workspaces, dir: &std::path::Path) -> bool {
-    let (workspaces, dir) = (workspaces.clone(), dir.to_owned());
-    tokio::task::spawn_blocking(move || workspaces.over_quota(&dir))
+/// [`Workspaces::over_quota`] of a workspace and its agent home (`[dir, home]`) on the
+/// blocking pool (a failure to run it counts as over).
+async fn over_quota(workspaces: &Workspaces, trees: &[PathBuf; 2]) -> bool {
+    let (workspaces, [dir, home]) = (workspaces.clone(), trees.clone());
+    tokio::task::spawn_blocking(move || workspaces.over_quota(&dir, Some(&home)))
         .await
         .unwrap_or(true)
 }
 
-/// Cancels `over` once the workspace `dir` is over its quota; ends with `stop`.
+/// Cancels `over` once the workspace and agent home `trees` are over their quota; ends
+/// with `stop`.
 async fn watch_quota(
     workspaces: Workspaces,
-    dir: PathBuf,
+    trees: [PathBuf; 2],
     over: CancellationToken,
     stop: CancellationToken,
 ) {
@@ -219,8 +226,47 @@ async fn watch_quota(
             () = stop.cancelled() => return,
             () = tokio::time::sleep(QUOTA_CHECK) => {}
         }
-        if over_quota(&workspaces, &dir).await {
+        if over_quota(&workspaces, &trees).await {
             over.cancel();
+            return;
+        }
+    }
+}
+
+/// Between turns too: stops `process` (and so whatever it left writing in the background)
+/// once its workspace `trees` are over the quota while no turn of it runs (a running
+/// turn's own watch ends that turn with the quota's error, then this stops the process).
+/// Ends with the process.
+pub(super) async fn watch_process_quota(
+    inner: std::sync::Weak<Inner>,
+    process: std::sync::Weak<super::process::AcpProcess>,
+    workspaces: Workspaces,
+    trees: [PathBuf; 2],
+) {
+    loop {
+        let exited = match process.upgrade() {
+            Some(process) if process.is_alive() => process.exited.clone(),
+            _ => return,
+        };
+        tokio::select! {
+            () = exited.cancelled() => return,
+            () = tokio::time::sleep(QUOTA_CHECK) => {}
+        }
+        let Some(process) = process.upgrade() else {
+            return;
+        };
+        let idle = process.active.load(std::sync::atomic::Ordering::SeqCst) == 0;
+        if idle && over_quota(&workspaces, &trees).await {
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            tracing::warn!(
+                agent = %inner.name,
+                workspace = %trees[0].display(),
+                "the workspace is over its quota between turns: the agent process is stopped"
+            );
+            inner.forget_process(&process);
+            process.stop().await;
             return;
         }
     }

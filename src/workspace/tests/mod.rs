@@ -584,13 +584,18 @@ fn usage_counts_regular_file_bytes_and_walks_are_capped() {
         Err(WorkspaceError::TooManyEntries { cap: 3 })
     ));
     let mut ws = workspaces(&scratch.0, Source::Empty, Unit::Thread);
-    assert!(!ws.over_quota(&dir));
+    assert!(!ws.over_quota(&dir, None));
     ws.config.quota = Some(29);
-    assert!(ws.over_quota(&dir));
+    assert!(ws.over_quota(&dir, None));
     ws.config.quota = Some(30);
-    assert!(!ws.over_quota(&dir));
+    assert!(!ws.over_quota(&dir, None));
     // A workspace not made yet is not over.
-    assert!(!ws.over_quota(&scratch.path("none")));
+    assert!(!ws.over_quota(&scratch.path("none"), None));
+    // The agent home counts with the workspace.
+    let home = scratch.path("home");
+    write(&home.join("cache"), "12345");
+    assert!(ws.over_quota(&dir, Some(&home)));
+    assert!(!ws.over_quota(&dir, Some(&scratch.path("no-home"))));
 }
 
 #[test]
