@@ -710,6 +710,15 @@ async fn a_memory_hog_and_a_fork_bomb_hit_their_limits_and_another_principal_goe
         token_for(&s.server, "alice").await,
         token_for(&s.server, "bob").await,
     );
+    // The fleet stream, followed from before the attack: each limit hit shows there.
+    let fleet = client()
+        .get(s.server.url("/fleet/stream"))
+        .bearer_auth(TOKEN)
+        .header("accept", "text/event-stream")
+        .sent()
+        .await;
+    assert_eq!(fleet.status(), 200);
+    let mut fleet = SseReader::new(fleet);
     let stop = tokio_util::sync::CancellationToken::new();
     let health = tokio::spawn({
         let url = s.server.url("/healthz");
@@ -718,16 +727,15 @@ async fn a_memory_hog_and_a_fork_bomb_hit_their_limits_and_another_principal_goe
     });
     // The fork bomb: processes until the kernel refuses one; the limit, not the machine.
     let bomb = "import os, time\nn = 0\ntry:\n    while n < 2000:\n        if os.fork() == 0:\n            time.sleep(5); os._exit(0)\n        n += 1\n    print('ok %d' % n)\nexcept OSError as e:\n    print('refused after %d: %s' % (n, e))";
-    let forks = probe(
-        &s.server,
-        &bob,
-        "probe",
-        "b1",
-        json!({"run": [["bomb", bomb]]}),
-    )
-    .await;
-    let forks = forks["run:bomb"].as_str().expect("outcome").to_owned();
-    assert!(forks.starts_with("refused after"), "{forks}");
+    let plan = json!({"run": [["bomb", bomb]]});
+    let frames = turn(&s.server, &bob, "probe", "b1", &format!("probe {plan}")).await;
+    let forks = text_of(&frames);
+    assert!(forks.contains("refused after"), "{forks}");
+    let last = frames.last().expect("frames");
+    assert_eq!(last.kind(), "RUN_ERROR", "{forks}");
+    assert_eq!(last.data["code"], "AGENT_LIMIT");
+    let message = last.data["message"].as_str().expect("message");
+    assert!(message.contains("process limit (48)"), "{message}");
     // The memory hog: the agent itself, killed at its limit, the run ended naming it.
     let frames = turn(&s.server, &bob, "probe", "b2", "hog 400").await;
     let last = frames.last().expect("frames");
@@ -739,6 +747,25 @@ async fn a_memory_hog_and_a_fork_bomb_hit_their_limits_and_another_principal_goe
         say(&s.server, &alice, "probe", "a", "write after.txt fine").await,
         "Wrote after.txt"
     );
+    // The document the stream describes, patch by patch, until both limits are in it.
+    let mut doc = Value::Null;
+    let hit =
+        |doc: &Value, limit: &str| doc["agents"]["probe"]["breaches"][limit].as_u64() >= Some(1);
+    while !(hit(&doc, "memory") && hit(&doc, "processes")) {
+        let frame = tokio::time::timeout(Duration::from_secs(10), fleet.next())
+            .await
+            .unwrap_or_else(|_| panic!("no breaches in the fleet stream: {doc}"))
+            .expect("the fleet stream goes on");
+        match frame.kind() {
+            "STATE_SNAPSHOT" => doc = frame.data["snapshot"].clone(),
+            "STATE_DELTA" => {
+                let patch: json_patch::Patch =
+                    serde_json::from_value(frame.data["delta"].clone()).expect("a patch");
+                json_patch::patch(&mut doc, &patch).expect("the patch applies");
+            }
+            _ => {}
+        }
+    }
     stop.cancel();
     let (slowest, all) = health.await.expect("health watcher");
     assert!(all, "a /healthz went unanswered during the attack");

@@ -247,6 +247,26 @@ pub struct AgentStatus {
     /// Spares ready for new threads, every principal's (an agent that keeps spares).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spares: Option<usize>,
+    /// The limits its processes hit since the daemon started (none: left out).
+    #[serde(skip_serializing_if = "Breaches::is_none")]
+    pub breaches: Breaches,
+}
+
+/// How often an agent's processes hit each of their limits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Breaches {
+    /// Killed at their memory limit.
+    pub memory: u64,
+    /// Turns in which a fork was refused at the process limit.
+    pub processes: u64,
+    /// Turns ended, or processes stopped, at the workspace quota.
+    pub quota: u64,
+}
+
+impl Breaches {
+    pub fn is_none(&self) -> bool {
+        *self == Breaches::default()
+    }
 }
 
 impl AgentStatus {
@@ -256,6 +276,7 @@ impl AgentStatus {
             detail: None,
             auth_methods: Vec::new(),
             spares: None,
+            breaches: Breaches::default(),
         }
     }
 
@@ -265,6 +286,7 @@ impl AgentStatus {
             detail: Some(detail.to_owned()),
             auth_methods: Vec::new(),
             spares: None,
+            breaches: Breaches::default(),
         }
     }
 }

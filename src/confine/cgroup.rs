@@ -271,34 +271,51 @@ impl Cgroup {
         }
     }
 
-    /// Which limit the group hit, if any: read from its event counters.
+    /// The processes of the group the kernel killed at its memory limit.
+    pub fn oom_kills(&self) -> u64 {
+        self.counter(&["memory.events", "memory.oom_control"], "oom_kill ")
+    }
+
+    /// The forks the kernel refused at the group's process limit.
+    pub fn forks_refused(&self) -> u64 {
+        self.counter(&["pids.events"], "max ")
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Which limit the group hit, if any, in words.
     pub fn breach(&self) -> Option<String> {
-        let count = |file: &Path, key: &str| -> u64 {
-            std::fs::read_to_string(file)
-                .unwrap_or_default()
-                .lines()
-                .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
-                .unwrap_or(0)
-        };
-        let find = |name: &str| self.dirs.iter().map(|d| d.join(name)).find(|f| f.exists());
-        let oom = find("memory.events")
-            .map(|f| count(&f, "oom_kill "))
-            .or_else(|| find("memory.oom_control").map(|f| count(&f, "oom_kill ")))
-            .unwrap_or(0);
-        if oom > 0 {
+        if self.oom_kills() > 0 {
             return Some(format!(
                 "the agent hit its memory limit ({} MiB) and was killed",
                 self.limits.memory_mib
             ));
         }
-        let forks = find("pids.events").map_or(0, |f| count(&f, "max "));
-        if forks > 0 {
-            return Some(format!(
+        let forks = self.forks_refused();
+        (forks > 0).then(|| {
+            format!(
                 "the agent hit its process limit ({}): {forks} forks refused",
                 self.limits.pids
-            ));
-        }
-        None
+            )
+        })
+    }
+
+    /// The value after `key` in the first of `files` the group has (0 if none).
+    fn counter(&self, files: &[&str], key: &str) -> u64 {
+        let Some(file) = files
+            .iter()
+            .flat_map(|name| self.dirs.iter().map(move |d| d.join(name)))
+            .find(|f| f.exists())
+        else {
+            return 0;
+        };
+        std::fs::read_to_string(file)
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
+            .unwrap_or(0)
     }
 }
 

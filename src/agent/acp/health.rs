@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use super::Inner;
 use super::launch::PoolKey;
 use super::process::AcpProcess;
-use crate::agent::{AgentError, AgentState, AgentStatus, AuthMethod};
+use crate::agent::{AgentError, AgentState, AgentStatus, AuthMethod, Breaches};
 use crate::sync::lock;
 
 /// Exits within [`CRASH_WINDOW`] that make a crash loop.
@@ -40,6 +40,8 @@ pub(super) struct Health {
 #[derive(Default)]
 struct Known {
     last: Last,
+    /// The limits its processes hit.
+    breaches: Breaches,
     /// When the agent's processes exited in the middle of a turn (the recent ones).
     exits: VecDeque<Instant>,
     probed: Option<Instant>,
@@ -93,8 +95,16 @@ impl Health {
         known.exits.clear();
     }
 
-    /// A process exited in the middle of a turn.
-    pub(super) fn exited(&self) {
+    /// A process hit a limit: `count` picks which.
+    pub(super) fn breached(&self, count: fn(&mut Breaches) -> &mut u64) {
+        *count(&mut lock(&self.known).breaches) += 1;
+    }
+
+    /// A process exited in the middle of a turn (killed at its memory limit, maybe).
+    pub(super) fn exited(&self, process: &AcpProcess) {
+        if process.killed_at_memory_limit() {
+            self.breached(|b| &mut b.memory);
+        }
         let mut known = lock(&self.known);
         known.exits.push_back(Instant::now());
         while known.exits.len() > CRASH_LIMIT {
@@ -103,6 +113,12 @@ impl Health {
     }
 
     pub(super) fn status(&self, command_found: bool) -> AgentStatus {
+        let mut status = self.state(command_found);
+        status.breaches = lock(&self.known).breaches;
+        status
+    }
+
+    fn state(&self, command_found: bool) -> AgentStatus {
         let known = lock(&self.known);
         if !command_found {
             return AgentStatus::new(

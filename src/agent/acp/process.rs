@@ -15,7 +15,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -241,6 +241,8 @@ pub(super) struct AcpProcess {
     closing: CancellationToken,
     /// Its control group (memory, processes, CPU), read for a breach when it exits.
     cgroup: Option<Arc<crate::confine::cgroup::Cgroup>>,
+    /// The forks its group had been refused when last asked ([`AcpProcess::forks_refused`]).
+    forks_refused: AtomicU64,
 }
 
 impl AcpProcess {
@@ -288,6 +290,7 @@ impl AcpProcess {
             pgid,
             closing,
             cgroup: launch.cgroup.clone(),
+            forks_refused: AtomicU64::new(0),
         }))
     }
 
@@ -326,6 +329,27 @@ impl AcpProcess {
 
     pub(super) fn idle_for(&self) -> Duration {
         lock(&self.last_used).elapsed()
+    }
+
+    /// Whether the kernel killed it (or one of its own) at its memory limit.
+    pub(super) fn killed_at_memory_limit(&self) -> bool {
+        self.cgroup.as_ref().is_some_and(|g| g.oom_kills() > 0)
+    }
+
+    /// The error a turn ends with when a fork was refused at the process limit since the
+    /// last time this was asked (the agent lives on: a fork bomb inside it is stopped).
+    pub(super) fn forks_refused(&self) -> Option<AgentError> {
+        let group = self.cgroup.as_ref()?;
+        let refused = group.forks_refused();
+        let before = self.forks_refused.swap(refused, Ordering::SeqCst);
+        (refused > before).then(|| AgentError::Failed {
+            code: "AGENT_LIMIT".to_owned(),
+            message: format!(
+                "the agent hit its process limit ({}): {} forks refused",
+                group.limits().pids,
+                refused - before
+            ),
+        })
     }
 
     /// Why the process is gone, with the end of its stderr.

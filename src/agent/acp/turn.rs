@@ -113,8 +113,15 @@ impl Inner {
         process.router.unregister(&session);
         self.touch_session(&turn.thread_id);
         flight.translator.close(sink).await?;
-        if let Some(workspace) = workspace {
-            workspace.finish(sink).await??;
+        if let Some(workspace) = workspace
+            && let Err(over) = workspace.finish(sink).await?
+        {
+            self.health.breached(|b| &mut b.quota);
+            return Err(Stop::Failed(over));
+        }
+        if let Some(limit) = process.forks_refused() {
+            self.health.breached(|b| &mut b.processes);
+            return Err(Stop::Failed(limit));
         }
         self.turn_end(answered, &turn, input, &process, sink).await
     }
@@ -173,12 +180,13 @@ impl Inner {
                         let process = Arc::clone(process);
                         tokio::spawn(async move { process.stop().await });
                     }
+                    self.health.breached(|b| &mut b.quota);
                     let quota = self.workspaces.as_ref().and_then(|w| w.config().quota).unwrap_or(0);
                     return Err(Stop::Failed(workdir::quota_error(quota)));
                 }
                 () = process.exited.cancelled() => {
                     process.router.unregister(session);
-                    self.health.exited();
+                    self.health.exited(process);
                     self.forget_process(process);
                     flight.translator.close(sink).await?;
                     return Err(Stop::Failed(exited(process)));
@@ -261,7 +269,7 @@ impl Inner {
                 code: "AGENT_EXITED".to_owned(),
                 message: {
                     if exited_meanwhile(process).await {
-                        self.health.exited();
+                        self.health.exited(process);
                     }
                     process.exit_report()
                 },
@@ -283,7 +291,7 @@ impl Inner {
             self.keep_undelivered(&turn.thread_id, input);
             self.auth_required(process, &error.message, true)
         } else if exited_meanwhile(process).await {
-            self.health.exited();
+            self.health.exited(process);
             self.forget_process(process);
             exited(process)
         } else {

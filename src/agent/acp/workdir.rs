@@ -265,6 +265,7 @@ pub(super) async fn watch_process_quota(
                 workspace = %trees[0].display(),
                 "the workspace is over its quota between turns: the agent process is stopped"
             );
+            inner.health.breached(|b| &mut b.quota);
             inner.forget_process(&process);
             process.stop().await;
             return;

@@ -92,7 +92,12 @@ impl Runtime {
             .agents
             .iter()
             .map(|(name, agent)| {
-                let mut entry = json!({"state": agent.status().state});
+                let status = agent.status();
+                let mut entry = json!({"state": status.state});
+                // Each limit hit changes the document: the stream carries it as a patch.
+                if !status.breaches.is_none() {
+                    entry["breaches"] = json!(status.breaches);
+                }
                 if let Some(p) = processes.get(name.as_str()) {
                     entry["processes"] = json!({"busy": p.busy, "idle": p.idle});
                 }
