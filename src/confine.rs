@@ -24,6 +24,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 pub mod cgroup;
+pub mod forward;
 mod syscalls;
 
 use landlock::{
@@ -119,6 +120,9 @@ pub struct Policy {
     /// inner launcher confines).
     #[serde(default)]
     pub join_only: bool,
+    /// In a network namespace of its own: the loopback ports forwarded to the daemon.
+    #[serde(default)]
+    pub forward: Option<forward::Forward>,
 }
 
 /// What the running kernel enforces of a policy.
@@ -288,6 +292,8 @@ pub fn bwrap_args(policy: &Policy, secrets: &[PathBuf], launcher: &Path) -> Vec<
     let mut args: Vec<String> = [
         "--die-with-parent",
         "--new-session",
+        "--unshare-user",
+        "--unshare-net",
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
@@ -357,6 +363,13 @@ pub fn launch(args: Vec<OsString>) -> String {
     if policy.join_only {
         let error = std::process::Command::new(&program).args(args).exec();
         return format!("cannot start {}: {error}", Path::new(&program).display());
+    }
+    // The forwarder before the capabilities go: a port below 1024 in the agent's own
+    // network namespace needs the namespace's capability to bind.
+    if let Some(forward) = &policy.forward
+        && let Err(error) = forward::start(forward)
+    {
+        return error;
     }
     if let Err(error) = drop_capabilities() {
         return error;
@@ -523,6 +536,7 @@ mod tests {
             listen: false,
             cgroups: Vec::new(),
             join_only: false,
+            forward: None,
         };
         let (program, args) = launch_command(
             Path::new("/bin/agui-serve"),

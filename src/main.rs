@@ -20,12 +20,22 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 fn main() -> ExitCode {
     // The launcher of a confined agent (see `confine`): before anything else, so the agent
     // starts from a process that has done nothing.
+    // Likewise its port forwarder, inside the agent's network namespace.
     let mut args = std::env::args_os().skip(1);
-    if args
-        .next()
+    let first = args.next();
+    if first
+        .as_ref()
         .is_some_and(|a| a == agui_serve::confine::LAUNCH)
     {
         let why = agui_serve::confine::launch(args.collect());
+        eprintln!("agui-serve: {why}");
+        return ExitCode::from(126);
+    }
+    if first
+        .as_ref()
+        .is_some_and(|a| a == agui_serve::confine::forward::FORWARD)
+    {
+        let why = agui_serve::confine::forward::serve(args.collect());
         eprintln!("agui-serve: {why}");
         return ExitCode::from(126);
     }

@@ -636,7 +636,10 @@ async fn a_confined_agent_finds_every_kernel_door_closed() {
 #[tokio::test]
 #[ignore = "needs bwrap (Debian: bubblewrap): scripts/test.sh runs it"]
 async fn under_bwrap_every_kernel_door_is_closed_too() {
-    let outcomes = kernel_door_attempts("doors-bwrap", Confinement::Bwrap).await;
+    let mut outcomes = kernel_door_attempts("doors-bwrap", Confinement::Bwrap).await;
+    // A port bound by `listen` is in the agent's own network namespace, where no one else
+    // is (`under_bwrap_the_agent_has_a_network_of_its_own`).
+    assert_eq!(outcomes.remove("run:implicit-bind"), Some(json!("ok")));
     // Refused, or (the daemon and the other agent in no PID namespace of its own) not
     // even there to ask about.
     for (attempt, outcome) in &outcomes {
@@ -852,4 +855,66 @@ async fn the_quota_counts_the_agent_home_and_stops_a_writer_between_turns() {
         .await
         .expect("messages");
     assert!(messages.contains("Cwd:"), "{messages}");
+}
+
+#[tokio::test]
+#[ignore = "needs bwrap (Debian: bubblewrap): scripts/test.sh runs it"]
+async fn under_bwrap_the_agent_has_a_network_of_its_own() {
+    // A service on the host's loopback that the agent may reach, and one it may not.
+    let allowed = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+    let port = allowed.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for conn in allowed.incoming().flatten() {
+            let mut conn = conn;
+            let _ = std::io::Write::write_all(&mut conn, b"hello from the host");
+        }
+    });
+    let s = setup("netns", move |c, d| {
+        let mut agent = probe_agent("probe", Confinement::Bwrap, d, None);
+        if let AgentKind::Acp(acp) = &mut agent.kind {
+            acp.sandbox.connect = vec![port];
+        }
+        c.agents = vec![agent];
+    })
+    .await;
+    let bob = token_for(&s.server, "bob").await;
+    let read = format!(
+        "import socket\ns = socket.create_connection(('127.0.0.1', {port}), 5)\nprint(s.recv(100).decode())"
+    );
+    // Straight to the daemon's end, naming the daemon's own port: closed unanswered.
+    let direct = format!(
+        "import socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect('/tmp/.agui-serve-forward.sock')\n    s.sendall(b'{}\\n')\n    print('open' if s.recv(100) else 'closed')\nexcept OSError as e:\n    print('error: %s' % e)",
+        s.server.addr.port()
+    );
+    let outcomes = probe(
+        &s.server,
+        &bob,
+        "probe",
+        "t",
+        json!({
+            "connect": [s.server.addr.to_string()],
+            "run": [
+                ["netns", "import os; print(os.readlink('/proc/self/ns/net'))"],
+                ["allowed", read],
+                ["direct", direct],
+            ],
+        }),
+    )
+    .await;
+    let ours = std::fs::read_link("/proc/self/ns/net").expect("our network namespace");
+    assert_ne!(
+        outcomes["run:netns"].as_str(),
+        Some(ours.display().to_string().as_str()),
+        "{outcomes}"
+    );
+    // The allowed port comes through the daemon; the daemon's own port is not there.
+    assert_eq!(outcomes["run:allowed"], "hello from the host", "{outcomes}");
+    let daemon = &outcomes[&format!("connect:{}", s.server.addr)];
+    assert_ne!(daemon, "ok", "{outcomes}");
+    let direct = outcomes["run:direct"].as_str().expect("direct");
+    assert!(
+        direct == "closed" || direct.starts_with("error"),
+        "{outcomes}"
+    );
+    eprintln!("{outcomes}");
 }

@@ -151,9 +151,16 @@ async fn server(model: &ScriptedModel, data: &Path) -> TestServer {
     let (workspaces, d) = (data.join("workspaces"), data.to_owned());
     let mut allowing = claude(model, &workspaces, Permissions::Allow);
     allowing.name = "claude-allow".to_owned();
+    // The same under bwrap: a network namespace of its own, the model's port forwarded.
+    let mut namespaced = claude(model, &workspaces, Permissions::Allow);
+    namespaced.name = "claude-bwrap".to_owned();
+    if let AgentKind::Acp(acp) = &mut namespaced.kind {
+        acp.confinement = Some(agui_serve::confine::Confinement::Bwrap);
+    }
     let agents = vec![
         claude(model, &workspaces, Permissions::Ask),
         allowing,
+        namespaced,
         // Outside the data directory, which a confined agent cannot reach.
         codex(model, &workspaces, &temp_dir("codex-home")),
     ];
@@ -779,4 +786,26 @@ async fn claude_on_a_spare_keeps_its_session_across_a_restart_loaded_ahead() {
         said.contains("First answer."),
         "the model was sent the first turn (the session was loaded): {said}"
     );
+}
+
+#[tokio::test]
+#[ignore = "needs the real adapters: scripts/test.sh installs them"]
+async fn claude_under_bwrap_reaches_its_model_from_a_network_of_its_own() {
+    let model = ScriptedModel::start().await;
+    model.script(
+        "task-netns",
+        vec![Step::Say("Answered from inside.".to_owned())],
+    );
+    let data = temp_dir("real-bwrap");
+    let server = server(&model, &data).await;
+    let mut talk = Conversation::new("n");
+    talk.agent = "claude-bwrap";
+    let frames = talk.say(&server, "task-netns: go").await;
+    assert_eq!(
+        frames.last().map(SseFrame::kind),
+        Some("RUN_FINISHED"),
+        "{:?}",
+        kinds(&frames)
+    );
+    assert_eq!(text_of(&frames).trim(), "Answered from inside.");
 }

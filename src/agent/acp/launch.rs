@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::forward::{self, Forwarding};
 use super::{AcpConfig, McpHost};
 use crate::confine::cgroup::Cgroup;
 use crate::confine::{self, Confinement, Policy};
@@ -67,6 +68,9 @@ pub(super) struct Launch {
     pub(super) own_session: bool,
     /// The control group the launcher joins (confined, where the host has one to give).
     pub(super) cgroup: Option<Arc<Cgroup>>,
+    /// The daemon's end of the port forwarder (`bwrap`: a network namespace of its own),
+    /// served once the process is started.
+    pub(super) forward: Option<Forwarding>,
 }
 
 impl Launch {
@@ -96,6 +100,7 @@ impl Launch {
                 cwd: config.cwd.clone(),
                 own_session: false,
                 cgroup: None,
+                forward: None,
             });
         }
         std::fs::create_dir_all(home.join("tmp"))
@@ -103,7 +108,24 @@ impl Launch {
         let writable = writable_dir(config, host, workspaces, key, thread_dir)?;
         std::fs::create_dir_all(&writable)
             .map_err(|e| format!("cannot make {}: {e}", writable.display()))?;
-        let policy = policy(config, host, &writable, home, program, mcp_port);
+        let mut policy = policy(config, host, &writable, home, program, mcp_port);
+        // Under bwrap the agent has a network namespace of its own (loopback only, where a
+        // listening socket reaches no one else); the ports it may reach on the host's
+        // loopback are forwarded to the daemon.
+        let forwarding = match confinement {
+            Confinement::Bwrap if !policy.connect.is_empty() => Some(Forwarding::bind(
+                &host.data_dir.join("run"),
+                &policy.connect,
+            )?),
+            _ => None,
+        };
+        if confinement == Confinement::Bwrap {
+            policy.listen = true;
+            policy.forward = forwarding.as_ref().map(|_| confine::forward::Forward {
+                socket: forward::INSIDE.into(),
+                ports: policy.connect.clone(),
+            });
+        }
         let env = confined_env(config, home);
         let cgroup = match Cgroup::create(config.sandbox.limits) {
             Ok(group) => Some(Arc::new(group)),
@@ -114,7 +136,16 @@ impl Launch {
             }
         };
         let joins = cgroup.as_ref().map(|g| g.procs_files()).unwrap_or_default();
-        let (launcher, words) = confined_command(confinement, host, &policy, joins, program, args)?;
+        let forward_socket = forwarding.as_ref().map(|f| f.path().to_owned());
+        let (launcher, words) = confined_command(
+            confinement,
+            host,
+            &policy,
+            joins,
+            forward_socket.as_deref(),
+            program,
+            args,
+        )?;
         Ok(Launch {
             program: launcher,
             args: words,
@@ -122,6 +153,7 @@ impl Launch {
             cwd: Some(writable),
             own_session: confine::starts_own_session(confinement),
             cgroup,
+            forward: forwarding,
         })
     }
 }
@@ -181,6 +213,7 @@ fn confined_command(
     host: &AgentHost,
     policy: &Policy,
     joins: Vec<PathBuf>,
+    forward_socket: Option<&Path>,
     program: &str,
     args: &[String],
 ) -> Result<(PathBuf, Vec<String>), String> {
@@ -193,6 +226,13 @@ fn confined_command(
     }
     let inner = confine::launch_command(&host.launcher, policy, program, args)?;
     let mut bwrap = confine::bwrap_args(policy, &host.secrets, &host.launcher);
+    if let Some(socket) = forward_socket {
+        bwrap.extend([
+            "--bind".to_owned(),
+            socket.display().to_string(),
+            forward::INSIDE.to_owned(),
+        ]);
+    }
     bwrap.push("--".to_owned());
     bwrap.push(inner.0.display().to_string());
     bwrap.extend(inner.1);
@@ -248,6 +288,7 @@ fn policy(
         listen: !config.sandbox.bind.is_empty(),
         cgroups: Vec::new(),
         join_only: false,
+        forward: None,
     }
 }
 

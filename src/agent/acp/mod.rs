@@ -34,6 +34,7 @@
 mod bind;
 mod config;
 mod elicit;
+mod forward;
 mod health;
 mod launch;
 mod mcp;

@@ -144,7 +144,7 @@ impl Inner {
         thread_dir: Option<&Path>,
     ) -> Result<Arc<AcpProcess>, AgentError> {
         let launch = self.launch(key, thread_dir).await?;
-        let process = AcpProcess::spawn(&self.name, &launch, key.clone())
+        let process = AcpProcess::spawn(&self.name, launch, key.clone())
             .await
             .inspect_err(|_| self.health.spawn_failed())?;
         // The one workspace the process writes: its thread's (a pool per thread) or its

@@ -249,10 +249,10 @@ impl AcpProcess {
     /// Spawns `launch` and initializes an ACP v1 connection with it.
     pub(super) async fn spawn(
         name: &str,
-        launch: &Launch,
+        launch: Launch,
         key: PoolKey,
     ) -> Result<Arc<AcpProcess>, AgentError> {
-        let mut child = command(launch).spawn().map_err(|e| AgentError::Failed {
+        let mut child = command(&launch).spawn().map_err(|e| AgentError::Failed {
             code: "AGENT_UNAVAILABLE".to_owned(),
             message: format!("cannot start agent {name}: {e}"),
         })?;
@@ -265,6 +265,9 @@ impl AcpProcess {
         let stderr_tail = keep_stderr_tail(stderr);
         let router = Arc::new(Router::default());
         let (exited, exit_status) = watch_exit(child, router.clone());
+        if let Some(forward) = launch.forward {
+            forward.serve(exited.clone());
+        }
         let closing = CancellationToken::new();
         let connection = connect(name, stdin, stdout, &router, closing.clone());
         let outcome = tokio::select! {

@@ -1,0 +1,125 @@
+//! The daemon's end of a sandboxed agent's port forwarder (`confine::forward`): a UNIX
+//! socket per agent process, bound into its sandbox at [`INSIDE`]. Each connection names
+//! a port on its first line; a port the agent may reach is connected to on the host's
+//! loopback and bytes go both ways; any other is closed at once. Served until the process
+//! exits; the socket file goes with it.
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpStream, UnixStream};
+use tokio_util::sync::CancellationToken;
+
+/// Where the daemon's end is, inside the sandbox (on its own `/tmp`).
+pub(super) const INSIDE: &str = "/tmp/.agui-serve-forward.sock";
+
+/// How long a connection may take to name its port.
+const NAME_WAIT: Duration = Duration::from_secs(5);
+
+/// A bound socket not yet served; its file is removed when it is dropped.
+#[derive(Debug)]
+pub(super) struct Forwarding {
+    listener: Option<std::os::unix::net::UnixListener>,
+    path: PathBuf,
+    ports: Arc<[u16]>,
+}
+
+impl Forwarding {
+    /// Binds a new socket under `run_dir` (made private) for `ports`.
+    pub(super) fn bind(run_dir: &Path, ports: &[u16]) -> Result<Forwarding, String> {
+        use std::os::unix::fs::DirBuilderExt;
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(run_dir)
+            .map_err(|e| format!("cannot make {}: {e}", run_dir.display()))?;
+        let path = run_dir.join(format!(
+            "forward-{}-{}.sock",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_file(&path);
+        let listener = std::os::unix::net::UnixListener::bind(&path)
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .map_err(|e| format!("cannot bind {}: {e}", path.display()))?;
+        Ok(Forwarding {
+            listener: Some(listener),
+            path,
+            ports: ports.into(),
+        })
+    }
+
+    /// The socket's path on the host.
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Serves it until `stop`.
+    pub(super) fn serve(mut self, stop: CancellationToken) {
+        let Some(listener) = self.listener.take() else {
+            return;
+        };
+        tokio::spawn(async move {
+            let listener = match tokio::net::UnixListener::from_std(listener) {
+                Ok(listener) => listener,
+                Err(error) => {
+                    tracing::error!(%error, "cannot serve an agent's port forwarder");
+                    return;
+                }
+            };
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    accepted = listener.accept() => match accepted {
+                        Ok((stream, _)) => {
+                            tokio::spawn(connection(stream, self.ports.clone()));
+                        }
+                        Err(error) => {
+                            tracing::warn!(%error, "an agent's port forwarder failed");
+                            break;
+                        }
+                    },
+                }
+            }
+            drop(self);
+        });
+    }
+}
+
+impl Drop for Forwarding {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// One forwarded connection: its port, then the host's loopback at that port.
+async fn connection(mut inside: UnixStream, ports: Arc<[u16]>) {
+    let Ok(Some(port)) = tokio::time::timeout(NAME_WAIT, port_line(&mut inside)).await else {
+        return;
+    };
+    if !ports.contains(&port) {
+        tracing::warn!(port, "an agent asked for a port it may not reach");
+        return;
+    }
+    let Ok(mut outside) = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).await else {
+        return;
+    };
+    let _ = tokio::io::copy_bidirectional(&mut inside, &mut outside).await;
+}
+
+/// The port on the connection's first line (at most 6 bytes with its newline).
+async fn port_line(stream: &mut UnixStream) -> Option<u16> {
+    let mut line = Vec::with_capacity(6);
+    while line.len() < 6 {
+        match stream.read_u8().await.ok()? {
+            b'\n' => return std::str::from_utf8(&line).ok()?.parse().ok(),
+            byte => line.push(byte),
+        }
+    }
+    None
+}
