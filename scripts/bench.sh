@@ -36,7 +36,8 @@
 # `scripts/real-agents.sh --install-only` installs it into and prints; AGUI_REAL_AGENTS=
 # (empty) skips it): agui-serve with Claude Code on the scripted model
 # (examples/scripted_model.rs), once per round and per configuration (warm starts: a spare
-# per principal and the recent threads' sessions loaded at start-up; then none): new
+# per principal and the recent threads' sessions loaded at start-up; then none; then none
+# under bwrap, reported also against the same turns under Landlock alone): new
 # threads' first turns and warm turns (loadgen's agent-turns), then the daemon restarted on
 # the same data and each thread's next turn (agent-restart). Reported as medians and as
 # ratios to the same configuration's warm turn. Without the adapter it says so and goes on.
@@ -278,8 +279,10 @@ if [ -n "$real_agent" ]; then
   # Claude Code as tests/real_agents.rs and scripts/browser-real-agents.sh run it: each
   # thread its own workspace and confined process, the model on loopback, mode "default";
   # agent.toml with warm starts (a spare per principal, the recent threads' sessions
-  # loaded at start-up), agent-cold.toml without.
-  for config in agent agent-cold; do
+  # loaded at start-up), agent-cold.toml without, agent-bwrap.toml without and under
+  # bwrap (new user, mount, PID, IPC, UTS and network namespaces, the model's port
+  # forwarded) instead of Landlock alone.
+  for config in agent agent-cold agent-bwrap; do
     cat >"$work/$config.toml" <<TOML
 [[agents]]
 name = "claude"
@@ -293,6 +296,7 @@ sandbox = { read = ["$agent_tools"], connect = [${model_url##*:}] }
 TOML
   done
   printf 'spares = 1\npreload_sessions = 8\n' >>"$work/agent.toml"
+  printf 'confinement = "bwrap"\n' >>"$work/agent-bwrap.toml"
 fi
 # agent_phase ROUND CONFIG [TAG]: the real agent's turns on a daemon with CONFIG (its
 # measures named agent_TAG_... when TAG is given), then on the daemon restarted.
@@ -317,6 +321,7 @@ agent_phase() {
 agent_round() {
   agent_phase "$1" agent
   agent_phase "$1" agent-cold cold
+  agent_phase "$1" agent-bwrap bwrap
 }
 
 started=$SECONDS
@@ -425,7 +430,8 @@ print("\n".join(table))
 # (measures tagged cold_).
 KINDS = [("new_thread", "new thread's first turn"), ("warm", "warm turn"),
          ("restart", "first turn after a restart")]
-CONFIGS = [("", "warm starts"), ("cold_", "no warm starts")]
+CONFIGS = [("", "warm starts"), ("cold_", "no warm starts"),
+           ("bwrap_", "no warm starts, bwrap")]
 WHATS = [("first_event", "first event"), ("first_text", "first text"), ("turn", "whole turn")]
 def agent(tag, kind, what):
     return median(f"{AGENT}{tag}{kind}_{what}_ms", subject)
@@ -457,6 +463,18 @@ if any(key.startswith(AGENT) for key in units):
             name = f"{kind_name}, warm starts / warm turn, no warm starts"
             ratios = [a / w if a == a and w == w and w else nan
                       for a, w in ((agent("", kind, what), agent("cold_", "warm", what))
+                                   for what, _ in WHATS)]
+            print(f"{name:46}" + "".join(f" {'':>15}" for _ in WHATS)
+                  + "".join(f" {fmt_ratio(x):>20}" for x in ratios))
+            agent_table.append(f"| {name} | " + " | ".join("" for _ in WHATS) + " | "
+                               + " | ".join(fmt_ratio(x) for x in ratios) + " |")
+    # What the namespaces cost: each kind of turn under bwrap against the same turn under
+    # Landlock alone (both without warm starts; a new thread's first turn starts the agent).
+    if all(any(key.startswith(f"{AGENT}{tag}warm_") for key in units) for tag in ("cold_", "bwrap_")):
+        for kind, kind_name in KINDS:
+            name = f"{kind_name}, bwrap / landlock"
+            ratios = [a / w if a == a and w == w and w else nan
+                      for a, w in ((agent("bwrap_", kind, what), agent("cold_", kind, what))
                                    for what, _ in WHATS)]
             print(f"{name:46}" + "".join(f" {'':>15}" for _ in WHATS)
                   + "".join(f" {fmt_ratio(x):>20}" for x in ratios))
