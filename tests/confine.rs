@@ -918,3 +918,73 @@ async fn under_bwrap_the_agent_has_a_network_of_its_own() {
     );
     eprintln!("{outcomes}");
 }
+
+#[tokio::test]
+async fn an_agent_that_may_write_the_repository_cannot_change_its_config_or_hooks() {
+    let repo = temp_dir("protected-repo");
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t", "-C"])
+            .arg(&repo)
+            .args(args)
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    std::fs::write(repo.join("a.txt"), "a\n").expect("write");
+    git(&["add", "."]);
+    git(&["commit", "-q", "-m", "init"]);
+    let r = repo.clone();
+    let s = setup("protected", move |c, d| {
+        let mut agent = probe_agent("probe", Confinement::Landlock, d, None);
+        if let AgentKind::Acp(acp) = &mut agent.kind {
+            if let Some(workspace) = &mut acp.workspace {
+                workspace.source = Source::Git {
+                    repo: r.clone(),
+                    reference: None,
+                };
+            }
+            acp.sandbox.write = vec![r.clone()];
+        }
+        c.agents = vec![agent];
+    })
+    .await;
+    let bob = token_for(&s.server, "bob").await;
+    let git_dir = repo.join(".git");
+    let path = |rel: &str| git_dir.join(rel).display().to_string();
+    let outcomes = probe(
+        &s.server,
+        &bob,
+        "probe",
+        "t",
+        json!({"write": [
+            path("config"),
+            path("hooks/post-checkout"),
+            path("info/attributes"),
+            path("HEAD"),
+            path("commondir"),
+            path("objects/probe"),
+        ]}),
+    )
+    .await;
+    for kept in [
+        "config",
+        "hooks/post-checkout",
+        "info/attributes",
+        "HEAD",
+        "commondir",
+    ] {
+        assert_eq!(
+            outcomes[&format!("write:{}", path(kept))],
+            "denied",
+            "{outcomes}"
+        );
+    }
+    // The rest stays writable: committing works.
+    assert_eq!(
+        outcomes[&format!("write:{}", path("objects/probe"))],
+        "ok",
+        "{outcomes}"
+    );
+}

@@ -120,8 +120,8 @@ const NAMESPACES: [libc::c_int; 8] = [
     0x80, // CLONE_NEWTIME
 ];
 
-/// x86-64's x32 system calls are the same numbers with this bit set: each refused number
-/// is refused with it too.
+/// x86-64's x32 system calls are the same numbers with this bit set (each refused number
+/// is refused with it too), and a range of their own, refused whole.
 #[cfg(target_arch = "x86_64")]
 const X32: libc::c_long = 0x4000_0000;
 
@@ -188,7 +188,14 @@ impl Filter {
         if !self.listen {
             rules.push((libc::SYS_listen, Vec::new()));
         }
-        Ok(with_x32(rules))
+        let mut rules = with_x32(rules);
+        // x32's own calls (512 to 547: `ptrace`, `process_vm_*`, `recvmsg`, ... with x32
+        // structures) would pass under numbers of their own: none is allowed.
+        #[cfg(target_arch = "x86_64")]
+        for call in 512..=547 {
+            rules.insert(call | X32, Vec::new());
+        }
+        Ok(rules)
     }
 }
 

@@ -330,15 +330,12 @@ fn is_commit_id(text: &str) -> bool {
 /// The repository's administrative directory of the worktree `dir` (absolute):
 /// `<common dir>/worktrees/<id>`, the one whose `gitdir` names `dir/.git`.
 fn admin_dir(repo: &Repo, dir: &Path) -> Result<Admin, WorkspaceError> {
-    let common = stdout_line(run(
-        in_repo(repo).args(["rev-parse", "--path-format=absolute", "--git-common-dir"]),
-        "rev-parse --git-common-dir",
-    )?);
+    let common = std::path::absolute(&repo.neutral.common)?;
     let mut wanted = vec![dir.join(".git")];
     if let Ok(real) = fs::canonicalize(dir) {
         wanted.push(real.join(".git"));
     }
-    let worktrees = Path::new(&common).join("worktrees");
+    let worktrees = common.join("worktrees");
     for entry in fs::read_dir(&worktrees).into_iter().flatten().flatten() {
         let Ok(gitdir) = fs::read(entry.path().join("gitdir")) else {
             continue;
@@ -472,6 +469,8 @@ const NEUTRAL: [&str; 17] = [
 #[derive(Debug, Clone, Default)]
 pub(super) struct Neutral {
     settings: Vec<String>,
+    /// The repository's common directory, given to git explicitly.
+    common: PathBuf,
 }
 
 impl Neutral {
@@ -523,10 +522,13 @@ impl Neutral {
                 settings.push(format!("filter.{name}.{var}={value}"));
             }
         }
-        Ok(Neutral { settings })
+        Ok(Neutral { settings, common })
     }
 
+    /// The settings, and the common directory named outright (`GIT_COMMON_DIR` outranks a
+    /// `commondir` file an agent could write in a worktree's record).
     fn apply(&self, cmd: &mut Command) {
+        cmd.env("GIT_COMMON_DIR", &self.common);
         for setting in &self.settings {
             cmd.arg("-c").arg(setting);
         }
@@ -546,21 +548,43 @@ fn config_keys(file: &Path) -> Result<Vec<String>, WorkspaceError> {
 }
 
 /// The repository's common directory: `repo/.git` for one with a worktree, else `repo`
-/// (bare). Found without running git in it.
-fn common_dir(repo: &Path) -> Result<PathBuf, WorkspaceError> {
+/// (bare). Found without running git in it, and refused when it would send git elsewhere:
+/// a `.git` that is a file or a link (`gitdir: ...`), or a `commondir` file.
+pub(super) fn common_dir(repo: &Path) -> Result<PathBuf, WorkspaceError> {
+    let refuse = |why: &str| {
+        Err(WorkspaceError::Git(format!(
+            "{}: {why}; git is not run on it",
+            repo.display()
+        )))
+    };
     let dot_git = repo.join(".git");
-    let common = if dot_git.is_dir() {
-        dot_git
-    } else {
-        repo.to_owned()
+    let common = match fs::symlink_metadata(&dot_git) {
+        Ok(meta) if meta.is_dir() => dot_git,
+        Ok(_) => return refuse("its .git is not a directory"),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => repo.to_owned(),
+        Err(err) => return Err(err.into()),
     };
     if !common.join("objects").is_dir() {
-        return Err(WorkspaceError::Git(format!(
-            "{} is not a git repository",
-            repo.display()
-        )));
+        return refuse("it is not a git repository");
+    }
+    if fs::symlink_metadata(common.join("commondir")).is_ok() {
+        return refuse("its git directory names another one (commondir)");
     }
     Ok(common)
+}
+
+/// What an agent that may write the repository must not change of it: its config, hooks
+/// and `info` (attributes, excludes), and the `HEAD` new worktrees start from. Those that
+/// exist.
+pub fn protected_paths(repo: &Path) -> Vec<PathBuf> {
+    let Ok(common) = common_dir(repo) else {
+        return Vec::new();
+    };
+    ["config", "hooks", "info", "HEAD"]
+        .iter()
+        .map(|name| common.join(name))
+        .filter(|path| fs::symlink_metadata(path).is_ok())
+        .collect()
 }
 
 /// `git` with a fixed environment: no prompts, untranslated messages, nothing inherited
@@ -617,10 +641,12 @@ struct Admin {
     neutral: Neutral,
 }
 
+/// Git on the repository, its git directory named outright (no discovery from the path).
 fn in_repo(repo: &Repo) -> Command {
     let mut cmd = bare_git();
     repo.neutral.apply(&mut cmd);
-    cmd.arg("-C").arg(repo.path);
+    cmd.env("GIT_DIR", &repo.neutral.common)
+        .current_dir(repo.path);
     cmd
 }
 

@@ -274,7 +274,15 @@ fn policy(
         read.push(real);
     }
     let mut write = vec![writable.to_owned(), home.to_owned()];
-    write.extend(confine::carve(&config.sandbox.write, &host.secrets));
+    // A git source's repository may be writable (to commit), all but what would make the
+    // daemon's own git on it run the agent's code or start others' worktrees elsewhere.
+    let mut kept_out = host.secrets.clone();
+    if let Some(crate::workspace::Source::Git { repo, .. }) =
+        config.workspace.as_ref().map(|w| &w.source)
+    {
+        kept_out.extend(crate::workspace::git_protected_paths(repo));
+    }
+    write.extend(confine::carve(&config.sandbox.write, &kept_out));
     let mut connect = config.sandbox.connect.clone();
     connect.extend(mcp_port);
     Policy {

@@ -343,3 +343,96 @@ fn git_refuses_a_repository_whose_config_includes_another_file() {
     assert!(error.contains("includes another file"), "{error}");
     assert_eq!(marks_left(&marks), Vec::<String>::new());
 }
+
+#[test]
+fn git_refuses_a_repository_whose_git_directory_points_elsewhere() {
+    let scratch = Scratch::new("git-elsewhere");
+    let source = |repo: &Path| Source::Git {
+        repo: repo.to_owned(),
+        reference: None,
+    };
+    // A `.git` file (`gitdir: ...`) in place of the directory.
+    let linked = repo(&scratch);
+    fs::rename(linked.join(".git"), scratch.path("moved.git")).expect("move .git");
+    write(
+        &linked.join(".git"),
+        &format!("gitdir: {}\n", scratch.path("moved.git").display()),
+    );
+    let ws = workspaces(&scratch.path("root-a"), source(&linked), Unit::Thread);
+    let error = ws
+        .prepare(&ws.dir_for("alice", "t"))
+        .expect_err("refused")
+        .to_string();
+    assert!(error.contains("not a directory"), "{error}");
+    // A `commondir` file in the git directory.
+    let other = scratch.path("other");
+    fs::create_dir_all(&other).expect("other");
+    git_in(&other, &["init", "-q"]);
+    let redirected = scratch.path("redirected");
+    fs::create_dir_all(&redirected).expect("redirected");
+    git_in(&redirected, &["init", "-q"]);
+    write(
+        &redirected.join(".git/commondir"),
+        &other.join(".git").display().to_string(),
+    );
+    let ws = workspaces(&scratch.path("root-b"), source(&redirected), Unit::Thread);
+    let error = ws
+        .prepare(&ws.dir_for("alice", "t"))
+        .expect_err("refused")
+        .to_string();
+    assert!(error.contains("commondir"), "{error}");
+}
+
+#[test]
+fn git_in_a_worktree_keeps_to_its_repository_whatever_the_worktree_record_says() {
+    let scratch = Scratch::new("git-commondir");
+    let repo = repo(&scratch);
+    let ws = workspaces(
+        &scratch.path("root"),
+        Source::Git {
+            repo: repo.clone(),
+            reference: None,
+        },
+        Unit::Thread,
+    );
+    let dir = ws.dir_for("alice", "t");
+    ws.prepare(&dir).expect("prepare");
+    write(&dir.join("a.txt"), "changed\n");
+    // A repository of the agent's making, whose config runs a program on every file...
+    let marks = scratch.path("marks");
+    fs::create_dir_all(&marks).expect("marks");
+    // (a copy of the real one, so git in the worktree finds its commits there)
+    let evil = scratch.path("evil");
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg(repo.join(".git"))
+        .arg(&evil)
+        .status()
+        .expect("cp");
+    assert!(copied.success());
+    let clean = planted(&scratch.path("bin"), &marks, "clean");
+    git_in(
+        &evil,
+        &["config", "filter.pwn.clean", &clean.display().to_string()],
+    );
+    write(&evil.join("info/attributes"), "* filter=pwn\n");
+    // ... named as the common directory by the worktree's record in the repository.
+    let records = repo.join(".git/worktrees");
+    let record = fs::read_dir(&records)
+        .expect("records")
+        .next()
+        .expect("one record")
+        .expect("entry")
+        .path();
+    write(&record.join("commondir"), &evil.display().to_string());
+    let _ = ws.changes(&dir, 1 << 20);
+    assert_eq!(marks_left(&marks), Vec::<String>::new(), "a program ran");
+    // Plain git in the worktree follows the record and runs it: the test could see it.
+    let _ = Command::new("git")
+        .arg("-C")
+        .arg(&dir)
+        .args(["diff", "--numstat"])
+        .output()
+        .expect("git");
+    assert_eq!(marks_left(&marks), ["clean"]);
+}
