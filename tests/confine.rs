@@ -506,7 +506,7 @@ def report(f):
 
 /// The kernel's doors that Landlock alone leaves open, as Python: `HOST` and `PORT` are
 /// the daemon's address, `PID` its pid, `OTHER` another principal's agent's pid.
-const KERNEL_DOORS: [(&str, &str); 25] = [
+const KERNEL_DOORS: [(&str, &str); 27] = [
     // MPTCP passes Landlock's TCP rules; the other families are not needed at all.
     (
         "mptcp-daemon",
@@ -527,6 +527,16 @@ const KERNEL_DOORS: [(&str, &str); 25] = [
         "socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 9)",
     ),
     ("unix-pair-inet", "socket.socketpair(socket.AF_INET)"),
+    // SCTP (or DCCP) by socket type rather than protocol.
+    (
+        "seqpacket-inet",
+        "socket.socket(socket.AF_INET, socket.SOCK_SEQPACKET, 0)",
+    ),
+    // A set-user-ID file of the daemon's user (root, perhaps), for anyone to run.
+    (
+        "setuid-bit",
+        "open('suid', 'w').close(); os.chmod('suid', 0o4755)",
+    ),
     // Limits, priority and CPUs of the daemon and of another principal's agent.
     (
         "prlimit-daemon",
@@ -666,6 +676,8 @@ async fn unconfined_the_kernel_doors_are_open() {
         "sem",
         "implicit-bind",
         "unix-pair-inet",
+        "seqpacket-inet",
+        "setuid-bit",
     ] {
         let outcome = &outcomes[&format!("run:{attempt}")];
         // socketpair(AF_INET) is refused by the kernel itself (not supported); anything

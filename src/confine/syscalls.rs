@@ -5,8 +5,10 @@
 //! It closes what Landlock does not mediate. Every refusal is `EPERM` (an agent sees a
 //! refused call, never a kill that looks like a crash):
 //! - sockets only of the families and protocols an agent needs: UNIX, IPv4 and IPv6 with
-//!   TCP, UDP or ICMP (MPTCP, whose connections Landlock's TCP rules do not see, SCTP and
-//!   the rest refused), and route netlink; `socketpair` only for UNIX;
+//!   TCP, UDP or ICMP over stream or datagram sockets (MPTCP, whose connections Landlock's
+//!   TCP rules do not see, SCTP, DCCP, raw sockets and the rest refused), and route
+//!   netlink; `socketpair` only for UNIX;
+//! - no set-user-ID or set-group-ID bit set by `chmod` and friends;
 //! - `prlimit64`, `setpriority`, `sched_setaffinity`, `sched_setscheduler`,
 //!   `sched_setparam`, `sched_setattr` and `ioprio_set` only on the caller itself (pid 0),
 //!   so no agent lowers another's limits, priority or CPUs, or the daemon's;
@@ -181,6 +183,22 @@ impl Filter {
         rules.push((libc::SYS_clone, namespace_flags.clone()));
         rules.push((libc::SYS_unshare, namespace_flags));
         rules.push((libc::SYS_socket, socket_rules()?));
+        // No set-user-ID or set-group-ID bit: the agent runs as the daemon's user, root
+        // perhaps, and such a file of its would run as that user for anyone.
+        for (call, mode_arg) in [
+            (libc::SYS_chmod, 1),
+            (libc::SYS_fchmod, 1),
+            (libc::SYS_fchmodat, 2),
+            (libc::SYS_fchmodat2, 2),
+        ] {
+            rules.push((
+                call,
+                vec![
+                    rule(&[(mode_arg, bit(libc::S_ISUID as u64))])?,
+                    rule(&[(mode_arg, bit(libc::S_ISGID as u64))])?,
+                ],
+            ));
+        }
         rules.push((
             libc::SYS_socketpair,
             vec![rule(&[(0, ne(libc::AF_UNIX as u64))])?],
@@ -200,8 +218,9 @@ impl Filter {
 }
 
 /// `socket(domain, type, protocol)` is refused for a family other than UNIX, IPv4, IPv6
-/// and netlink; for IPv4 and IPv6 with a protocol other than the default, TCP, UDP or
-/// ICMP; for netlink with one other than route (0).
+/// and netlink; for IPv4 and IPv6 with a type other than stream or datagram (SCTP and
+/// DCCP come as other types), or a protocol other than the default, TCP, UDP or ICMP; for
+/// netlink with a protocol other than route (0).
 fn socket_rules() -> Result<Vec<SeccompRule>, seccompiler::Error> {
     let families = [
         libc::AF_UNIX,
@@ -217,12 +236,23 @@ fn socket_rules() -> Result<Vec<SeccompRule>, seccompiler::Error> {
         }
         conditions
     };
-    Ok(vec![
+    let mut rules = vec![
         rule(&other_family)?,
         rule(&inet_protocols(libc::AF_INET, libc::IPPROTO_ICMP))?,
         rule(&inet_protocols(libc::AF_INET6, libc::IPPROTO_ICMPV6))?,
         rule(&[(0, eq(libc::AF_NETLINK as u64)), (2, ne(0))])?,
-    ])
+    ];
+    // The type's low four bits (the rest are SOCK_NONBLOCK and SOCK_CLOEXEC).
+    let stream_or_datagram = [libc::SOCK_STREAM as u64, libc::SOCK_DGRAM as u64];
+    for family in [libc::AF_INET, libc::AF_INET6] {
+        for kind in (0..16u64).filter(|k| !stream_or_datagram.contains(k)) {
+            rules.push(rule(&[
+                (0, eq(family as u64)),
+                (1, (SeccompCmpOp::MaskedEq(0xf), kind)),
+            ])?);
+        }
+    }
+    Ok(rules)
 }
 
 /// A comparison of one 32-bit argument.
