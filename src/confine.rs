@@ -283,10 +283,10 @@ pub fn bwrap_program() -> Option<PathBuf> {
         .find(|p| p.exists())
 }
 
-/// `bwrap`'s arguments for `policy` (the command follows them after `--`): new mount, PID,
-/// IPC and UTS namespaces; the system read-only with fresh `/dev`, `/proc` and `/tmp`;
-/// what the fresh `/tmp` hides of `launcher` and the policy's readable paths bound back
-/// read-only; each secret hidden (an empty directory, or `/dev/null` for a file); the
+/// `bwrap`'s arguments for `policy` (the command follows them after `--`): new user,
+/// network, mount, PID, IPC and UTS namespaces; the system read-only with fresh `/dev`,
+/// `/proc`, `/tmp` and `/run`; what the fresh `/tmp` and `/run` hide of `launcher` and the
+/// policy's readable paths bound back read-only; each secret hidden (an empty directory, or `/dev/null` for a file); the
 /// policy's writable paths bound back on top. Landlock applies inside as well.
 pub fn bwrap_args(policy: &Policy, secrets: &[PathBuf], launcher: &Path) -> Vec<String> {
     let mut args: Vec<String> = [
@@ -310,12 +310,18 @@ pub fn bwrap_args(policy: &Policy, secrets: &[PathBuf], launcher: &Path) -> Vec<
     .iter()
     .map(|s| (*s).to_owned())
     .collect();
+    // `/run` holds the host's sockets (D-Bus, systemd, container engines), which pass
+    // Landlock: a fresh one, the readable paths in it bound back.
+    if Path::new("/run").is_dir() {
+        args.extend(["--tmpfs".to_owned(), "/run".to_owned()]);
+    }
     let text = |p: &Path| p.display().to_string();
-    // A daemon or an agent run from a build under `/tmp` must still find its programs.
+    // A daemon or an agent run from a build under `/tmp` must still find its programs, and
+    // name resolution its files under `/run`.
     let hidden = std::iter::once(launcher)
         .chain(policy.read.iter().map(PathBuf::as_path))
         .filter_map(|p| std::fs::canonicalize(p).ok())
-        .filter(|p| p.starts_with("/tmp"));
+        .filter(|p| p.starts_with("/tmp") || p.starts_with("/run"));
     for path in hidden {
         args.extend(["--ro-bind".to_owned(), text(&path), text(&path)]);
     }

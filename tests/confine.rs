@@ -881,12 +881,24 @@ async fn under_bwrap_the_agent_has_a_network_of_its_own() {
             let _ = std::io::Write::write_all(&mut conn, b"hello from the host");
         }
     });
+    // A host service on a pathname socket under `/run`, as D-Bus or a container engine has.
+    let host_socket = PathBuf::from(format!("/run/agui-probe-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&host_socket);
+    let host_service = std::os::unix::net::UnixListener::bind(&host_socket).expect("/run socket");
+    std::thread::spawn(move || {
+        for conn in host_service.incoming().flatten() {
+            let mut conn = conn;
+            let _ = std::io::Write::write_all(&mut conn, b"hello from /run");
+        }
+    });
     let s = setup("netns", move |c, d| {
         let mut agent = probe_agent("probe", Confinement::Bwrap, d, None);
         if let AgentKind::Acp(acp) = &mut agent.kind {
             acp.sandbox.connect = vec![port];
         }
-        c.agents = vec![agent];
+        // An agent of Landlock alone beside it, in the host's network.
+        let plain = probe_agent("plain", Confinement::Landlock, d, None);
+        c.agents = vec![agent, plain];
     })
     .await;
     let bob = token_for(&s.server, "bob").await;
@@ -909,6 +921,7 @@ async fn under_bwrap_the_agent_has_a_network_of_its_own() {
                 ["netns", "import os; print(os.readlink('/proc/self/ns/net'))"],
                 ["allowed", read],
                 ["direct", direct],
+                ["run-socket", unix_ask(&host_socket, None)],
             ],
         }),
     )
@@ -928,7 +941,32 @@ async fn under_bwrap_the_agent_has_a_network_of_its_own() {
         direct == "closed" || direct.starts_with("error"),
         "{outcomes}"
     );
-    eprintln!("{outcomes}");
+    // The host's sockets under `/run` are not there.
+    let run_socket = outcomes["run:run-socket"].as_str().expect("run socket");
+    assert!(run_socket.contains("No such file"), "{outcomes}");
+    // Another agent, in the host's network, that finds the forwarder's socket on the host
+    // (pathname sockets pass Landlock) is not served.
+    let sockets: Vec<PathBuf> = std::fs::read_dir(s.data.join("run"))
+        .expect("the forwarders' sockets")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert_eq!(sockets.len(), 1, "{sockets:?}");
+    let from_outside = probe(
+        &s.server,
+        &bob,
+        "plain",
+        "u",
+        json!({"run": [["forwarder", unix_ask(&sockets[0], Some(port))]]}),
+    )
+    .await;
+    // (Dropped unanswered: closed, reset or a broken pipe, as the timing falls; never the
+    // service behind it.)
+    let answer = from_outside["run:forwarder"].as_str().expect("answer");
+    assert!(
+        answer == "closed" || answer.starts_with("error: [Errno"),
+        "{from_outside}"
+    );
+    let _ = std::fs::remove_file(&host_socket);
 }
 
 #[tokio::test]
@@ -998,5 +1036,51 @@ async fn an_agent_that_may_write_the_repository_cannot_change_its_config_or_hook
         outcomes[&format!("write:{}", path("objects/probe"))],
         "ok",
         "{outcomes}"
+    );
+}
+
+/// Python that connects to the UNIX socket `path`, sends `port` as a line when given, and
+/// prints what comes back (`closed` for nothing) or the error.
+fn unix_ask(path: &Path, port: Option<u16>) -> String {
+    let send = port.map_or(String::new(), |p| format!("s.sendall(b'{p}\\n')\n    "));
+    format!(
+        "import socket\ns = socket.socket(socket.AF_UNIX)\ns.settimeout(5)\ntry:\n    s.connect('{}')\n    {send}print(s.recv(100).decode() or 'closed')\nexcept OSError as e:\n    print('error: %s' % e)",
+        path.display()
+    )
+}
+
+#[tokio::test]
+async fn what_an_agent_leaves_running_ends_with_it() {
+    let s = setup("leftovers", |c, d| {
+        c.agents = vec![probe_agent("probe", Confinement::Landlock, d, None)];
+    })
+    .await;
+    let cwd = cwd_of(&say(&s.server, TOKEN, "probe", "l", "pwd").await);
+    let started = probe(
+        &s.server,
+        TOKEN,
+        "probe",
+        "l",
+        json!({"run": [["writer", BACKGROUND_WRITER]]}),
+    )
+    .await;
+    assert_eq!(started["run:writer"], "ok");
+    // The agent exits on its own; the writer it left, in a session of its own, goes too.
+    let frames = turn(&s.server, TOKEN, "probe", "l", "crash").await;
+    assert_eq!(frames.last().map(SseFrame::kind), Some("RUN_ERROR"));
+    let size = || std::fs::metadata(cwd.join("bg.bin")).map_or(0, |m| m.len());
+    let mut last_size = size();
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = size();
+        if now == last_size {
+            break;
+        }
+        last_size = now;
+    }
+    // The writer's own end would be 20 s and 1.6 MB.
+    assert!(
+        last_size < 400 * 1024,
+        "the writer went on to {last_size} bytes"
     );
 }

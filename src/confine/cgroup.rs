@@ -256,18 +256,42 @@ impl Cgroup {
         self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
     }
 
+    /// Whether process `pid` is in the group.
+    pub fn holds(&self, pid: i32) -> bool {
+        self.dirs.first().is_some_and(|dir| {
+            std::fs::read_to_string(dir.join("cgroup.procs"))
+                .unwrap_or_default()
+                .lines()
+                .any(|line| line.trim().parse() == Ok(pid))
+        })
+    }
+
     /// Kills every process left in the group (one that left the agent's process group
-    /// with `setsid` included).
+    /// with `setsid` included): v2 kills it whole at once; v1 is asked until it is empty
+    /// (forks meanwhile are bounded by its `pids`).
     pub fn kill_all(&self) {
         let Some(dir) = self.dirs.first() else {
             return;
         };
-        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+        if std::fs::write(dir.join("cgroup.kill"), "1").is_ok() {
+            return;
+        }
+        for _ in 0..20 {
+            let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+            let pids: Vec<i32> = procs
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect();
+            if pids.is_empty() {
+                return;
+            }
+            for pid in pids {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
         }
     }
 

@@ -43,20 +43,29 @@ pub struct Entry {
     pub size: u64,
 }
 
-/// Bytes used by a workspace: the lengths of its regular files, symlinks not followed (a
-/// file with several links counts each time). At most 1,000,000 entries are walked; past
-/// them the answer is [`WorkspaceError::TooManyEntries`], not a partial sum.
+/// Bytes used by a workspace: the lengths of its regular files, or what the disk holds of
+/// one where that is more (space reserved past its end, `fallocate --keep-size`), beyond
+/// [`ALLOCATION_SLACK`]; symlinks not followed (a file with several links counts each
+/// time). At most 1,000,000 entries are walked; past them the answer is
+/// [`WorkspaceError::TooManyEntries`], not a partial sum.
 pub fn usage(dir: &Path) -> Result<u64, WorkspaceError> {
+    use std::os::unix::fs::MetadataExt;
     let tree = Tree::workspace(dir)?;
     let mut total = 0u64;
     tree.walk(USAGE_ENTRIES, false, |_, meta| {
         if meta.is_file() {
-            total = total.saturating_add(meta.len());
+            let allocated = meta.blocks().saturating_mul(512);
+            let counted = meta.len().max(allocated.saturating_sub(ALLOCATION_SLACK));
+            total = total.saturating_add(counted);
         }
         Ok(())
     })?;
     Ok(total)
 }
+
+/// What a file may hold on disk past its length without counting (block rounding, a
+/// file system's preallocation).
+const ALLOCATION_SLACK: u64 = 64 * 1024;
 
 /// The entries of directory `rel` of the workspace (`""` or `"."` is its root), sorted by
 /// name; over 100,000 entries is `TooManyEntries`. `rel` is refused (`BadPath`) when

@@ -14,11 +14,16 @@ use tokio::io::AsyncReadExt;
 use tokio::net::{TcpStream, UnixStream};
 use tokio_util::sync::CancellationToken;
 
+use crate::confine::cgroup::Cgroup;
+
 /// Where the daemon's end is, inside the sandbox (on its own `/tmp`).
 pub(super) const INSIDE: &str = "/tmp/.agui-serve-forward.sock";
 
 /// How long a connection may take to name its port.
 const NAME_WAIT: Duration = Duration::from_secs(5);
+/// Forwarded connections open at once, per agent process (each costs the daemon two
+/// descriptors).
+const MAX_CONNECTIONS: usize = 256;
 
 /// A bound socket not yet served; its file is removed when it is dropped.
 #[derive(Debug)]
@@ -26,11 +31,18 @@ pub(super) struct Forwarding {
     listener: Option<std::os::unix::net::UnixListener>,
     path: PathBuf,
     ports: Arc<[u16]>,
+    /// The agent's control group, where there is one: only its processes are served.
+    group: Option<Arc<Cgroup>>,
+    slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl Forwarding {
     /// Binds a new socket under `run_dir` (made private) for `ports`.
-    pub(super) fn bind(run_dir: &Path, ports: &[u16]) -> Result<Forwarding, String> {
+    pub(super) fn bind(
+        run_dir: &Path,
+        ports: &[u16],
+        group: Option<Arc<Cgroup>>,
+    ) -> Result<Forwarding, String> {
         use std::os::unix::fs::DirBuilderExt;
         static NEXT: AtomicU64 = AtomicU64::new(0);
         std::fs::DirBuilder::new()
@@ -51,6 +63,8 @@ impl Forwarding {
             listener: Some(listener),
             path,
             ports: ports.into(),
+            group,
+            slots: Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS)),
         })
     }
 
@@ -77,11 +91,20 @@ impl Forwarding {
                     () = stop.cancelled() => break,
                     accepted = listener.accept() => match accepted {
                         Ok((stream, _)) => {
-                            tokio::spawn(connection(stream, self.ports.clone()));
+                            if !self.is_the_agents(&stream) {
+                                tracing::warn!("a process outside the agent's sandbox reached its port forwarder");
+                                continue;
+                            }
+                            let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+                                tracing::warn!(limit = MAX_CONNECTIONS, "an agent's forwarded connections are at their limit");
+                                continue;
+                            };
+                            tokio::spawn(connection(stream, self.ports.clone(), slot));
                         }
+                        // Out of descriptors, say: the next accept may do better.
                         Err(error) => {
-                            tracing::warn!(%error, "an agent's port forwarder failed");
-                            break;
+                            tracing::warn!(%error, "an agent's port forwarder could not accept");
+                            tokio::time::sleep(Duration::from_millis(100)).await;
                         }
                     },
                 }
@@ -97,8 +120,30 @@ impl Drop for Forwarding {
     }
 }
 
+impl Forwarding {
+    /// Whether the peer of `stream` is the agent's forwarder: a process in a network
+    /// namespace not the daemon's (only a sandbox has one) and, where the agent has a
+    /// control group, in it. Another agent that reaches the socket's path (pathname
+    /// sockets pass Landlock) is not served.
+    fn is_the_agents(&self, stream: &UnixStream) -> bool {
+        let Some(pid) = stream.peer_cred().ok().and_then(|c| c.pid()) else {
+            return false;
+        };
+        let netns = |of: &str| std::fs::read_link(format!("/proc/{of}/ns/net")).ok();
+        let own_network = match (netns(&pid.to_string()), netns("self")) {
+            (Some(theirs), Some(ours)) => theirs != ours,
+            _ => false,
+        };
+        own_network && self.group.as_ref().is_none_or(|g| g.holds(pid))
+    }
+}
+
 /// One forwarded connection: its port, then the host's loopback at that port.
-async fn connection(mut inside: UnixStream, ports: Arc<[u16]>) {
+async fn connection(
+    mut inside: UnixStream,
+    ports: Arc<[u16]>,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+) {
     let Ok(Some(port)) = tokio::time::timeout(NAME_WAIT, port_line(&mut inside)).await else {
         return;
     };

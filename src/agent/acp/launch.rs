@@ -112,10 +112,19 @@ impl Launch {
         // Under bwrap the agent has a network namespace of its own (loopback only, where a
         // listening socket reaches no one else); the ports it may reach on the host's
         // loopback are forwarded to the daemon.
+        let cgroup = match Cgroup::create(config.sandbox.limits) {
+            Ok(group) => Some(Arc::new(group)),
+            // Said once at start (`AcpBackend::new`) and by `check-config`.
+            Err(why) => {
+                tracing::debug!(%why, "agent started without memory, process or CPU limits");
+                None
+            }
+        };
         let forwarding = match confinement {
             Confinement::Bwrap if !policy.connect.is_empty() => Some(Forwarding::bind(
                 &host.data_dir.join("run"),
                 &policy.connect,
+                cgroup.clone(),
             )?),
             _ => None,
         };
@@ -127,14 +136,6 @@ impl Launch {
             });
         }
         let env = confined_env(config, home);
-        let cgroup = match Cgroup::create(config.sandbox.limits) {
-            Ok(group) => Some(Arc::new(group)),
-            // Said once at start (`AcpBackend::new`) and by `check-config`.
-            Err(why) => {
-                tracing::debug!(%why, "agent started without memory, process or CPU limits");
-                None
-            }
-        };
         let joins = cgroup.as_ref().map(|g| g.procs_files()).unwrap_or_default();
         let forward_socket = forwarding.as_ref().map(|f| f.path().to_owned());
         let (launcher, words) = confined_command(

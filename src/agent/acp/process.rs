@@ -264,7 +264,7 @@ impl AcpProcess {
         };
         let stderr_tail = keep_stderr_tail(stderr);
         let router = Arc::new(Router::default());
-        let (exited, exit_status) = watch_exit(child, router.clone());
+        let (exited, exit_status) = watch_exit(child, router.clone(), launch.cgroup.clone());
         if let Some(forward) = launch.forward {
             forward.serve(exited.clone());
         }
@@ -396,8 +396,8 @@ impl AcpProcess {
             }
         }
         signal_group(pgid, nix::sys::signal::Signal::SIGKILL);
-        if let Some(group) = &self.cgroup {
-            group.kill_all();
+        if let Some(group) = self.cgroup.clone() {
+            let _ = tokio::task::spawn_blocking(move || group.kill_all()).await;
         }
     }
 }
@@ -455,17 +455,23 @@ fn keep_stderr_tail(mut stderr: ChildStderr) -> Arc<Mutex<VecDeque<u8>>> {
     stderr_tail
 }
 
-/// Waits for the process to exit: then its status is kept, its sessions' turns are let go
-/// and the returned token is cancelled.
+/// Waits for the process to exit: then what it left in its control group is killed, its
+/// status is kept, its sessions' turns are let go and the returned token is cancelled.
 fn watch_exit(
     mut child: Child,
     router: Arc<Router>,
+    group: Option<Arc<crate::confine::cgroup::Cgroup>>,
 ) -> (CancellationToken, Arc<Mutex<Option<String>>>) {
     let exited = CancellationToken::new();
     let exit_status = Arc::new(Mutex::new(None));
     let (on_exit, status_slot) = (exited.clone(), exit_status.clone());
     tokio::spawn(async move {
         let status = child.wait().await;
+        // What it left behind in its control group (a writer in a session of its own)
+        // goes with it.
+        if let Some(group) = group {
+            let _ = tokio::task::spawn_blocking(move || group.kill_all()).await;
+        }
         *lock(&status_slot) = Some(match status {
             Ok(status) => status.to_string(),
             Err(e) => e.to_string(),

@@ -591,6 +591,23 @@ fn usage_counts_regular_file_bytes_and_walks_are_capped() {
     assert!(!ws.over_quota(&dir, None));
     // A workspace not made yet is not over.
     assert!(!ws.over_quota(&scratch.path("none"), None));
+    // Space reserved past a file's end counts (beyond a little slack).
+    let reserved = scratch.path("reserved");
+    fs::create_dir_all(&reserved).expect("reserved");
+    write(&reserved.join("empty-looking"), "");
+    let status = std::process::Command::new("fallocate")
+        .args(["--keep-size", "-l", "1M"])
+        .arg(reserved.join("empty-looking"))
+        .status()
+        .expect("fallocate (util-linux)");
+    assert!(status.success());
+    assert_eq!(
+        fs::metadata(reserved.join("empty-looking"))
+            .expect("file")
+            .len(),
+        0
+    );
+    assert!(usage(&reserved).expect("usage") >= 1024 * 1024 - 64 * 1024);
     // The agent home counts with the workspace.
     let home = scratch.path("home");
     write(&home.join("cache"), "12345");
