@@ -198,6 +198,34 @@ pub fn system_read_paths() -> Vec<PathBuf> {
     paths
 }
 
+/// The host's own secrets under the system's readable paths, those that exist: password
+/// hashes, sudo rules, SSH host keys (readable to an agent of a root daemon otherwise).
+pub fn host_secrets() -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = [
+        "/etc/shadow",
+        "/etc/shadow-",
+        "/etc/gshadow",
+        "/etc/gshadow-",
+        "/etc/sudoers",
+        "/etc/sudoers.d",
+        "/etc/ssl/private",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .collect();
+    if let Ok(entries) = std::fs::read_dir("/etc/ssh") {
+        paths.extend(
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.to_string_lossy().ends_with("_key")),
+        );
+    }
+    // Only those that exist: a missing one would take out its parent (see `carve`).
+    paths.retain(|p| p.exists());
+    paths
+}
+
 /// The device files an agent reads and writes.
 pub fn system_devices() -> Vec<PathBuf> {
     [

@@ -383,6 +383,7 @@ fn agent_host(config: &Config) -> Result<AgentHost, ServeError> {
     let mut host = AgentHost::new(&config.data_dir);
     host.mcp = Some(Arc::new(crate::http::mcp::LoopbackMcp::default()));
     host.secrets = config.secret_paths();
+    host.secrets.extend(crate::confine::host_secrets());
     host.secrets
         .extend(std::env::var_os("HOME").map(std::path::PathBuf::from));
     // Every workspace root: a process is granted its own directory in it, never a

@@ -132,6 +132,8 @@ fn escapes(s: &Setup, alice_cwd: &Path) -> Value {
             data.join("token-signing.key").display().to_string(),
             s.token_file.display().to_string(),
             format!("/proc/{}/environ", std::process::id()),
+            // The host's password hashes (a root daemon's agent reads them otherwise).
+            "/etc/shadow".to_owned(),
             alice_cwd.join("mine.txt").display().to_string(),
             "leak",
         ],
@@ -181,7 +183,7 @@ async fn escape_attempts(
     let Value::Object(outcomes) = outcomes else {
         panic!("outcomes: {outcomes}");
     };
-    assert_eq!(outcomes.len(), 15, "every attempt reported: {outcomes:?}");
+    assert_eq!(outcomes.len(), 16, "every attempt reported: {outcomes:?}");
     (s, bob, alice_cwd, outcomes)
 }
 
