@@ -109,9 +109,6 @@ impl Launch {
         std::fs::create_dir_all(&writable)
             .map_err(|e| format!("cannot make {}: {e}", writable.display()))?;
         let mut policy = policy(config, host, &writable, home, program, mcp_port);
-        // Under bwrap the agent has a network namespace of its own (loopback only, where a
-        // listening socket reaches no one else); the ports it may reach on the host's
-        // loopback are forwarded to the daemon.
         let cgroup = match Cgroup::create(config.sandbox.limits) {
             Ok(group) => Some(Arc::new(group)),
             // Said once at start (`AcpBackend::new`) and by `check-config`.
@@ -121,20 +118,9 @@ impl Launch {
             }
         };
         let forwarding = match confinement {
-            Confinement::Bwrap if !policy.connect.is_empty() => Some(Forwarding::bind(
-                &host.data_dir.join("run"),
-                &policy.connect,
-                cgroup.clone(),
-            )?),
+            Confinement::Bwrap => own_network(host, &mut policy, cgroup.clone())?,
             _ => None,
         };
-        if confinement == Confinement::Bwrap {
-            policy.listen = true;
-            policy.forward = forwarding.as_ref().map(|_| confine::forward::Forward {
-                socket: forward::INSIDE.into(),
-                ports: policy.connect.clone(),
-            });
-        }
         let env = confined_env(config, home);
         let joins = cgroup.as_ref().map(|g| g.procs_files()).unwrap_or_default();
         let forward_socket = forwarding.as_ref().map(|f| f.path().to_owned());
@@ -157,6 +143,26 @@ impl Launch {
             forward: forwarding,
         })
     }
+}
+
+/// A network namespace of the agent's own (`bwrap`): loopback only, where a listening
+/// socket reaches no one else; the ports it may reach on the host's loopback forwarded to
+/// the daemon (the daemon's end, when there are any).
+fn own_network(
+    host: &AgentHost,
+    policy: &mut Policy,
+    group: Option<Arc<Cgroup>>,
+) -> Result<Option<Forwarding>, String> {
+    policy.listen = true;
+    if policy.connect.is_empty() {
+        return Ok(None);
+    }
+    let forwarding = Forwarding::bind(&host.data_dir.join("run"), &policy.connect, group)?;
+    policy.forward = Some(confine::forward::Forward {
+        socket: forward::INSIDE.into(),
+        ports: policy.connect.clone(),
+    });
+    Ok(Some(forwarding))
 }
 
 /// The directory a confined process of `key` may write and works in: its thread's
