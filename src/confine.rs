@@ -3,10 +3,12 @@
 //!
 //! The daemon never restricts itself. It starts an agent through its own executable as a
 //! launcher: `agui-serve __confine POLICY -- PROGRAM ARGS...`. The launcher, a fresh
-//! single-threaded process, closes every descriptor but stdio, sets `no_new_privs`,
-//! applies a Landlock ruleset built from `POLICY` (JSON) to itself and `exec`s the agent,
-//! which inherits the domain and passes it on to its children. So no code runs between
-//! `fork` and `exec` in the daemon, and none of it needs `unsafe`.
+//! single-threaded process, joins the agent's control group ([`cgroup`]), closes every
+//! descriptor but stdio, starts the port forwarder where the agent has a network of its
+//! own ([`forward`]), drops its capabilities, sets `no_new_privs`, applies a Landlock
+//! ruleset built from `POLICY` (JSON) and the system-call filter (`syscalls.rs`) to itself
+//! and `exec`s the agent, which inherits both and passes them on to its children. So no
+//! code runs between `fork` and `exec` in the daemon, and none of it needs `unsafe`.
 //!
 //! A [`Policy`] holds paths the agent may read and execute, paths it may read and write,
 //! the TCP ports it may connect to and bind, and whether the kernel must enforce all of it.
@@ -17,8 +19,9 @@
 //! outside its domain (the daemon), and from connecting to abstract UNIX sockets made
 //! outside it.
 //!
-//! What this is not: a network namespace. Pathname UNIX sockets, UDP and any TCP port on
-//! the allow list stay reachable; `bwrap` mode (see `docs/security.md`) closes those.
+//! What Landlock mode is not: a network namespace. Pathname UNIX sockets, UDP and any TCP
+//! port on the allow list stay reachable; `bwrap` mode (user, mount, PID, IPC, UTS and
+//! network namespaces; see `docs/workspaces.md`) closes those.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
