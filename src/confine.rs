@@ -19,16 +19,22 @@
 //! outside its domain (the daemon), and from connecting to abstract UNIX sockets made
 //! outside it.
 //!
-//! What Landlock mode is not: a network namespace. Pathname UNIX sockets, UDP and any TCP
-//! port on the allow list stay reachable; `bwrap` mode (user, mount, PID, IPC, UTS and
-//! network namespaces; see `docs/workspaces.md`) closes those.
+//! Both modes give the agent a network of its own: a loopback, the forwarder's ports on it,
+//! nothing else; a way to another host is the egress proxy's or a model relay's, which the
+//! daemon serves behind the forwarder. What Landlock mode is not: a mount namespace.
+//! Pathname UNIX sockets stay reachable where the file rules allow them; `bwrap` mode
+//! (user, mount, PID, IPC and UTS namespaces as well; see `docs/workspaces.md`) closes
+//! those.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 pub mod cgroup;
 pub mod forward;
+mod netns;
 mod syscalls;
+
+pub use netns::available as network_namespaces;
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd,
@@ -73,7 +79,9 @@ pub struct Sandbox {
     pub read: Vec<PathBuf>,
     /// Read and write, besides the workspace and the agent home.
     pub write: Vec<PathBuf>,
-    /// TCP ports the agent may connect to (the model's API: 443).
+    /// Ports on the host's loopback the agent may connect to (a model server of the
+    /// operator's, say): each is forwarded into the agent's own network. Other hosts are
+    /// reached through a model relay or the egress proxy.
     pub connect: Vec<u16>,
     /// TCP ports the agent may bind.
     pub bind: Vec<u16>,
@@ -86,7 +94,7 @@ impl Default for Sandbox {
         Sandbox {
             read: Vec::new(),
             write: Vec::new(),
-            connect: vec![443],
+            connect: Vec::new(),
             bind: Vec::new(),
             limits: cgroup::Limits::default(),
         }
@@ -126,6 +134,9 @@ pub struct Policy {
     /// In a network namespace of its own: the loopback ports forwarded to the daemon.
     #[serde(default)]
     pub forward: Option<forward::Forward>,
+    /// The launcher makes the network namespace itself (`landlock`; `bwrap` makes its own).
+    #[serde(default)]
+    pub own_network: bool,
 }
 
 /// What the running kernel enforces of a policy.
@@ -401,6 +412,11 @@ pub fn launch(args: Vec<OsString>) -> String {
         let error = std::process::Command::new(&program).args(args).exec();
         return format!("cannot start {}: {error}", Path::new(&program).display());
     }
+    if policy.own_network
+        && let Err(error) = netns::enter()
+    {
+        return error;
+    }
     // The forwarder before the capabilities go: a port below 1024 in the agent's own
     // network namespace needs the namespace's capability to bind.
     if let Some(forward) = &policy.forward
@@ -574,6 +590,7 @@ mod tests {
             cgroups: Vec::new(),
             join_only: false,
             forward: None,
+            own_network: true,
         };
         let (program, args) = launch_command(
             Path::new("/bin/agui-serve"),

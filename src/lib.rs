@@ -36,6 +36,7 @@ mod clock;
 pub mod cluster;
 pub mod config;
 pub mod confine;
+pub mod egress;
 mod hex;
 pub mod http;
 pub mod logging;

@@ -639,7 +639,10 @@ async fn kernel_door_attempts(
 
 #[tokio::test]
 async fn a_confined_agent_finds_every_kernel_door_closed() {
-    let outcomes = kernel_door_attempts("doors", Confinement::Landlock).await;
+    let mut outcomes = kernel_door_attempts("doors", Confinement::Landlock).await;
+    // The launcher made the agent a network of its own: a port bound by `listen` is there,
+    // where no one else is (`a_confined_agent_has_a_network_of_its_own`).
+    assert_eq!(outcomes.remove("run:implicit-bind"), Some(json!("ok")));
     for (attempt, outcome) in &outcomes {
         assert_eq!(outcome, "denied", "{attempt}");
     }
@@ -872,8 +875,20 @@ async fn the_quota_counts_the_agent_home_and_stops_a_writer_between_turns() {
 }
 
 #[tokio::test]
+async fn a_confined_agent_has_a_network_of_its_own() {
+    network_of_its_own("netns", Confinement::Landlock).await;
+}
+
+#[tokio::test]
 #[ignore = "needs bwrap (Debian: bubblewrap): scripts/test.sh runs it"]
 async fn under_bwrap_the_agent_has_a_network_of_its_own() {
+    network_of_its_own("netns-bwrap", Confinement::Bwrap).await;
+}
+
+/// An agent confined as `confinement` reaches the host's loopback ports it is allowed,
+/// through the daemon, and nothing else of the host's network; another agent that finds
+/// its forwarder's socket is not served.
+async fn network_of_its_own(tag: &str, confinement: Confinement) {
     // A service on the host's loopback that the agent may reach, and one it may not.
     let allowed = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
     let port = allowed.local_addr().expect("addr").port();
@@ -893,12 +908,12 @@ async fn under_bwrap_the_agent_has_a_network_of_its_own() {
             let _ = std::io::Write::write_all(&mut conn, b"hello from /run");
         }
     });
-    let s = setup("netns", move |c, d| {
-        let mut agent = probe_agent("probe", Confinement::Bwrap, d, None);
+    let s = setup(tag, move |c, d| {
+        let mut agent = probe_agent("probe", confinement, d, None);
         if let AgentKind::Acp(acp) = &mut agent.kind {
             acp.sandbox.connect = vec![port];
         }
-        // An agent of Landlock alone beside it, in the host's network.
+        // Another agent beside it.
         let plain = probe_agent("plain", Confinement::Landlock, d, None);
         c.agents = vec![agent, plain];
     })
@@ -907,9 +922,23 @@ async fn under_bwrap_the_agent_has_a_network_of_its_own() {
     let read = format!(
         "import socket\ns = socket.create_connection(('127.0.0.1', {port}), 5)\nprint(s.recv(100).decode())"
     );
-    // Straight to the daemon's end, naming the daemon's own port: closed unanswered.
+    // Straight to the daemon's end, naming the daemon's own port: closed unanswered. (Under
+    // bwrap the socket is bound into the sandbox's `/tmp`; a launcher's own forwarder
+    // reaches it on the host, where the agent finds it too, once the agent has started.)
+    let warm = probe(&s.server, &bob, "probe", "t", json!({})).await;
+    assert!(warm.is_object(), "{warm}");
+    let sockets: Vec<PathBuf> = std::fs::read_dir(s.data.join("run"))
+        .expect("the forwarders' sockets")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert_eq!(sockets.len(), 1, "{sockets:?}");
+    let inside = match confinement {
+        Confinement::Bwrap => PathBuf::from("/tmp/.agui-serve-forward.sock"),
+        _ => sockets[0].clone(),
+    };
     let direct = format!(
-        "import socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect('/tmp/.agui-serve-forward.sock')\n    s.sendall(b'{}\\n')\n    print('open' if s.recv(100) else 'closed')\nexcept OSError as e:\n    print('error: %s' % e)",
+        "import socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect('{}')\n    s.sendall(b'{}\\n')\n    print('open' if s.recv(100) else 'closed')\nexcept OSError as e:\n    print('error: %s' % e)",
+        inside.display(),
         s.server.addr.port()
     );
     let outcomes = probe(
@@ -943,16 +972,14 @@ async fn under_bwrap_the_agent_has_a_network_of_its_own() {
         direct == "closed" || direct.starts_with("error"),
         "{outcomes}"
     );
-    // The host's sockets under `/run` are not there.
-    let run_socket = outcomes["run:run-socket"].as_str().expect("run socket");
-    assert!(run_socket.contains("No such file"), "{outcomes}");
-    // Another agent, in the host's network, that finds the forwarder's socket on the host
-    // (pathname sockets pass Landlock) is not served.
-    let sockets: Vec<PathBuf> = std::fs::read_dir(s.data.join("run"))
-        .expect("the forwarders' sockets")
-        .map(|e| e.expect("entry").path())
-        .collect();
-    assert_eq!(sockets.len(), 1, "{sockets:?}");
+    // The host's sockets under `/run` are not there (bwrap's fresh `/run`; Landlock does not
+    // govern connecting to a pathname socket).
+    if confinement == Confinement::Bwrap {
+        let run_socket = outcomes["run:run-socket"].as_str().expect("run socket");
+        assert!(run_socket.contains("No such file"), "{outcomes}");
+    }
+    // Another agent that finds the forwarder's socket on the host (pathname sockets pass
+    // Landlock) is not served.
     let from_outside = probe(
         &s.server,
         &bob,

@@ -12,7 +12,7 @@ const LAYERS: &[&[&str]] = &[
     // Observability leaves: take what they need by injection.
     &["metrics", "traces", "logging"],
     &["access"],
-    &["confine", "workspace", "uploads"],
+    &["confine", "egress", "workspace", "uploads"],
     &["agent"],
     &["store"],
     // Thread leases; the webhook outbox's events and their delivery (its HTTP client lent).
@@ -452,6 +452,7 @@ const CRATE_OWNERS: &[(&str, &[&str])] = &[
             "cli.rs",
             "cluster/",
             "confine.rs",
+            "egress/",
             "http/",
             "logging.rs",
             "metrics.rs",

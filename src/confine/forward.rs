@@ -1,5 +1,5 @@
-//! The way out of an agent's network namespace (`bwrap` mode): the namespace has loopback
-//! only, and each loopback port the agent may reach on the host (`sandbox.connect`, the
+//! The way out of an agent's network namespace (`netns.rs`, or bwrap's): the namespace has
+//! loopback only, and each loopback port the agent may reach on the host (`sandbox.connect`, the
 //! frontend-tools endpoint) is listened on inside it by a **forwarder**, which hands every
 //! connection to the daemon through a UNIX socket; the daemon connects to the same port on
 //! the host's loopback, if the port is one it allows (`agent/acp/forward.rs`).
@@ -9,9 +9,8 @@
 //! domain, so the agent can neither signal nor trace it, and it dies with the namespace.
 //! It is blocking std code, a thread per connection and direction.
 //!
-//! What this is not: a way to other hosts. That is the egress proxy's (by name); until an
-//! agent has one, a confined agent under `bwrap` reaches the host's loopback ports it is
-//! allowed and nothing else.
+//! The forwarder does not know what a port leads to: the daemon's end decides (a port on
+//! the host's loopback, a model relay, the egress proxy).
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, Shutdown, TcpListener, TcpStream};
@@ -74,6 +73,14 @@ pub fn serve(args: Vec<std::ffi::OsString>) -> String {
         if let Ok(listener) = TcpListener::bind((Ipv6Addr::LOCALHOST, *port)) {
             listeners.push((*port, listener));
         }
+    }
+    // Its ports are bound: nothing of the namespace's (or, for a root launcher making one
+    // itself, the host's) capabilities is needed any more. It goes when the agent does.
+    if let Err(error) = super::drop_capabilities() {
+        return error;
+    }
+    if let Err(error) = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL) {
+        return format!("cannot tie the forwarder to the agent: {error}");
     }
     let mut out = std::io::stdout();
     if writeln!(out, "ready").and_then(|()| out.flush()).is_err() {

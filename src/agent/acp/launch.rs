@@ -117,10 +117,7 @@ impl Launch {
                 None
             }
         };
-        let forwarding = match confinement {
-            Confinement::Bwrap => own_network(host, &mut policy, cgroup.clone())?,
-            _ => None,
-        };
+        let forwarding = own_network(host, &mut policy, confinement, cgroup.clone())?;
         let env = confined_env(config, home);
         let joins = cgroup.as_ref().map(|g| g.procs_files()).unwrap_or_default();
         let forward_socket = forwarding.as_ref().map(|f| f.path().to_owned());
@@ -145,21 +142,29 @@ impl Launch {
     }
 }
 
-/// A network namespace of the agent's own (`bwrap`): loopback only, where a listening
-/// socket reaches no one else; the ports it may reach on the host's loopback forwarded to
-/// the daemon (the daemon's end, when there are any).
+/// A network namespace of the agent's own (made by bwrap, or by the launcher): loopback
+/// only, where a listening socket reaches no one else; the ports it may reach forwarded to
+/// the daemon (the daemon's end, when there are any). Under bwrap the daemon's socket is
+/// bound into the sandbox's `/tmp`; the launcher's own forwarder reaches it where it is,
+/// before Landlock applies.
 fn own_network(
     host: &AgentHost,
     policy: &mut Policy,
+    confinement: Confinement,
     group: Option<Arc<Cgroup>>,
 ) -> Result<Option<Forwarding>, String> {
     policy.listen = true;
+    policy.own_network = confinement == Confinement::Landlock;
     if policy.connect.is_empty() {
         return Ok(None);
     }
     let forwarding = Forwarding::bind(&host.data_dir.join("run"), &policy.connect, group)?;
+    let socket = match confinement {
+        Confinement::Bwrap => forward::INSIDE.into(),
+        _ => forwarding.path().to_owned(),
+    };
     policy.forward = Some(confine::forward::Forward {
-        socket: forward::INSIDE.into(),
+        socket,
         ports: policy.connect.clone(),
     });
     Ok(Some(forwarding))
@@ -304,6 +309,7 @@ fn policy(
         cgroups: Vec::new(),
         join_only: false,
         forward: None,
+        own_network: false,
     }
 }
 
