@@ -72,7 +72,7 @@ impl Confinement {
 }
 
 /// What an agent's config adds to a confined agent's reach (`[agents.sandbox]`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Sandbox {
     /// Read and execute (a toolchain, the agent's own install).
@@ -87,18 +87,6 @@ pub struct Sandbox {
     pub bind: Vec<u16>,
     /// Memory, processes and CPU of each agent process (its control group).
     pub limits: cgroup::Limits,
-}
-
-impl Default for Sandbox {
-    fn default() -> Sandbox {
-        Sandbox {
-            read: Vec::new(),
-            write: Vec::new(),
-            connect: Vec::new(),
-            bind: Vec::new(),
-            limits: cgroup::Limits::default(),
-        }
-    }
 }
 
 /// Whether an agent started with `confinement` calls `setsid` itself (the launcher does,

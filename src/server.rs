@@ -64,6 +64,8 @@ pub enum ServeError {
     Cluster(#[from] ClusterError),
     #[error("webhooks: {0}")]
     Webhooks(std::io::Error),
+    #[error("the agents' egress gateway: {0}")]
+    Egress(std::io::Error),
 }
 
 /// A bound, ready-to-run server.
@@ -109,7 +111,8 @@ impl Server {
         })?;
         let tls = tls_acceptor(&config)?;
         ensure_dir(&config.data_dir)?;
-        let agents = agents(&config, &agent_host(&config)?);
+        let host = agent_host(&config)?;
+        let agents = agents(&config, &host);
         // The embedded store's data directory, held while this server lives.
         let data_lock = (config.cluster.is_none())
             .then(|| Store::lock_data_dir(&config.data_dir))
@@ -120,6 +123,7 @@ impl Server {
         let (traces, tracer) = trace_exporter(&config)?;
         options.tracer = tracer.clone();
         options.cluster = cluster.clone();
+        options.egress_metrics = host.egress_metrics.clone().unwrap_or_default();
         if let Some(uploads) = &options.uploads {
             // What no run used within its TTL, and what a crash left half-written.
             uploads.sweep().await;
@@ -382,6 +386,10 @@ fn tls_acceptor(config: &Config) -> Result<Option<TlsAcceptor>, ServeError> {
 fn agent_host(config: &Config) -> Result<AgentHost, ServeError> {
     let mut host = AgentHost::new(&config.data_dir);
     host.mcp = Some(Arc::new(crate::http::mcp::LoopbackMcp::default()));
+    let gateway =
+        crate::http::transport::egress::EgressGateway::new().map_err(ServeError::Egress)?;
+    host.gateway = Some(Arc::new(gateway));
+    host.egress_metrics = Some(crate::metrics::EgressMetrics::default());
     host.secrets = config.secret_paths();
     host.secrets.extend(crate::confine::host_secrets());
     host.secrets

@@ -10,113 +10,12 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agui_serve::config::{AcpConfig, AgentConfig, AgentKind, Config, Hitl, Permissions};
+use agui_serve::config::AgentKind;
 use agui_serve::confine::Confinement;
-use agui_serve::workspace::{Source, Unit, WorkspaceConfig};
+use agui_serve::workspace::Source;
 use serde_json::{Value, json};
+use support::probe::*;
 use support::*;
-
-/// The scripted agent with a workspace per thread under the data directory.
-fn probe_agent(
-    name: &str,
-    confinement: Confinement,
-    data: &Path,
-    quota: Option<u64>,
-) -> AgentConfig {
-    let mut config = AcpConfig::new(vec![scripted_agent().display().to_string()]);
-    config.permissions = Permissions::Allow;
-    config.confinement = Some(confinement);
-    config.workspace = Some(WorkspaceConfig {
-        source: Source::Empty,
-        root: data.join("workspaces"),
-        quota,
-        unit: Unit::Thread,
-    });
-    AgentConfig {
-        name: name.to_owned(),
-        description: "probe".to_owned(),
-        hitl: Hitl::Tool,
-        multitask: Default::default(),
-        budget: None,
-        kind: AgentKind::Acp(config),
-    }
-}
-
-struct Setup {
-    server: TestServer,
-    /// The daemon's data directory.
-    data: PathBuf,
-    token_file: PathBuf,
-}
-
-async fn setup(tag: &str, adjust: impl FnOnce(&mut Config, &Path) + Send + 'static) -> Setup {
-    let secrets = temp_dir(&format!("{tag}-secrets"));
-    let token_file = secrets.join("token");
-    std::fs::write(&token_file, TOKEN).expect("token file");
-    let data = temp_dir(&format!("{tag}-data"));
-    let (d, t) = (data.clone(), token_file.clone());
-    let server = TestServer::with(move |c| {
-        c.data_dir = d.clone();
-        c.private_files = vec![t];
-        adjust(c, &d);
-    })
-    .await;
-    Setup {
-        server,
-        data,
-        token_file,
-    }
-}
-
-/// Mints a scoped token for `sub`.
-async fn token_for(server: &TestServer, sub: &str) -> String {
-    let response = server
-        .post("/tokens")
-        .json(&json!({"sub": sub}))
-        .sent()
-        .await;
-    assert_eq!(response.status(), 200);
-    let answer: Value = response.json().await.expect("json");
-    answer["token"].as_str().expect("token").to_owned()
-}
-
-/// One run of `text` on `thread` as `token`: its frames.
-async fn turn(
-    server: &TestServer,
-    token: &str,
-    agent: &str,
-    thread: &str,
-    text: &str,
-) -> Vec<SseFrame> {
-    let run = format!("r-{}", uuid::Uuid::new_v4());
-    let response = client()
-        .post(server.url(&format!("/{agent}")))
-        .bearer_auth(token)
-        .json(&run_body(thread, &run, text))
-        .sent()
-        .await;
-    assert_eq!(response.status(), 200, "{text}");
-    SseReader::new(response).collect().await
-}
-
-/// The agent's reply to `text`.
-async fn say(server: &TestServer, token: &str, agent: &str, thread: &str, text: &str) -> String {
-    let frames = turn(server, token, agent, thread, text).await;
-    assert_eq!(
-        frames.last().map(SseFrame::kind),
-        Some("RUN_FINISHED"),
-        "{text}: {:?}",
-        kinds(&frames)
-    );
-    text_of(&frames)
-}
-
-/// The probe's outcomes for `plan`.
-async fn probe(server: &TestServer, token: &str, agent: &str, thread: &str, plan: Value) -> Value {
-    let reply = say(server, token, agent, thread, &format!("probe {plan}")).await;
-    let json = reply.strip_prefix("Probe: ").expect("a probe report");
-    serde_json::from_str(json).expect("probe json")
-}
 
 fn cwd_of(reply: &str) -> PathBuf {
     PathBuf::from(reply.strip_prefix("Cwd: ").expect("a cwd"))

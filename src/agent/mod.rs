@@ -250,6 +250,10 @@ pub struct AgentStatus {
     /// The limits its processes hit since the daemon started (none: left out).
     #[serde(skip_serializing_if = "Breaches::is_none")]
     pub breaches: Breaches,
+    /// Its egress proxies' decisions since the daemon started, and the last refusal (none:
+    /// left out).
+    #[serde(skip_serializing_if = "crate::egress::EgressCount::is_none")]
+    pub egress: crate::egress::EgressCount,
 }
 
 /// How often an agent's processes hit each of their limits.
@@ -277,6 +281,7 @@ impl AgentStatus {
             auth_methods: Vec::new(),
             spares: None,
             breaches: Breaches::default(),
+            egress: crate::egress::EgressCount::default(),
         }
     }
 
@@ -287,6 +292,7 @@ impl AgentStatus {
             auth_methods: Vec::new(),
             spares: None,
             breaches: Breaches::default(),
+            egress: crate::egress::EgressCount::default(),
         }
     }
 }

@@ -150,6 +150,7 @@ fn acp_config(agent: &FileAgent, data_dir: &Path) -> Result<AcpConfig, ConfigErr
     crate::agent::acp::check_session_defaults(&session_defaults)
         .map_err(|e| ConfigError::new(format!("agent {:?}: {e}", agent.name)))?;
     let warm = warm_config(agent)?;
+    let (relays, egress) = ways_out(agent)?;
     Ok(AcpConfig {
         command: agent.command.clone(),
         cwd: agent.cwd.clone(),
@@ -161,10 +162,50 @@ fn acp_config(agent: &FileAgent, data_dir: &Path) -> Result<AcpConfig, ConfigErr
         workspace,
         confinement: agent.confinement,
         sandbox: agent.sandbox.clone().unwrap_or_default(),
+        relays,
+        egress,
         session_ttl,
         session_defaults,
         warm,
     })
+}
+
+/// An ACP agent's model relays (each key read now) and egress rules; both need the
+/// agent confined (its own network is what makes them the only ways out).
+#[allow(clippy::type_complexity)]
+fn ways_out(
+    agent: &FileAgent,
+) -> Result<
+    (
+        Vec<std::sync::Arc<crate::egress::Relay>>,
+        std::sync::Arc<crate::egress::Egress>,
+    ),
+    ConfigError,
+> {
+    let fail = |e: String| ConfigError::new(format!("agent {:?}: {e}", agent.name));
+    let relays = agent
+        .relay
+        .iter()
+        .map(|r| crate::egress::Relay::new(r).map(std::sync::Arc::new))
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(fail)?;
+    let egress =
+        crate::egress::Egress::new(&agent.egress.clone().unwrap_or_default()).map_err(fail)?;
+    let unconfined = agent.confinement == Some(crate::confine::Confinement::None);
+    if unconfined && (!relays.is_empty() || agent.egress.is_some()) {
+        return Err(fail(
+            "relay and egress need a confined agent (confinement \"landlock\" or \"bwrap\"): unconfined, it shares the daemon's network".to_owned(),
+        ));
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for relay in &relays {
+        for name in std::iter::once(&relay.base_url_env).chain(&relay.placeholder_env) {
+            if !names.insert(name.clone()) {
+                return Err(fail(format!("relay: {name} is set by two relays")));
+            }
+        }
+    }
+    Ok((relays, std::sync::Arc::new(egress)))
 }
 
 /// An ACP agent's warm starts: `spares`, `spare_ttl`, `spare_session`, `spare_principals`,
@@ -268,6 +309,8 @@ fn agent_from_flag(spec: &str, data_dir: &Path) -> Result<AgentConfig, ConfigErr
             workspace: None,
             confinement: None,
             sandbox: None,
+            relay: Vec::new(),
+            egress: None,
             session_ttl: None,
             mode: None,
             config_options: None,

@@ -213,6 +213,11 @@ pub(super) struct FileAgent {
     pub(super) workspace: Option<FileWorkspace>,
     pub(super) confinement: Option<crate::confine::Confinement>,
     pub(super) sandbox: Option<crate::confine::Sandbox>,
+    /// Model relays: the operator's key added outside the sandbox.
+    #[serde(default)]
+    pub(super) relay: Vec<crate::egress::RelayConfig>,
+    /// Hosts reached by name through the egress proxy.
+    pub(super) egress: Option<crate::egress::EgressConfig>,
     pub(super) session_ttl: Option<String>,
     /// The mode a new session is set to (`session/set_mode`).
     pub(super) mode: Option<String>,

@@ -287,7 +287,7 @@ pub type Conn = tokio::net::UnixStream;
 pub type Serving = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
 /// The HTTP of the ways out (lent by the HTTP layer).
-pub trait Gateway: Send + Sync + 'static {
+pub trait Gateway: std::fmt::Debug + Send + Sync + 'static {
     /// Serves the egress proxy on `conn` under `rules`.
     fn proxy(&self, conn: Conn, rules: Arc<Egress>, exits: Arc<dyn Exits>) -> Serving;
     /// Serves `relay` on `conn`.

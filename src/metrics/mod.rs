@@ -535,3 +535,47 @@ impl EndpointMetrics {
         self.pending.set(n);
     }
 }
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EgressLabels {
+    agent: Arc<str>,
+    decision: &'static str,
+}
+
+/// An agent's ways out: the egress proxy's decisions and the bytes of the connections it
+/// allowed, and the tokens its model relays read in the model's answers.
+#[derive(Debug, Clone, Default)]
+pub struct EgressMetrics {
+    decisions: Family<EgressLabels, Counter>,
+    bytes: Family<AgentLabel, Counter>,
+    relay_tokens: Family<AgentLabel, Counter>,
+}
+
+impl EgressMetrics {
+    /// One decision of agent `agent`'s proxy (`bytes`: what an allowed connection carried).
+    pub fn decided(&self, agent: &str, allowed: bool, bytes: u64) {
+        let decision = if allowed { "allowed" } else { "denied" };
+        self.decisions
+            .get_or_create(&EgressLabels {
+                agent: Arc::from(agent),
+                decision,
+            })
+            .inc();
+        if bytes > 0 {
+            self.bytes
+                .get_or_create(&AgentLabel {
+                    agent: Arc::from(agent),
+                })
+                .inc_by(bytes);
+        }
+    }
+
+    /// Tokens a model billed through one of agent `agent`'s relays.
+    pub fn billed(&self, agent: &str, tokens: u64) {
+        self.relay_tokens
+            .get_or_create(&AgentLabel {
+                agent: Arc::from(agent),
+            })
+            .inc_by(tokens);
+    }
+}

@@ -9,7 +9,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::{
-    HttpMetrics, RunMetrics, ScheduleMetrics, StoreMetrics, StreamMetrics, WebhookMetrics,
+    EgressMetrics, HttpMetrics, RunMetrics, ScheduleMetrics, StoreMetrics, StreamMetrics,
+    WebhookMetrics,
 };
 
 /// The labels of `agent_processes`: an agent and a state (busy, idle).
@@ -37,6 +38,8 @@ pub struct Handles {
     /// Webhook deliveries by endpoint (empty with no `[[webhooks]]`).
     pub webhooks: WebhookMetrics,
     pub schedules: ScheduleMetrics,
+    /// Agents' egress proxies and model relays.
+    pub egress: EgressMetrics,
 }
 
 /// The gauges at one scrape.
@@ -95,6 +98,7 @@ impl Metrics {
             store,
             webhooks,
             schedules,
+            egress,
         } = source.handles();
         let http = HttpMetrics::default();
         let sampled = Sampled::default();
@@ -105,6 +109,7 @@ impl Metrics {
         register_store(&mut registry, &sampled, &store);
         register_schedules(&mut registry, &schedules);
         register_agents(&mut registry, &sampled);
+        register_egress(&mut registry, &egress);
         register_webhooks(&mut registry, &webhooks);
         register_http(&mut registry, &http);
         Metrics {
@@ -280,6 +285,25 @@ fn register_agents(r: &mut Registry, sampled: &Sampled) {
         "agent_processes",
         "Agent processes (ACP), by agent and state (busy: serving a turn, idle)",
         sampled.processes.clone(),
+    );
+}
+
+/// Agents' ways out.
+fn register_egress(r: &mut Registry, egress: &EgressMetrics) {
+    r.register(
+        "egress_decisions",
+        "Connections an agent asked its egress proxy for, by agent and decision (allowed, denied)",
+        egress.decisions.clone(),
+    );
+    r.register(
+        "egress_bytes",
+        "Bytes carried both ways by connections the egress proxy allowed, by agent",
+        egress.bytes.clone(),
+    );
+    r.register(
+        "relay_tokens",
+        "Tokens billed by a model through an agent's relays (read from the model's answers), by agent",
+        egress.relay_tokens.clone(),
     );
 }
 

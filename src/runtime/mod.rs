@@ -132,6 +132,8 @@ pub struct RuntimeOptions {
     pub ui: Arc<ui::UiCatalog>,
     /// Spans per run, turn and tool call, when traces are exported.
     pub tracer: Option<Tracer>,
+    /// The agents' egress proxies and model relays (the same handles their host counts on).
+    pub egress_metrics: crate::metrics::EgressMetrics,
     /// This node's membership of a cluster (PostgreSQL store), if any.
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
     /// The principals' uploads, resolved into the parts that name them (`None`: a part's
@@ -168,6 +170,7 @@ impl RuntimeOptions {
             fleet_limits: fleet::FleetLimits::default(),
             ui: Arc::new(ui::UiCatalog::defaults()),
             tracer: None,
+            egress_metrics: crate::metrics::EgressMetrics::default(),
             cluster: None,
             uploads: None,
             webhooks: None,

@@ -56,6 +56,7 @@ impl GaugeSource for Runtime {
                 .map(|outbox| outbox.metrics().clone())
                 .unwrap_or_default(),
             schedules: self.schedule_metrics().clone(),
+            egress: self.inner.options.egress_metrics.clone(),
         }
     }
 

@@ -1,6 +1,7 @@
 //! Test helpers: an in-process server on a real loopback socket, and an SSE reader.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod probe;
 pub mod scripted_model;
 
 use std::path::PathBuf;

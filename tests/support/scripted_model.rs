@@ -33,11 +33,13 @@ pub enum Step {
     Slow(Duration, Box<Step>),
 }
 
-/// One recorded request: its path and body.
+/// One recorded request: its path, body and credential (`x-api-key`, else
+/// `authorization`).
 #[derive(Debug, Clone)]
 pub struct Recorded {
     pub path: String,
     pub body: Value,
+    pub credential: Option<String>,
 }
 
 #[derive(Default)]
@@ -122,6 +124,11 @@ async fn answer(
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let path = request.uri().path().to_owned();
+    let credential = ["x-api-key", "authorization"]
+        .iter()
+        .find_map(|name| request.headers().get(*name))
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
     let bytes = request
         .into_body()
         .collect()
@@ -134,6 +141,7 @@ async fn answer(
         shared.requests.push(Recorded {
             path: path.clone(),
             body: body.clone(),
+            credential,
         });
         next_step(&shared.scripts, &body)
     };

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -28,6 +29,11 @@ pub struct AcpConfig {
     pub confinement: Option<Confinement>,
     /// What a confined agent may reach besides its workspace and home.
     pub sandbox: Sandbox,
+    /// Model APIs reached through the daemon with the operator's key (`[[agents.relay]]`).
+    pub relays: Vec<Arc<crate::egress::Relay>>,
+    /// Other hosts a confined agent may reach by name, through the egress proxy
+    /// (`[agents.egress]`).
+    pub egress: Arc<crate::egress::Egress>,
     /// How long a thread's session stays open with no turn (then `session/close`, and the
     /// next turn loads it again).
     pub session_ttl: Duration,
@@ -100,6 +106,8 @@ impl AcpConfig {
             workspace: None,
             confinement: None,
             sandbox: Sandbox::default(),
+            relays: Vec::new(),
+            egress: Arc::default(),
             session_ttl: Duration::from_secs(600),
             session_defaults: serde_json::Value::Null,
             warm: Warm::default(),
@@ -132,6 +140,8 @@ impl fmt::Debug for AcpConfig {
             .field("workspace", &self.workspace)
             .field("confinement", &self.confinement)
             .field("sandbox", &self.sandbox)
+            .field("relays", &self.relays)
+            .field("egress", &self.egress)
             .field("session_ttl", &self.session_ttl)
             .field("session_defaults", &self.session_defaults)
             .field("warm", &self.warm)

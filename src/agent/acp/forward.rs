@@ -1,9 +1,11 @@
-//! The daemon's end of a sandboxed agent's port forwarder (`confine::forward`): a UNIX
-//! socket per agent process, bound into its sandbox at [`INSIDE`]. Each connection names
-//! a port on its first line; a port the agent may reach is connected to on the host's
-//! loopback and bytes go both ways; any other is closed at once. Served until the process
-//! exits; the socket file goes with it.
+//! The daemon's end of a confined agent's port forwarder (`confine::forward`): a UNIX
+//! socket per agent process (bound into a bwrap sandbox at [`INSIDE`]). Each connection
+//! names, on its first line, the port the agent connected to in its own network; the port
+//! is a [`Route`]: a port on the host's loopback (connected to, bytes both ways), the
+//! egress proxy or a model relay (served by the [`Gateway`]). Any other port is closed at
+//! once. Served until the process exits; the socket file goes with it.
 
+use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,6 +17,33 @@ use tokio::net::{TcpStream, UnixStream};
 use tokio_util::sync::CancellationToken;
 
 use crate::confine::cgroup::Cgroup;
+use crate::egress::{Egress, Exits, Gateway, Relay};
+
+/// What a port in the agent's network leads to.
+#[derive(Debug, Clone)]
+pub(super) enum Route {
+    /// The same port on the host's loopback (`sandbox.connect`, the frontend-tools MCP).
+    Loopback(u16),
+    /// The egress proxy, under the agent's rules.
+    Proxy(Arc<Egress>),
+    /// A model relay.
+    Relay(Arc<Relay>),
+}
+
+/// Where the proxy and the relays are served, and to whom they report.
+#[derive(Clone)]
+pub(super) struct Ways {
+    pub(super) gateway: Arc<dyn Gateway>,
+    pub(super) exits: Arc<dyn Exits>,
+}
+
+impl std::fmt::Debug for Ways {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ways")
+            .field("who", self.exits.who())
+            .finish()
+    }
+}
 
 /// Where the daemon's end is, inside the sandbox (on its own `/tmp`).
 pub(super) const INSIDE: &str = "/tmp/.agui-serve-forward.sock";
@@ -30,17 +59,20 @@ const MAX_CONNECTIONS: usize = 256;
 pub(super) struct Forwarding {
     listener: Option<std::os::unix::net::UnixListener>,
     path: PathBuf,
-    ports: Arc<[u16]>,
+    routes: Arc<HashMap<u16, Route>>,
+    /// Serves the proxy and relay routes (none: only loopback routes are served).
+    ways: Option<Ways>,
     /// The agent's control group, where there is one: only its processes are served.
     group: Option<Arc<Cgroup>>,
     slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl Forwarding {
-    /// Binds a new socket under `run_dir` (made private) for `ports`.
+    /// Binds a new socket under `run_dir` (made private) for `routes`.
     pub(super) fn bind(
         run_dir: &Path,
-        ports: &[u16],
+        routes: HashMap<u16, Route>,
+        ways: Option<Ways>,
         group: Option<Arc<Cgroup>>,
     ) -> Result<Forwarding, String> {
         use std::os::unix::fs::DirBuilderExt;
@@ -62,7 +94,8 @@ impl Forwarding {
         Ok(Forwarding {
             listener: Some(listener),
             path,
-            ports: ports.into(),
+            routes: Arc::new(routes),
+            ways,
             group,
             slots: Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS)),
         })
@@ -99,7 +132,7 @@ impl Forwarding {
                                 tracing::warn!(limit = MAX_CONNECTIONS, "an agent's forwarded connections are at their limit");
                                 continue;
                             };
-                            tokio::spawn(connection(stream, self.ports.clone(), slot));
+                            tokio::spawn(connection(stream, self.routes.clone(), self.ways.clone(), slot));
                         }
                         // Out of descriptors, say: the next accept may do better.
                         Err(error) => {
@@ -138,23 +171,32 @@ impl Forwarding {
     }
 }
 
-/// One forwarded connection: its port, then the host's loopback at that port.
+/// One forwarded connection: its port, then where that port leads.
 async fn connection(
     mut inside: UnixStream,
-    ports: Arc<[u16]>,
+    routes: Arc<HashMap<u16, Route>>,
+    ways: Option<Ways>,
     _slot: tokio::sync::OwnedSemaphorePermit,
 ) {
     let Ok(Some(port)) = tokio::time::timeout(NAME_WAIT, port_line(&mut inside)).await else {
         return;
     };
-    if !ports.contains(&port) {
-        tracing::warn!(port, "an agent asked for a port it may not reach");
-        return;
+    let route = routes.get(&port).cloned();
+    match (route, ways) {
+        (Some(Route::Loopback(port)), _) => {
+            let Ok(mut outside) = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).await else {
+                return;
+            };
+            let _ = tokio::io::copy_bidirectional(&mut inside, &mut outside).await;
+        }
+        (Some(Route::Proxy(rules)), Some(ways)) => {
+            ways.gateway.proxy(inside, rules, ways.exits).await;
+        }
+        (Some(Route::Relay(relay)), Some(ways)) => {
+            ways.gateway.relay(inside, relay, ways.exits).await;
+        }
+        _ => tracing::warn!(port, "an agent asked for a port it may not reach"),
     }
-    let Ok(mut outside) = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).await else {
-        return;
-    };
-    let _ = tokio::io::copy_bidirectional(&mut inside, &mut outside).await;
 }
 
 /// The port on the connection's first line (at most 6 bytes with its newline).

@@ -9,11 +9,12 @@
 //! and connect to the agent's `sandbox.connect` ports and the frontend-tools MCP port.
 //! Its environment is a minimal base plus the agent's `env`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::forward::{self, Forwarding};
+use super::exits::AgentExits;
+use super::forward::{self, Forwarding, Route, Ways};
 use super::{AcpConfig, McpHost};
 use crate::confine::cgroup::Cgroup;
 use crate::confine::{self, Confinement, Policy};
@@ -30,6 +31,11 @@ pub struct AgentHost {
     pub secrets: Vec<PathBuf>,
     /// Serves the browser's tools to the agent over MCP (`None`: never offered).
     pub mcp: Option<Arc<dyn McpHost>>,
+    /// Serves confined agents' egress proxies and model relays (`None`: a confined agent
+    /// reaches only its loopback ports).
+    pub gateway: Option<Arc<dyn crate::egress::Gateway>>,
+    /// Counts their decisions and the tokens their relays read.
+    pub egress_metrics: Option<crate::metrics::EgressMetrics>,
 }
 
 impl AgentHost {
@@ -40,6 +46,8 @@ impl AgentHost {
             launcher: std::env::current_exe().unwrap_or_else(|_| "agui-serve".into()),
             secrets: vec![data_dir.to_owned()],
             mcp: None,
+            gateway: None,
+            egress_metrics: None,
         }
     }
 }
@@ -68,9 +76,11 @@ pub(super) struct Launch {
     pub(super) own_session: bool,
     /// The control group the launcher joins (confined, where the host has one to give).
     pub(super) cgroup: Option<Arc<Cgroup>>,
-    /// The daemon's end of the port forwarder (`bwrap`: a network namespace of its own),
-    /// served once the process is started.
+    /// The daemon's end of the port forwarder (a network namespace of its own), served
+    /// once the process is started.
     pub(super) forward: Option<Forwarding>,
+    /// What its relays and proxy report (confined only).
+    pub(super) exits: Option<Arc<AgentExits>>,
 }
 
 impl Launch {
@@ -87,6 +97,7 @@ impl Launch {
         thread_dir: Option<&Path>,
         confinement: Confinement,
         mcp_port: Option<u16>,
+        exits: Arc<AgentExits>,
     ) -> Result<Launch, String> {
         let (program, args) = config
             .command
@@ -101,6 +112,7 @@ impl Launch {
                 own_session: false,
                 cgroup: None,
                 forward: None,
+                exits: None,
             });
         }
         std::fs::create_dir_all(home.join("tmp"))
@@ -117,8 +129,13 @@ impl Launch {
                 None
             }
         };
-        let forwarding = own_network(host, &mut policy, confinement, cgroup.clone())?;
-        let env = confined_env(config, home);
+        let mut env = confined_env(config, home);
+        let ways = LaunchWays {
+            config,
+            env: &mut env,
+            exits: &exits,
+        };
+        let forwarding = own_network(host, &mut policy, confinement, cgroup.clone(), ways)?;
         let joins = cgroup.as_ref().map(|g| g.procs_files()).unwrap_or_default();
         let forward_socket = forwarding.as_ref().map(|f| f.path().to_owned());
         let (launcher, words) = confined_command(
@@ -138,13 +155,30 @@ impl Launch {
             own_session: confine::starts_own_session(confinement),
             cgroup,
             forward: forwarding,
+            exits: Some(exits),
         })
     }
 }
 
+/// Where the egress proxy listens in an agent's network, or the first free port after it.
+const PROXY_PORT: u16 = 3128;
+/// Where the first model relay listens, or the first free port after it (the next relay
+/// after that).
+const RELAY_PORT: u16 = 4180;
+
+/// What the ways out need of the launch: the agent's relays and rules, its environment to
+/// tell it where they are, and what they report to.
+struct LaunchWays<'a> {
+    config: &'a AcpConfig,
+    env: &'a mut BTreeMap<String, String>,
+    exits: &'a Arc<AgentExits>,
+}
+
 /// A network namespace of the agent's own (made by bwrap, or by the launcher): loopback
-/// only, where a listening socket reaches no one else; the ports it may reach forwarded to
-/// the daemon (the daemon's end, when there are any). Under bwrap the daemon's socket is
+/// only, where a listening socket reaches no one else; its ports forwarded to the daemon
+/// (the daemon's end, when there are any): the host's loopback ports it may reach, the
+/// egress proxy (always, so that a refusal is answered, named and counted) and each model
+/// relay, whose addresses its environment is given. Under bwrap the daemon's socket is
 /// bound into the sandbox's `/tmp`; the launcher's own forwarder reaches it where it is,
 /// before Landlock applies.
 fn own_network(
@@ -152,21 +186,70 @@ fn own_network(
     policy: &mut Policy,
     confinement: Confinement,
     group: Option<Arc<Cgroup>>,
+    ways: LaunchWays<'_>,
 ) -> Result<Option<Forwarding>, String> {
     policy.listen = true;
     policy.own_network = confinement == Confinement::Landlock;
-    if policy.connect.is_empty() {
+    let mut routes: HashMap<u16, Route> = policy
+        .connect
+        .iter()
+        .map(|port| (*port, Route::Loopback(*port)))
+        .collect();
+    let gateway = match (&host.gateway, ways.config.relays.is_empty()) {
+        (Some(gateway), _) => Some(gateway.clone()),
+        (None, true) => None,
+        (None, false) => return Err("model relays need the daemon's gateway".to_owned()),
+    };
+    if gateway.is_some() {
+        let mut taken: BTreeSet<u16> = policy.connect.iter().chain(&policy.bind).copied().collect();
+        let mut free = |from: u16| {
+            let port = (from..=u16::MAX)
+                .find(|p| !taken.contains(p))
+                .unwrap_or(from);
+            taken.insert(port);
+            port
+        };
+        let proxy = free(PROXY_PORT);
+        routes.insert(proxy, Route::Proxy(ways.config.egress.clone()));
+        let address = format!("http://127.0.0.1:{proxy}");
+        for name in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"] {
+            ways.env.insert(name.to_owned(), address.clone());
+        }
+        // The relays and the forwarded ports are on the loopback: not through the proxy.
+        for name in ["NO_PROXY", "no_proxy"] {
+            ways.env
+                .insert(name.to_owned(), "127.0.0.1,localhost,::1".to_owned());
+        }
+        for relay in &ways.config.relays {
+            let port = free(RELAY_PORT);
+            routes.insert(port, Route::Relay(relay.clone()));
+            ways.env.insert(
+                relay.base_url_env.clone(),
+                format!("http://127.0.0.1:{port}"),
+            );
+            if let Some(name) = &relay.placeholder_env {
+                ways.env
+                    .insert(name.clone(), crate::egress::PLACEHOLDER.to_owned());
+            }
+        }
+    }
+    if routes.is_empty() {
         return Ok(None);
     }
-    let forwarding = Forwarding::bind(&host.data_dir.join("run"), &policy.connect, group)?;
+    let mut ports: Vec<u16> = routes.keys().copied().collect();
+    ports.sort_unstable();
+    // Landlock's connect rules name every forwarded port.
+    policy.connect = ports.clone();
+    let ways = gateway.map(|gateway| Ways {
+        gateway,
+        exits: ways.exits.clone(),
+    });
+    let forwarding = Forwarding::bind(&host.data_dir.join("run"), routes, ways, group)?;
     let socket = match confinement {
         Confinement::Bwrap => forward::INSIDE.into(),
         _ => forwarding.path().to_owned(),
     };
-    policy.forward = Some(confine::forward::Forward {
-        socket,
-        ports: policy.connect.clone(),
-    });
+    policy.forward = Some(confine::forward::Forward { socket, ports });
     Ok(Some(forwarding))
 }
 

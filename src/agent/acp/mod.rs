@@ -34,6 +34,7 @@
 mod bind;
 mod config;
 mod elicit;
+mod exits;
 mod forward;
 mod health;
 mod launch;
@@ -149,6 +150,8 @@ struct Inner {
     /// Who the agent says it is (`agentInfo`), from the same answer.
     agent_info: Mutex<Option<Implementation>>,
     health: health::Health,
+    /// Its processes' egress decisions (`exits.rs`).
+    egress: Arc<crate::egress::Counters>,
     reaper: AtomicBool,
     stopped: CancellationToken,
     /// The loopback MCP listener for frontend tools (started on first need).
@@ -197,6 +200,7 @@ impl AcpBackend {
                 prompt_capabilities: Mutex::new(None),
                 agent_info: Mutex::new(None),
                 health: health::Health::default(),
+                egress: Arc::default(),
                 reaper: AtomicBool::new(false),
                 stopped: CancellationToken::new(),
                 mcp: tokio::sync::OnceCell::new(),
@@ -289,6 +293,7 @@ impl Agent for AcpBackend {
     fn status(&self) -> AgentStatus {
         let found = self.inner.startable();
         let mut status = self.inner.health.status(found);
+        status.egress = self.inner.egress.shown();
         if self.inner.config.warm.spares > 0 {
             status.spares = Some(self.inner.spares_ready());
         }

@@ -171,6 +171,16 @@ impl Inner {
         Ok(process)
     }
 
+    /// What a process of pool `key` reports its ways out to.
+    fn exits(&self, key: &PoolKey) -> Arc<super::exits::AgentExits> {
+        let who = crate::egress::Who {
+            agent: self.name.clone(),
+            principal: key.principal.clone(),
+            thread: key.thread.clone(),
+        };
+        super::exits::AgentExits::new(who, self.egress.clone(), self.host.egress_metrics.clone())
+    }
+
     /// How to start a process of pool `key`.
     async fn launch(
         self: &Arc<Self>,
@@ -189,6 +199,7 @@ impl Inner {
             _ => self.bridge().await.map(|b| b.port()),
         };
         let home = self.home(&key.principal);
+        let exits = self.exits(key);
         let (config, host, key) = (self.config.clone(), self.host.clone(), key.clone());
         let (workspaces, thread_dir) = (self.workspaces.clone(), thread_dir.map(Path::to_owned));
         tokio::task::spawn_blocking(move || {
@@ -201,6 +212,7 @@ impl Inner {
                 thread_dir.as_deref(),
                 confinement,
                 mcp_port,
+                exits,
             )
         })
         .await

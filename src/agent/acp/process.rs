@@ -243,6 +243,8 @@ pub(super) struct AcpProcess {
     cgroup: Option<Arc<crate::confine::cgroup::Cgroup>>,
     /// The forks its group had been refused when last asked ([`AcpProcess::forks_refused`]).
     forks_refused: AtomicU64,
+    /// What its relays and proxy report to (confined only).
+    pub(super) exits: Option<Arc<super::exits::AgentExits>>,
 }
 
 impl AcpProcess {
@@ -294,6 +296,7 @@ impl AcpProcess {
             closing,
             cgroup: launch.cgroup.clone(),
             forks_refused: AtomicU64::new(0),
+            exits: launch.exits.clone(),
         }))
     }
 

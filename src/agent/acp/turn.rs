@@ -79,6 +79,12 @@ impl Inner {
             .as_ref()
             .map_or_else(CancellationToken::new, |w| w.over_quota.clone());
         let events = process.router.register_turn(&session);
+        // What the model bills through the agent's relays counts against this run as it
+        // streams (so a budget acts inside the turn) and is the turn's usage.
+        let metered = match &process.exits {
+            Some(exits) if !self.config.relays.is_empty() => Some(Metering::begin(exits, sink)),
+            _ => None,
+        };
         if let Err(stop) = self.apply_settings(&turn, &process, &session, sink).await {
             process.router.unregister(&session);
             return Err(self.not_prompted(&turn, input, stop));
@@ -123,7 +129,9 @@ impl Inner {
             self.health.breached(|b| &mut b.processes);
             return Err(Stop::Failed(limit));
         }
-        self.turn_end(answered, &turn, input, &process, sink).await
+        let relayed = metered.map(Metering::end);
+        self.turn_end(answered, &turn, input, &process, sink, relayed)
+            .await
     }
 
     /// A turn that failed before its prompt went out: its input waits for the thread's
@@ -255,11 +263,12 @@ impl Inner {
         input: Vec<Message>,
         process: &Arc<AcpProcess>,
         sink: &EventSink,
+        relayed: Option<crate::egress::ModelUsage>,
     ) -> Result<TurnEnd, Stop> {
         match answered.answer {
             Ok(Ok(response)) => {
                 self.health.turn_ok();
-                let usage = note_usage(&response, turn, sink).await?;
+                let usage = note_usage(&response, relayed, turn, sink).await?;
                 by_stop_reason(response.stop_reason, answered.cancel_sent, usage)
             }
             Ok(Err(error)) => Err(Stop::Failed(
@@ -369,6 +378,38 @@ async fn drain(
         }
     }
     Ok(())
+}
+
+/// A turn's count of what its process's relays read; ended (and its count dropped) with the
+/// turn however it ends.
+struct Metering {
+    exits: Arc<super::exits::AgentExits>,
+    id: Option<u64>,
+}
+
+impl Metering {
+    fn begin(exits: &Arc<super::exits::AgentExits>, sink: &EventSink) -> Metering {
+        Metering {
+            exits: exits.clone(),
+            id: Some(exits.begin(sink)),
+        }
+    }
+
+    /// What the relays billed in the turn.
+    fn end(mut self) -> crate::egress::ModelUsage {
+        self.id
+            .take()
+            .map(|id| self.exits.end(id))
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Metering {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            self.exits.end(id);
+        }
+    }
 }
 
 /// The end of a turn the agent answered, by its stop reason (a turn cancelled on our side

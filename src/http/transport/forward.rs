@@ -183,7 +183,7 @@ impl Forwarder {
 }
 
 /// Headers that describe one connection, not the request.
-fn hop_by_hop(name: &HeaderName) -> bool {
+pub(super) fn hop_by_hop(name: &HeaderName) -> bool {
     *name == CONNECTION
         || *name == TE
         || *name == TRAILER

@@ -9,6 +9,7 @@
 //! serves at most [`Limits::max_connections`] connections. Stream connections get a
 //! bounded kernel send buffer, so a reader that stops draining stalls only itself.
 
+pub mod egress;
 pub mod forward;
 pub mod listener;
 pub mod otlp;

@@ -98,6 +98,10 @@ impl Runtime {
                 if !status.breaches.is_none() {
                     entry["breaches"] = json!(status.breaches);
                 }
+                // An egress refusal (an injected agent reaching out, say) shows as it happens.
+                if !status.egress.is_none() {
+                    entry["egress"] = json!(status.egress);
+                }
                 if let Some(p) = processes.get(name.as_str()) {
                     entry["processes"] = json!({"busy": p.busy, "idle": p.idle});
                 }

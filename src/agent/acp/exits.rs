@@ -1,0 +1,120 @@
+//! What an agent process's ways out report ([`crate::egress::Exits`]): each decision of its
+//! egress proxy (logged with whose it was, counted for the agent's status, the fleet and
+//! the metrics) and the usage its model relays read in the model's answers, counted
+//! against the turn in progress as it streams, so a token budget acts inside the turn.
+//!
+//! A process that serves several turns at once (one process for a principal's threads)
+//! counts what its relays read against the earliest of them: the principal's day is
+//! right, a thread's own count may not be.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::agent::EventSink;
+use crate::clock::now_ms;
+use crate::egress::{Counters, Decision, Exits, ModelUsage, Who};
+use crate::metrics::EgressMetrics;
+use crate::sync::lock;
+
+/// One agent process's reports.
+pub(super) struct AgentExits {
+    who: Who,
+    counters: Arc<Counters>,
+    metrics: Option<EgressMetrics>,
+    turns: Mutex<Vec<Metered>>,
+    next: AtomicU64,
+}
+
+/// A turn in progress and what the relays billed in it.
+struct Metered {
+    id: u64,
+    sink: EventSink,
+    used: ModelUsage,
+}
+
+impl AgentExits {
+    pub(super) fn new(
+        who: Who,
+        counters: Arc<Counters>,
+        metrics: Option<EgressMetrics>,
+    ) -> Arc<AgentExits> {
+        Arc::new(AgentExits {
+            who,
+            counters,
+            metrics,
+            turns: Mutex::default(),
+            next: AtomicU64::new(0),
+        })
+    }
+
+    /// A turn starts on the process: what the relays read counts against `sink`'s run
+    /// until [`AgentExits::end`].
+    pub(super) fn begin(&self, sink: &EventSink) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        lock(&self.turns).push(Metered {
+            id,
+            sink: sink.clone(),
+            used: ModelUsage::default(),
+        });
+        id
+    }
+
+    /// The turn `id` ended: what the relays billed in it.
+    pub(super) fn end(&self, id: u64) -> ModelUsage {
+        let mut turns = lock(&self.turns);
+        match turns.iter().position(|t| t.id == id) {
+            Some(at) => turns.remove(at).used,
+            None => ModelUsage::default(),
+        }
+    }
+}
+
+impl Exits for AgentExits {
+    fn who(&self) -> &Who {
+        &self.who
+    }
+
+    fn decided(&self, decision: Decision) {
+        let Who {
+            agent,
+            principal,
+            thread,
+        } = &self.who;
+        let thread = thread.as_deref().unwrap_or("");
+        let (host, port, rule, bytes) = (
+            &decision.host,
+            decision.port,
+            &decision.rule,
+            decision.bytes,
+        );
+        if decision.allowed {
+            tracing::info!(%agent, %principal, %thread, %host, port, bytes, %rule, "egress allowed");
+        } else {
+            tracing::warn!(%agent, %principal, %thread, %host, port, %rule, "egress denied");
+        }
+        if let Some(metrics) = &self.metrics {
+            metrics.decided(agent, decision.allowed, bytes);
+        }
+        self.counters.count(&decision, now_ms());
+    }
+
+    fn used(&self, usage: ModelUsage) {
+        if let Some(metrics) = &self.metrics {
+            metrics.billed(&self.who.agent, usage.total_tokens);
+        }
+        let sink = {
+            let mut turns = lock(&self.turns);
+            let Some(turn) = turns.first_mut() else {
+                tracing::debug!(agent = %self.who.agent, tokens = usage.total_tokens, "model usage outside a turn");
+                return;
+            };
+            turn.used.add(&usage);
+            turn.sink.clone()
+        };
+        if usage.total_tokens > 0 {
+            tokio::spawn(async move {
+                let _ = sink.report_usage(usage.total_tokens).await;
+            });
+        }
+    }
+}
