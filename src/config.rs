@@ -463,6 +463,24 @@ fn add_acp_json(value: &mut serde_json::Value, acp: &AcpConfig) {
         })
     });
     value["confinement"] = json!(confinement_in_force(acp.confinement));
+    // Names and addresses only: a relay's key is never shown.
+    value["relays"] = acp
+        .relays
+        .iter()
+        .map(|r| {
+            json!({
+                "upstream": r.upstream.to_string(),
+                "header": r.header.as_str(),
+                "base_url_env": r.base_url_env,
+                "placeholder_env": r.placeholder_env,
+            })
+        })
+        .collect();
+    value["egress"] = json!({
+        "allow": acp.egress.allow.iter().map(|r| r.text()).collect::<Vec<_>>(),
+        "deny": acp.egress.deny.iter().map(|r| r.text()).collect::<Vec<_>>(),
+        "resolve": acp.egress.resolve.iter().map(|(k, v)| (k.clone(), json!(v.to_string()))).collect::<serde_json::Map<_, _>>(),
+    });
     value["sandbox"] = json!({
         "read": acp.sandbox.read,
         "write": acp.sandbox.write,

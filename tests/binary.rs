@@ -934,3 +934,134 @@ async fn four_hundred_fleet_streams_stay_within_the_memory_budget() {
     daemon.signal("KILL");
     daemon.wait(Duration::from_secs(15)).expect("exits");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_key_never_appears_in_logs_the_fleet_info_or_check_config() {
+    const KEY: &str = "sk-relay-secret-9f8e7d6c5b4a";
+    let model = support::scripted_model::ScriptedModel::start().await;
+    let key = support::probe::key_file("binary-relay", KEY);
+    let dir = temp_dir("relay-config");
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[[agents]]
+name = "probe"
+kind = "acp"
+command = [{agent:?}]
+permissions = "allow"
+
+[[agents.relay]]
+upstream = {upstream:?}
+header = "authorization"
+secret_file = {key:?}
+base_url_env = "ANTHROPIC_BASE_URL"
+placeholder_env = "ANTHROPIC_API_KEY"
+
+[agents.egress]
+allow = ["registry.npmjs.org"]
+"#,
+            agent = scripted_agent().display().to_string(),
+            upstream = model.url,
+            key = key.display().to_string(),
+        ),
+    )
+    .expect("config");
+    let config = config.to_str().expect("utf8");
+    let checked = Command::new(BIN)
+        .args(["check-config", "--config", config, "--token", TOKEN])
+        .stdin(Stdio::null())
+        .output()
+        .expect("check-config");
+    let shown = String::from_utf8_lossy(&checked.stdout).into_owned()
+        + &String::from_utf8_lossy(&checked.stderr);
+    assert!(checked.status.success(), "{shown}");
+    assert!(
+        shown.contains("ANTHROPIC_BASE_URL") && shown.contains("registry.npmjs.org"),
+        "{shown}"
+    );
+    assert!(!shown.contains(KEY), "check-config shows the key: {shown}");
+
+    let data = temp_dir("relay-data");
+    let args = quiet_port_args(&[
+        "--token",
+        TOKEN,
+        "--no-tls",
+        "--config",
+        config,
+        "--data-dir",
+    ]);
+    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    args.push(data.to_str().expect("utf8"));
+    let mut daemon = Daemon::start(&args, &[("RUST_LOG", "trace")]);
+    let mut fleet = client()
+        .get(daemon.url("/fleet/stream"))
+        .bearer_auth(TOKEN)
+        .header("accept", "text/event-stream")
+        .sent()
+        .await;
+    assert_eq!(fleet.status(), 200);
+    let plan = serde_json::json!({"run": [
+        ["ask", support::probe::ASK_MODEL],
+        ["proxy", "import urllib.request\ntry:\n    urllib.request.urlopen('https://example.com/', timeout=5)\n    print('ok')\nexcept Exception as e:\n    print('refused: %s' % e)"],
+    ]});
+    let r = daemon
+        .post("/probe")
+        .json(&run_body("t", "r", &format!("probe {plan}")))
+        .sent()
+        .await;
+    assert_eq!(r.status(), 200);
+    let frames = SseReader::new(r).collect().await;
+    let reply = text_of(&frames);
+    assert!(reply.contains("\"run:ask\":\"200 True\""), "{reply}");
+    assert!(
+        reply.contains("refused: ") && reply.contains("403"),
+        "{reply}"
+    );
+    assert_eq!(
+        model.requests().last().and_then(|r| r.credential.clone()),
+        Some(format!("Bearer {KEY}"))
+    );
+    let info = client()
+        .get(daemon.url("/info"))
+        .bearer_auth(TOKEN)
+        .sent()
+        .await;
+    let info = info.text().await.expect("info");
+    assert!(
+        info.contains("\"reach\"") && info.contains("registry.npmjs.org"),
+        "{info}"
+    );
+    let agents = daemon.get_json("/agents").await;
+    // The fleet carries the refusal (rebuilt within a second).
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !seen.contains("example.com") && Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_secs(2), fleet.chunk()).await {
+            Ok(Ok(Some(chunk))) => seen.push_str(&String::from_utf8_lossy(&chunk)),
+            Ok(_) => break,
+            Err(_) => {}
+        }
+    }
+    assert!(
+        seen.contains("example.com"),
+        "the fleet shows the refusal: {seen}"
+    );
+    daemon.signal("TERM");
+    daemon.wait(Duration::from_secs(15)).expect("exits");
+    let logs = daemon.logs();
+    assert!(
+        logs.contains("TRACE") || logs.contains("trace"),
+        "trace logging was on"
+    );
+    assert!(logs.contains("egress denied"), "the refusal is logged");
+    for (what, text) in [
+        ("logs", &logs),
+        ("the fleet", &seen),
+        ("/info", &info),
+        ("/agents", &agents.to_string()),
+        ("the stream", &reply),
+    ] {
+        assert!(!text.contains(KEY), "the key is in {what}");
+    }
+}

@@ -9,7 +9,6 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use agui_serve::config::{AgentKind, Hitl};
@@ -308,28 +307,6 @@ async fn egress_by_name(tag: &str, confinement: Confinement) {
         "{scrape}"
     );
 }
-
-/// The operator's key, in a file the daemon reads.
-fn key_file(tag: &str, key: &str) -> PathBuf {
-    let dir = temp_dir(&format!("{tag}-key"));
-    let path = dir.join("model.key");
-    std::fs::write(&path, format!("{key}\n")).expect("key");
-    path
-}
-
-/// Python that asks the model through the relay as Claude Code does: the base URL and key
-/// from the environment. Prints the status and whether the answer streamed.
-const ASK_MODEL: &str = r#"
-import os, json, urllib.request
-request = urllib.request.Request(
-    os.environ['ANTHROPIC_BASE_URL'] + '/v1/messages',
-    data=json.dumps({'model': 'm', 'max_tokens': 10, 'stream': True,
-                     'messages': [{'role': 'user', 'content': 'hi'}]}).encode(),
-    headers={'x-api-key': os.environ['ANTHROPIC_API_KEY'], 'content-type': 'application/json'})
-with urllib.request.urlopen(request, timeout=10) as answer:
-    body = answer.read().decode()
-print(answer.status, 'message_start' in body)
-"#;
 
 #[tokio::test]
 async fn a_relay_adds_the_key_outside_the_sandbox_and_counts_what_the_model_bills() {

@@ -57,6 +57,12 @@ pub trait Agent: Send + Sync + 'static {
         Features::default()
     }
 
+    /// What a confined agent may reach beyond its sandbox, by name (`/info`): its model
+    /// relays' hosts, its egress rules, the host's loopback ports. Never a secret.
+    fn reach(&self) -> Option<serde_json::Value> {
+        None
+    }
+
     /// Whether the backend can serve runs as far as it knows (`/readyz`).
     fn ready(&self) -> bool {
         true

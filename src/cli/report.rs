@@ -33,6 +33,12 @@ impl Resolved {
                         agent.name
                     )),
                     Ok(_) => {
+                        if !crate::confine::network_namespaces() {
+                            warnings.push(format!(
+                                "agent {:?}: will not start: its network namespace needs a root daemon or unprivileged user namespaces",
+                                agent.name
+                            ));
+                        }
                         if let Err(why) = crate::confine::cgroup::status() {
                             warnings.push(format!(
                                 "agent {:?}: no memory, process or CPU limits: {why}",
@@ -48,6 +54,7 @@ impl Resolved {
                 if let Some(warning) = claude_mode_warning(&agent.name, acp) {
                     warnings.push(warning);
                 }
+                warnings.extend(keys_in_env(&agent.name, acp));
             }
         }
         for webhook in &self.config.webhooks {
@@ -80,6 +87,25 @@ fn claude_mode_warning(name: &str, acp: &crate::agent::acp::AcpConfig) -> Option
     })
 }
 
+/// Variables of an agent's `env` named like a credential: the agent (and so any user who
+/// asks it) can print them; a relay keeps a model key out of its reach.
+fn keys_in_env(name: &str, acp: &crate::agent::acp::AcpConfig) -> Vec<String> {
+    acp.env
+        .keys()
+        .filter(|var| {
+            let upper = var.to_ascii_uppercase();
+            ["KEY", "TOKEN", "SECRET", "PASSWORD"]
+                .iter()
+                .any(|word| upper.contains(word))
+        })
+        .map(|var| {
+            format!(
+                "agent {name:?}: env {var} looks like a credential, which the agent (and any user who asks it) can print: give a model key to a [[agents.relay]] instead"
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,5 +126,18 @@ mod tests {
         assert!(claude_mode_warning("claude", &acp).is_none());
         let other = AcpConfig::new(vec!["gemini".to_owned(), "--acp".to_owned()]);
         assert!(claude_mode_warning("gemini", &other).is_none());
+    }
+
+    #[test]
+    fn a_key_given_in_env_is_warned_about_by_name() {
+        let mut acp = AcpConfig::new(vec!["agent".to_owned()]);
+        acp.env
+            .insert("ANTHROPIC_API_KEY".to_owned(), "sk-secret".to_owned());
+        acp.env.insert("GH_TOKEN".to_owned(), "ghp".to_owned());
+        acp.env.insert("IS_SANDBOX".to_owned(), "1".to_owned());
+        let warnings = keys_in_env("a", &acp);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].contains("ANTHROPIC_API_KEY"));
+        assert!(warnings.iter().all(|w| !w.contains("sk-secret")));
     }
 }

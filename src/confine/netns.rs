@@ -113,14 +113,23 @@ mod tests {
     fn the_request_is_a_link_message_for_the_interface() {
         let request = link_up_request(1);
         assert_eq!(request.len(), 32);
-        assert_eq!(u32::from_ne_bytes(request[..4].try_into().expect("4 bytes")), 32);
+        assert_eq!(
+            u32::from_ne_bytes(request[..4].try_into().expect("4 bytes")),
+            32
+        );
         assert_eq!(u16::from_ne_bytes([request[4], request[5]]), RTM_NEWLINK);
-        assert_eq!(i32::from_ne_bytes(request[20..24].try_into().expect("4 bytes")), 1);
+        assert_eq!(
+            i32::from_ne_bytes(request[20..24].try_into().expect("4 bytes")),
+            1
+        );
         let mut ack = vec![0u8; 36];
         ack[4..6].copy_from_slice(&NLMSG_ERROR.to_ne_bytes());
         assert!(acknowledged(&ack).is_ok());
         ack[16..20].copy_from_slice(&(-1i32).to_ne_bytes());
-        assert_eq!(acknowledged(&ack).expect_err("an error").raw_os_error(), Some(1));
+        assert_eq!(
+            acknowledged(&ack).expect_err("an error").raw_os_error(),
+            Some(1)
+        );
         assert!(acknowledged(&[]).is_err());
     }
 }

@@ -610,6 +610,11 @@ impl Runtime {
     }
 
     /// What agent `name` can take and do, and how it asks a person (`None`: no such agent).
+    /// What agent `name` may reach beyond its sandbox (`/info`; names only).
+    pub fn agent_reach(&self, name: &str) -> Option<Value> {
+        self.inner.agents.get(name)?.reach()
+    }
+
     pub fn agent_features(
         &self,
         name: &str,

@@ -123,3 +123,25 @@ pub async fn probe(
     let json = reply.strip_prefix("Probe: ").expect("a probe report");
     serde_json::from_str(json).expect("probe json")
 }
+
+/// The operator's key, in a file the daemon reads.
+pub fn key_file(tag: &str, key: &str) -> PathBuf {
+    let dir = temp_dir(&format!("{tag}-key"));
+    let path = dir.join("model.key");
+    std::fs::write(&path, format!("{key}\n")).expect("key");
+    path
+}
+
+/// Python that asks the model through the relay as Claude Code does: the base URL and key
+/// from the environment. Prints the status and whether the answer streamed.
+pub const ASK_MODEL: &str = r#"
+import os, json, urllib.request
+request = urllib.request.Request(
+    os.environ['ANTHROPIC_BASE_URL'] + '/v1/messages',
+    data=json.dumps({'model': 'm', 'max_tokens': 10, 'stream': True,
+                     'messages': [{'role': 'user', 'content': 'hi'}]}).encode(),
+    headers={'x-api-key': os.environ['ANTHROPIC_API_KEY'], 'content-type': 'application/json'})
+with urllib.request.urlopen(request, timeout=10) as answer:
+    body = answer.read().decode()
+print(answer.status, 'message_start' in body)
+"#;

@@ -290,6 +290,24 @@ impl Agent for AcpBackend {
         self.inner.health.status(found).state == AgentState::Ready
     }
 
+    fn reach(&self) -> Option<serde_json::Value> {
+        let config = &self.inner.config;
+        if !matches!(&self.inner.confinement, Ok(c) if *c != Confinement::None) {
+            return None;
+        }
+        let names = |rules: &[crate::egress::Rule]| -> Vec<String> {
+            rules.iter().map(|r| r.text().to_owned()).collect()
+        };
+        Some(serde_json::json!({
+            "relays": config.relays.iter().map(|r| r.host.clone()).collect::<Vec<_>>(),
+            "egress": {
+                "allow": names(&config.egress.allow),
+                "deny": names(&config.egress.deny),
+            },
+            "loopbackPorts": config.sandbox.connect,
+        }))
+    }
+
     fn status(&self) -> AgentStatus {
         let found = self.inner.startable();
         let mut status = self.inner.health.status(found);

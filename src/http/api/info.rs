@@ -33,6 +33,9 @@ pub(super) fn info(
             if let Some((features, hitl)) = app.runtime.agent_features(name) {
                 agent["capabilities"] = capabilities(name, description, &features, hitl, &app.path);
             }
+            if let Some(reach) = app.runtime.agent_reach(name) {
+                agent["reach"] = reach;
+            }
             if let Some(host) = &host {
                 let encoded =
                     percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC);
