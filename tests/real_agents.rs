@@ -7,10 +7,13 @@
 mod support;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use agui_serve::config::{AcpConfig, AgentConfig, AgentKind, Config, Hitl, Permissions};
+use agui_serve::egress::{Relay, RelayConfig};
 use serde_json::{Value, json};
+use support::probe::key_file;
 use support::scripted_model::{ScriptedModel, Step};
 use support::*;
 
@@ -27,19 +30,34 @@ fn tools() -> PathBuf {
     dir
 }
 
-fn port_of(url: &str) -> u16 {
-    url.rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .expect("port")
+/// The operator's key for the scripted model: the relays add it; no agent is given it.
+const MODEL_KEY: &str = "sk-operator-scripted-5f3c2a";
+
+/// A relay to the scripted model at `path` (its API's prefix), with [`MODEL_KEY`] in
+/// `header`, its address in the agent's `base_url_env`.
+fn relay_to(
+    model: &ScriptedModel,
+    path: &str,
+    header: &str,
+    base_url_env: &str,
+    placeholder_env: &str,
+) -> Arc<Relay> {
+    let config = RelayConfig {
+        upstream: format!("{}{path}", model.url),
+        header: header.to_owned(),
+        secret_file: key_file(&format!("real-{base_url_env}"), MODEL_KEY),
+        base_url_env: base_url_env.to_owned(),
+        placeholder_env: Some(placeholder_env.to_owned()),
+    };
+    Arc::new(Relay::new(&config).expect("relay"))
 }
 
+/// Claude Code as docs/agents.md recommends: its model reached through a relay (the key
+/// added outside its sandbox), no port of the host's, no other host.
 fn claude(model: &ScriptedModel, workspaces: &Path, permissions: Permissions) -> AgentConfig {
     let tools = tools();
     let mut env = std::collections::BTreeMap::new();
     for (name, value) in [
-        ("ANTHROPIC_BASE_URL", model.url.as_str()),
-        ("ANTHROPIC_API_KEY", "sk-ant-scripted"),
         ("IS_SANDBOX", "1"),
         ("DISABLE_AUTOUPDATER", "1"),
         ("DISABLE_TELEMETRY", "1"),
@@ -66,9 +84,15 @@ fn claude(model: &ScriptedModel, workspaces: &Path, permissions: Permissions) ->
             }),
             sandbox: agui_serve::confine::Sandbox {
                 read: vec![tools.clone()],
-                connect: vec![port_of(&model.url)],
                 ..Default::default()
             },
+            relays: vec![relay_to(
+                model,
+                "",
+                "x-api-key",
+                "ANTHROPIC_BASE_URL",
+                "ANTHROPIC_API_KEY",
+            )],
             ..AcpConfig::new(vec![
                 tools
                     .join("node_modules/.bin/claude-agent-acp")
@@ -80,37 +104,36 @@ fn claude(model: &ScriptedModel, workspaces: &Path, permissions: Permissions) ->
     }
 }
 
-/// Codex, on the scripted model as a custom model provider (`config.toml` in its own
-/// `CODEX_HOME`), in the mode that asks the person before a command leaves its sandbox.
+/// Codex on the scripted model as a custom model provider reached through a relay (the
+/// key added outside its sandbox; Codex's `config.toml` names the relay's address, the
+/// first relay's in an agent's network, `127.0.0.1:4180`), in the mode that asks the
+/// person before a command leaves its own sandbox. Its `config.toml` is in a `CODEX_HOME`
+/// of its own.
 fn codex(model: &ScriptedModel, workspaces: &Path, home: &Path) -> AgentConfig {
     let tools = tools();
     std::fs::create_dir_all(home).expect("codex home");
     std::fs::write(
         home.join("config.toml"),
-        format!(
-            r#"model = "gpt-5.5"
+        r#"model = "gpt-5.5"
 model_provider = "scripted"
 check_for_update_on_startup = false
 
 [model_providers.scripted]
 name = "Scripted"
-base_url = "{}/v1"
+base_url = "http://127.0.0.1:4180"
 wire_api = "responses"
-env_key = "SCRIPTED_API_KEY"
+env_key = "OPENAI_API_KEY"
 request_max_retries = 0
 stream_max_retries = 0
 
 [analytics]
 enabled = false
 "#,
-            model.url
-        ),
     )
     .expect("config.toml");
     let mut env = std::collections::BTreeMap::new();
     for (name, value) in [
         ("CODEX_HOME", home.to_str().expect("utf8")),
-        ("SCRIPTED_API_KEY", "scripted"),
         ("INITIAL_AGENT_MODE", "workspace-write"),
         ("NO_BROWSER", "1"),
     ] {
@@ -133,9 +156,15 @@ enabled = false
             sandbox: agui_serve::confine::Sandbox {
                 read: vec![tools.clone()],
                 write: vec![home.to_owned()],
-                connect: vec![port_of(&model.url)],
                 ..Default::default()
             },
+            relays: vec![relay_to(
+                model,
+                "/v1",
+                "authorization",
+                "OPENAI_BASE_URL",
+                "OPENAI_API_KEY",
+            )],
             ..AcpConfig::new(vec![
                 tools
                     .join("node_modules/.bin/codex-acp")
@@ -157,10 +186,19 @@ async fn server(model: &ScriptedModel, data: &Path) -> TestServer {
     if let AgentKind::Acp(acp) = &mut namespaced.kind {
         acp.confinement = Some(agui_serve::confine::Confinement::Bwrap);
     }
+    // A budget of a few hundred tokens, asked about when reached.
+    let mut tight = claude(model, &workspaces, Permissions::Allow);
+    tight.name = "claude-tight".to_owned();
+    tight.hitl = Hitl::Interrupt;
+    tight.budget = Some(agui_serve::budget::Limits {
+        tokens: Some(300),
+        ..Default::default()
+    });
     let agents = vec![
         claude(model, &workspaces, Permissions::Ask),
         allowing,
         namespaced,
+        tight,
         // Outside the data directory, which a confined agent cannot reach.
         codex(model, &workspaces, &temp_dir("codex-home")),
     ];
@@ -485,6 +523,15 @@ async fn codex_streams_a_commands_output_after_approval() {
         "echo one; sleep 1; echo two; sleep 1; echo three"
     );
     let done = chat.answer(&server, &asked, "allow_once").await;
+    // Through its relay: every request the model got carried the operator's key.
+    for request in model.requests() {
+        assert_eq!(
+            request.credential,
+            Some(format!("Bearer {MODEL_KEY}")),
+            "{}",
+            request.path
+        );
+    }
     let terminal: Vec<&SseFrame> = done
         .iter()
         .filter(|f| f.data["activityType"] == "terminal")
@@ -808,4 +855,109 @@ async fn claude_under_bwrap_reaches_its_model_from_a_network_of_its_own() {
         kinds(&frames)
     );
     assert_eq!(text_of(&frames).trim(), "Answered from inside.");
+}
+
+#[tokio::test]
+#[ignore = "needs the real adapters: scripts/test.sh installs them"]
+async fn claude_reaches_its_model_only_through_its_relay_and_holds_no_key() {
+    let model = ScriptedModel::start().await;
+    model.script(
+        "task-env",
+        vec![
+            Step::Tool(
+                "Bash".to_owned(),
+                json!({"command": "env | sort", "description": "Show the environment"}),
+            ),
+            Step::Say("Printed.".to_owned()),
+        ],
+    );
+    let data = temp_dir("real-relay");
+    let server = server(&model, &data).await;
+    let mut talk = Conversation::new("env");
+    talk.agent = "claude-allow";
+    let frames = talk.say(&server, "task-env: print your environment").await;
+    let end = only(&frames, "RUN_FINISHED");
+    assert_eq!(text_of(&frames).trim(), "Printed.", "{:?}", kinds(&frames));
+    // The agent's own shell printed its environment: a placeholder, never the key.
+    let printed = frames
+        .iter()
+        .filter(|f| f.kind() == "TOOL_CALL_RESULT")
+        .filter_map(|f| f.data["content"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        printed.contains("ANTHROPIC_BASE_URL=http://127.0.0.1:"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains(agui_serve::egress::PLACEHOLDER),
+        "{printed}"
+    );
+    assert!(printed.contains("HTTPS_PROXY="), "{printed}");
+    assert!(
+        !printed.contains(MODEL_KEY),
+        "the key reached the agent: {printed}"
+    );
+    // Every request the model got carried the operator's key, added by the relay.
+    let asked = model.requests();
+    assert!(!asked.is_empty());
+    for request in &asked {
+        assert_eq!(
+            request.credential.as_deref(),
+            Some(MODEL_KEY),
+            "{}",
+            request.path
+        );
+    }
+    // The run's usage is what the model billed through the relay (each answer of the
+    // scripted model bills 100 tokens in and 20 out).
+    let billed = end.data["usage"][0]["totalTokens"].as_u64().expect("usage");
+    assert!(billed >= 240 && billed.is_multiple_of(120), "{}", end.data);
+}
+
+#[tokio::test]
+#[ignore = "needs the real adapters: scripts/test.sh installs them"]
+async fn claude_pauses_inside_its_turn_at_a_token_budget() {
+    let model = ScriptedModel::start().await;
+    model.script(
+        "task-spend",
+        vec![
+            Step::Tool(
+                "Bash".to_owned(),
+                json!({"command": "echo one", "description": "One"}),
+            ),
+            Step::Tool(
+                "Bash".to_owned(),
+                json!({"command": "echo two", "description": "Two"}),
+            ),
+            Step::Tool(
+                "Bash".to_owned(),
+                json!({"command": "echo three", "description": "Three"}),
+            ),
+            Step::Say("Spent it all.".to_owned()),
+        ],
+    );
+    let data = temp_dir("real-budget");
+    let server = server(&model, &data).await;
+    let mut talk = Conversation::new("spend");
+    talk.agent = "claude-tight";
+    let frames = talk.say(&server, "task-spend: go").await;
+    let end = only(&frames, "RUN_FINISHED");
+    assert_eq!(
+        end.data["outcome"]["type"],
+        "interrupt",
+        "{:?}",
+        kinds(&frames)
+    );
+    assert_eq!(
+        end.data["outcome"]["interrupts"][0]["reason"],
+        "budget_reached"
+    );
+    // Paused inside the turn: the model had not given its last answer when the budget
+    // of 300 tokens was reached, and its end is not on the stream.
+    assert!(
+        !text_of(&frames).contains("Spent it all."),
+        "{:?}",
+        kinds(&frames)
+    );
 }
