@@ -37,7 +37,9 @@
 # (empty) skips it): agui-serve with Claude Code on the scripted model
 # (examples/scripted_model.rs), once per round and per configuration (warm starts: a spare
 # per principal and the recent threads' sessions loaded at start-up; then none; then none
-# under bwrap, reported also against the same turns under Landlock alone): new
+# under bwrap, reported also against the same turns under Landlock alone; then none with
+# no model relay, the key in the agent's environment, which the relay's turns are
+# reported against), the model reached through a relay but in the last: new
 # threads' first turns and warm turns (loadgen's agent-turns), then the daemon restarted on
 # the same data and each thread's next turn (agent-restart). Reported as medians and as
 # ratios to the same configuration's warm turn. Without the adapter it says so and goes on.
@@ -277,26 +279,46 @@ if [ -n "$real_agent" ]; then
   done
   [ -n "$model_url" ] || { echo "the scripted model did not start:" >&2; cat "$work/model.err" >&2; exit 1; }
   # Claude Code as tests/real_agents.rs and scripts/browser-real-agents.sh run it: each
-  # thread its own workspace and confined process, the model on loopback, mode "default";
-  # agent.toml with warm starts (a spare per principal, the recent threads' sessions
-  # loaded at start-up), agent-cold.toml without, agent-bwrap.toml without and under
-  # bwrap (new user, mount, PID, IPC, UTS and network namespaces, the model's port
-  # forwarded) instead of Landlock alone.
-  for config in agent agent-cold agent-bwrap; do
+  # thread its own workspace and confined process, mode "default", its model reached
+  # through a relay (the key added outside its sandbox); agent.toml with warm starts (a
+  # spare per principal, the recent threads' sessions loaded at start-up), agent-cold.toml
+  # without, agent-bwrap.toml without and under bwrap (user, mount, PID, IPC and UTS
+  # namespaces too) instead of Landlock alone, agent-direct.toml without and with no relay
+  # (the key in its environment, the model's loopback port forwarded as it is).
+  echo "sk-ant-scripted" >"$work/model.key"
+  for config in agent agent-cold agent-bwrap agent-direct; do
     cat >"$work/$config.toml" <<TOML
 [[agents]]
 name = "claude"
 kind = "acp"
 command = ["$agent_tools/node_modules/.bin/claude-agent-acp"]
-env = { ANTHROPIC_BASE_URL = "$model_url", ANTHROPIC_API_KEY = "sk-ant-scripted", IS_SANDBOX = "1", DISABLE_AUTOUPDATER = "1", DISABLE_TELEMETRY = "1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = "1" }
 permissions = "ask"
 mode = "default"
 workspace = { source = "empty" }
+TOML
+    case "$config" in
+      agent) printf 'spares = 1\npreload_sessions = 8\n' >>"$work/$config.toml" ;;
+      agent-bwrap) printf 'confinement = "bwrap"\n' >>"$work/$config.toml" ;;
+    esac
+    if [ "$config" = agent-direct ]; then
+      cat >>"$work/$config.toml" <<TOML
+env = { ANTHROPIC_BASE_URL = "$model_url", ANTHROPIC_API_KEY = "sk-ant-scripted", IS_SANDBOX = "1", DISABLE_AUTOUPDATER = "1", DISABLE_TELEMETRY = "1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = "1" }
 sandbox = { read = ["$agent_tools"], connect = [${model_url##*:}] }
 TOML
+    else
+      cat >>"$work/$config.toml" <<TOML
+env = { IS_SANDBOX = "1", DISABLE_AUTOUPDATER = "1", DISABLE_TELEMETRY = "1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = "1" }
+sandbox = { read = ["$agent_tools"] }
+
+[[agents.relay]]
+upstream = "$model_url"
+header = "x-api-key"
+secret_file = "$work/model.key"
+base_url_env = "ANTHROPIC_BASE_URL"
+placeholder_env = "ANTHROPIC_API_KEY"
+TOML
+    fi
   done
-  printf 'spares = 1\npreload_sessions = 8\n' >>"$work/agent.toml"
-  printf 'confinement = "bwrap"\n' >>"$work/agent-bwrap.toml"
 fi
 # agent_phase ROUND CONFIG [TAG]: the real agent's turns on a daemon with CONFIG (its
 # measures named agent_TAG_... when TAG is given), then on the daemon restarted.
@@ -322,6 +344,7 @@ agent_round() {
   agent_phase "$1" agent
   agent_phase "$1" agent-cold cold
   agent_phase "$1" agent-bwrap bwrap
+  agent_phase "$1" agent-direct direct
 }
 
 started=$SECONDS
@@ -431,7 +454,7 @@ print("\n".join(table))
 KINDS = [("new_thread", "new thread's first turn"), ("warm", "warm turn"),
          ("restart", "first turn after a restart")]
 CONFIGS = [("", "warm starts"), ("cold_", "no warm starts"),
-           ("bwrap_", "no warm starts, bwrap")]
+           ("bwrap_", "no warm starts, bwrap"), ("direct_", "no warm starts, no relay")]
 WHATS = [("first_event", "first event"), ("first_text", "first text"), ("turn", "whole turn")]
 def agent(tag, kind, what):
     return median(f"{AGENT}{tag}{kind}_{what}_ms", subject)
@@ -458,7 +481,7 @@ if any(key.startswith(AGENT) for key in units):
                                + " | ".join(fmt_ratio(x) for x in ratios) + " |")
     # Spares are made in the background while the warm turns run: the warm-start turns also
     # against the warm turn of the configuration that makes nothing.
-    if all(any(key.startswith(f"{AGENT}{tag}warm_") for key in units) for tag, _ in CONFIGS):
+    if all(any(key.startswith(f"{AGENT}{tag}warm_") for key in units) for tag in ("", "cold_")):
         for kind, kind_name in KINDS:
             name = f"{kind_name}, warm starts / warm turn, no warm starts"
             ratios = [a / w if a == a and w == w and w else nan
@@ -468,13 +491,17 @@ if any(key.startswith(AGENT) for key in units):
                   + "".join(f" {fmt_ratio(x):>20}" for x in ratios))
             agent_table.append(f"| {name} | " + " | ".join("" for _ in WHATS) + " | "
                                + " | ".join(fmt_ratio(x) for x in ratios) + " |")
-    # What the namespaces cost: each kind of turn under bwrap against the same turn under
-    # Landlock alone (both without warm starts; a new thread's first turn starts the agent).
-    if all(any(key.startswith(f"{AGENT}{tag}warm_") for key in units) for tag in ("cold_", "bwrap_")):
+    # What the namespaces cost (each kind of turn under bwrap against the same turn under
+    # Landlock alone) and what the relay costs (each kind of turn through the relay against
+    # the same turn with the model's port forwarded as it is); all without warm starts (a
+    # new thread's first turn starts the agent).
+    for tag, base, label in (("bwrap_", "cold_", "bwrap / landlock"), ("cold_", "direct_", "relay / direct")):
+        if not all(any(key.startswith(f"{AGENT}{t}warm_") for key in units) for t in (tag, base)):
+            continue
         for kind, kind_name in KINDS:
-            name = f"{kind_name}, bwrap / landlock"
+            name = f"{kind_name}, {label}"
             ratios = [a / w if a == a and w == w and w else nan
-                      for a, w in ((agent("bwrap_", kind, what), agent("cold_", kind, what))
+                      for a, w in ((agent(tag, kind, what), agent(base, kind, what))
                                    for what, _ in WHATS)]
             print(f"{name:46}" + "".join(f" {'':>15}" for _ in WHATS)
                   + "".join(f" {fmt_ratio(x):>20}" for x in ratios))
