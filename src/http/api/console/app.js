@@ -9,6 +9,8 @@ const TOKEN_KEY = "agui-serve-console-token";
 const $ = (id) => document.getElementById(id);
 
 let fleet = null;
+// Each agent's reach (from /info): its relays' hosts and egress rules, names only.
+let reach = {};
 let source = null;
 
 function token() {
@@ -121,7 +123,19 @@ function render() {
   agents.replaceChildren();
   for (const [name, agent] of Object.entries(fleet.agents || {})) {
     const processes = agent.processes ? ` (${agent.processes.busy} busy, ${agent.processes.idle} idle)` : "";
-    agents.append(el("li", `${name}: ${agent.state}${processes}`));
+    const item = el("li", `${name}: ${agent.state}${processes}`);
+    const may = reach[name];
+    if (may) {
+      const hosts = [...may.relays.map((host) => `${host} (relay)`), ...may.egress.allow];
+      item.append(el("div", `reaches: ${hosts.length ? hosts.join(", ") : "nothing beyond its sandbox"}`));
+    }
+    const egress = agent.egress;
+    if (egress && egress.denied) {
+      const last = egress.lastDenied;
+      const said = last ? `; last ${last.host}:${last.port}, ${last.rule}, ${when(last.atMs)}` : "";
+      item.append(el("div", `egress refused ${egress.denied} time(s)${said}`, { class: "warn" }));
+    }
+    agents.append(item);
   }
 }
 
@@ -201,6 +215,19 @@ async function openTranscript(threadId, owner) {
     list.append(item);
   }
   $("transcript").hidden = false;
+}
+
+async function loadReach() {
+  try {
+    const info = await (await api("/info")).json();
+    reach = {};
+    for (const [name, agent] of Object.entries(info.agents || {})) {
+      if (agent.reach) reach[name] = agent.reach;
+    }
+    render();
+  } catch {
+    // Shown by the status line.
+  }
 }
 
 async function loadThreads() {
@@ -301,6 +328,7 @@ function connect() {
   source.onerror = () => status("Reconnecting...");
   $("login").hidden = true;
   $("fleet").hidden = false;
+  loadReach();
   loadThreads();
   loadWebhooks();
   loadSchedules();
