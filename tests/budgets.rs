@@ -242,6 +242,55 @@ async fn a_principal_s_daily_budget_ends_its_run_and_refuses_the_next_also_after
 }
 
 #[tokio::test]
+async fn parallel_runs_share_one_daily_budget() {
+    let server = TestServer::with(|c| c.access.max_runs_per_principal = 8).await;
+    let response = server
+        .post("/tokens")
+        .json(&json!({"sub": "carol", "budget": {"tokens": 100}}))
+        .sent()
+        .await;
+    let token = response.json::<Value>().await.expect("json")["token"]
+        .as_str()
+        .expect("token")
+        .to_owned();
+    // Eight runs at once, each of 50 paced chunks (about 150 tokens, reported per chunk).
+    let runs = (0..8).map(|i| {
+        let (url, token) = (server.url("/demo"), token.clone());
+        async move {
+            let response = client()
+                .post(url)
+                .bearer_auth(token)
+                .json(&run_body(
+                    &format!("p{i}"),
+                    &format!("p{i}-r1"),
+                    "/slow 50 20",
+                ))
+                .send()
+                .await
+                .expect("run");
+            // A run that starts once the day is spent is refused before anything starts.
+            if response.status() == 429 {
+                return None;
+            }
+            assert_eq!(response.status(), 200);
+            Some(SseReader::new(response).collect().await)
+        }
+    });
+    let all = futures_util::future::join_all(runs).await;
+    let mut spent = 0;
+    for frames in all.iter().flatten() {
+        ended_on_budget(frames);
+        let state = apply_state(frames, None).expect("state");
+        spent += state["budget"]["run"]["tokens"].as_u64().expect("tokens");
+    }
+    // Each run may pass the day's ceiling by the one report that crossed it, no more.
+    assert!(
+        spent <= 100 + 8 * 3,
+        "the runs spent {spent} of a daily budget of 100"
+    );
+}
+
+#[tokio::test]
 async fn the_permission_tool_carries_the_budget_question_where_the_agent_asks_by_tool() {
     let server = TestServer::with(|config| config.budgets.run = tokens(12)).await;
     let first = run(&server, &run_body("t", "r1", TEN_CHUNKS)).await;

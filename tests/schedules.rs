@@ -369,6 +369,47 @@ async fn a_schedule_fires_on_time_as_a_run_on_a_new_thread() {
 }
 
 #[tokio::test]
+async fn a_schedule_spends_the_budget_of_the_token_that_made_it() {
+    let server = TestServer::start().await;
+    let erin = mint(&server, json!({"sub": "erin", "budget": {"tokens": 12}})).await;
+    let (status, created) = answer(
+        with(&server, &erin, reqwest::Method::POST, "/schedules")
+            .json(&schedule_body("* * * * * *", "/slow 10 20")),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().expect("id").to_owned();
+    // The first firing spends the day (ten chunks, about 30 tokens against 12), so the
+    // next ones are refused by the token's claim, which the schedule kept.
+    let refused = schedule_when(&server, &id, "a refused firing", |s| {
+        s["lastStatus"] == "failed"
+    })
+    .await;
+    let why = refused["lastError"].as_str().expect("lastError");
+    assert!(why.contains("daily budget"), "{refused}");
+    assert_eq!(
+        answer(with(
+            &server,
+            &erin,
+            reqwest::Method::DELETE,
+            &format!("/schedules/{id}")
+        ))
+        .await
+        .0,
+        204
+    );
+    // Direct runs are refused as well: the schedule's spending was the token's day.
+    let direct = client()
+        .post(server.url("/demo"))
+        .bearer_auth(&erin)
+        .json(&run_body("e-direct", "r1", "hello"))
+        .send()
+        .await
+        .expect("run");
+    assert_eq!(direct.status(), 429);
+}
+
+#[tokio::test]
 async fn a_schedule_on_a_thread_runs_there_and_a_follow_all_stream_sees_it() {
     let server = TestServer::start().await;
     SseReader::new(post_run(&server, "demo", &run_body("ft", "r1", "hello")).await)
@@ -903,6 +944,22 @@ async fn on_a_two_node_cluster_each_occurrence_fires_once() {
     b.stop().await;
     drop(admin);
     db.drop().await;
+}
+
+#[tokio::test]
+async fn parallel_creates_do_not_pass_the_cap() {
+    let server = TestServer::start().await;
+    let dave = mint(&server, json!({"sub": "dave"})).await;
+    let body = schedule_body("0 0 1 1 *", "happy new year");
+    let creates = (0..140).map(|_| {
+        let request = with(&server, &dave, reqwest::Method::POST, "/schedules").json(&body);
+        async move { answer(request).await.0 }
+    });
+    let statuses = futures_util::future::join_all(creates).await;
+    let created = statuses.iter().filter(|s| **s == 201).count();
+    let refused = statuses.iter().filter(|s| **s == 409).count();
+    assert_eq!((created, refused), (100, 40), "{statuses:?}");
+    assert_eq!(listed(&server, &dave).await.len(), 100);
 }
 
 #[tokio::test]

@@ -226,6 +226,8 @@ struct Inner {
     fleet_dirty: Arc<tokio::sync::Notify>,
     /// The scheduler's wake-up and stop (`schedule/`).
     scheduling: schedule::Scheduling,
+    /// Each principal's day of budget spending on this node, shared by its runs.
+    days: Mutex<HashMap<(String, i64), Arc<run::budget::DayMeter>>>,
 }
 
 impl Runtime {
@@ -269,6 +271,7 @@ impl Runtime {
                 )),
                 fleet_dirty: Arc::default(),
                 scheduling: schedule::Scheduling::default(),
+                days: Mutex::default(),
                 options,
             }),
         };

@@ -387,6 +387,7 @@ impl Queued {
             id: self.id.clone(),
             seq: self.seq,
             capped: self.principal.is_capped(),
+            budget: self.principal.budget().copied(),
             input: serde_json::to_string(&self.input).map_err(|_| StartError::Store)?,
             created_at: self.created_at,
         })
@@ -404,14 +405,16 @@ impl Queued {
         };
         let owner = key.split().0;
         // The principal it was accepted from, as far as a run needs one: its namespace,
-        // and its run cap if it had one (its capabilities were checked when it came).
+        // its run cap if it had one (its capabilities were checked when it came), and its
+        // token's budget claim.
         let principal = if row.capped {
             Principal::scoped(owner, None, Caps::from_names(&["run", "read", "approve"]))
         } else if owner.is_empty() {
             Principal::operator()
         } else {
             Principal::operator_as(owner)
-        };
+        }
+        .with_budget(row.budget);
         Some(Queued {
             id: row.id,
             seq: row.seq,

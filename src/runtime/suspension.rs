@@ -140,6 +140,27 @@ impl Suspension {
             })
     }
 
+    /// Whether `new_messages` hold a tool message that is not one answer to one of this
+    /// suspension's waits: a tool message for a call nothing here waits on (answered
+    /// before, or never the client's), or a second answer to the same call. Such a message
+    /// is new input to the thread, not an answer.
+    pub fn has_stray_tool_messages(&self, new_messages: &[Message]) -> bool {
+        let mut answered: Vec<&str> = Vec::new();
+        for message in new_messages {
+            let Message::Tool(tool) = message else {
+                continue;
+            };
+            let id = tool.tool_call_id.as_str();
+            let waited = self.channel == Channel::ToolMessages
+                && self.waits.iter().any(|w| w.answer_id() == id);
+            if !waited || answered.contains(&id) {
+                return true;
+            }
+            answered.push(id);
+        }
+        false
+    }
+
     /// Checks a `resume[]` against the open interrupts: every one answered, none unknown,
     /// every payload usable. The error is the message of the `RUN_ERROR`.
     pub fn check_resume(&self, resume: &[Resume]) -> Result<(), String> {

@@ -302,17 +302,24 @@ impl ThreadState {
                     .filter(|m| !self.seen.contains(m.id()))
                     .cloned()
                     .collect();
-                // An answer may add the answering tool messages and `resume[]` (and the
-                // client's copy of the agent's tool-call message), nothing else: any other
-                // message it brings (a user's, or a system, developer or assistant message
-                // written into the history) is new input.
+                // An answer may add the answering tool messages, one per wait, and
+                // `resume[]` (and the client's copy of the agent's tool-call message),
+                // nothing else: any other message it brings (a user's; a system, developer
+                // or assistant message written into the history; a tool message for a call
+                // nothing waits on, or a second answer to one) is new input.
+                let suspension = lock(&run.suspension);
                 let new_user_message = new
                     .iter()
-                    .any(|m| !matches!(m, Message::Tool(_)) && !self.is_client_copy(m));
+                    .any(|m| !matches!(m, Message::Tool(_)) && !self.is_client_copy(m))
+                    || suspension.as_ref().map_or_else(
+                        || new.iter().any(|m| matches!(m, Message::Tool(_))),
+                        |s| s.has_stray_tool_messages(&new),
+                    );
                 let answers = !input.resume.is_empty()
-                    || lock(&run.suspension)
+                    || suspension
                         .as_ref()
                         .is_some_and(|s| s.answered_by_messages(&new));
+                drop(suspension);
                 if answers && new_user_message {
                     only(Capability::Approve).with(Capability::Run)
                 } else if answers {

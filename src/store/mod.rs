@@ -173,9 +173,29 @@ pub struct QueuedRow {
     pub seq: i64,
     /// The principal that sent it has a run cap.
     pub capped: bool,
+    /// The `budget` claim of the token that sent it.
+    pub budget: Option<crate::budget::Limits>,
     /// The `RunAgentInput`, as JSON.
     pub input: String,
     pub created_at: i64,
+}
+
+/// A stored `budget` claim as its column holds it (JSON; `None`: none).
+fn claim_text(claim: Option<&crate::budget::Limits>) -> Option<String> {
+    claim.and_then(|c| serde_json::to_string(c).ok())
+}
+
+/// A `budget` claim read back; one that does not parse grants nothing (an empty budget
+/// of zero tokens), never more than was claimed.
+fn claim_of(text: Option<String>) -> Option<crate::budget::Limits> {
+    let text = text?;
+    Some(serde_json::from_str(&text).unwrap_or_else(|error| {
+        tracing::warn!(%error, "a stored budget claim does not parse; nothing may be spent");
+        crate::budget::Limits {
+            tokens: Some(0),
+            ..crate::budget::Limits::default()
+        }
+    }))
 }
 
 /// A stored state document, read back; one that does not parse is left out (logged).

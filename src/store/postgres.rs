@@ -211,7 +211,7 @@ impl PgStore {
             };
             let queue = conn
                 .query(
-                    "SELECT id, seq, capped, input, created_at FROM run_queue
+                    "SELECT id, seq, capped, input, created_at, budget FROM run_queue
                      WHERE thread_id = $1 ORDER BY seq",
                     &[&id],
                 )
@@ -224,6 +224,7 @@ impl PgStore {
                         capped: r.try_get(2)?,
                         input: r.try_get(3)?,
                         created_at: r.try_get(4)?,
+                        budget: super::claim_of(r.try_get(5)?),
                     })
                 })
                 .collect::<Result<Vec<_>, tokio_postgres::Error>>()?;
@@ -371,8 +372,8 @@ impl PgStore {
         let (key, item) = (thread_id.to_owned(), item.clone());
         self.write("queue_put", thread_id, move |conn| async move {
             conn.execute(
-                "INSERT INTO run_queue (thread_id, id, seq, capped, input, created_at)
-                 VALUES ($1, $2, $3, $4, $5, $6)
+                "INSERT INTO run_queue (thread_id, id, seq, capped, input, created_at, budget)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)
                  ON CONFLICT (thread_id, id) DO UPDATE SET input = excluded.input",
                 &[
                     &key,
@@ -381,6 +382,7 @@ impl PgStore {
                     &item.capped,
                     &item.input,
                     &item.created_at,
+                    &super::claim_text(item.budget.as_ref()),
                 ],
             )
             .await?;

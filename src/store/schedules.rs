@@ -32,6 +32,8 @@ pub struct ScheduleRow {
     /// The last firing, once there was one.
     pub last: Option<LastFiring>,
     pub missed: Missed,
+    /// The `budget` claim of the token that made it: its firings count against it.
+    pub budget: Option<crate::budget::Limits>,
 }
 
 /// A schedule's last firing.
@@ -89,9 +91,10 @@ macro_rules! on_backend {
 }
 
 impl Store {
-    /// Stores a new schedule.
-    pub async fn insert_schedule(&self, row: ScheduleRow) -> Result<(), StoreError> {
-        on_backend!(self.insert_schedule(row))
+    /// Stores a new schedule unless its owner has `cap` already (counted and inserted at
+    /// once, so parallel creates cannot pass the cap): whether it was stored.
+    pub async fn insert_schedule(&self, row: ScheduleRow, cap: usize) -> Result<bool, StoreError> {
+        on_backend!(self.insert_schedule(row, cap))
     }
 
     /// The schedules of `owner` (`None`: everyone's), oldest first.

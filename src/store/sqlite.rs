@@ -205,7 +205,7 @@ impl SqliteStore {
                 .query_row([&id], |r| r.get(0))?;
             let queue = conn
                 .prepare_cached(
-                    "SELECT id, seq, capped, input, created_at FROM run_queue
+                    "SELECT id, seq, capped, input, created_at, budget FROM run_queue
                      WHERE thread_id = ?1 ORDER BY seq",
                 )?
                 .query_map([&id], |r| {
@@ -215,6 +215,7 @@ impl SqliteStore {
                         capped: r.get(2)?,
                         input: r.get(3)?,
                         created_at: r.get(4)?,
+                        budget: super::claim_of(r.get(5)?),
                     })
                 })?
                 .collect::<Result<Vec<_>, _>>()?;
@@ -330,8 +331,8 @@ impl SqliteStore {
         let (thread_id, item) = (thread_id.to_owned(), item.clone());
         self.enqueue("queue_put", move |conn| {
             conn.prepare_cached(
-                "INSERT INTO run_queue (thread_id, id, seq, capped, input, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                "INSERT INTO run_queue (thread_id, id, seq, capped, input, created_at, budget)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
                  ON CONFLICT (thread_id, id) DO UPDATE SET input = excluded.input",
             )?
             .execute(params![
@@ -340,7 +341,8 @@ impl SqliteStore {
                 item.seq,
                 item.capped,
                 item.input,
-                item.created_at
+                item.created_at,
+                super::claim_text(item.budget.as_ref())
             ])?;
             Ok(())
         });

@@ -351,6 +351,11 @@ pub async fn a_threads_queue_is_kept_in_order(store: &Store, hold: impl AsyncFn(
         id: id.into(),
         seq,
         capped: seq == 2,
+        // A claim is kept with its item.
+        budget: (seq == 2).then(|| agui_serve::budget::Limits {
+            tokens: Some(20),
+            ..Default::default()
+        }),
         input: input.into(),
         created_at: 20 + seq,
     };
@@ -621,6 +626,11 @@ pub fn schedule(id: &str, owner: &str, next_fire: i64) -> ScheduleRow {
         next_fire,
         last: None,
         missed: Missed::default(),
+        // A claim is kept with its schedule.
+        budget: (owner == "alice").then(|| agui_serve::budget::Limits {
+            tokens: Some(20),
+            ..Default::default()
+        }),
     }
 }
 
@@ -643,14 +653,25 @@ pub fn firing(due: i64, next: i64, run: &str) -> Occurrence {
 /// a firing's result lands on the firing it is about only; missed occurrences add up;
 /// a delete is the owner's.
 pub async fn schedules_are_kept_per_owner_and_claimed_once(store: &Store) {
-    store
-        .insert_schedule(schedule("s1", "", 20_000))
-        .await
-        .expect("insert");
-    store
-        .insert_schedule(schedule("s2", "alice", 10_000))
-        .await
-        .expect("insert");
+    assert!(
+        store
+            .insert_schedule(schedule("s1", "", 20_000), 100)
+            .await
+            .expect("insert")
+    );
+    assert!(
+        store
+            .insert_schedule(schedule("s2", "alice", 10_000), 100)
+            .await
+            .expect("insert")
+    );
+    // At its cap an owner's next schedule is not stored.
+    assert!(
+        !store
+            .insert_schedule(schedule("s3", "alice", 10_000), 1)
+            .await
+            .expect("insert")
+    );
     let ids = |rows: Vec<ScheduleRow>| rows.into_iter().map(|r| r.id).collect::<Vec<_>>();
     assert_eq!(ids(store.schedules(None).await.expect("all")), ["s1", "s2"]);
     let alice = store
@@ -800,7 +821,7 @@ pub async fn schedules_are_kept_per_owner_and_claimed_once(store: &Store) {
 /// the database, or one): exactly one goes through.
 pub async fn concurrent_claims_of_one_occurrence_let_one_through(stores: &[Store]) {
     stores[0]
-        .insert_schedule(schedule("s", "", 1_000))
+        .insert_schedule(schedule("s", "", 1_000), 100)
         .await
         .expect("insert");
     for round in 0..5i64 {

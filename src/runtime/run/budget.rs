@@ -12,7 +12,10 @@
 //! `RUN_ERROR{code:"BUDGET_EXCEEDED"}` naming the budget.
 //!
 //! What was spent is in the thread's state (`/budget`), which the store keeps, and each
-//! principal's day is added up in the store.
+//! principal's day is added up in the store. A principal's day is also one [`DayMeter`]
+//! per node, which every run of the principal (parallel, scheduled, queued) adds to as it
+//! spends and checks its daily ceiling against, so parallel runs share one daily budget
+//! instead of each spending all of it.
 
 use serde_json::json;
 use tokio::sync::oneshot;
@@ -59,6 +62,40 @@ impl Scope {
     }
 }
 
+/// A principal's spending on one day on this node: what the store had when the first of
+/// its runs started, plus what each run of it has spent since.
+#[derive(Debug, Default)]
+pub(in crate::runtime) struct DayMeter {
+    seeded: tokio::sync::OnceCell<()>,
+    spent: std::sync::Mutex<Spend>,
+}
+
+impl DayMeter {
+    /// Adds what the store had for the day, once, before the meter is used.
+    pub(in crate::runtime) async fn seed<F, E>(&self, stored: F) -> Result<(), E>
+    where
+        F: std::future::Future<Output = Result<Spend, E>>,
+    {
+        self.seeded
+            .get_or_try_init(|| async {
+                let stored = stored.await?;
+                lock(&self.spent).add(&stored);
+                Ok(())
+            })
+            .await
+            .map(|_| ())
+    }
+
+    /// The day's spending so far.
+    pub(in crate::runtime) fn spent(&self) -> Spend {
+        *lock(&self.spent)
+    }
+
+    fn add(&self, spend: &Spend) {
+        lock(&self.spent).add(spend);
+    }
+}
+
 /// A run's ceilings and spending.
 #[derive(Debug)]
 pub(in crate::runtime) struct RunBudget {
@@ -67,8 +104,8 @@ pub(in crate::runtime) struct RunBudget {
     /// What the thread's earlier runs spent.
     pub(in crate::runtime) thread_before: Spend,
     pub(in crate::runtime) day: Limits,
-    /// What the principal spent today before this run.
-    pub(in crate::runtime) day_before: Spend,
+    /// The principal's day (every run's spending of it; this run's added as it is stored).
+    pub(in crate::runtime) day_meter: std::sync::Arc<DayMeter>,
     /// The principal, and the day its spending is added to.
     pub(in crate::runtime) owner: String,
     pub(in crate::runtime) day_number: i64,
@@ -90,7 +127,7 @@ impl RunBudget {
         thread: Limits,
         thread_before: Spend,
         day: Limits,
-        day_before: Spend,
+        day_meter: std::sync::Arc<DayMeter>,
         owner: String,
         day_number: i64,
         hard: Limits,
@@ -100,7 +137,7 @@ impl RunBudget {
             thread,
             thread_before,
             day,
-            day_before,
+            day_meter,
             owner,
             day_number,
             hard,
@@ -122,7 +159,7 @@ impl RunBudget {
         if let Some(reached) = self.hard.reached(&self.spent) {
             return Some((Scope::Hard, reached));
         }
-        if let Some(reached) = self.day.reached(&with(&self.day_before)) {
+        if let Some(reached) = self.day.reached(&with(&self.day_unstored())) {
             return Some((Scope::Day, reached));
         }
         if let Some(reached) = self.run.reached(&self.spent) {
@@ -140,7 +177,7 @@ impl RunBudget {
             self.hard.wall_left_ms(&self.spent),
             self.run.wall_left_ms(&self.spent),
             self.day
-                .wall_left_ms(&with_spent(&self.day_before, &self.spent)),
+                .wall_left_ms(&with_spent(&self.day_unstored(), &self.spent)),
             self.thread
                 .wall_left_ms(&with_spent(&self.thread_before, &self.spent)),
         ]
@@ -148,6 +185,17 @@ impl RunBudget {
         .flatten()
         .min()?;
         Some(since + std::time::Duration::from_millis(left))
+    }
+
+    /// The principal's day less what this run has stored of its own (this run's whole
+    /// spending is added back by the callers).
+    fn day_unstored(&self) -> Spend {
+        let day = self.day_meter.spent();
+        Spend {
+            tokens: day.tokens.saturating_sub(self.stored.tokens),
+            wall_time_ms: day.wall_time_ms.saturating_sub(self.stored.wall_time_ms),
+            tool_calls: day.tool_calls.saturating_sub(self.stored.tool_calls),
+        }
     }
 
     /// The thread's spending as its state shows it.
@@ -291,6 +339,7 @@ impl Pump {
         budget.stored = budget.spent;
         let shown = budget.shown();
         if !delta.is_zero() {
+            budget.day_meter.add(&delta);
             self.writer
                 .rt
                 .inner

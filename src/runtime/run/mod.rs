@@ -3,7 +3,7 @@
 //! writer (`segment.rs`). Agent output flows agent -> sink -> pump -> translator -> journal,
 //! one way.
 
-mod budget;
+pub(in crate::runtime) mod budget;
 mod drive;
 mod items;
 mod live;

@@ -15,7 +15,7 @@ use super::segment::SegmentWriter;
 use crate::access::{Capability, Principal};
 use crate::agent::{Agent, Turn};
 use crate::agent::{Hitl, Multitask};
-use crate::budget::{Limits, Spend};
+use crate::budget::Limits;
 use crate::clock::now_ms;
 use crate::protocol::InputError;
 use crate::protocol::{Message, Profile, RunAgentInput};
@@ -202,16 +202,15 @@ impl Runtime {
             return Ok(None);
         }
         let day_number = crate::budget::day_of(now_ms());
-        let day_before = if day.is_empty() {
-            Spend::default()
-        } else {
-            self.inner
-                .store
-                .spent_on(principal.owner(), day_number)
+        let day_meter = self.day_meter(principal.owner(), day_number);
+        if !day.is_empty() {
+            let store = &self.inner.store;
+            day_meter
+                .seed(store.spent_on(principal.owner(), day_number))
                 .await
-                .map_err(|_| StartError::Store)?
-        };
-        if let Some(reached) = day.reached(&day_before) {
+                .map_err(|_| StartError::Store)?;
+        }
+        if let Some(reached) = day.reached(&day_meter.spent()) {
             return Err(StartError::BudgetExceeded(format!(
                 "the principal's daily budget is spent ({reached}); it renews at 00:00 UTC"
             )));
@@ -227,11 +226,21 @@ impl Runtime {
             budgets.thread,
             thread_before,
             day,
-            day_before,
+            day_meter,
             principal.owner().to_owned(),
             day_number,
             budgets.hard,
         ))))
+    }
+
+    /// The meter of `owner`'s day `day_number` on this node (made on first use; the
+    /// meters of earlier days are dropped then).
+    fn day_meter(&self, owner: &str, day_number: i64) -> std::sync::Arc<super::budget::DayMeter> {
+        let mut days = lock(&self.inner.days);
+        days.retain(|(_, day), _| *day >= day_number);
+        days.entry((owner.to_owned(), day_number))
+            .or_default()
+            .clone()
     }
 
     /// The strategy for new input (`new_input`: else only a `resume[]`) on a busy thread of

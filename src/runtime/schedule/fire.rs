@@ -298,8 +298,9 @@ impl Runtime {
     }
 }
 
-/// Who a schedule's runs act for: its owner, with its agent and the `run` and `read`
-/// capabilities (the operator for the operator's own schedules).
+/// Who a schedule's runs act for: its owner, with its agent, the `run` and `read`
+/// capabilities and the budget claim of the token that made it (the operator for the
+/// operator's own schedules).
 fn principal_of(row: &ScheduleRow) -> Principal {
     if row.owner.is_empty() {
         Principal::operator()
@@ -309,5 +310,6 @@ fn principal_of(row: &ScheduleRow) -> Principal {
             Some(vec![row.agent.clone()]),
             Caps::NONE.with(Capability::Run).with(Capability::Read),
         )
+        .with_budget(row.budget)
     }
 }

@@ -197,9 +197,6 @@ impl Runtime {
             }
         }
         let store = self.store();
-        if store.count_schedules(principal.owner()).await? >= MAX_SCHEDULES_PER_OWNER {
-            return Err(ScheduleError::TooMany(MAX_SCHEDULES_PER_OWNER));
-        }
         let row = ScheduleRow {
             id: uuid::Uuid::new_v4().to_string(),
             owner: principal.owner().to_owned(),
@@ -213,8 +210,14 @@ impl Runtime {
             next_fire,
             last: None,
             missed: Missed::default(),
+            budget: principal.budget().copied(),
         };
-        store.insert_schedule(row.clone()).await?;
+        if !store
+            .insert_schedule(row.clone(), MAX_SCHEDULES_PER_OWNER)
+            .await?
+        {
+            return Err(ScheduleError::TooMany(MAX_SCHEDULES_PER_OWNER));
+        }
         tracing::info!(schedule.id = %row.id, agent = %row.agent, cron = %row.cron, "schedule created");
         self.inner.scheduling.wake.notify_one();
         Ok(row)

@@ -22,6 +22,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/postgres/0007_budget_days.sql"),
     include_str!("../../../migrations/postgres/0008_webhook_outbox.sql"),
     include_str!("../../../migrations/postgres/0009_schedules.sql"),
+    include_str!("../../../migrations/postgres/0010_claims.sql"),
 ];
 /// The advisory lock a migration holds for its transaction ("agui-mig").
 const MIGRATION_LOCK: i64 = 0x6167_7569_2d6d_6967;

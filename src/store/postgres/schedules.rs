@@ -14,7 +14,7 @@ macro_rules! schedule_select {
     () => {
         "SELECT id, owner, name, agent, cron, timezone, thread_id, messages, created_at,
                 next_fire, last_fire, last_run_id, last_thread_id, last_status, last_error,
-                missed_count, missed_first, missed_last
+                missed_count, missed_first, missed_last, budget
          FROM schedules"
     };
 }
@@ -23,28 +23,40 @@ impl PgStore {
     pub(in crate::store) async fn insert_schedule(
         &self,
         row: ScheduleRow,
-    ) -> Result<(), StoreError> {
+        cap: usize,
+    ) -> Result<bool, StoreError> {
         let messages = row.messages.to_string();
         self.call(move |conn| async move {
+            // The owner's creates one at a time, on every node, until the batch commits:
+            // the count then the insert cannot be passed by another's.
             conn.execute(
-                "INSERT INTO schedules (id, owner, name, agent, cron, timezone, thread_id,
-                     messages, created_at, next_fire)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-                &[
-                    &row.id,
-                    &row.owner,
-                    &row.name,
-                    &row.agent,
-                    &row.cron,
-                    &row.timezone,
-                    &row.thread_id,
-                    &messages,
-                    &row.created_at,
-                    &row.next_fire,
-                ],
+                "SELECT pg_advisory_xact_lock(hashtextextended('agui-schedules:' || $1, 0))",
+                &[&row.owner],
             )
             .await?;
-            Ok(())
+            let inserted = conn
+                .execute(
+                    "INSERT INTO schedules (id, owner, name, agent, cron, timezone, thread_id,
+                         messages, created_at, next_fire, budget)
+                     SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $12
+                     WHERE (SELECT COUNT(*) FROM schedules WHERE owner = $2) < $11",
+                    &[
+                        &row.id,
+                        &row.owner,
+                        &row.name,
+                        &row.agent,
+                        &row.cron,
+                        &row.timezone,
+                        &row.thread_id,
+                        &messages,
+                        &row.created_at,
+                        &row.next_fire,
+                        &(cap as i64),
+                        &crate::store::claim_text(row.budget.as_ref()),
+                    ],
+                )
+                .await?;
+            Ok(inserted == 1)
         })
         .await
     }
@@ -221,5 +233,6 @@ fn schedule_row(r: &Row) -> Result<ScheduleRow, StoreError> {
             first: r.try_get(16)?,
             last: r.try_get(17)?,
         },
+        budget: crate::store::claim_of(r.try_get(18)?),
     })
 }

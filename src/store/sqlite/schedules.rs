@@ -10,33 +10,40 @@ use crate::store::schedules::{LastFiring, Missed, Occurrence, ScheduleRow};
 /// The columns [`schedule_row`] reads, in its order.
 const COLUMNS: &str = "id, owner, name, agent, cron, timezone, thread_id, messages, created_at,
     next_fire, last_fire, last_run_id, last_thread_id, last_status, last_error, missed_count,
-    missed_first, missed_last";
+    missed_first, missed_last, budget";
 
 impl SqliteStore {
     pub(in crate::store) async fn insert_schedule(
         &self,
         row: ScheduleRow,
-    ) -> Result<(), StoreError> {
+        cap: usize,
+    ) -> Result<bool, StoreError> {
         let messages = row.messages.to_string();
         self.call(move |conn| {
-            conn.prepare_cached(
-                "INSERT INTO schedules (id, owner, name, agent, cron, timezone, thread_id,
-                     messages, created_at, next_fire)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            )?
-            .execute(params![
-                row.id,
-                row.owner,
-                row.name,
-                row.agent,
-                row.cron,
-                row.timezone,
-                row.thread_id,
-                messages,
-                row.created_at,
-                row.next_fire
-            ])?;
-            Ok(())
+            // The count and the insert in one statement: parallel creates cannot pass the
+            // cap between them.
+            let inserted = conn
+                .prepare_cached(
+                    "INSERT INTO schedules (id, owner, name, agent, cron, timezone, thread_id,
+                         messages, created_at, next_fire, budget)
+                     SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?12
+                     WHERE (SELECT COUNT(*) FROM schedules WHERE owner = ?2) < ?11",
+                )?
+                .execute(params![
+                    row.id,
+                    row.owner,
+                    row.name,
+                    row.agent,
+                    row.cron,
+                    row.timezone,
+                    row.thread_id,
+                    messages,
+                    row.created_at,
+                    row.next_fire,
+                    cap as i64,
+                    crate::store::claim_text(row.budget.as_ref())
+                ])?;
+            Ok(inserted == 1)
         })
         .await
     }
@@ -203,5 +210,6 @@ fn schedule_row(r: &Row<'_>) -> Result<ScheduleRow, rusqlite::Error> {
             first: r.get(16)?,
             last: r.get(17)?,
         },
+        budget: crate::store::claim_of(r.get(18)?),
     })
 }

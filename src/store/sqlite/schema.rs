@@ -19,6 +19,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/0007_budget_days.sql"),
     include_str!("../../../migrations/0008_webhook_outbox.sql"),
     include_str!("../../../migrations/0009_schedules.sql"),
+    include_str!("../../../migrations/0010_claims.sql"),
 ];
 
 /// Creates the database file readable and writable by this user only (0600), whatever the
