@@ -57,7 +57,8 @@ pub enum Confinement {
     Landlock,
     /// Landlock inside `bwrap`: also a mount, PID and IPC namespace.
     Bwrap,
-    /// None: the agent runs as the daemon's user with the daemon's environment.
+    /// None: the agent runs as the daemon's user with the daemon's environment (less the
+    /// daemon's own variables: its token, its configuration) and its own `env`.
     None,
 }
 

@@ -78,6 +78,19 @@ const SIGNATURES: &[(&str, &[&[u8]])] = &[
     ("application/pdf", &[b"%PDF-"]),
 ];
 
+/// Whether a wildcard (`video/*`) admits `subtype`: a plain token, and nothing a browser
+/// would run or render as a document (`video/html`, `image/svg+xml`, `audio/javascript`).
+fn wildcard_admits(subtype: &str) -> bool {
+    let token = !subtype.is_empty()
+        && subtype
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"+-.".contains(&b));
+    let active = ["html", "xml", "script", "xsl"]
+        .iter()
+        .any(|word| subtype.contains(word));
+    token && !active
+}
+
 /// One upload, as stored beside its file and as answered (`id`, `size`, `contentType`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -267,7 +280,8 @@ impl Uploads {
                 .any(|pattern| match pattern.strip_suffix("/*") {
                     Some(major) => essence
                         .strip_prefix(major)
-                        .is_some_and(|rest| rest.starts_with('/')),
+                        .and_then(|rest| rest.strip_prefix('/'))
+                        .is_some_and(wildcard_admits),
                     None => *pattern == essence,
                 });
         if allowed {
@@ -687,8 +701,17 @@ mod tests {
             "",
             "text/html",
             "audio/ogg/x",
+            // A wildcard admits no type a browser runs or renders as a document.
+            "audio/html",
+            "audio/x-javascript",
+            "audio/svg+xml",
+            "audio/",
         ] {
             assert!(u.accepted_type(refused).is_err(), "{refused}");
         }
+        let video = uploads(DEFAULT_TYPES);
+        assert!(video.accepted_type("video/html").is_err());
+        assert!(video.accepted_type("video/mp4").is_ok());
+        assert!(video.accepted_type("video/x-matroska").is_ok());
     }
 }

@@ -634,6 +634,15 @@ async fn tokens_are_refused_with_a_reason_and_keys_rotate() {
     ] {
         assert_eq!(verdict(&server, &token).await.0, 200);
     }
+    // NumericDates with a fraction (RFC 7519 allows them).
+    let fractional = json!({"sub": "alice", "exp": t as f64 + 600.5, "iat": t as f64 - 0.25,
+                            "nbf": t as f64 - 1.5, "aud": "agui-test"});
+    assert_eq!(
+        verdict(&server, &sign(Some("k1"), SECRET_1, &fractional))
+            .await
+            .0,
+        200
+    );
     let refusals = [
         (
             sign(
@@ -677,6 +686,15 @@ async fn tokens_are_refused_with_a_reason_and_keys_rotate() {
             "`exp`",
         ),
         (unsigned(&good), "well-formed JWT"),
+        // A fraction does not make an expired token valid.
+        (
+            sign(
+                Some("k1"),
+                SECRET_1,
+                &json!({"sub": "a", "exp": t as f64 - 60.5, "aud": "agui-test"}),
+            ),
+            "expired",
+        ),
     ];
     for (token, reason) in &refusals {
         let (status, message) = verdict(&server, token).await;

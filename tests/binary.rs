@@ -1065,3 +1065,55 @@ allow = ["registry.npmjs.org"]
         assert!(!text.contains(KEY), "the key is in {what}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unconfined_agent_gets_its_own_env_and_never_the_daemons_token() {
+    const SECRET: &str = "daemon-token-never-for-agents-7d1f";
+    let dir = temp_dir("unconfined-config");
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[[agents]]
+name = "probe"
+kind = "acp"
+command = [{agent:?}]
+permissions = "allow"
+confinement = "none"
+env = {{ PROBE_OWN = "from-the-config" }}
+"#,
+            agent = scripted_agent().display().to_string(),
+        ),
+    )
+    .expect("config");
+    let data = temp_dir("unconfined-data");
+    let args = quiet_port_args(&[
+        "--no-tls",
+        "--config",
+        config.to_str().expect("utf8"),
+        "--data-dir",
+        data.to_str().expect("utf8"),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut daemon = Daemon::start(&args, &[("AGUI_TOKEN", SECRET)]);
+    let plan = serde_json::json!({"run": [["env", "import os; print(repr(dict(os.environ)))"]]});
+    let r = client()
+        .post(daemon.url("/probe"))
+        .bearer_auth(SECRET)
+        .json(&run_body("t", "r", &format!("probe {plan}")))
+        .sent()
+        .await;
+    assert_eq!(r.status(), 200);
+    let reply = text_of(&SseReader::new(r).collect().await);
+    assert!(
+        reply.contains("PROBE_OWN") && reply.contains("from-the-config"),
+        "{reply}"
+    );
+    assert!(
+        !reply.contains(SECRET),
+        "the daemon's token reached the agent: {reply}"
+    );
+    assert!(!reply.contains("AGUI_"), "{reply}");
+    daemon.signal("TERM");
+    daemon.wait(Duration::from_secs(15)).expect("exits");
+}

@@ -543,6 +543,8 @@ async fn info_is_the_copilotkit_runtime_shape_plus_our_fields() {
     assert_eq!(caps["identity"]["type"], "agui-serve/demo");
     assert_eq!(caps["transport"]["streaming"], true);
     assert_eq!(caps["transport"]["resumable"], true);
+    // Protobuf is served on the run and reattach routes.
+    assert_eq!(caps["transport"]["httpBinary"], true);
     // How to resume: the stream route, and the client package that uses it.
     assert_eq!(
         caps["custom"]["resume"]["stream"],

@@ -74,12 +74,21 @@ pub struct Claims {
     // (validation names it), not as malformed.
     #[serde(default)]
     pub sub: String,
-    #[serde(default)]
+    /// RFC 7519 NumericDates, a fraction allowed (taken down to its second); numeric only:
+    /// a string is refused, never skipped.
+    #[serde(default, deserialize_with = "numeric_date")]
     pub exp: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "optional_numeric_date"
+    )]
     pub iat: Option<u64>,
-    /// Numeric only (RFC 7519 NumericDate): a string is refused, never skipped.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "optional_numeric_date"
+    )]
     pub nbf: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iss: Option<String>,
@@ -94,6 +103,28 @@ pub struct Claims {
     /// `[budgets.principal]`: `{"tokens"?, "wall_time"? (seconds), "tool_calls"?}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::budget::Limits>,
+}
+
+/// An RFC 7519 NumericDate: whole seconds, or seconds with a fraction (taken down).
+fn numeric_date<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    let value = serde_json::Number::deserialize(deserializer)?;
+    if let Some(whole) = value.as_u64() {
+        return Ok(whole);
+    }
+    match value.as_f64() {
+        Some(seconds) if seconds.is_finite() && (0.0..u64::MAX as f64).contains(&seconds) => {
+            Ok(seconds.floor() as u64)
+        }
+        _ => Err(serde::de::Error::custom(
+            "a NumericDate is a non-negative number of seconds",
+        )),
+    }
+}
+
+fn optional_numeric_date<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<u64>, D::Error> {
+    numeric_date(deserializer).map(Some)
 }
 
 impl Claims {

@@ -68,7 +68,7 @@ const PASSED_ENV: [&str; 6] = ["PATH", "LANG", "LC_ALL", "TZ", "TERM", "USER"];
 pub(super) struct Launch {
     pub(super) program: PathBuf,
     pub(super) args: Vec<String>,
-    /// `None`: the daemon's environment plus the agent's `env`.
+    /// The whole environment (`None`: the daemon's, as it is).
     pub(super) env: Option<BTreeMap<String, String>>,
     pub(super) cwd: Option<PathBuf>,
     /// The launcher makes its own session (and so its process group); else the daemon
@@ -107,7 +107,7 @@ impl Launch {
             return Ok(Launch {
                 program: program.into(),
                 args: args.to_vec(),
-                env: None,
+                env: Some(unconfined_env(config)),
                 cwd: config.cwd.clone(),
                 own_session: false,
                 cgroup: None,
@@ -281,6 +281,29 @@ fn writable_dir(
         (Some(dir), Unit::Thread) => dir.to_owned(),
         _ => workspaces.principal_dir(&key.principal),
     })
+}
+
+/// The daemon's own variables an unconfined agent does not get: its configuration and
+/// token (`AGUI_*`), systemd's credentials and notification socket, socket activation.
+const DAEMONS_OWN_ENV: [&str; 6] = [
+    "CREDENTIALS_DIRECTORY",
+    "NOTIFY_SOCKET",
+    "LISTEN_FDS",
+    "LISTEN_PID",
+    "LISTEN_FDNAMES",
+    "WATCHDOG_USEC",
+];
+
+/// An unconfined process's environment: the daemon's, less the daemon's own variables
+/// ([`DAEMONS_OWN_ENV`] and every `AGUI_*`: the master token among them), then the agent's
+/// `env`.
+fn unconfined_env(config: &AcpConfig) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(k, _)| !k.starts_with("AGUI_") && !DAEMONS_OWN_ENV.contains(&k.as_str()))
+        .collect();
+    env.extend(config.env.clone());
+    env
 }
 
 /// A confined process's environment: [`PASSED_ENV`] from the daemon's, `HOME` and `TMPDIR`

@@ -123,7 +123,8 @@ fn capabilities(
         "transport": {
             "streaming": true,
             "websocket": false,
-            "httpBinary": false,
+            // The protobuf encoding (`Accept: application/vnd.ag-ui.event+proto`).
+            "httpBinary": true,
             "pushNotifications": false,
             // A cut stream is taken up again after its last event id (reattach).
             "resumable": true,
