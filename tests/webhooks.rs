@@ -332,6 +332,29 @@ fn metric(text: &str, name: &str) -> f64 {
 }
 
 #[tokio::test]
+async fn a_2xx_head_is_the_delivery_however_slow_its_body() {
+    let receiver = Receiver::start(SECRET, Answer::SlowBody(Duration::from_secs(30))).await;
+    let dir = temp_dir("hooks-slow-body");
+    let mut hook = endpoint(&receiver, &dir, Duration::from_secs(1));
+    hook.timeout = Duration::from_millis(500);
+    let server = TestServer::with(move |config| config.webhooks = vec![hook]).await;
+    run(&server, "slow-body", "r1", "hello").await;
+    receiver
+        .wait_until("the run's events", Duration::from_secs(10), |r| {
+            r.iter().any(|r| r.kind() == "run.finished")
+        })
+        .await;
+    // Well past the attempt's timeout and the first retry's backoff: nothing came twice.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let received = receiver.received();
+    let mut ids: Vec<&str> = received.iter().map(|r| r.id.as_str()).collect();
+    let all = ids.len();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), all, "an event was delivered again: {received:?}");
+}
+
+#[tokio::test]
 async fn thread_events_name_only_the_principal_that_owns_the_thread() {
     let receiver = Receiver::start(SECRET, Answer::Ok).await;
     let dir = temp_dir("hooks-scope");

@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
@@ -22,6 +23,8 @@ pub enum Answer {
     Fail,
     /// 200 after this long.
     Slow(Duration),
+    /// 200 at once, its body's last byte after this long.
+    SlowBody(Duration),
 }
 
 /// One POST as received.
@@ -144,7 +147,7 @@ impl Receiver {
     async fn handle(
         &self,
         req: hyper::Request<hyper::body::Incoming>,
-    ) -> hyper::Response<Full<Bytes>> {
+    ) -> hyper::Response<BoxBody<Bytes, Infallible>> {
         let header = |name: &str| {
             req.headers()
                 .get(name)
@@ -183,9 +186,25 @@ impl Receiver {
         } else {
             500
         };
+        let body = match answer {
+            Answer::SlowBody(delay) if status == 200 => {
+                let chunks = futures_util::stream::unfold(0u8, move |step| async move {
+                    match step {
+                        0 => Some((Ok(hyper::body::Frame::data(Bytes::from_static(b"{"))), 1)),
+                        1 => {
+                            tokio::time::sleep(delay).await;
+                            Some((Ok(hyper::body::Frame::data(Bytes::from_static(b"}"))), 2))
+                        }
+                        _ => None,
+                    }
+                });
+                StreamBody::new(chunks).boxed()
+            }
+            _ => Full::new(Bytes::from_static(b"{}")).boxed(),
+        };
         hyper::Response::builder()
             .status(status)
-            .body(Full::new(Bytes::from_static(b"{}")))
+            .body(body)
             .expect("response")
     }
 

@@ -20,6 +20,8 @@ use crate::webhooks::{Post, PostError, PostFuture};
 
 /// How long connecting may take, within an attempt's timeout.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an answer's body is drained after its head, at most.
+const DRAIN_TIME: Duration = Duration::from_secs(10);
 /// The most of an answer's body read (and dropped) so its connection can be reused.
 const DRAIN_LIMIT: usize = 64 * 1024;
 
@@ -77,15 +79,22 @@ impl WebhookClient {
             .await
             .map_err(|e| PostError::Failed(describe(&e)))?;
         let status = response.status().as_u16();
-        // Drained (up to a bound) so the connection goes back to the pool.
+        // The head is the delivery. The body is drained afterwards, apart from the
+        // attempt (up to a bound in size and time), so the connection can go back to the
+        // pool; a slow one is dropped, never a reason to deliver again.
         let mut body = response.into_body();
-        let mut read = 0;
-        while read < DRAIN_LIMIT {
-            match body.frame().await {
-                Some(Ok(frame)) => read += frame.data_ref().map_or(0, Bytes::len),
-                _ => break,
-            }
-        }
+        tokio::spawn(async move {
+            let drain = async {
+                let mut read = 0;
+                while read < DRAIN_LIMIT {
+                    match body.frame().await {
+                        Some(Ok(frame)) => read += frame.data_ref().map_or(0, Bytes::len),
+                        _ => break,
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+        });
         Ok(status)
     }
 }
