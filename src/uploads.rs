@@ -135,6 +135,22 @@ pub struct Uploads {
     limits: UploadLimits,
     /// Bytes set aside per principal for its uploads under way.
     reserved: std::sync::Mutex<HashMap<String, u64>>,
+    /// Per principal directory: the bytes its uploads hold, counted from a listing (taken
+    /// with a sweep at most every [`RECOUNT`]) and kept by each put and delete since, so a
+    /// put costs the same however many uploads there are.
+    ledgers: std::sync::Mutex<HashMap<PathBuf, Ledger>>,
+    /// Directory listings made to count (for tests: a put does not list).
+    listings: std::sync::atomic::AtomicU64,
+}
+
+/// How often a principal's directory is swept and counted again, at most.
+const RECOUNT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A principal directory's bytes in use, and when they were last counted.
+#[derive(Debug, Clone, Copy)]
+struct Ledger {
+    used: u64,
+    counted: std::time::Instant,
 }
 
 /// Bytes set aside for an upload under way (see [`Uploads::reserve`]).
@@ -173,6 +189,41 @@ impl Uploads {
             namespace: namespace.trim_end_matches('/').to_owned(),
             limits,
             reserved: std::sync::Mutex::default(),
+            ledgers: std::sync::Mutex::default(),
+            listings: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// How many times a principal's directory was listed to count its uploads.
+    pub fn listings(&self) -> u64 {
+        self.listings.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The bytes the uploads in `dir` hold: from its ledger, or (none yet, or older than
+    /// [`RECOUNT`]) swept and counted again.
+    async fn used_in(&self, dir: &Path) -> u64 {
+        let known = crate::sync::lock(&self.ledgers).get(dir).copied();
+        if let Some(ledger) = known.filter(|l| l.counted.elapsed() < RECOUNT) {
+            return ledger.used;
+        }
+        self.sweep_dir(dir).await;
+        self.listings
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let used = stored(dir).await.iter().map(|u| u.size).sum::<u64>();
+        crate::sync::lock(&self.ledgers).insert(
+            dir.to_owned(),
+            Ledger {
+                used,
+                counted: std::time::Instant::now(),
+            },
+        );
+        used
+    }
+
+    /// `bytes` more (or fewer) in `dir`'s ledger, if it has one.
+    fn account(&self, dir: &Path, added: u64, removed: u64) {
+        if let Some(ledger) = crate::sync::lock(&self.ledgers).get_mut(dir) {
+            ledger.used = (ledger.used + added).saturating_sub(removed);
         }
     }
 
@@ -209,8 +260,7 @@ impl Uploads {
         }
         let dir = self.dir(owner);
         tokio::fs::create_dir_all(&dir).await?;
-        self.sweep_dir(&dir).await;
-        let used = stored(&dir).await.iter().map(|u| u.size).sum::<u64>();
+        let used = self.used_in(&dir).await;
         // What uploads of this principal under way may still write counts too, so
         // uploads at once cannot pass the quota together.
         let _reserved = self
@@ -242,6 +292,7 @@ impl Uploads {
             let _ = tokio::fs::remove_file(dir.join(&id)).await;
             return Err(error.into());
         }
+        self.account(&dir, size, 0);
         Ok(upload)
     }
 
@@ -306,10 +357,12 @@ impl Uploads {
 
     /// Removes upload `id` of `owner`; `false` when there was none.
     pub async fn delete(&self, owner: &str, id: &str) -> bool {
-        if self.get(owner, id).await.is_none() {
+        let Some(upload) = self.get(owner, id).await else {
             return false;
-        }
-        remove(&self.dir(owner), id).await;
+        };
+        let dir = self.dir(owner);
+        remove(&dir, id).await;
+        self.account(&dir, 0, upload.size);
         true
     }
 
@@ -319,6 +372,7 @@ impl Uploads {
         for upload in stored(&dir).await {
             if upload.thread.as_deref() == Some(thread) {
                 remove(&dir, &upload.id).await;
+                self.account(&dir, 0, upload.size);
             }
         }
     }
@@ -340,6 +394,7 @@ impl Uploads {
         for upload in stored(dir).await {
             if upload.thread.is_none() && now.saturating_sub(upload.created_at) > ttl {
                 remove(dir, &upload.id).await;
+                self.account(dir, 0, upload.size);
             }
         }
         let Ok(mut entries) = tokio::fs::read_dir(dir).await else {
@@ -713,5 +768,44 @@ mod tests {
         assert!(video.accepted_type("video/html").is_err());
         assert!(video.accepted_type("video/mp4").is_ok());
         assert!(video.accepted_type("video/x-matroska").is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_put_costs_the_same_however_many_uploads_there_are() {
+        let root = std::env::temp_dir().join(format!("agui-uploads-ledger-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let uploads = Uploads::new(
+            root.clone(),
+            "/agui",
+            UploadLimits {
+                quota: 4_000 * 8 + 4,
+                ..UploadLimits::default()
+            },
+        );
+        let body = || http_body_util::Full::new(Bytes::from_static(b"8 bytes!"));
+        let mut ids = Vec::new();
+        for _ in 0..4_000 {
+            let upload = uploads
+                .put("carol", "text/plain", None, Some(8), body())
+                .await
+                .expect("stored");
+            ids.push(upload.id);
+        }
+        // One listing, at the first put: none of the next 3,999 read the directory.
+        assert_eq!(uploads.listings(), 1);
+        // The ledger kept the count: the quota is met where the files say.
+        assert!(matches!(
+            uploads
+                .put("carol", "text/plain", None, Some(8), body())
+                .await,
+            Err(UploadError::OverQuota(_))
+        ));
+        assert!(uploads.delete("carol", &ids[0]).await);
+        uploads
+            .put("carol", "text/plain", None, Some(8), body())
+            .await
+            .expect("room again after a delete");
+        assert_eq!(uploads.listings(), 1);
+        let _ = std::fs::remove_dir_all(&root);
     }
 }
