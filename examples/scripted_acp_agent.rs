@@ -676,7 +676,7 @@ async fn play(
             }
         }
         "pid" => {
-            let pid = format!("Pid: {}", std::process::id());
+            let pid = format!("Pid: {}", process_identity());
             chunk(&cx, &session, "agent_message_chunk", &mid, &pid)?;
         }
         "late-title" => {
@@ -816,7 +816,7 @@ async fn main() -> Result<(), Error> {
         .name("scripted-acp-agent")
         .on_receive_request(
             async move |request: InitializeRequest, responder, _cx| {
-                log_request(&format!("initialize {}", std::process::id()));
+                log_request(&format!("initialize {}", process_identity()));
                 let resume = std::env::var("SCRIPTED_AGENT_RESUME").is_ok_and(|v| v == "1");
                 let auth_methods = if std::env::var_os("SCRIPTED_AGENT_AUTH_FILE").is_some() {
                     vec![
@@ -878,7 +878,7 @@ async fn main() -> Result<(), Error> {
                     .collect();
                 log_request(&format!(
                     "new {id} {} {} {}",
-                    std::process::id(),
+                    process_identity(),
                     request.cwd.display(),
                     names.join(",")
                 ));
@@ -906,7 +906,7 @@ async fn main() -> Result<(), Error> {
         .on_receive_request(
             async move |request: LoadSessionRequest, responder, cx: Connection| {
                 let session = request.session_id.to_string();
-                log_request(&format!("load {session} {}", std::process::id()));
+                log_request(&format!("load {session} {}", process_identity()));
                 if let Ok(mut cwds) = on_load.cwds.lock() {
                     cwds.insert(session.clone(), request.cwd.clone());
                 }
@@ -1048,7 +1048,7 @@ async fn main() -> Result<(), Error> {
                 log_request(&format!(
                     "close {} {}",
                     request.session_id,
-                    std::process::id()
+                    process_identity()
                 ));
                 mark(&request.session_id.to_string(), "closed");
                 let response = CloseSessionResponse::new();
@@ -1067,7 +1067,7 @@ async fn main() -> Result<(), Error> {
         .on_receive_request(
             async move |request: PromptRequest, responder, cx: Connection| {
                 let session = request.session_id.to_string();
-                log_request(&format!("prompt {session} {}", std::process::id()));
+                log_request(&format!("prompt {session} {}", process_identity()));
                 let text = prompt_text(&request);
                 let blocks = serde_json::to_value(&request.prompt).unwrap_or(Value::Null);
                 let shared = on_prompt.clone();
@@ -1218,4 +1218,19 @@ fn probe(cwd: &std::path::Path, plan: &str) -> Value {
         out.insert(format!("signal:{pid}"), json!(verdict(result)));
     }
     Value::Object(out)
+}
+
+/// This process, named so no other process of the agent has the name, in any PID
+/// namespace (under bwrap each process is pid 2 or so of its own): its pid and the time it
+/// started.
+fn process_identity() -> String {
+    static IDENTITY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    IDENTITY
+        .get_or_init(|| {
+            let started = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            format!("{}.{started}", std::process::id())
+        })
+        .clone()
 }

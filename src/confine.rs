@@ -55,7 +55,8 @@ pub enum Confinement {
     /// Landlock (file system, TCP ports, signals, abstract sockets), `no_new_privs`, a
     /// minimal environment, no inherited descriptor but stdio.
     Landlock,
-    /// Landlock inside `bwrap`: also a mount, PID and IPC namespace.
+    /// Landlock inside `bwrap`: also a mount, PID and IPC namespace. The default where
+    /// bwrap works.
     Bwrap,
     /// None: the agent runs as the daemon's user with the daemon's environment (less the
     /// daemon's own variables: its token, its configuration) and its own `env`.
@@ -151,10 +152,16 @@ pub fn support() -> Support {
     }
 }
 
-/// The confinement an agent gets for its `confinement` setting (`None`: the default), or
-/// why it cannot be had on this machine.
+/// The confinement an agent gets for its `confinement` setting (`None`: the default,
+/// `bwrap` where it works on this machine, else `landlock`), or why it cannot be had.
 pub fn in_force(choice: Option<Confinement>) -> Result<Confinement, String> {
-    let wanted = choice.unwrap_or(Confinement::Landlock);
+    let wanted = choice.unwrap_or_else(|| {
+        if bwrap_works() {
+            Confinement::Bwrap
+        } else {
+            Confinement::Landlock
+        }
+    });
     if wanted == Confinement::None {
         return Ok(wanted);
     }
@@ -306,6 +313,43 @@ pub fn launch_command(
     Ok((launcher.to_owned(), words))
 }
 
+/// Whether `bwrap` is installed and can make its namespaces here (asked once: it starts
+/// `true` in them).
+pub fn bwrap_works() -> bool {
+    static WORKS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WORKS.get_or_init(|| {
+        let Some(bwrap) = bwrap_program() else {
+            return false;
+        };
+        let truth = ["/usr/bin/true", "/bin/true"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .unwrap_or("/bin/true");
+        std::process::Command::new(bwrap)
+            .args([
+                "--unshare-user",
+                "--unshare-net",
+                "--unshare-pid",
+                "--unshare-ipc",
+                "--unshare-uts",
+                "--die-with-parent",
+                "--ro-bind",
+                "/",
+                "/",
+                "--proc",
+                "/proc",
+                "--dev",
+                "/dev",
+                truth,
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    })
+}
+
 /// `bwrap`, when installed.
 pub fn bwrap_program() -> Option<PathBuf> {
     ["/usr/bin/bwrap", "/usr/local/bin/bwrap"]
@@ -398,6 +442,7 @@ pub fn launch(args: Vec<OsString>) -> String {
     }
     use std::os::unix::process::CommandExt;
     if policy.join_only {
+        // (bwrap's inner launcher still needs the forwarding key.)
         let error = std::process::Command::new(&program).args(args).exec();
         return format!("cannot start {}: {error}", Path::new(&program).display());
     }
@@ -425,7 +470,11 @@ pub fn launch(args: Vec<OsString>) -> String {
     if let Err(error) = filter.install() {
         return error;
     }
-    let error = std::process::Command::new(&program).args(args).exec();
+    // The forwarding key is the forwarder's alone.
+    let error = std::process::Command::new(&program)
+        .args(args)
+        .env_remove(forward::KEY_ENV)
+        .exec();
     format!("cannot start {}: {error}", Path::new(&program).display())
 }
 

@@ -821,9 +821,9 @@ async fn network_of_its_own(tag: &str, confinement: Confinement) {
     let read = format!(
         "import socket\ns = socket.create_connection(('127.0.0.1', {port}), 5)\nprint(s.recv(100).decode())"
     );
-    // Straight to the daemon's end, naming the daemon's own port: closed unanswered. (Under
-    // bwrap the socket is bound into the sandbox's `/tmp`; a launcher's own forwarder
-    // reaches it on the host, where the agent finds it too, once the agent has started.)
+    // Straight to the daemon's end, past the forwarder. (Under bwrap the socket is bound into
+    // the sandbox's `/tmp`; a launcher's own forwarder reaches it on the host, where the
+    // agent finds it too, once the agent has started.)
     let warm = probe(&s.server, &bob, "probe", "t", json!({})).await;
     assert!(warm.is_object(), "{warm}");
     let sockets: Vec<PathBuf> = std::fs::read_dir(s.data.join("run"))
@@ -835,10 +835,12 @@ async fn network_of_its_own(tag: &str, confinement: Confinement) {
         Confinement::Bwrap => PathBuf::from("/tmp/.agui-serve-forward.sock"),
         _ => sockets[0].clone(),
     };
+    // It names the allowed port, whose service answers at once: without the forwarder's
+    // key (which the agent never sees) it is dropped unanswered.
     let direct = format!(
         "import socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect('{}')\n    s.sendall(b'{}\\n')\n    print('open' if s.recv(100) else 'closed')\nexcept OSError as e:\n    print('error: %s' % e)",
         inside.display(),
-        s.server.addr.port()
+        port
     );
     let outcomes = probe(
         &s.server,
@@ -849,6 +851,7 @@ async fn network_of_its_own(tag: &str, confinement: Confinement) {
             "connect": [s.server.addr.to_string()],
             "run": [
                 ["netns", "import os; print(os.readlink('/proc/self/ns/net'))"],
+                ["key", "import os; print(os.environ.get('AGUI_FORWARD_KEY', 'none'))"],
                 ["allowed", read],
                 ["direct", direct],
                 ["run-socket", unix_ask(&host_socket, None)],
@@ -864,6 +867,7 @@ async fn network_of_its_own(tag: &str, confinement: Confinement) {
     );
     // The allowed port comes through the daemon; the daemon's own port is not there.
     assert_eq!(outcomes["run:allowed"], "hello from the host", "{outcomes}");
+    assert_eq!(outcomes["run:key"], "none", "{outcomes}");
     let daemon = &outcomes[&format!("connect:{}", s.server.addr)];
     assert_ne!(daemon, "ok", "{outcomes}");
     let direct = outcomes["run:direct"].as_str().expect("direct");

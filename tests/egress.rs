@@ -189,6 +189,11 @@ async fn egress_by_name(tag: &str, confinement: Confinement) {
         run("mptcp", &format!("print(attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262).connect(('127.0.0.1', {port}))))")),
         run("raw", "print(attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, 1)))"),
         run("env", "print(os.environ.get('HTTPS_PROXY', '') + ' ' + os.environ.get('NO_PROXY', ''))"),
+        // Another spelling of a denied host, and numeric forms the resolver reads as
+        // addresses: refused.
+        run("denied-dot", "print(tunnel('bad.wild.test.:443'))"),
+        run("numeric", "print(tunnel('2130706433:443'))"),
+        run("hex", "print(tunnel('0x7f000001:443'))"),
     ]});
     let out = probe(&s.server, &bob, "probe", "t", plan).await;
     let at = |label: &str| {
@@ -229,7 +234,13 @@ async fn egress_by_name(tag: &str, confinement: Confinement) {
         at("env").starts_with("http://127.0.0.1:") && at("env").contains("127.0.0.1,localhost"),
         "{out}"
     );
-
+    assert!(
+        at("denied-dot").starts_with("403 ") && at("denied-dot").contains("egress.deny"),
+        "{out}"
+    );
+    for numeric in ["numeric", "hex"] {
+        assert!(at(numeric).starts_with("403 "), "{numeric}: {out}");
+    }
     // Anything allowed by name, but no address that is not public, however it is named.
     let plan = json!({"run": [
         run("loopback", &format!("print(tunnel('127.0.0.1:{port}'))")),
@@ -288,7 +299,7 @@ async fn egress_by_name(tag: &str, confinement: Confinement) {
         .unwrap_or(Value::Null);
     let egress = &shown["egress"];
     assert_eq!(egress["allowed"], 3, "{shown}");
-    assert_eq!(egress["denied"], 3, "{shown}");
+    assert_eq!(egress["denied"], 6, "{shown}");
     assert!(egress["lastDenied"]["rule"].is_string(), "{shown}");
     let scrape = s
         .server
@@ -299,7 +310,7 @@ async fn egress_by_name(tag: &str, confinement: Confinement) {
         .await
         .expect("scrape");
     assert!(
-        scrape.contains("agui_egress_decisions_total{agent=\"probe\",decision=\"denied\"} 3"),
+        scrape.contains("agui_egress_decisions_total{agent=\"probe\",decision=\"denied\"} 6"),
         "{scrape}"
     );
     assert!(
@@ -307,6 +318,33 @@ async fn egress_by_name(tag: &str, confinement: Confinement) {
         "{scrape}"
     );
 }
+
+/// Python that asks the model through the relay for a whole answer (not streamed, its
+/// length given): its usage is billed too.
+const ASK_WHOLE: &str = r#"
+import os, json, urllib.request
+request = urllib.request.Request(
+    os.environ['ANTHROPIC_BASE_URL'] + '/v1/messages',
+    data=json.dumps({'model': 'm', 'max_tokens': 10, 'stream': False,
+                     'messages': [{'role': 'user', 'content': 'hi'}]}).encode(),
+    headers={'x-api-key': os.environ['ANTHROPIC_API_KEY'], 'content-type': 'application/json'})
+with urllib.request.urlopen(request, timeout=10) as answer:
+    body = json.loads(answer.read().decode())
+print(answer.status, body['usage']['output_tokens'])
+"#;
+
+/// Python that tries paths out of the relay's upstream prefix: each refused with a 400.
+const CLIMB: &str = r#"
+import os, urllib.request, urllib.error
+codes = []
+for path in ['/v1/../admin', '/v1/%2e%2e/admin', '/v1/%2E%2e%2fadmin']:
+    try:
+        urllib.request.urlopen(os.environ['ANTHROPIC_BASE_URL'] + path, timeout=10)
+        codes.append('200')
+    except urllib.error.HTTPError as e:
+        codes.append(str(e.code))
+print(' '.join(codes))
+"#;
 
 #[tokio::test]
 async fn a_relay_adds_the_key_outside_the_sandbox_and_counts_what_the_model_bills() {
@@ -349,6 +387,8 @@ async fn a_relay_adds_the_key_outside_the_sandbox_and_counts_what_the_model_bill
     let plan = json!({"run": [
         ["ask", ASK_MODEL],
         ["env", "import os; print(repr(dict(os.environ)))"],
+        ["climb", CLIMB],
+        ["whole", ASK_WHOLE],
     ]});
     let frames = turn(&s.server, &bob, "probe", "t", &format!("probe {plan}")).await;
     let last = frames.last().expect("a frame");
@@ -357,6 +397,8 @@ async fn a_relay_adds_the_key_outside_the_sandbox_and_counts_what_the_model_bill
     let out: Value =
         serde_json::from_str(reply.strip_prefix("Probe: ").expect("report")).expect("json");
     assert_eq!(out["run:ask"], "200 True", "{out}");
+    assert_eq!(out["run:climb"], "400 400 400", "{out}");
+    assert_eq!(out["run:whole"], "200 20", "{out}");
     let env = out["run:env"].as_str().expect("env");
     assert!(
         !env.contains(KEY),
@@ -365,12 +407,14 @@ async fn a_relay_adds_the_key_outside_the_sandbox_and_counts_what_the_model_bill
     assert!(env.contains(agui_serve::egress::PLACEHOLDER), "{env}");
     // The model got the operator's key, never the placeholder.
     let asked = model.requests();
-    assert_eq!(asked.len(), 1, "{asked:?}");
-    assert_eq!(asked[0].credential.as_deref(), Some(KEY));
-    // What the model billed (100 in, 20 out) is the turn's usage.
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    for request in &asked {
+        assert_eq!(request.credential.as_deref(), Some(KEY));
+    }
+    // What the model billed (100 in, 20 out, twice: streamed and whole) is the turn's usage.
     let usage = &last.data["usage"][0];
-    assert_eq!(usage["inputTokens"], 100, "{}", last.data);
-    assert_eq!(usage["totalTokens"], 120, "{}", last.data);
+    assert_eq!(usage["inputTokens"], 200, "{}", last.data);
+    assert_eq!(usage["totalTokens"], 240, "{}", last.data);
 
     // A budget of 50 tokens: the run pauses inside the turn that spent them.
     let frames = turn(&s.server, &bob, "tight", "u", &format!("probe {plan}")).await;

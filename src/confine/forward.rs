@@ -22,6 +22,11 @@ use serde::{Deserialize, Serialize};
 /// The forwarder's first argument.
 pub const FORWARD: &str = "__forward";
 
+/// The variable that hands the launcher its forwarding key: the launcher passes it to the
+/// forwarder and takes it out of the agent's environment, so only the forwarder (outside
+/// the agent's Landlock domain, whose `/proc` entries the agent cannot read) holds it.
+pub const KEY_ENV: &str = "AGUI_FORWARD_KEY";
+
 /// Where the daemon's end is, inside the sandbox, and the ports to listen on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Forward {
@@ -34,9 +39,11 @@ pub(super) fn start(forward: &Forward) -> Result<(), String> {
     let fail = |e: &dyn std::fmt::Display| format!("cannot start the port forwarder: {e}");
     let exe = std::env::current_exe().map_err(|e| fail(&e))?;
     let spec = serde_json::to_string(forward).map_err(|e| fail(&e))?;
+    let key = std::env::var(KEY_ENV).map_err(|_| fail(&"no forwarding key"))?;
     let mut child = std::process::Command::new(exe)
         .arg(FORWARD)
         .arg(spec)
+        .env(KEY_ENV, key)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -62,6 +69,9 @@ pub fn serve(args: Vec<std::ffi::OsString>) -> String {
     let forward: Forward = match serde_json::from_str(spec) {
         Ok(forward) => forward,
         Err(error) => return format!("the forwarder's ports are invalid: {error}"),
+    };
+    let Ok(key) = std::env::var(KEY_ENV) else {
+        return "the forwarder has no key".to_owned();
     };
     let mut listeners = Vec::new();
     for port in &forward.ports {
@@ -89,8 +99,8 @@ pub fn serve(args: Vec<std::ffi::OsString>) -> String {
     let threads: Vec<_> = listeners
         .into_iter()
         .map(|(port, listener)| {
-            let socket = forward.socket.clone();
-            std::thread::spawn(move || accept(port, &listener, &socket))
+            let (socket, key) = (forward.socket.clone(), key.clone());
+            std::thread::spawn(move || accept(port, &listener, &socket, &key))
         })
         .collect();
     for thread in threads {
@@ -99,24 +109,29 @@ pub fn serve(args: Vec<std::ffi::OsString>) -> String {
     "the forwarder stopped".to_owned()
 }
 
-/// Hands each connection to `port` to the daemon at `socket`.
-fn accept(port: u16, listener: &TcpListener, socket: &std::path::Path) {
+/// Hands each connection to `port` to the daemon at `socket`, with `key`.
+fn accept(port: u16, listener: &TcpListener, socket: &std::path::Path, key: &str) {
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
-        let socket = socket.to_owned();
+        let (socket, key) = (socket.to_owned(), key.to_owned());
         std::thread::spawn(move || {
-            if let Err(error) = hand_over(port, conn, &socket) {
+            if let Err(error) = hand_over(port, conn, &socket, &key) {
                 eprintln!("agui-serve forwarder: port {port}: {error}");
             }
         });
     }
 }
 
-/// One connection: the daemon is told the port (a line), then bytes go both ways until
-/// each side is done.
-fn hand_over(port: u16, conn: TcpStream, socket: &std::path::Path) -> std::io::Result<()> {
+/// One connection: the daemon is told the key and the port (a line), then bytes go both
+/// ways until each side is done.
+fn hand_over(
+    port: u16,
+    conn: TcpStream,
+    socket: &std::path::Path,
+    key: &str,
+) -> std::io::Result<()> {
     let mut daemon = UnixStream::connect(socket)?;
-    writeln!(daemon, "{port}")?;
+    writeln!(daemon, "{key} {port}")?;
     let (mut conn_in, mut daemon_in) = (conn.try_clone()?, daemon.try_clone()?);
     let up = std::thread::spawn(move || {
         let _ = std::io::copy(&mut conn_in, &mut daemon_in);

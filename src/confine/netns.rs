@@ -1,5 +1,5 @@
-//! A network namespace of the launcher's own (`landlock` mode; `bwrap` makes its own): the
-//! agent gets a loopback and nothing else, so the only ways out are the ports its
+//! Namespaces of the launcher's own (`landlock` mode; `bwrap` makes its own): network, IPC
+//! and UTS. The agent gets a loopback and nothing else, so the only ways out are the ports its
 //! forwarder listens on (`forward.rs`), each handed to the daemon, which decides.
 //!
 //! A launcher with `CAP_SYS_ADMIN` (a root daemon) unshares the network alone; any other
@@ -12,14 +12,16 @@ use nix::errno::Errno;
 use nix::sched::{CloneFlags, unshare};
 use socket2::{Domain, Protocol, Socket, Type};
 
-/// Moves this (single-threaded) process into a new network namespace with its loopback up.
+/// Moves this (single-threaded) process into new network, IPC and UTS namespaces, its
+/// loopback up: SysV IPC and the host name are the agent's own too.
 pub(super) fn enter() -> Result<(), String> {
     let fail = |e: &dyn std::fmt::Display| format!("cannot make the agent's network: {e}");
-    match unshare(CloneFlags::CLONE_NEWNET) {
+    let own = CloneFlags::CLONE_NEWNET | CloneFlags::CLONE_NEWIPC | CloneFlags::CLONE_NEWUTS;
+    match unshare(own) {
         Ok(()) => {}
         Err(Errno::EPERM) => {
             let (uid, gid) = (nix::unistd::geteuid(), nix::unistd::getegid());
-            unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET).map_err(|e| {
+            unshare(CloneFlags::CLONE_NEWUSER | own).map_err(|e| {
                 fail(&format!(
                     "{e} (unprivileged user namespaces are off: run the daemon as root, or allow them)"
                 ))

@@ -5,6 +5,24 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+/// The addresses of this host's own interfaces (a public one included: services the host
+/// listens on for all addresses are the host's, not the internet's).
+pub(super) fn local_addresses() -> Vec<IpAddr> {
+    let Ok(interfaces) = nix::ifaddrs::getifaddrs() else {
+        return Vec::new();
+    };
+    interfaces
+        .filter_map(|interface| interface.address)
+        .filter_map(|address| {
+            address
+                .as_sockaddr_in()
+                .map(|v4| IpAddr::V4(v4.ip()))
+                .or_else(|| address.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip())))
+        })
+        .map(|ip| ip.to_canonical())
+        .collect()
+}
+
 /// Whether `ip` is a public unicast address.
 pub fn is_public(ip: IpAddr) -> bool {
     match ip {
@@ -49,5 +67,8 @@ fn public_v6(ip: Ipv6Addr) -> bool {
         // IPv4-compatible and NAT64 (64:ff9b::/96) forms of any IPv4 address: judged as
         // that address would be, conservatively refused.
         || ip.segments()[..6] == [0, 0, 0, 0, 0, 0]
-        || (first == 0x64 && ip.segments()[1] == 0xff9b))
+        || (first == 0x64 && ip.segments()[1] == 0xff9b)
+        // 6to4 (2002::/16) and Teredo (2001::/32) carry an IPv4 address inside.
+        || first == 0x2002
+        || (first == 0x2001 && ip.segments()[1] == 0))
 }

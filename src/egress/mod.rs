@@ -25,6 +25,9 @@ pub use address::is_public;
 pub use rule::Rule;
 pub use usage::{ModelUsage, UsageTap};
 
+/// How long a name may take to resolve.
+const LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// `[agents.egress]` as written.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -98,21 +101,28 @@ impl Egress {
         }
         if let Ok(ip) = host.parse::<IpAddr>() {
             let listed = self.allow.iter().any(|r| r.names_address(ip));
-            if listed || is_public(ip) {
+            let local = address::local_addresses().contains(&ip.to_canonical());
+            if listed || (is_public(ip) && !local) {
                 return Ok(vec![SocketAddr::new(ip, port)]);
             }
             return Err(format!(
                 "{ip} is not a public address (list it in egress.allow to reach it)"
             ));
         }
-        let found: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
+        let lookup = tokio::time::timeout(LOOKUP_TIMEOUT, tokio::net::lookup_host((host, port)));
+        let found: Vec<SocketAddr> = lookup
             .await
+            .map_err(|_| format!("{host} did not resolve within {LOOKUP_TIMEOUT:?}"))?
             .map_err(|e| format!("{host} does not resolve: {e}"))?
             .collect();
+        let local = address::local_addresses();
+        let denied = |ip: IpAddr| self.deny.iter().any(|r| r.names_address(ip));
         let public: Vec<SocketAddr> = found
             .iter()
             .copied()
-            .filter(|a| is_public(a.ip()))
+            .filter(|a| {
+                is_public(a.ip()) && !local.contains(&a.ip().to_canonical()) && !denied(a.ip())
+            })
             .collect();
         if public.is_empty() {
             let shown = found
@@ -124,6 +134,26 @@ impl Egress {
         }
         Ok(public)
     }
+}
+
+/// `host` as the rules see it: lower case, without a trailing dot, an address in its
+/// canonical form (an IPv4-mapped IPv6 address as IPv4). A numeric host that is no address
+/// in dotted or IPv6 form (`16909060`, `0x01020304`, `1.2.3`: resolvers read them as
+/// addresses, the rules would not) is refused.
+pub fn canonical_host(host: &str) -> Result<String, String> {
+    let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(ip.to_canonical().to_string());
+    }
+    let last = host.rsplit('.').next().unwrap_or("");
+    let numeric =
+        !last.is_empty() && (last.bytes().all(|b| b.is_ascii_digit()) || last.starts_with("0x"));
+    if numeric || host.is_empty() {
+        return Err(format!(
+            "{host:?} is not a host name or an address in its usual form"
+        ));
+    }
+    Ok(host)
 }
 
 /// The rules' verdict, with the reason shown to the agent and logged.

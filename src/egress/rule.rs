@@ -66,14 +66,15 @@ impl Rule {
 
     /// Whether the entry names `ip` itself (listing an address explicitly).
     pub fn names_address(&self, ip: IpAddr) -> bool {
-        matches!(&self.host, Host::Exact(name) if name.parse::<IpAddr>() == Ok(ip))
+        matches!(&self.host, Host::Exact(name)
+            if name.parse::<IpAddr>().is_ok_and(|named| named.to_canonical() == ip.to_canonical()))
     }
 }
 
-/// Two spellings of one address (`::1` and `0:0::1`).
+/// Two spellings of one address (`::1` and `0:0::1`, `::ffff:1.2.3.4` and `1.2.3.4`).
 fn same_address(a: &str, b: &str) -> bool {
     match (a.parse::<IpAddr>(), b.parse::<IpAddr>()) {
-        (Ok(a), Ok(b)) => a == b,
+        (Ok(a), Ok(b)) => a.to_canonical() == b.to_canonical(),
         _ => false,
     }
 }

@@ -61,6 +61,44 @@ fn names_subdomains_ports_and_deny_decide_as_documented() {
 }
 
 #[test]
+fn hosts_are_judged_in_their_canonical_form() {
+    assert_eq!(
+        canonical_host("DB.Internal.Example.com."),
+        Ok("db.internal.example.com".to_owned())
+    );
+    assert_eq!(canonical_host("::ffff:1.2.3.4"), Ok("1.2.3.4".to_owned()));
+    for odd in ["16909060", "0x01020304", "1.2.3", "0x7f.1", "", "."] {
+        assert!(canonical_host(odd).is_err(), "{odd}");
+    }
+    // So a deny rule cannot be passed by another spelling of its host.
+    let e = egress(&["*"], &["*.internal.example.com", "1.2.3.4"], &[]);
+    let host = canonical_host("db.internal.example.com.").expect("name");
+    assert!(!allowed(&e, &host, 443));
+    let mapped = canonical_host("::ffff:1.2.3.4").expect("address");
+    assert!(!allowed(&e, &mapped, 443));
+}
+
+#[tokio::test]
+async fn a_denied_address_is_refused_however_it_was_named() {
+    // A name allowed by `*` that resolves to an address a deny rule names.
+    let e = egress(&["*"], &["127.0.0.1"], &[]);
+    let error = e.addresses("localhost", 80).await.expect_err("denied");
+    assert!(error.contains("not a public address"), "{error}");
+    // The host's own addresses are refused even when public.
+    for local in address::local_addresses() {
+        if is_public(local) {
+            let error = e
+                .addresses(&local.to_string(), 80)
+                .await
+                .expect_err("local");
+            assert!(error.contains("not a public address"), "{error}");
+        }
+    }
+    assert!(!is_public("2002:7f00:1::1".parse().expect("6to4")));
+    assert!(!is_public("2001:0:4136:e378::1".parse().expect("teredo")));
+}
+
+#[test]
 fn bad_entries_are_refused_with_their_key() {
     for (allow, resolve) in [
         ("", None),
@@ -132,6 +170,28 @@ fn a_streamed_anthropic_answer_bills_as_it_streams() {
         (39, 39, 0)
     );
     assert_eq!(tap.feed(b"data: {\"type\":\"ping\"}\n"), None);
+    assert_eq!(tap.finish(), None);
+}
+
+#[test]
+fn a_stream_cut_before_its_count_is_billed_for_what_it_streamed() {
+    let mut tap = UsageTap::new(Some("text/event-stream"));
+    let start = "data: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}\n";
+    assert_eq!(tap.feed(start.as_bytes()).expect("input").total_tokens, 11);
+    let text = "x".repeat(400);
+    let delta = format!(
+        "data: {{\"type\":\"content_block_delta\",\"delta\":{{\"type\":\"text_delta\",\"text\":\"{text}\"}}}}\n"
+    );
+    assert_eq!(tap.feed(delta.as_bytes()), None);
+    // The agent hung up here: 400 bytes streamed bill about 100 tokens of output.
+    let cut = tap.finish().expect("estimated");
+    assert_eq!(cut.output_tokens, 99);
+    // A stream that ended with its count is billed by the count alone.
+    let mut tap = UsageTap::new(Some("text/event-stream"));
+    tap.feed(start.as_bytes());
+    tap.feed(delta.as_bytes());
+    let end = "data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":7}}\n";
+    assert_eq!(tap.feed(end.as_bytes()).expect("count").output_tokens, 6);
     assert_eq!(tap.finish(), None);
 }
 

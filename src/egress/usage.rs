@@ -64,6 +64,10 @@ pub struct UsageTap {
     /// The answer's usage so far (cumulative), and how much of it was handed out.
     seen: ModelUsage,
     reported: ModelUsage,
+    /// Bytes of generated content streamed (text, tool input, thinking), and whether the
+    /// model has said its final count: a stream cut before it is billed by these bytes.
+    generated: u64,
+    counted: bool,
 }
 
 impl UsageTap {
@@ -75,6 +79,8 @@ impl UsageTap {
             overflow: false,
             seen: ModelUsage::default(),
             reported: ModelUsage::default(),
+            generated: 0,
+            counted: false,
         }
     }
 
@@ -116,6 +122,15 @@ impl UsageTap {
             let line = std::mem::take(&mut self.buffer);
             self.line(&line);
         }
+        // Cut before the model gave its final count: what it streamed, about 4 bytes a
+        // token, at least.
+        if self.stream && !self.counted && self.generated > 0 {
+            let estimate = self.generated.div_ceil(4);
+            if estimate > self.seen.output_tokens {
+                self.seen.total_tokens += estimate - self.seen.output_tokens;
+                self.seen.output_tokens = estimate;
+            }
+        }
         self.buffer = Vec::new();
         self.fresh()
     }
@@ -134,6 +149,24 @@ impl UsageTap {
         let Ok(event) = serde_json::from_slice::<Value>(data.trim_ascii()) else {
             return;
         };
+        let kind = event["type"].as_str().unwrap_or("");
+        if kind == "content_block_delta" {
+            let delta = &event["delta"];
+            for field in ["text", "partial_json", "thinking"] {
+                self.generated += delta[field].as_str().map_or(0, |t| t.len() as u64);
+            }
+        } else if kind == "response.output_text.delta"
+            || kind == "response.function_call_arguments.delta"
+        {
+            self.generated += event["delta"].as_str().map_or(0, |t| t.len() as u64);
+        }
+        if matches!(
+            kind,
+            "message_delta" | "response.completed" | "response.incomplete" | "response.failed"
+        ) || event.get("usage").is_some_and(Value::is_object) && kind.is_empty()
+        {
+            self.counted = true;
+        }
         let usage = match event["type"].as_str() {
             Some("message_start") => &event["message"]["usage"],
             Some("message_delta") => &event["usage"],

@@ -147,7 +147,15 @@ async fn answer(
     };
     let cwd = working_directory(&body).unwrap_or_default();
     let step = step.unwrap_or_else(|| Step::Say("Scripted reply.".to_owned()));
-    if path.ends_with("/messages") {
+    if path.ends_with("/messages") && body["stream"] == Value::Bool(false) {
+        // A whole answer, its length given.
+        Ok(json_response(
+            200,
+            json!({"type": "message", "role": "assistant",
+                   "content": [{"type": "text", "text": "Scripted reply."}],
+                   "usage": {"input_tokens": 100, "output_tokens": 20}}),
+        ))
+    } else if path.ends_with("/messages") {
         Ok(stream(anthropic_events(step, &cwd)))
     } else if path.ends_with("/responses") {
         Ok(stream(openai_events(step, &cwd)))

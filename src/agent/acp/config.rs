@@ -24,8 +24,8 @@ pub struct AcpConfig {
     /// Each thread's own working directory (`None`: every session works in `cwd`, or the
     /// daemon's working directory).
     pub workspace: Option<WorkspaceConfig>,
-    /// How the agent's processes are confined (`None`: Landlock, where the kernel has it;
-    /// without it the agent is not started).
+    /// How the agent's processes are confined (`None`: bwrap where it works, else
+    /// Landlock, where the kernel has it; without it the agent is not started).
     pub confinement: Option<Confinement>,
     /// What a confined agent may reach besides its workspace and home.
     pub sandbox: Sandbox,

@@ -5,7 +5,9 @@
 //!
 //! A process that serves several turns at once (one process for a principal's threads)
 //! counts what its relays read against the earliest of them: the principal's day is
-//! right, a thread's own count may not be.
+//! right, a thread's own count may not be. What a process spends with no turn in progress
+//! (something it left running, a spare starting up) is counted against its next turn,
+//! first thing.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,6 +24,8 @@ pub(super) struct AgentExits {
     counters: Arc<Counters>,
     metrics: Option<EgressMetrics>,
     turns: Mutex<Vec<Metered>>,
+    /// Billed while no turn was in progress: the next turn's, first thing.
+    pending: Mutex<ModelUsage>,
     next: AtomicU64,
 }
 
@@ -43,6 +47,7 @@ impl AgentExits {
             counters,
             metrics,
             turns: Mutex::default(),
+            pending: Mutex::default(),
             next: AtomicU64::new(0),
         })
     }
@@ -51,11 +56,18 @@ impl AgentExits {
     /// until [`AgentExits::end`].
     pub(super) fn begin(&self, sink: &EventSink) -> u64 {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let earlier = std::mem::take(&mut *lock(&self.pending));
         lock(&self.turns).push(Metered {
             id,
             sink: sink.clone(),
-            used: ModelUsage::default(),
+            used: earlier,
         });
+        if earlier.total_tokens > 0 {
+            let sink = sink.clone();
+            tokio::spawn(async move {
+                let _ = sink.report_usage(earlier.total_tokens).await;
+            });
+        }
         id
     }
 
@@ -105,7 +117,8 @@ impl Exits for AgentExits {
         let sink = {
             let mut turns = lock(&self.turns);
             let Some(turn) = turns.first_mut() else {
-                tracing::debug!(agent = %self.who.agent, tokens = usage.total_tokens, "model usage outside a turn");
+                tracing::info!(agent = %self.who.agent, principal = %self.who.principal, tokens = usage.total_tokens, "model usage outside a turn: counted against the next");
+                lock(&self.pending).add(&usage);
                 return;
             };
             turn.used.add(&usage);

@@ -1,7 +1,9 @@
 //! The daemon's end of a confined agent's port forwarder (`confine::forward`): a UNIX
 //! socket per agent process (bound into a bwrap sandbox at [`INSIDE`]). Each connection
-//! names, on its first line, the port the agent connected to in its own network; the port
-//! is a [`Route`]: a port on the host's loopback (connected to, bytes both ways), the
+//! names, on its first line, the process's forwarding key (a secret only its forwarder
+//! holds: see `confine::forward`) and the port the agent connected to in its own network;
+//! a connection without the key is dropped (another agent that found the socket's path).
+//! The port is a [`Route`]: a port on the host's loopback (connected to, bytes both ways), the
 //! egress proxy or a model relay (served by the [`Gateway`]). Any other port is closed at
 //! once. Served until the process exits; the socket file goes with it.
 
@@ -53,6 +55,17 @@ const NAME_WAIT: Duration = Duration::from_secs(5);
 /// Forwarded connections open at once, per agent process (each costs the daemon two
 /// descriptors).
 const MAX_CONNECTIONS: usize = 256;
+/// Forwarded connections open at once, every agent's together: what the daemon keeps of
+/// its descriptors for the agents, so that their connections never starve its own.
+const MAX_ALL_CONNECTIONS: usize = 1024;
+
+/// The daemon-wide slots of [`MAX_ALL_CONNECTIONS`].
+fn all_slots() -> Arc<tokio::sync::Semaphore> {
+    static SLOTS: std::sync::OnceLock<Arc<tokio::sync::Semaphore>> = std::sync::OnceLock::new();
+    SLOTS
+        .get_or_init(|| Arc::new(tokio::sync::Semaphore::new(MAX_ALL_CONNECTIONS)))
+        .clone()
+}
 
 /// A bound socket not yet served; its file is removed when it is dropped.
 #[derive(Debug)]
@@ -64,6 +77,8 @@ pub(super) struct Forwarding {
     ways: Option<Ways>,
     /// The agent's control group, where there is one: only its processes are served.
     group: Option<Arc<Cgroup>>,
+    /// What the forwarder says first on every connection.
+    key: Arc<str>,
     slots: Arc<tokio::sync::Semaphore>,
 }
 
@@ -97,6 +112,7 @@ impl Forwarding {
             routes: Arc::new(routes),
             ways,
             group,
+            key: Arc::from(new_key()),
             slots: Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS)),
         })
     }
@@ -104,6 +120,11 @@ impl Forwarding {
     /// The socket's path on the host.
     pub(super) fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The key the forwarder must present (handed to the launcher in its environment).
+    pub(super) fn key(&self) -> &str {
+        &self.key
     }
 
     /// Serves it until `stop`.
@@ -132,7 +153,12 @@ impl Forwarding {
                                 tracing::warn!(limit = MAX_CONNECTIONS, "an agent's forwarded connections are at their limit");
                                 continue;
                             };
-                            tokio::spawn(connection(stream, self.routes.clone(), self.ways.clone(), slot));
+                            let Ok(all) = all_slots().try_acquire_owned() else {
+                                tracing::warn!(limit = MAX_ALL_CONNECTIONS, "the agents' forwarded connections are at their limit");
+                                continue;
+                            };
+                            let slot = (slot, all);
+                            tokio::spawn(connection(stream, self.key.clone(), self.routes.clone(), self.ways.clone(), slot));
                         }
                         // Out of descriptors, say: the next accept may do better.
                         Err(error) => {
@@ -174,11 +200,16 @@ impl Forwarding {
 /// One forwarded connection: its port, then where that port leads.
 async fn connection(
     mut inside: UnixStream,
+    key: Arc<str>,
     routes: Arc<HashMap<u16, Route>>,
     ways: Option<Ways>,
-    _slot: tokio::sync::OwnedSemaphorePermit,
+    _slot: (
+        tokio::sync::OwnedSemaphorePermit,
+        tokio::sync::OwnedSemaphorePermit,
+    ),
 ) {
-    let Ok(Some(port)) = tokio::time::timeout(NAME_WAIT, port_line(&mut inside)).await else {
+    let Ok(Some(port)) = tokio::time::timeout(NAME_WAIT, first_line(&mut inside, &key)).await
+    else {
         return;
     };
     let route = routes.get(&port).cloned();
@@ -199,12 +230,31 @@ async fn connection(
     }
 }
 
-/// The port on the connection's first line (at most 6 bytes with its newline).
-async fn port_line(stream: &mut UnixStream) -> Option<u16> {
-    let mut line = Vec::with_capacity(6);
-    while line.len() < 6 {
+/// A new forwarding key: 128 random bits, in hex.
+fn new_key() -> String {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).expect("the OS random generator");
+    crate::hex::encode(&bytes)
+}
+
+/// The connection's first line, `KEY PORT` (at most 40 bytes with its newline): the port,
+/// when the key is the process's.
+async fn first_line(stream: &mut UnixStream, key: &str) -> Option<u16> {
+    use subtle::ConstantTimeEq;
+    let mut line = Vec::with_capacity(40);
+    while line.len() < 40 {
         match stream.read_u8().await.ok()? {
-            b'\n' => return std::str::from_utf8(&line).ok()?.parse().ok(),
+            b'\n' => {
+                let line = std::str::from_utf8(&line).ok()?;
+                let (given, port) = line.split_once(' ')?;
+                if !bool::from(given.as_bytes().ct_eq(key.as_bytes())) {
+                    tracing::warn!(
+                        "a connection to an agent's forwarder without its key was dropped"
+                    );
+                    return None;
+                }
+                return port.parse().ok();
+            }
             byte => line.push(byte),
         }
     }

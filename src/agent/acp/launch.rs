@@ -240,11 +240,16 @@ fn own_network(
     ports.sort_unstable();
     // Landlock's connect rules name every forwarded port.
     policy.connect = ports.clone();
-    let ways = gateway.map(|gateway| Ways {
+    let served = gateway.map(|gateway| Ways {
         gateway,
         exits: ways.exits.clone(),
     });
-    let forwarding = Forwarding::bind(&host.data_dir.join("run"), routes, ways, group)?;
+    let forwarding = Forwarding::bind(&host.data_dir.join("run"), routes, served, group)?;
+    // The launcher hands it to the forwarder and keeps it from the agent.
+    ways.env.insert(
+        confine::forward::KEY_ENV.to_owned(),
+        forwarding.key().to_owned(),
+    );
     let socket = match confinement {
         Confinement::Bwrap => forward::INSIDE.into(),
         _ => forwarding.path().to_owned(),

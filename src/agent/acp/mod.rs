@@ -172,6 +172,12 @@ impl AcpBackend {
                     confinement = confinement.as_str(),
                     "agent confined"
                 );
+                if !crate::confine::network_namespaces() {
+                    tracing::error!(
+                        agent = name,
+                        "the agent cannot have a network of its own here (run the daemon as root, or allow unprivileged user namespaces): it will not start"
+                    );
+                }
                 if let Err(why) = crate::confine::cgroup::status() {
                     tracing::warn!(
                         agent = name,

@@ -134,9 +134,11 @@ fn target(uri: &Uri, default_port: u16) -> Option<(String, u16)> {
     let host = authority
         .host()
         .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_ascii_lowercase();
-    Some((host, authority.port_u16().unwrap_or(default_port)))
+        .trim_end_matches(']');
+    Some((
+        host.to_owned(),
+        authority.port_u16().unwrap_or(default_port),
+    ))
 }
 
 /// One request to the proxy.
@@ -152,6 +154,22 @@ async fn proxy(request: Request<Incoming>, rules: &Egress, exits: Arc<dyn Exits>
             StatusCode::BAD_REQUEST,
             "this is an HTTP proxy: send CONNECT host:port, or a request for an absolute http:// URL",
         );
+    };
+    let host = match crate::egress::canonical_host(&host) {
+        Ok(host) => host,
+        Err(why) => {
+            exits.decided(Decision {
+                host: host.clone(),
+                port,
+                allowed: false,
+                rule: why.clone(),
+                bytes: 0,
+            });
+            return answer(
+                StatusCode::FORBIDDEN,
+                &format!("egress to {host}:{port} refused: {why}"),
+            );
+        }
     };
     let refuse = |rule: String| {
         exits.decided(Decision {
@@ -325,6 +343,12 @@ async fn relay_one(
         .uri
         .path_and_query()
         .map_or("/", http::uri::PathAndQuery::as_str);
+    if !plain_path(parts.uri.path()) {
+        return answer(
+            StatusCode::BAD_REQUEST,
+            "a relay takes a plain path: /..., without dot segments",
+        );
+    }
     let base = relay.upstream.to_string();
     let Ok(uri) = format!("{}{path}", base.trim_end_matches('/')).parse::<Uri>() else {
         return answer(
@@ -373,6 +397,21 @@ async fn relay_one(
     }
 }
 
+/// Whether `path` is one the relay may put after its upstream's: it starts with `/` and
+/// has no dot segment, spelled out or percent-encoded (so it cannot climb out of the
+/// upstream's path prefix).
+fn plain_path(path: &str) -> bool {
+    let lower = path.to_ascii_lowercase();
+    path.starts_with('/')
+        && !lower.contains("%2e")
+        && !lower.contains("%2f")
+        && !lower.contains("%5c")
+        && !path.contains('\\')
+        && path
+            .split('/')
+            .all(|segment| segment != "." && segment != "..")
+}
+
 /// An answer's body as it passes: bytes counted, usage read.
 struct Tapped {
     inner: Incoming,
@@ -410,7 +449,7 @@ impl HttpBody for Tapped {
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(None) => {
-                let usage = self.tap.as_mut().and_then(UsageTap::finish);
+                let usage = self.tap.take().and_then(|mut tap| tap.finish());
                 self.report(usage);
                 Poll::Ready(None)
             }
@@ -419,11 +458,23 @@ impl HttpBody for Tapped {
         }
     }
 
+    /// Not until the tap has read the end (`Ready(None)`): a server that saw a body of
+    /// known length end would otherwise never poll it again, and a whole answer's usage
+    /// (read at the end) would go unbilled.
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.tap.is_none() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
+    }
+}
+
+impl Drop for Tapped {
+    /// An answer dropped before its end (the agent hung up) is billed for what it read,
+    /// output estimated where the model had not yet said it.
+    fn drop(&mut self) {
+        let usage = self.tap.take().and_then(|mut tap| tap.finish());
+        self.report(usage);
     }
 }
