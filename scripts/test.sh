@@ -84,7 +84,7 @@ echo "== cargo test"
 cargo test --locked --no-fail-fast
 echo "== tests that need outside tools (promtool, systemd-analyze, bwrap)"
 # Each fails, not skips, when its tool is missing.
-cargo test --locked --no-fail-fast --test metrics --test deploy --test confine -- --ignored
+cargo test --locked --no-fail-fast --test metrics --test deploy --test confine --test egress -- --ignored
 echo "== the real Claude Code and Codex adapters against scripted models"
 scripts/real-agents.sh
 echo "== conformance (official AG-UI clients)"

@@ -1123,3 +1123,29 @@ env = {{ PROBE_OWN = "from-the-config" }}
     daemon.signal("TERM");
     daemon.wait(Duration::from_secs(15)).expect("exits");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_refuses_the_certificate_is_explained_in_the_log() {
+    let data = temp_dir("tls-refused");
+    let args = quiet_port_args(&["--token", TOKEN, "--data-dir", data.to_str().expect("utf8")]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut daemon = Daemon::start(&args, &[("RUST_LOG", "info")]);
+    assert!(daemon.base.starts_with("https://"));
+    // A client that trusts only the system's roots, as a browser does a self-signed
+    // certificate it was never shown: the handshake fails on its side.
+    let strict = reqwest::Client::builder().build().expect("client");
+    let error = strict
+        .get(daemon.url("/healthz"))
+        .send()
+        .await
+        .expect_err("the certificate is not trusted");
+    assert!(error.is_connect() || error.is_request(), "{error}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    daemon.signal("TERM");
+    daemon.wait(Duration::from_secs(15)).expect("exits");
+    let logs = daemon.logs();
+    assert!(
+        logs.contains("refused this daemon's TLS certificate") && logs.contains("--tls-cert"),
+        "{logs}"
+    );
+}

@@ -98,6 +98,80 @@ async fn three_messages_sent_while_a_run_is_live_run_in_order_each_with_its_own_
 }
 
 #[tokio::test]
+async fn queued_input_counts_against_the_memory_budget() {
+    const MIB: usize = 1024 * 1024;
+    let server = TestServer::with(|c| c.memory_budget = 64 * MIB).await;
+    // Two threads with a live run each (a thread queues 32 items at most).
+    let mut live = Vec::new();
+    for thread in ["m0", "m1"] {
+        let run = post_run(
+            &server,
+            "demo",
+            &run_body(thread, &format!("{thread}-r0"), "/slow 100 100"),
+        )
+        .await;
+        assert_eq!(run.status(), 200);
+        let mut run = SseReader::new(run);
+        assert_eq!(run.next().await.expect("frame").kind(), "RUN_STARTED");
+        live.push(run);
+    }
+    // 64 items of 4 MiB: no more than the budget's worth is taken.
+    let big = "x".repeat(4 * MIB);
+    let (mut taken, mut refused) = (0, 0);
+    let mut waiting = Vec::new();
+    for i in 0..64 {
+        let thread = format!("m{}", i % 2);
+        let response = post_run(
+            &server,
+            "demo",
+            &enqueued(&thread, &format!("big{i}"), &big),
+        )
+        .await;
+        match response.status().as_u16() {
+            200 => {
+                taken += 1;
+                waiting.push(response);
+            }
+            503 => {
+                let error: Value = response.json().await.expect("json");
+                assert_eq!(error["code"], "QUEUE_MEMORY", "{error}");
+                refused += 1;
+            }
+            other => panic!("item {i}: {other}"),
+        }
+    }
+    assert!(refused > 0, "every item was taken: {taken}");
+    assert!(
+        taken * 4 <= 64,
+        "{taken} items of 4 MiB under a budget of 64 MiB"
+    );
+    let scrape = server
+        .get("/metrics")
+        .sent()
+        .await
+        .text()
+        .await
+        .expect("scrape");
+    let in_use: f64 = scrape
+        .lines()
+        .find_map(|l| l.strip_prefix("agui_memory_in_use_bytes "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("the meter");
+    assert!(
+        in_use >= (taken * 4 * MIB) as f64,
+        "the queued input is counted: {in_use}"
+    );
+    for thread in ["m0", "m1"] {
+        let _ = server
+            .post(&format!("/threads/{thread}/cancel"))
+            .sent()
+            .await;
+    }
+    drop(waiting);
+    drop(live);
+}
+
+#[tokio::test]
 async fn a_cancelled_item_never_runs_and_an_edited_one_runs_as_edited() {
     let server = TestServer::start().await;
     let live = post_run(&server, "demo", &run_body("c", "r0", "/slow 20 50")).await;

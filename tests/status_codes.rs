@@ -123,6 +123,11 @@ async fn foreign_origin_is_403_and_allowed_origin_gets_cors() {
         .header("origin", "https://evil.example")
         .sent()
         .await;
+    // Readable by the refused page (so its developer sees why, not "Failed to fetch").
+    assert_eq!(
+        response.headers()["access-control-allow-origin"],
+        "https://evil.example"
+    );
     let (status, _, body) = error_body(response).await;
     assert_eq!(status, 403);
     assert_eq!(body["code"], "FORBIDDEN_ORIGIN");
@@ -163,12 +168,40 @@ async fn foreign_origin_is_403_and_allowed_origin_gets_cors() {
     for h in ["authorization", "content-type", "accept", "last-event-id"] {
         assert!(allow_headers.contains(h), "{allow_headers}");
     }
+    // A refused origin's preflight passes, so its request reaches the readable refusal
+    // (which comes before anything is done).
     let response = client()
         .request(reqwest::Method::OPTIONS, server.url("/demo"))
         .header("origin", "https://evil.example")
         .sent()
         .await;
+    assert_eq!(response.status(), 204);
+    assert_eq!(
+        response.headers()["access-control-allow-origin"],
+        "https://evil.example"
+    );
+    let response = client()
+        .post(server.url("/demo"))
+        .bearer_auth(TOKEN)
+        .header("origin", "https://evil.example")
+        .json(&run_body("evil", "r1", "hi"))
+        .sent()
+        .await;
     assert_eq!(response.status(), 403);
+    let (status, _) = get_json(&server, "/threads/evil").await;
+    assert_eq!(status, 404, "nothing was done for the refused origin");
+    // Nothing else is readable by it: an unauthenticated route's answer has no CORS.
+    let response = client()
+        .get(server.url("/healthz"))
+        .header("origin", "https://evil.example")
+        .sent()
+        .await;
+    assert!(
+        response
+            .headers()
+            .get("access-control-allow-origin")
+            .is_none()
+    );
 
     // No Origin header at all: no origin check (server-to-server).
     let response = server.get("/info").sent().await;

@@ -454,6 +454,13 @@ impl From<StartError> for ApiError {
             StartError::BudgetExceeded(why) => {
                 ApiError::new(StatusCode::TOO_MANY_REQUESTS, "BUDGET_EXCEEDED", why)
             }
+            StartError::QueueMemory(bytes) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "QUEUE_MEMORY",
+                format!(
+                    "the daemon's memory budget has no room for {bytes} more bytes of queued input; wait for the queue to run, or send less"
+                ),
+            ),
             StartError::QueueFull => ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "QUEUE_FULL",

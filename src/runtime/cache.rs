@@ -45,7 +45,7 @@ impl Runtime {
             Some((stored.transcript, stored.state)),
             stored.row.session_id.clone(),
         );
-        lock(&thread.state).queue = super::queue::restored(id, stored.queue);
+        lock(&thread.state).queue = super::queue::restored(id, stored.queue, &self.inner.meter);
         let (thread, inserted) = self.insert_thread(thread);
         if inserted {
             thread.account();

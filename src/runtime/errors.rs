@@ -37,6 +37,9 @@ pub enum StartError {
     /// The thread's queue holds its most items.
     #[error("the thread's queue is full")]
     QueueFull,
+    /// The memory budget has no room for a queued input of this many bytes.
+    #[error("the memory budget has no room for {0} more bytes of queued input")]
+    QueueMemory(usize),
     /// The principal's daily budget is spent (why).
     #[error("{0}")]
     BudgetExceeded(String),
@@ -44,7 +47,7 @@ pub enum StartError {
 
 impl StartError {
     /// Every [`StartError::reason`].
-    pub const REASONS: [&'static str; 13] = [
+    pub const REASONS: [&'static str; 14] = [
         "unknown_agent",
         "draining",
         "over_capacity",
@@ -57,6 +60,7 @@ impl StartError {
         "elsewhere",
         "invalid_input",
         "queue_full",
+        "queue_memory",
         "budget_exceeded",
     ];
 
@@ -75,6 +79,7 @@ impl StartError {
             StartError::Elsewhere(_) => "elsewhere",
             StartError::Input(_) => "invalid_input",
             StartError::QueueFull => "queue_full",
+            StartError::QueueMemory(_) => "queue_memory",
             StartError::BudgetExceeded(_) => "budget_exceeded",
         }
     }
@@ -139,6 +144,7 @@ mod tests {
                 message: "m".to_owned(),
             }),
             StartError::QueueFull,
+            StartError::QueueMemory(1),
             StartError::BudgetExceeded("b".to_owned()),
         ];
         for error in &all {
@@ -155,6 +161,7 @@ mod tests {
                 | StartError::Elsewhere(_)
                 | StartError::Input(_)
                 | StartError::QueueFull
+                | StartError::QueueMemory(_)
                 | StartError::BudgetExceeded(_) => {}
             }
         }

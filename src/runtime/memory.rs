@@ -72,6 +72,29 @@ impl Meter {
     }
 }
 
+/// Bytes counted against the budget for as long as this is held (a queued item's input).
+#[derive(Debug)]
+pub struct Charge {
+    meter: std::sync::Arc<Meter>,
+    bytes: usize,
+}
+
+impl Charge {
+    pub fn new(meter: &std::sync::Arc<Meter>, bytes: usize) -> Charge {
+        meter.add(bytes);
+        Charge {
+            meter: meter.clone(),
+            bytes,
+        }
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.meter.sub(self.bytes);
+    }
+}
+
 /// Bytes of `value` written as JSON, without building the text.
 pub fn json_size(value: &impl Serialize) -> usize {
     struct Count(usize);

@@ -77,6 +77,16 @@ impl Runtime {
         // What the run would refuse is refused now, not when its turn comes.
         self.checked_input(principal, thread, backend, input)
             .await?;
+        // Its input waits in memory, counted against the budget: refused when it does not
+        // fit once what can be let go of is (finished runs' frames, idle threads).
+        let bytes = crate::runtime::memory::json_size(input);
+        let limit = self.retained_limit();
+        if self.inner.meter.get() + bytes > limit {
+            self.enforce_budget();
+            if self.inner.meter.get() + bytes > limit {
+                return Err(StartError::QueueMemory(bytes));
+            }
+        }
         let (tx, rx) = oneshot::channel();
         let row = {
             let mut state = lock(&thread.state);
@@ -94,6 +104,7 @@ impl Runtime {
                 input: input.clone(),
                 created_at: now_ms() as i64,
                 waiter: Some(tx),
+                _charge: crate::runtime::memory::Charge::new(&self.inner.meter, bytes),
             };
             let row = item.row()?;
             state.queue.push_back(item);
@@ -395,7 +406,11 @@ impl Queued {
 
     /// An item read back from the store of thread `key`; `None` when its input no longer
     /// reads (logged).
-    fn stored(key: &ThreadKey, row: QueuedRow) -> Option<Queued> {
+    fn stored(
+        key: &ThreadKey,
+        row: QueuedRow,
+        meter: &Arc<crate::runtime::memory::Meter>,
+    ) -> Option<Queued> {
         let input = match crate::protocol::input::decode_run_input(row.input.as_bytes()) {
             Ok(input) => input,
             Err(error) => {
@@ -422,14 +437,19 @@ impl Queued {
             input,
             created_at: row.created_at,
             waiter: None,
+            _charge: crate::runtime::memory::Charge::new(meter, row.input.len()),
         })
     }
 }
 
 /// A thread's queue read back from the store.
-pub(super) fn restored(key: &ThreadKey, rows: Vec<QueuedRow>) -> VecDeque<Queued> {
+pub(super) fn restored(
+    key: &ThreadKey,
+    rows: Vec<QueuedRow>,
+    meter: &Arc<crate::runtime::memory::Meter>,
+) -> VecDeque<Queued> {
     rows.into_iter()
-        .filter_map(|row| Queued::stored(key, row))
+        .filter_map(|row| Queued::stored(key, row, meter))
         .collect()
 }
 

@@ -152,6 +152,8 @@ pub(super) struct Queued {
     pub(super) created_at: i64,
     /// The stream of the request that enqueued it, while that request is still there.
     pub(super) waiter: Option<tokio::sync::oneshot::Sender<super::Attachment>>,
+    /// Its input's bytes, counted against the memory budget while it waits.
+    pub(super) _charge: super::memory::Charge,
 }
 
 /// What the store holds of a thread: its transcript, and the state document its last run

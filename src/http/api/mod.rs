@@ -158,6 +158,10 @@ async fn handle(app: &App, req: Request<Incoming>, conn: ConnInfo) -> Response<B
     let origin = app
         .origins
         .check(req.headers(), req.uri().authority().map(|a| a.as_str()));
+    // A refused origin's page may read why it was refused (and nothing else).
+    let refused_origin = (origin == OriginCheck::Forbidden)
+        .then(|| req.headers().get(http::header::ORIGIN).cloned())
+        .flatten();
     let route = Route::parse(&app.path, &path);
     let route_name = route.as_ref().map_or("none", Route::name);
 
@@ -184,6 +188,9 @@ async fn handle(app: &App, req: Request<Incoming>, conn: ConnInfo) -> Response<B
         },
     };
     policy::cors_headers(response.headers_mut(), &origin);
+    if let Some(refused) = refused_origin {
+        policy::refusal_cors_headers(&mut response, refused);
+    }
     if let Some(forwarder) = &app.forwarder {
         // Which node served it (a response sent on from the owner keeps the owner's).
         let headers = response.headers_mut();
@@ -404,14 +411,12 @@ async fn serve(
     }
 }
 
-fn preflight<B>(origin: &OriginCheck, req: &Request<B>) -> Result<Response<Body>, ApiError> {
+/// A preflight is answered for any origin: a refused origin's request then gets the
+/// refusal, which its page can read (see [`policy::refusal_cors_headers`]); the refusal
+/// comes before anything is done.
+fn preflight<B>(origin: &OriginCheck, _req: &Request<B>) -> Result<Response<Body>, ApiError> {
     match origin {
-        OriginCheck::Forbidden => Err(policy::refuse_origin(
-            req.headers(),
-            req.method(),
-            req.uri().path(),
-        )),
-        OriginCheck::Absent | OriginCheck::Allowed(_) => {
+        OriginCheck::Forbidden | OriginCheck::Absent | OriginCheck::Allowed(_) => {
             let mut response = Response::new(empty());
             *response.status_mut() = StatusCode::NO_CONTENT;
             policy::preflight_headers(response.headers_mut());

@@ -139,6 +139,25 @@ pub fn cors_headers(headers: &mut HeaderMap, origin: &OriginCheck) {
     }
 }
 
+/// Lets a refused origin's page read a refusal (the `403 FORBIDDEN_ORIGIN` that says how
+/// to allow it) and pass a preflight, never any other answer: a browser otherwise shows
+/// the developer only "Failed to fetch".
+pub fn refusal_cors_headers(
+    response: &mut http::Response<crate::http::body::Body>,
+    origin: HeaderValue,
+) {
+    let readable = response.status() == http::StatusCode::FORBIDDEN
+        || response.status() == http::StatusCode::NO_CONTENT;
+    if readable {
+        response
+            .headers_mut()
+            .insert(ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+        response
+            .headers_mut()
+            .append(VARY, HeaderValue::from_static("origin"));
+    }
+}
+
 /// Adds the preflight answer headers.
 pub fn preflight_headers(headers: &mut HeaderMap) {
     headers.insert(

@@ -231,6 +231,17 @@ impl<H: Handler> Connection<H> {
                 let deadline = tokio::time::Instant::now() + self.first_request_bound();
                 self.serve(stream, true, protocol, deadline, watcher).await
             }
+            Ok(Err(error)) if refused_certificate(&error) => {
+                // A browser that does not trust the certificate shows its page only
+                // "Failed to fetch": say it here (at most every 10 s: a browser retries).
+                if due(&LAST_REFUSAL) {
+                    tracing::info!(
+                        peer = %self.peer,
+                        %error,
+                        "a client refused this daemon's TLS certificate: a browser that does not trust it says only \"Failed to fetch\"; open the daemon's URL in it once to accept the certificate, or serve one it trusts (--tls-cert and --tls-key; the generated one is cert.pem in the data directory)"
+                    );
+                }
+            }
             Ok(Err(error)) => tracing::debug!(%error, "TLS handshake failed"),
             Err(_) => tracing::debug!("TLS handshake timed out"),
         }
@@ -396,4 +407,38 @@ fn tune_socket(stream: &TcpStream, limits: Limits) -> std::io::Result<()> {
     let sock = socket2::SockRef::from(stream);
     sock.set_send_buffer_size(limits.send_buffer)?;
     Ok(())
+}
+
+/// When a refused certificate was last logged (ms since the epoch).
+static LAST_REFUSAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Whether a line rate-limited by `last` may be logged now (at most every 10 s); if so,
+/// it is taken.
+fn due(last: &std::sync::atomic::AtomicU64) -> bool {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let before = last.load(std::sync::atomic::Ordering::Relaxed);
+    now.saturating_sub(before) >= 10_000
+        && last
+            .compare_exchange(
+                before,
+                now,
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+            )
+            .is_ok()
+}
+
+/// Whether a failed handshake is the client refusing the certificate (its alert).
+fn refused_certificate(error: &std::io::Error) -> bool {
+    use rustls::AlertDescription::{BadCertificate, CertificateUnknown, UnknownCA};
+    matches!(
+        error
+            .get_ref()
+            .and_then(|e| e.downcast_ref::<rustls::Error>()),
+        Some(rustls::Error::AlertReceived(
+            BadCertificate | CertificateUnknown | UnknownCA
+        ))
+    )
 }
