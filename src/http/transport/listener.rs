@@ -238,7 +238,7 @@ impl<H: Handler> Connection<H> {
                     tracing::info!(
                         peer = %self.peer,
                         %error,
-                        "a client refused this daemon's TLS certificate: a browser that does not trust it says only \"Failed to fetch\"; open the daemon's URL in it once to accept the certificate, or serve one it trusts (--tls-cert and --tls-key; the generated one is cert.pem in the data directory)"
+                        "a client refused this daemon's TLS certificate: a browser that does not trust it says only \"Failed to fetch\"; open the daemon's URL in it once to accept the certificate, or serve one it trusts (--tls-cert and --tls-key; the generated one is tls/cert.pem in the data directory)"
                     );
                 }
             }
