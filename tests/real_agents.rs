@@ -176,6 +176,21 @@ enabled = false
     }
 }
 
+/// Codex as docs/agents.md recommends under the daemon: its commands run in the daemon's
+/// sandbox (mode `agent-full-access`), since its own (bubblewrap, or Landlock) cannot nest
+/// inside it.
+fn codex_in_our_sandbox(model: &ScriptedModel, workspaces: &Path, home: &Path) -> AgentConfig {
+    let mut agent = codex(model, workspaces, home);
+    agent.name = "codex-full".to_owned();
+    if let AgentKind::Acp(acp) = &mut agent.kind {
+        acp.env.insert(
+            "INITIAL_AGENT_MODE".to_owned(),
+            "agent-full-access".to_owned(),
+        );
+    }
+    agent
+}
+
 async fn server(model: &ScriptedModel, data: &Path) -> TestServer {
     let (workspaces, d) = (data.join("workspaces"), data.to_owned());
     let mut allowing = claude(model, &workspaces, Permissions::Allow);
@@ -201,6 +216,7 @@ async fn server(model: &ScriptedModel, data: &Path) -> TestServer {
         tight,
         // Outside the data directory, which a confined agent cannot reach.
         codex(model, &workspaces, &temp_dir("codex-home")),
+        codex_in_our_sandbox(model, &workspaces, &temp_dir("codex-full-home")),
     ];
     TestServer::with(move |c: &mut Config| {
         c.agents = agents;
@@ -960,4 +976,47 @@ async fn claude_pauses_inside_its_turn_at_a_token_budget() {
         "{:?}",
         kinds(&frames)
     );
+}
+
+#[tokio::test]
+#[ignore = "needs the real adapters: scripts/test.sh installs them"]
+async fn codex_runs_a_plain_command_in_the_daemons_sandbox_and_streams_its_output() {
+    let model = ScriptedModel::start().await;
+    model.script(
+        "task-plain",
+        vec![
+            Step::Tool(
+                "exec_command".to_owned(),
+                json!({"cmd": "echo one; sleep 1; echo two", "yield_time_ms": 10000}),
+            ),
+            Step::Say("It printed two lines.".to_owned()),
+        ],
+    );
+    let data = temp_dir("real-codex-plain");
+    let server = server(&model, &data).await;
+    let mut chat = Conversation::new("plain");
+    chat.agent = "codex-full";
+    let done = chat.say(&server, "task-plain: run the command").await;
+    // No escalation asked for, none needed: the command ran where the agent runs.
+    assert!(
+        !done.iter().any(|f| f.kind() == "TOOL_CALL_START"
+            && f.data["toolCallName"] == "agui_permission_request"),
+        "{:?}",
+        kinds(&done)
+    );
+    let terminal: Vec<&SseFrame> = done
+        .iter()
+        .filter(|f| f.data["activityType"] == "terminal")
+        .collect();
+    let last = terminal.last().expect("the command's output");
+    assert_eq!(last.data["content"]["exit"]["exitCode"], 0, "{}", last.data);
+    let output: String = last.data["content"]["output"]
+        .as_array()
+        .expect("output")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    // (Codex may leave out what a command prints at once: the first line is not asserted.)
+    assert!(output.ends_with("two\n"), "{output:?}");
+    assert_eq!(text_of(&done).trim(), "It printed two lines.");
 }

@@ -54,6 +54,13 @@ impl Resolved {
                 if let Some(warning) = claude_mode_warning(&agent.name, acp) {
                     warnings.push(warning);
                 }
+                let confined = !matches!(
+                    crate::confine::in_force(acp.confinement),
+                    Ok(crate::confine::Confinement::None)
+                );
+                if let Some(warning) = codex_sandbox_warning(&agent.name, acp, confined) {
+                    warnings.push(warning);
+                }
                 warnings.extend(keys_in_env(&agent.name, acp));
             }
         }
@@ -83,6 +90,25 @@ fn claude_mode_warning(name: &str, acp: &crate::agent::acp::AcpConfig) -> Option
         format!(
             "agent {name:?}: Claude Code's adapter starts sessions in mode \"auto\", which asks \
              nobody: set mode = \"default\" for permissions = \"ask\" to ask"
+        )
+    })
+}
+
+/// Codex's own command sandbox (bubblewrap, or Landlock) cannot start inside the daemon's:
+/// confined, in any mode but `agent-full-access`, each of its commands fails or must be
+/// approved to run outside it (where it runs in the daemon's sandbox all the same).
+fn codex_sandbox_warning(
+    name: &str,
+    acp: &crate::agent::acp::AcpConfig,
+    confined: bool,
+) -> Option<String> {
+    let codex = acp.command.iter().any(|word| word.contains("codex-acp"));
+    let full = acp.env.get("INITIAL_AGENT_MODE").map(String::as_str) == Some("agent-full-access");
+    (codex && confined && !full).then(|| {
+        format!(
+            "agent {name:?}: Codex's own command sandbox cannot start inside the daemon's, so each \
+             command must be approved to run outside it; set INITIAL_AGENT_MODE = \
+             \"agent-full-access\" in env to run its commands in the daemon's sandbox without asking"
         )
     })
 }
@@ -126,6 +152,21 @@ mod tests {
         assert!(claude_mode_warning("claude", &acp).is_none());
         let other = AcpConfig::new(vec!["gemini".to_owned(), "--acp".to_owned()]);
         assert!(claude_mode_warning("gemini", &other).is_none());
+    }
+
+    #[test]
+    fn a_confined_codex_not_in_full_access_is_warned_about() {
+        let mut acp = AcpConfig::new(vec![
+            "npx".to_owned(),
+            "@agentclientprotocol/codex-acp".to_owned(),
+        ]);
+        assert!(codex_sandbox_warning("codex", &acp, true).is_some());
+        assert!(codex_sandbox_warning("codex", &acp, false).is_none());
+        acp.env.insert(
+            "INITIAL_AGENT_MODE".to_owned(),
+            "agent-full-access".to_owned(),
+        );
+        assert!(codex_sandbox_warning("codex", &acp, true).is_none());
     }
 
     #[test]
