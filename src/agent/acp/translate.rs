@@ -46,6 +46,9 @@ pub(super) struct UpdateTranslator {
     /// Tool calls already answered with a result.
     answered: HashSet<String>,
     files: Vec<Value>,
+    /// The files a call names, by ACP id, as `(path, action)`: filed in `/files` when the
+    /// call completes, dropped when it fails (a refused write changed nothing).
+    proposed: HashMap<String, Vec<(String, String)>>,
     /// Output of the commands running in calls (`_meta.terminal_output`), by ACP id.
     terminals: HashMap<String, Terminal>,
     /// Every diff a call's updates carried, by ACP id (a later update's `content` may
@@ -543,11 +546,15 @@ impl UpdateTranslator {
                 content.push_str(&format!("\n(exit code {code})"));
             }
         }
-        let carried = self
-            .call_diffs
-            .get(acp_id)
-            .map(|(all, _)| all.clone())
-            .unwrap_or_default();
+        // A failed call (a refused write) changed nothing: no diff in its result.
+        let carried = match status {
+            "failed" => Vec::new(),
+            _ => self
+                .call_diffs
+                .get(acp_id)
+                .map(|(all, _)| all.clone())
+                .unwrap_or_default(),
+        };
         for diff in carried {
             if !content.is_empty() {
                 content.push('\n');
@@ -572,7 +579,8 @@ impl UpdateTranslator {
 
     /// Notes the files an update of call `acp_id` names: its locations under the call's
     /// kind as the agent last gave it (`read`, `edit`, `delete`, `move`, `execute`; any
-    /// other kind, or none, as `read`), its diffs as edits.
+    /// other kind, or none, as `read`), its diffs as edits. They are filed in `/files` once
+    /// the call has completed; a call that failed (refused) files none.
     async fn track_files(
         &mut self,
         acp_id: &str,
@@ -589,18 +597,42 @@ impl UpdateTranslator {
             _ => "read",
         }
         .to_owned();
-        let mut changed = false;
+        let named = self.proposed.entry(acp_id.to_owned()).or_default();
+        let mut propose = |path: &str, action: &str| {
+            let entry = (path.to_owned(), action.to_owned());
+            if !named.contains(&entry) {
+                named.push(entry);
+            }
+        };
         for location in update["locations"].as_array().into_iter().flatten() {
             if let Some(path) = location["path"].as_str() {
-                changed |= self.note_file(path, &action);
+                propose(path, &action);
             }
         }
         for item in update["content"].as_array().into_iter().flatten() {
             if item["type"] == "diff"
                 && let Some(path) = item["path"].as_str()
             {
-                changed |= self.note_file(path, "edit");
+                propose(path, "edit");
             }
+        }
+        let status = self
+            .calls
+            .get(acp_id)
+            .and_then(|c| c["status"].as_str())
+            .or_else(|| update["status"].as_str())
+            .unwrap_or("");
+        let mut changed = false;
+        match status {
+            "completed" => {
+                for (path, action) in self.proposed.remove(acp_id).unwrap_or_default() {
+                    changed |= self.note_file(&path, &action);
+                }
+            }
+            "failed" => {
+                self.proposed.remove(acp_id);
+            }
+            _ => {}
         }
         if changed {
             sink.set_state("/files", Value::Array(self.files.clone()))
@@ -858,6 +890,30 @@ mod tests {
             .expect("result");
         assert!(
             result.contains("Wrote it") && result.contains("+hi"),
+            "{result}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_write_files_nothing_and_shows_no_diff_in_its_result() {
+        let out = translated(&[
+            json!({"sessionUpdate": "tool_call", "toolCallId": "t", "name": "Write",
+                   "title": "Write a.txt", "kind": "edit", "status": "pending",
+                   "rawInput": {"file_path": "/w/a.txt", "content": "never"},
+                   "locations": [{"path": "/w/a.txt"}],
+                   "content": [{"type": "diff", "path": "/w/a.txt", "oldText": null, "newText": "never"}]}),
+            json!({"sessionUpdate": "tool_call_update", "toolCallId": "t", "status": "failed",
+                   "content": [{"type": "content", "content": {"type": "text", "text": "The user refused"}}]}),
+        ])
+        .await;
+        let joined = out.join("\n");
+        assert!(!joined.contains("state /files"), "{joined}");
+        let result = out
+            .iter()
+            .find(|e| e.starts_with("ToolCallResult"))
+            .expect("result");
+        assert!(
+            result.contains("The user refused") && !result.contains("+never"),
             "{result}"
         );
     }
