@@ -955,6 +955,7 @@ async fn main() -> Result<(), Error> {
             async move |request: SetSessionModeRequest, responder, cx: Connection| {
                 let session = request.session_id.to_string();
                 let mode = request.mode_id.to_string();
+                log_request(&format!("set_mode {session} {mode}"));
                 if mode != "code" && mode != "plan" {
                     return responder.respond_with_error(
                         Error::invalid_params().data(format!("no mode {mode}")),

@@ -578,3 +578,29 @@ async fn a_session_the_agent_will_not_load_is_asked_for_once_after_a_restart() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_mode_set_by_the_configuration_and_again_by_the_client_is_sent_once() {
+    let scratch = temp_dir("mode-once");
+    let log = scratch.join("agent.log");
+    let l = log.clone();
+    let server = TestServer::with(move |c| {
+        let mut agent = agent("moded", 0, &l, None);
+        if let AgentKind::Acp(acp) = &mut agent.kind {
+            acp.session_defaults = json!({"mode": "plan"});
+        }
+        c.agents = vec![agent];
+    })
+    .await;
+    let mut body = run_body("m", "r1", "settings");
+    body["forwardedProps"] = json!({"acp": {"mode": "plan"}});
+    let frames = run(&server, "moded", &body).await;
+    assert!(
+        text_of(&frames).starts_with("Mode: plan;"),
+        "{}",
+        text_of(&frames)
+    );
+    let sets = count(&read_log(&log), "set_mode");
+    assert_eq!(sets, 1, "{:?}", read_log(&log));
+    server.stop().await;
+}

@@ -245,6 +245,9 @@ pub(super) struct AcpProcess {
     forks_refused: AtomicU64,
     /// What its relays and proxy report to (confined only).
     pub(super) exits: Option<Arc<super::exits::AgentExits>>,
+    /// The mode each of its sessions was last set to by the daemon (`session/set_mode`),
+    /// so the same mode is never sent twice (a configured default, then a client's).
+    pub(super) modes: Mutex<HashMap<String, String>>,
 }
 
 impl AcpProcess {
@@ -297,6 +300,7 @@ impl AcpProcess {
             cgroup: launch.cgroup.clone(),
             forks_refused: AtomicU64::new(0),
             exits: launch.exits.clone(),
+            modes: Mutex::default(),
         }))
     }
 

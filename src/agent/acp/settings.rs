@@ -32,8 +32,12 @@ impl Inner {
                     message: e.message,
                 }
             })?;
+        // The mode the daemon set on this session last (a configured default set when the
+        // session was made, which the turn's document does not show yet), else the
+        // document's.
+        let known = crate::sync::lock(&process.modes).get(session).cloned();
         let current = Current {
-            mode: turn.document["mode"].as_str(),
+            mode: known.as_deref().or(turn.document["mode"].as_str()),
             config: &turn.document["config"],
         };
         let mut changes = Vec::new();
@@ -170,6 +174,7 @@ impl Inner {
                 .block_task()
                 .await
                 .map_err(|e| refused(&format!("mode {mode:?}"), e))?;
+            crate::sync::lock(&process.modes).insert(session.to_owned(), mode.clone());
             changes.push(("/mode", json!(mode)));
         }
         for (id, value) in settings.config_options {
