@@ -776,11 +776,15 @@ fn diffs(content: &Value) -> Vec<Value> {
         .collect()
 }
 
-/// A unified diff of one file, as a tool result's text.
+/// A unified diff of one file, as a tool result's text. Both sides without a last newline
+/// are snippets of the file (an edit's old and new strings), not its end: no "No newline
+/// at end of file" marker is shown for them.
 fn unified_diff(path: &str, old: &str, new: &str) -> String {
+    let snippets = !old.ends_with('\n') && !new.ends_with('\n');
     similar::TextDiff::from_lines(old, new)
         .unified_diff()
         .context_radius(3)
+        .missing_newline_hint(!snippets)
         .header(path, path)
         .to_string()
 }
@@ -892,6 +896,19 @@ mod tests {
             result.contains("Wrote it") && result.contains("+hi"),
             "{result}"
         );
+    }
+
+    #[test]
+    fn an_edits_snippets_show_no_missing_newline_markers() {
+        let diff = unified_diff("/w/a.rs", "let a = 1;", "let a = 2;");
+        assert!(
+            diff.contains("-let a = 1;") && diff.contains("+let a = 2;"),
+            "{diff}"
+        );
+        assert!(!diff.contains("No newline"), "{diff}");
+        // A whole file that lost its last newline still says so.
+        let diff = unified_diff("/w/b.txt", "x\n", "x");
+        assert!(diff.contains("No newline"), "{diff}");
     }
 
     #[tokio::test]
