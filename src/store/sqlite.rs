@@ -10,6 +10,7 @@
 //! checkpoint's fsync. One node, no leases: nothing is fenced.
 
 use std::path::Path;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, mpsc};
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -62,6 +63,9 @@ struct Shared {
     checkpointing: Arc<Mutex<()>>,
     /// The bytes one frame of the WAL takes (the page and its header).
     frame: u64,
+    /// The log's length after the last batch, and the most one batch has added to it.
+    last_wal: AtomicU64,
+    largest_batch: AtomicU64,
     /// The threads the database may hold (see `known.rs`).
     known: KnownThreads,
 }
@@ -114,6 +118,8 @@ impl SqliteStore {
                 _checkpointer: checkpointer,
                 checkpointing,
                 frame: WAL_FRAME_HEADER + page,
+                last_wal: AtomicU64::new(0),
+                largest_batch: AtomicU64::new(0),
                 known,
             }),
         })
@@ -692,16 +698,26 @@ impl Database for Shared {
 }
 
 impl Shared {
-    /// Past [`WAL_LIMIT`] of log (as the batch's commit reported it), copies the rest of
-    /// the log into the database and truncates it. No transaction is open, and this runner
-    /// is the only writer, so the checkpoint completes (after the background one's, if
-    /// that is running). A batch that wrote nothing leaves the log as it was.
+    /// When the log (as the batch's commit reported it) has no room left under
+    /// [`WAL_LIMIT`] for another batch as large as the largest so far, copies the rest of
+    /// the log into the database and truncates it: so the log stays under the bound, not
+    /// a batch past it. No transaction is open, and this runner is the only writer, so
+    /// the checkpoint completes (after the background one's, if that is running). A batch
+    /// that wrote nothing leaves the log as it was.
     fn bound_wal(&self, conn: &Connection) {
+        use std::sync::atomic::Ordering::Relaxed;
         let Some(frames) = WAL_FRAMES.take() else {
             return;
         };
         let mut wal = WAL_HEADER + u64::from(frames) * self.frame;
-        if wal > WAL_LIMIT {
+        let grew = wal.saturating_sub(self.last_wal.swap(wal, Relaxed));
+        // (At most half the bound: one huge batch does not make every later one checkpoint.)
+        let room = self
+            .largest_batch
+            .fetch_max(grew, Relaxed)
+            .max(grew)
+            .min(WAL_LIMIT / 2);
+        if wal + room > WAL_LIMIT {
             let _checkpointing = lock(&self.checkpointing);
             match conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
                 r.get::<_, i64>(0)
@@ -709,6 +725,7 @@ impl Shared {
                 Ok(0) => {
                     tracing::debug!(bytes = wal, "WAL truncated");
                     wal = 0;
+                    self.last_wal.store(0, Relaxed);
                 }
                 // The next batch's commit reports the log again, and it is retried.
                 Ok(_) => tracing::warn!(bytes = wal, "WAL checkpoint was blocked; it is retried"),

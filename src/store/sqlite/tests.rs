@@ -172,11 +172,8 @@ async fn the_wal_stays_bounded_across_back_to_back_runs() {
     }
     // The WAL did carry more than the bound (or the test proves nothing) ...
     assert!(written > 2 * WAL_LIMIT, "wrote only {written} bytes of WAL");
-    // ... and never passed it by more than a batch.
-    assert!(
-        peak <= WAL_LIMIT + (1 << 20),
-        "the WAL reached {peak} bytes"
-    );
+    // ... and never passed it: it is truncated while another batch still fits.
+    assert!(peak <= WAL_LIMIT, "the WAL reached {peak} bytes");
     let gauge = store.metrics().wal_bytes();
     assert!(gauge > 0 && gauge <= peak, "the gauge says {gauge}");
 }
