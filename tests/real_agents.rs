@@ -987,7 +987,7 @@ async fn codex_runs_a_plain_command_in_the_daemons_sandbox_and_streams_its_outpu
         vec![
             Step::Tool(
                 "exec_command".to_owned(),
-                json!({"cmd": "echo one; sleep 1; echo two", "yield_time_ms": 10000}),
+                json!({"cmd": "echo one; sleep 1; env; echo two", "yield_time_ms": 10000}),
             ),
             Step::Say("It printed two lines.".to_owned()),
         ],
@@ -1018,5 +1018,21 @@ async fn codex_runs_a_plain_command_in_the_daemons_sandbox_and_streams_its_outpu
         .collect();
     // (Codex may leave out what a command prints at once: the first line is not asserted.)
     assert!(output.ends_with("two\n"), "{output:?}");
+    // Its own shell's environment: the relay's address and a placeholder, never the key.
+    assert!(
+        output.contains("OPENAI_BASE_URL=http://127.0.0.1:"),
+        "{output:?}"
+    );
+    assert!(
+        output.contains(&format!(
+            "OPENAI_API_KEY={}",
+            agui_serve::egress::PLACEHOLDER
+        )),
+        "{output:?}"
+    );
+    assert!(
+        !output.contains(MODEL_KEY),
+        "the key reached Codex: {output:?}"
+    );
     assert_eq!(text_of(&done).trim(), "It printed two lines.");
 }
