@@ -311,9 +311,12 @@ permissions = "ask"
 mode = "default"
 workspace = { source = "empty" }
 TOML
+    # Each names its confinement (the default is bwrap where it works): bwrap against
+    # Landlock alone is a ratio of its own.
     case "$config" in
-      agent) printf 'spares = 1\npreload_sessions = 8\n' >>"$work/$config.toml" ;;
+      agent) printf 'spares = 1\npreload_sessions = 8\nconfinement = "landlock"\n' >>"$work/$config.toml" ;;
       agent-bwrap) printf 'confinement = "bwrap"\n' >>"$work/$config.toml" ;;
+      *) printf 'confinement = "landlock"\n' >>"$work/$config.toml" ;;
     esac
     if [ "$config" = agent-direct ]; then
       cat >>"$work/$config.toml" <<TOML
