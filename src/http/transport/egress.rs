@@ -22,7 +22,7 @@ use http_body::{Body as HttpBody, Frame};
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -49,23 +49,7 @@ pub struct EgressGateway {
 
 impl EgressGateway {
     pub fn new() -> std::io::Result<EgressGateway> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder =
-            match HttpsConnectorBuilder::new().with_provider_and_native_roots(provider.clone()) {
-                Ok(builder) => builder,
-                Err(_) => HttpsConnectorBuilder::new().with_tls_config(
-                    rustls::ClientConfig::builder_with_provider(provider)
-                        .with_safe_default_protocol_versions()
-                        .map_err(std::io::Error::other)?
-                        .with_root_certificates(rustls::RootCertStore::empty())
-                        .with_no_client_auth(),
-                ),
-            };
-        let mut http = HttpConnector::new();
-        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
-        http.set_nodelay(true);
-        http.enforce_http(false);
-        let connector = builder.https_or_http().enable_http1().wrap_connector(http);
+        let connector = super::system_roots_connector(CONNECT_TIMEOUT, "model relays")?;
         Ok(EgressGateway {
             client: Client::builder(TokioExecutor::new()).build(connector),
         })

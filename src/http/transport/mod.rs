@@ -53,3 +53,34 @@ impl Default for Limits {
         }
     }
 }
+
+/// An HTTP client connector for `https` and `http` URLs, HTTPS verified against the
+/// system's roots (without any, only plain HTTP works: said once, for `what`), connecting
+/// within `connect_timeout`, no Nagle, HTTP/1.1.
+pub(crate) fn system_roots_connector(
+    connect_timeout: Duration,
+    what: &str,
+) -> std::io::Result<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>>
+{
+    use hyper_rustls::HttpsConnectorBuilder;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let builder =
+        match HttpsConnectorBuilder::new().with_provider_and_native_roots(provider.clone()) {
+            Ok(builder) => builder,
+            Err(error) => {
+                tracing::warn!(%error, "no system root certificates: https {what} will fail");
+                HttpsConnectorBuilder::new().with_tls_config(
+                    rustls::ClientConfig::builder_with_provider(provider)
+                        .with_safe_default_protocol_versions()
+                        .map_err(std::io::Error::other)?
+                        .with_root_certificates(rustls::RootCertStore::empty())
+                        .with_no_client_auth(),
+                )
+            }
+        };
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.set_connect_timeout(Some(connect_timeout));
+    http.set_nodelay(true);
+    http.enforce_http(false);
+    Ok(builder.https_or_http().enable_http1().wrap_connector(http))
+}

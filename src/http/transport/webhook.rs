@@ -5,13 +5,12 @@
 //! a whole (connect, request, response head); the answer's body is drained, not kept.
 //! Errors name what failed, never the URL (its path may be a secret).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request};
 use http_body_util::{BodyExt, Full};
-use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -36,26 +35,7 @@ impl WebhookClient {
     /// plain HTTP endpoints can be reached (an `https` one then fails its handshake, and
     /// is retried like any failure).
     pub fn new() -> std::io::Result<WebhookClient> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder =
-            match HttpsConnectorBuilder::new().with_provider_and_native_roots(provider.clone()) {
-                Ok(builder) => builder,
-                Err(error) => {
-                    tracing::warn!(%error, "no system root certificates: https webhooks will fail");
-                    HttpsConnectorBuilder::new().with_tls_config(
-                        rustls::ClientConfig::builder_with_provider(provider)
-                            .with_safe_default_protocol_versions()
-                            .map_err(std::io::Error::other)?
-                            .with_root_certificates(rustls::RootCertStore::empty())
-                            .with_no_client_auth(),
-                    )
-                }
-            };
-        let mut http = HttpConnector::new();
-        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
-        http.set_nodelay(true);
-        http.enforce_http(false);
-        let connector = builder.https_or_http().enable_http1().wrap_connector(http);
+        let connector = super::system_roots_connector(CONNECT_TIMEOUT, "webhooks")?;
         Ok(WebhookClient {
             client: Client::builder(TokioExecutor::new()).build(connector),
         })
