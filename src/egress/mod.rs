@@ -74,11 +74,6 @@ impl Egress {
         })
     }
 
-    /// Whether anything at all may go out through the proxy.
-    pub fn is_open(&self) -> bool {
-        !self.allow.is_empty()
-    }
-
     /// The rules' verdict on `host:port` (`host` lower case, no brackets): a deny rule
     /// that matches wins; then an allow rule; else denied as unlisted.
     pub fn decide(&self, host: &str, port: u16) -> Verdict {

@@ -102,11 +102,6 @@ impl Store {
         on_backend!(self.schedules(owner))
     }
 
-    /// How many schedules `owner` has.
-    pub async fn count_schedules(&self, owner: &str) -> Result<usize, StoreError> {
-        on_backend!(self.count_schedules(owner.to_owned()))
-    }
-
     /// Deletes schedule `id` if it is `owner`'s (`None`: whoever's); `false` when there
     /// was no such schedule.
     pub async fn delete_schedule(

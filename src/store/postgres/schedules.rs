@@ -80,23 +80,6 @@ impl PgStore {
         .await
     }
 
-    pub(in crate::store) async fn count_schedules(
-        &self,
-        owner: String,
-    ) -> Result<usize, StoreError> {
-        self.call(move |conn| async move {
-            let row = conn
-                .query_opt("SELECT COUNT(*) FROM schedules WHERE owner = $1", &[&owner])
-                .await?;
-            let count: i64 = match row {
-                Some(row) => row.try_get(0)?,
-                None => 0,
-            };
-            Ok(count as usize)
-        })
-        .await
-    }
-
     pub(in crate::store) async fn delete_schedule(
         &self,
         id: String,

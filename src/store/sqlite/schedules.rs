@@ -65,18 +65,6 @@ impl SqliteStore {
         .await
     }
 
-    pub(in crate::store) async fn count_schedules(
-        &self,
-        owner: String,
-    ) -> Result<usize, StoreError> {
-        self.call(move |conn| {
-            conn.prepare_cached("SELECT COUNT(*) FROM schedules WHERE owner = ?1")?
-                .query_row([owner], |r| r.get::<_, i64>(0))
-                .map(|n| n as usize)
-        })
-        .await
-    }
-
     pub(in crate::store) async fn delete_schedule(
         &self,
         id: String,
