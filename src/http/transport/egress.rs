@@ -141,58 +141,20 @@ async fn proxy(request: Request<Incoming>, rules: &Egress, exits: Arc<dyn Exits>
     };
     let host = match crate::egress::canonical_host(&host) {
         Ok(host) => host,
-        Err(why) => {
-            exits.decided(Decision {
-                host: host.clone(),
-                port,
-                allowed: false,
-                rule: why.clone(),
-                bytes: 0,
-            });
-            return answer(
-                StatusCode::FORBIDDEN,
-                &format!("egress to {host}:{port} refused: {why}"),
-            );
-        }
-    };
-    let refuse = |rule: String| {
-        exits.decided(Decision {
-            host: host.clone(),
-            port,
-            allowed: false,
-            rule: rule.clone(),
-            bytes: 0,
-        });
-        answer(
-            StatusCode::FORBIDDEN,
-            &format!("egress to {host}:{port} refused: {rule}"),
-        )
+        Err(why) => return refused(&*exits, host, port, why),
     };
     let rule = match rules.decide(&host, port) {
         Verdict::Allowed(rule) => rule,
-        Verdict::Denied(rule) => return refuse(rule),
+        Verdict::Denied(rule) => return refused(&*exits, host, port, rule),
     };
     let addresses = match rules.addresses(&host, port).await {
         Ok(addresses) => addresses,
-        Err(why) => return refuse(why),
+        Err(why) => return refused(&*exits, host, port, why),
     };
-    let upstream =
-        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&addresses[..])).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(error)) => {
-                return answer(
-                    StatusCode::BAD_GATEWAY,
-                    &format!("cannot reach {host}:{port}: {error}"),
-                );
-            }
-            Err(_) => {
-                return answer(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    &format!("{host}:{port} did not answer"),
-                );
-            }
-        };
-    let _ = upstream.set_nodelay(true);
+    let upstream = match connect(&addresses, &host, port).await {
+        Ok(upstream) => upstream,
+        Err(answered) => return answered,
+    };
     let decided = Decided {
         exits,
         decision: Decision {
@@ -209,6 +171,46 @@ async fn proxy(request: Request<Incoming>, rules: &Egress, exits: Arc<dyn Exits>
         return Response::new(Full::new(Bytes::new()).map_err(|e| match e {}).boxed());
     }
     forward_plain(request, upstream, &host, port, decided).await
+}
+
+/// A refusal of `host:port` by `rule`: counted and logged, and answered with a 403 that
+/// names it.
+fn refused(exits: &dyn Exits, host: String, port: u16, rule: String) -> Response<Out> {
+    let answered = answer(
+        StatusCode::FORBIDDEN,
+        &format!("egress to {host}:{port} refused: {rule}"),
+    );
+    exits.decided(Decision {
+        host,
+        port,
+        allowed: false,
+        rule,
+        bytes: 0,
+    });
+    answered
+}
+
+/// A connection to the first of `addresses` that answers, within [`CONNECT_TIMEOUT`];
+/// else the answer that says why.
+async fn connect(
+    addresses: &[std::net::SocketAddr],
+    host: &str,
+    port: u16,
+) -> Result<TcpStream, Response<Out>> {
+    match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addresses)).await {
+        Ok(Ok(stream)) => {
+            let _ = stream.set_nodelay(true);
+            Ok(stream)
+        }
+        Ok(Err(error)) => Err(answer(
+            StatusCode::BAD_GATEWAY,
+            &format!("cannot reach {host}:{port}: {error}"),
+        )),
+        Err(_) => Err(answer(
+            StatusCode::GATEWAY_TIMEOUT,
+            &format!("{host}:{port} did not answer"),
+        )),
+    }
 }
 
 /// An allowed connection's decision, recorded when it ends with the bytes it carried.
