@@ -25,23 +25,13 @@ pub(super) fn info(
         .iter()
         .filter(|(name, _)| principal.may_use(name))
         .map(|(name, description)| {
-            let mut agent = json!({
-                "name": name,
-                "description": description,
-                "className": "HttpAgent",
-            });
-            if let Some((features, hitl)) = app.runtime.agent_features(name) {
-                agent["capabilities"] = capabilities(name, description, &features, hitl, &app.path);
-            }
-            if let Some(reach) = app.runtime.agent_reach(name) {
-                agent["reach"] = reach;
-            }
-            if let Some(host) = &host {
-                let encoded =
-                    percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC);
-                agent["url"] = json!(format!("{scheme}://{host}{}/{encoded}", app.path));
-            }
-            (name.clone(), agent)
+            let base = host
+                .as_ref()
+                .map(|host| format!("{scheme}://{host}{}", app.path));
+            (
+                name.clone(),
+                agent_entry(app, name, description, base.as_deref()),
+            )
         })
         .collect();
     // The CopilotKit runtime-info shape (`RuntimeInfo` of @copilotkit/shared 1.74), then our
@@ -91,6 +81,29 @@ pub(super) fn info(
         });
     }
     value
+}
+
+/// One agent of `/info`: its name, description, capabilities, what it may reach beyond
+/// its sandbox (a confined ACP agent), and its URL under `base` (when the request's host
+/// is known).
+fn agent_entry(app: &App, name: &str, description: &str, base: Option<&str>) -> serde_json::Value {
+    let mut agent = json!({
+        "name": name,
+        "description": description,
+        "className": "HttpAgent",
+    });
+    if let Some((features, hitl)) = app.runtime.agent_features(name) {
+        agent["capabilities"] = capabilities(name, description, &features, hitl, &app.path);
+    }
+    if let Some(reach) = app.runtime.agent_reach(name) {
+        agent["reach"] = reach;
+    }
+    if let Some(base) = base {
+        let encoded =
+            percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC);
+        agent["url"] = json!(format!("{base}/{encoded}"));
+    }
+    agent
 }
 
 /// The npm package (`clients/resume`) that resumes a cut stream for an AG-UI `HttpAgent`.
