@@ -552,30 +552,47 @@ pub struct EgressMetrics {
 }
 
 impl EgressMetrics {
-    /// One decision of agent `agent`'s proxy (`bytes`: what an allowed connection carried).
-    pub fn decided(&self, agent: &str, allowed: bool, bytes: u64) {
-        let decision = if allowed { "allowed" } else { "denied" };
-        self.decisions
-            .get_or_create(&EgressLabels {
-                agent: Arc::from(agent),
-                decision,
-            })
-            .inc();
-        if bytes > 0 {
-            self.bytes
-                .get_or_create(&AgentLabel {
-                    agent: Arc::from(agent),
-                })
-                .inc_by(bytes);
+    /// Agent `agent`'s handles, resolved once (when its process starts), so a count on
+    /// the way out is an atomic add.
+    pub fn agent(&self, agent: &str) -> AgentEgressMetrics {
+        let label = |decision| EgressLabels {
+            agent: Arc::from(agent),
+            decision,
+        };
+        let agent = AgentLabel {
+            agent: Arc::from(agent),
+        };
+        AgentEgressMetrics {
+            allowed: self.decisions.get_or_create_owned(&label("allowed")),
+            denied: self.decisions.get_or_create_owned(&label("denied")),
+            bytes: self.bytes.get_or_create_owned(&agent),
+            relay_tokens: self.relay_tokens.get_or_create_owned(&agent),
         }
     }
+}
 
-    /// Tokens a model billed through one of agent `agent`'s relays.
-    pub fn billed(&self, agent: &str, tokens: u64) {
-        self.relay_tokens
-            .get_or_create(&AgentLabel {
-                agent: Arc::from(agent),
-            })
-            .inc_by(tokens);
+/// One agent's egress handles (see [`EgressMetrics::agent`]).
+#[derive(Debug, Clone, Default)]
+pub struct AgentEgressMetrics {
+    allowed: Counter,
+    denied: Counter,
+    bytes: Counter,
+    relay_tokens: Counter,
+}
+
+impl AgentEgressMetrics {
+    /// One decision of the agent's proxy (`bytes`: what an allowed connection carried).
+    pub fn decided(&self, allowed: bool, bytes: u64) {
+        if allowed {
+            self.allowed.inc();
+        } else {
+            self.denied.inc();
+        }
+        self.bytes.inc_by(bytes);
+    }
+
+    /// Tokens a model billed through one of the agent's relays.
+    pub fn billed(&self, tokens: u64) {
+        self.relay_tokens.inc_by(tokens);
     }
 }

@@ -15,14 +15,14 @@ use std::sync::{Arc, Mutex};
 use crate::agent::EventSink;
 use crate::clock::now_ms;
 use crate::egress::{Counters, Decision, Exits, ModelUsage, Who};
-use crate::metrics::EgressMetrics;
+use crate::metrics::{AgentEgressMetrics, EgressMetrics};
 use crate::sync::lock;
 
 /// One agent process's reports.
 pub(super) struct AgentExits {
     who: Who,
     counters: Arc<Counters>,
-    metrics: Option<EgressMetrics>,
+    metrics: Option<AgentEgressMetrics>,
     turns: Mutex<Vec<Metered>>,
     /// Billed while no turn was in progress: the next turn's, first thing.
     pending: Mutex<ModelUsage>,
@@ -42,6 +42,7 @@ impl AgentExits {
         counters: Arc<Counters>,
         metrics: Option<EgressMetrics>,
     ) -> Arc<AgentExits> {
+        let metrics = metrics.map(|m| m.agent(&who.agent));
         Arc::new(AgentExits {
             who,
             counters,
@@ -105,14 +106,14 @@ impl Exits for AgentExits {
             tracing::warn!(%agent, %principal, %thread, %host, port, %rule, "egress denied");
         }
         if let Some(metrics) = &self.metrics {
-            metrics.decided(agent, decision.allowed, bytes);
+            metrics.decided(decision.allowed, bytes);
         }
         self.counters.count(&decision, now_ms());
     }
 
     fn used(&self, usage: ModelUsage) {
         if let Some(metrics) = &self.metrics {
-            metrics.billed(&self.who.agent, usage.total_tokens);
+            metrics.billed(usage.total_tokens);
         }
         let sink = {
             let mut turns = lock(&self.turns);
