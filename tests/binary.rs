@@ -1008,7 +1008,7 @@ allow = ["registry.npmjs.org"]
         .await;
     assert_eq!(fleet.status(), 200);
     let plan = serde_json::json!({"run": [
-        ["ask", support::probe::ASK_MODEL],
+        ["ask", support::probe::ask_model(true)],
         ["proxy", "import urllib.request\ntry:\n    urllib.request.urlopen('https://example.com/', timeout=5)\n    print('ok')\nexcept Exception as e:\n    print('refused: %s' % e)"],
     ]});
     let r = daemon

@@ -319,20 +319,6 @@ async fn egress_by_name(tag: &str, confinement: Confinement) {
     );
 }
 
-/// Python that asks the model through the relay for a whole answer (not streamed, its
-/// length given): its usage is billed too.
-const ASK_WHOLE: &str = r#"
-import os, json, urllib.request
-request = urllib.request.Request(
-    os.environ['ANTHROPIC_BASE_URL'] + '/v1/messages',
-    data=json.dumps({'model': 'm', 'max_tokens': 10, 'stream': False,
-                     'messages': [{'role': 'user', 'content': 'hi'}]}).encode(),
-    headers={'x-api-key': os.environ['ANTHROPIC_API_KEY'], 'content-type': 'application/json'})
-with urllib.request.urlopen(request, timeout=10) as answer:
-    body = json.loads(answer.read().decode())
-print(answer.status, body['usage']['output_tokens'])
-"#;
-
 /// Python that tries paths out of the relay's upstream prefix: each refused with a 400.
 const CLIMB: &str = r#"
 import os, urllib.request, urllib.error
@@ -385,10 +371,10 @@ async fn a_relay_adds_the_key_outside_the_sandbox_and_counts_what_the_model_bill
     .await;
     let bob = token_for(&s.server, "bob").await;
     let plan = json!({"run": [
-        ["ask", ASK_MODEL],
+        ["ask", ask_model(true)],
         ["env", "import os; print(repr(dict(os.environ)))"],
         ["climb", CLIMB],
-        ["whole", ASK_WHOLE],
+        ["whole", ask_model(false)],
     ]});
     let frames = turn(&s.server, &bob, "probe", "t", &format!("probe {plan}")).await;
     let last = frames.last().expect("a frame");

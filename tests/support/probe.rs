@@ -132,16 +132,26 @@ pub fn key_file(tag: &str, key: &str) -> PathBuf {
     path
 }
 
-/// Python that asks the model through the relay as Claude Code does: the base URL and key
-/// from the environment. Prints the status and whether the answer streamed.
-pub const ASK_MODEL: &str = r#"
+/// Python that asks the model through the relay as Claude Code does (the base URL and key
+/// from the environment), for a streamed answer or a whole one (its length given). Prints
+/// the status, then whether the stream began as a Messages stream, or the whole answer's
+/// output tokens.
+pub fn ask_model(stream: bool) -> String {
+    let python_bool = if stream { "True" } else { "False" };
+    format!(
+        r#"
 import os, json, urllib.request
 request = urllib.request.Request(
     os.environ['ANTHROPIC_BASE_URL'] + '/v1/messages',
-    data=json.dumps({'model': 'm', 'max_tokens': 10, 'stream': True,
-                     'messages': [{'role': 'user', 'content': 'hi'}]}).encode(),
-    headers={'x-api-key': os.environ['ANTHROPIC_API_KEY'], 'content-type': 'application/json'})
+    data=json.dumps({{'model': 'm', 'max_tokens': 10, 'stream': {python_bool},
+                     'messages': [{{'role': 'user', 'content': 'hi'}}]}}).encode(),
+    headers={{'x-api-key': os.environ['ANTHROPIC_API_KEY'], 'content-type': 'application/json'}})
 with urllib.request.urlopen(request, timeout=10) as answer:
     body = answer.read().decode()
-print(answer.status, 'message_start' in body)
-"#;
+if {python_bool}:
+    print(answer.status, 'message_start' in body)
+else:
+    print(answer.status, json.loads(body)['usage']['output_tokens'])
+"#
+    )
+}
