@@ -24,6 +24,10 @@ use http_body_util::BodyExt as _;
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt as _;
 
+mod preview;
+
+pub use preview::PreviewError;
+
 use crate::clock::now_ms;
 use crate::protocol::InputError;
 use crate::protocol::input::{BinaryPart, Content, ContentPart, DataSource, MediaSource, Message};
@@ -39,6 +43,8 @@ pub struct UploadLimits {
     pub types: Vec<String>,
     /// How long an upload no run has used is kept.
     pub unused_ttl: Duration,
+    /// How long a link that shows an upload without a token lasts (see [`preview`]).
+    pub preview_ttl: Duration,
 }
 
 impl Default for UploadLimits {
@@ -49,6 +55,7 @@ impl Default for UploadLimits {
             quota: 512 * 1024 * 1024,
             types: DEFAULT_TYPES.iter().map(|t| (*t).to_owned()).collect(),
             unused_ttl: Duration::from_secs(24 * 60 * 60),
+            preview_ttl: Duration::from_secs(15 * 60),
         }
     }
 }
@@ -141,6 +148,8 @@ pub struct Uploads {
     ledgers: std::sync::Mutex<HashMap<PathBuf, Ledger>>,
     /// Directory listings made to count (for tests: a put does not list).
     listings: std::sync::atomic::AtomicU64,
+    /// Signs the links that show an upload without a token.
+    preview_key: preview::PreviewKey,
 }
 
 /// How often a principal's directory is swept and counted again, at most.
@@ -191,6 +200,7 @@ impl Uploads {
             reserved: std::sync::Mutex::default(),
             ledgers: std::sync::Mutex::default(),
             listings: std::sync::atomic::AtomicU64::new(0),
+            preview_key: preview::PreviewKey::random(),
         }
     }
 
@@ -234,6 +244,82 @@ impl Uploads {
     /// The path of upload `id`'s URL.
     pub fn url_path(&self, id: &str) -> String {
         format!("{}/uploads/{id}", self.namespace)
+    }
+
+    /// The query of a link showing upload `id` of `owner` with no token, and when it
+    /// expires (seconds since the epoch). The expiry is rounded up to the minute, so the
+    /// links signed within one minute are the same link (a page re-rendering a snapshot
+    /// does not load the image again).
+    pub fn preview(&self, owner: &str, id: &str) -> (String, u64) {
+        let ttl = self.limits.preview_ttl.as_secs().max(1);
+        let expires = (now_ms() / 1000 + ttl).div_ceil(60) * 60;
+        let dir = crate::hex::short_hash(owner.as_bytes());
+        (self.preview_key.query(&dir, id, expires), expires)
+    }
+
+    /// The upload a link's `query` shows, and the path of its bytes: the link checked
+    /// (whole, signed by this daemon, not expired) and the upload still there.
+    pub async fn previewed(
+        &self,
+        id: &str,
+        query: &str,
+    ) -> Result<Option<(Upload, PathBuf)>, PreviewError> {
+        if !valid_id(id) {
+            return Ok(None);
+        }
+        let dir = self.preview_key.check(id, query, now_ms() / 1000)?;
+        let dir = self.root.join(dir);
+        Ok(read_description(&dir.join(format!("{id}.json")))
+            .await
+            .map(|upload| (upload, dir.join(id))))
+    }
+
+    /// Every upload URL in `messages` (a transcript's JSON, or one message's list) made a
+    /// link of `owner`'s that shows it with no token.
+    pub fn show(&self, owner: &str, messages: &mut serde_json::Value) {
+        let mut signed: HashMap<String, String> = HashMap::new();
+        for message in messages.as_array_mut().into_iter().flatten() {
+            let Some(parts) = message.get_mut("content").and_then(|c| c.as_array_mut()) else {
+                continue;
+            };
+            for part in parts {
+                let url = match part.get("source") {
+                    Some(source) if source.get("type").and_then(|t| t.as_str()) == Some("url") => {
+                        part.get_mut("source").and_then(|s| s.get_mut("value"))
+                    }
+                    _ => part.get_mut("url"),
+                };
+                let Some(serde_json::Value::String(url)) = url else {
+                    continue;
+                };
+                let Some(id) = self.id_in(url) else { continue };
+                let query = signed
+                    .entry(id.clone())
+                    .or_insert_with(|| self.preview(owner, &id).0);
+                *url = format!("{}?{query}", plain(url));
+            }
+        }
+    }
+
+    /// Every upload URL in `messages` as the transcript keeps it: without its query or
+    /// fragment, so neither a link's signature nor a token pasted into a URL is stored.
+    pub fn keep_plain(&self, messages: &mut [Message]) {
+        for message in messages {
+            let Message::User(user) = message else {
+                continue;
+            };
+            let Content::Parts(parts) = &mut user.content else {
+                continue;
+            };
+            for part in parts {
+                if let Some(url) = part_url_mut(part)
+                    && self.id_in(url).is_some()
+                {
+                    let kept = plain(url).to_owned();
+                    *url = kept;
+                }
+            }
+        }
     }
 
     fn dir(&self, owner: &str) -> PathBuf {
@@ -596,6 +682,26 @@ fn part_url(part: &ContentPart) -> Option<&str> {
         ContentPart::Binary(binary) if binary.data.is_none() => binary.url.as_deref(),
         _ => None,
     }
+}
+
+/// The URL a part names, to change it.
+fn part_url_mut(part: &mut ContentPart) -> Option<&mut String> {
+    match part {
+        ContentPart::Image(media)
+        | ContentPart::Audio(media)
+        | ContentPart::Video(media)
+        | ContentPart::Document(media) => match &mut media.source {
+            MediaSource::Url(linked) => Some(&mut linked.value),
+            _ => None,
+        },
+        ContentPart::Binary(binary) if binary.data.is_none() => binary.url.as_mut(),
+        _ => None,
+    }
+}
+
+/// `url` without its query and fragment.
+fn plain(url: &str) -> &str {
+    url.split(['?', '#']).next().unwrap_or(url)
 }
 
 /// The top-level type a part's data must have (`None`: any).

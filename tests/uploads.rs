@@ -183,7 +183,7 @@ async fn an_uploaded_image_reaches_an_acp_agent_as_an_image_block_and_goes_with_
             {"type": "image", "data": base64(gif), "mimeType": "image/gif"}])
     );
 
-    // The transcript keeps the URL, not the bytes.
+    // The transcript keeps the URL, not the bytes (shown with a link's query).
     let messages: Value = client()
         .get(server.url("/threads/pic/messages"))
         .bearer_auth(&ann)
@@ -192,10 +192,10 @@ async fn an_uploaded_image_reaches_an_acp_agent_as_an_image_block_and_goes_with_
         .json()
         .await
         .expect("json");
-    assert_eq!(
-        messages["messages"][0]["content"][1]["source"]["value"],
-        url
-    );
+    let kept = messages["messages"][0]["content"][1]["source"]["value"]
+        .as_str()
+        .expect("url");
+    assert!(kept.starts_with(&format!("{url}?owner=")), "{kept}");
 
     // Deleting the thread removes the upload.
     let deleted = client()
@@ -454,4 +454,150 @@ async fn an_upload_removed_later_does_not_block_its_thread_and_a_run_carries_at_
     // An empty file is refused.
     let empty = upload(&server, &ann, "text/plain", b"").await;
     assert_eq!(empty.status(), 400);
+}
+
+/// Every file under `dir`, read whole (the store's database, its WAL, uploads' notes).
+fn files_under(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                out.push((path, bytes));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_page_shows_an_upload_by_a_short_lived_signed_link_and_no_token_is_stored() {
+    let server = server("uploads-preview", |_| {}).await;
+    let ann = token(&server, "ann").await;
+    let body = created(upload(&server, &ann, "image/png", PNG).await).await;
+    let id = body["id"].as_str().expect("id").to_owned();
+    let preview = body["previewUrl"].as_str().expect("previewUrl").to_owned();
+    assert!(
+        preview.starts_with(body["url"].as_str().expect("url")),
+        "{preview}"
+    );
+    assert!(body["previewExpiresAt"].is_string(), "{body}");
+    assert!(
+        !preview.contains(&ann) && !preview.contains(TOKEN),
+        "{preview}"
+    );
+
+    // An <img> sends no header: the link alone shows the file, as the file.
+    let shown = client().get(&preview).sent().await;
+    assert_eq!(shown.status(), 200);
+    assert_eq!(shown.headers()["content-type"], "image/png");
+    assert_eq!(shown.headers()["x-content-type-options"], "nosniff");
+    assert_eq!(&shown.bytes().await.expect("bytes")[..], PNG);
+
+    // The link is for that file only, unaltered, and only to look at.
+    let other = created(upload(&server, &ann, "image/png", PNG).await).await;
+    let other_id = other["id"].as_str().expect("id");
+    let query = preview.split_once('?').expect("query").1;
+    for (what, url) in [
+        (
+            "another upload",
+            server.url(&format!("/uploads/{other_id}?{query}")),
+        ),
+        ("a changed expiry", preview.replace("expires=", "expires=9")),
+        ("a changed signature", {
+            let at = preview.len() - 1;
+            let last = if preview.ends_with('0') { "1" } else { "0" };
+            format!("{}{last}", &preview[..at])
+        }),
+        ("no signature", server.url(&format!("/uploads/{id}"))),
+    ] {
+        let refused = client().get(&url).sent().await;
+        assert!(
+            refused.status() == 403 || refused.status() == 401,
+            "{what}: {}",
+            refused.status()
+        );
+        let error: Value = refused.json().await.expect("json");
+        assert!(error["code"].is_string(), "{what}: {error}");
+    }
+    let removed = client().delete(&preview).sent().await;
+    assert_eq!(removed.status(), 401, "a link does not delete");
+
+    // A page sends the link back in its message, even with a token pasted into it: the
+    // run finds the upload, and what is kept is the plain URL.
+    let pasted = format!("{preview}&token={TOKEN}");
+    let response = client()
+        .post(server.url("/scripted"))
+        .bearer_auth(&ann)
+        .header("accept", "text/event-stream")
+        .json(&run_with(
+            "pic",
+            "r1",
+            json!([image_message("u1", &pasted)]),
+        ))
+        .sent()
+        .await;
+    assert_eq!(response.status(), 200);
+    let frames = SseReader::new(response).collect().await;
+    assert!(
+        text_of(&frames).contains(&base64(PNG)),
+        "{}",
+        text_of(&frames)
+    );
+
+    // Whatever shows the thread again shows the image by a fresh link of its own.
+    let messages: Value = client()
+        .get(server.url("/threads/pic/messages"))
+        .bearer_auth(&ann)
+        .sent()
+        .await
+        .json()
+        .await
+        .expect("json");
+    let shown_url = messages["messages"][0]["content"][1]["source"]["value"]
+        .as_str()
+        .expect("url")
+        .to_owned();
+    assert!(
+        shown_url.contains(&format!("/uploads/{id}?")),
+        "{shown_url}"
+    );
+    assert!(!shown_url.contains("token="), "{shown_url}");
+    assert_eq!(client().get(&shown_url).sent().await.status(), 200);
+    let reloaded = client()
+        .get(server.url("/threads/pic/stream"))
+        .bearer_auth(&ann)
+        .header("accept", "text/event-stream")
+        .sent()
+        .await;
+    let frames = SseReader::new(reloaded).collect().await;
+    let snapshot = frames
+        .iter()
+        .find(|f| f.kind() == "MESSAGES_SNAPSHOT")
+        .expect("a snapshot");
+    let snapshot_url = snapshot.data["messages"][0]["content"][1]["source"]["value"]
+        .as_str()
+        .expect("url")
+        .to_owned();
+    assert!(snapshot_url.contains("signature="), "{snapshot_url}");
+    assert_eq!(client().get(&snapshot_url).sent().await.status(), 200);
+
+    // Nothing the daemon keeps holds a token or a link's signature.
+    let data = server.data_dir.clone();
+    server.stop().await;
+    for (path, bytes) in files_under(&data) {
+        for needle in [TOKEN, "signature="] {
+            assert!(
+                find(&bytes, needle.as_bytes()).is_none(),
+                "{} holds {needle:?}",
+                path.display()
+            );
+        }
+    }
 }

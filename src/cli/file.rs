@@ -111,6 +111,8 @@ pub(super) struct FileUploads {
     pub(super) types: Option<Vec<String>>,
     /// How long an upload no run has used is kept (`24h`).
     pub(super) unused_ttl: Option<String>,
+    /// How long a link showing an upload without a token lasts (`15m`).
+    pub(super) preview_ttl: Option<String>,
 }
 
 /// `[ui]`: the components agents may show.

@@ -333,6 +333,16 @@ fn resolve_uploads(file: &super::file::FileUploads) -> Result<UploadLimits, Conf
         limits.unused_ttl = parse_duration(text)
             .map_err(|e| ConfigError::new(format!("uploads.unused_ttl: {e}")))?;
     }
+    if let Some(text) = &file.preview_ttl {
+        limits.preview_ttl = parse_duration(text)
+            .ok()
+            .filter(|ttl| (60..=24 * 60 * 60).contains(&ttl.as_secs()))
+            .ok_or_else(|| {
+                ConfigError::new(format!(
+                    "uploads.preview_ttl: {text:?} must be a duration from 1m to 24h"
+                ))
+            })?;
+    }
     if let Some(types) = &file.types {
         for t in types {
             let (major, minor) = t.split_once('/').unwrap_or(("", ""));

@@ -308,7 +308,7 @@ fn the_uploads_table_sets_the_limits_and_refuses_a_bad_type() {
     let file = dir.join("c.toml");
     std::fs::write(
         &file,
-        "[uploads]\nmax_size = \"1MiB\"\nquota = \"10MiB\"\ntypes = [\"image/*\", \"Text/Plain\"]\nunused_ttl = \"1h\"\n",
+        "[uploads]\nmax_size = \"1MiB\"\nquota = \"10MiB\"\ntypes = [\"image/*\", \"Text/Plain\"]\nunused_ttl = \"1h\"\npreview_ttl = \"5m\"\n",
     )
     .expect("write");
     let config = parse(&["--config", file.to_str().expect("utf8")])
@@ -323,6 +323,16 @@ fn the_uploads_table_sets_the_limits_and_refuses_a_bad_type() {
         config.uploads.unused_ttl,
         std::time::Duration::from_secs(3600)
     );
+    assert_eq!(
+        config.uploads.preview_ttl,
+        std::time::Duration::from_secs(300)
+    );
+    std::fs::write(&file, "[uploads]\npreview_ttl = \"2s\"\n").expect("write");
+    let err = parse(&["--config", file.to_str().expect("utf8")])
+        .args
+        .resolve(&no_env)
+        .expect_err("a link shorter than a minute");
+    assert!(err.to_string().contains("uploads.preview_ttl"), "{err}");
 
     std::fs::write(&file, "[uploads]\ntypes = [\"html\"]\n").expect("write");
     let err = parse(&["--config", file.to_str().expect("utf8")])

@@ -197,6 +197,15 @@ impl ApiError {
         ApiError::new(StatusCode::FORBIDDEN, "FORBIDDEN", message)
     }
 
+    /// A link to an upload that does not hold (altered, expired, another daemon's).
+    pub fn forbidden_link(error: crate::uploads::PreviewError) -> ApiError {
+        let code = match error {
+            crate::uploads::PreviewError::Expired => "LINK_EXPIRED",
+            _ => "BAD_LINK",
+        };
+        ApiError::new(StatusCode::FORBIDDEN, code, error.to_string())
+    }
+
     /// The principal holds as many runs as it may.
     pub fn principal_busy() -> ApiError {
         let mut e = ApiError::new(

@@ -53,7 +53,12 @@ impl Runtime {
         limit: usize,
     ) -> Result<Option<(Vec<Value>, bool)>, StoreError> {
         match self.visible_thread(principal, id).await? {
-            Some(row) => self.store().messages(row.key.as_str(), limit).await,
+            Some(row) => Ok(self.store().messages(row.key.as_str(), limit).await?.map(
+                |(messages, truncated)| match self.shown(&row.key, Value::Array(messages)) {
+                    Value::Array(messages) => (messages, truncated),
+                    _ => (Vec::new(), truncated),
+                },
+            )),
             None => Ok(None),
         }
     }

@@ -361,8 +361,9 @@ impl Runtime {
         &self,
         principal: &Principal,
         agent: &str,
-        input: RunAgentInput,
+        mut input: RunAgentInput,
     ) -> Result<Attachment, StartError> {
+        self.keep_plain(&mut input.messages);
         loop {
             if let Ok(outcome) = self.decide_run(principal, agent, &input).await {
                 if let Err(error) = &outcome {
@@ -544,6 +545,23 @@ impl Runtime {
     /// The principals' uploads, when this runtime keeps them.
     pub fn uploads(&self) -> Option<&Arc<crate::uploads::Uploads>> {
         self.inner.options.uploads.as_ref()
+    }
+
+    /// `messages` (JSON) as a client is shown them on thread `key`: each upload they name
+    /// by a fresh link of the thread owner's that needs no token.
+    pub(crate) fn shown(&self, key: &ThreadKey, mut messages: Value) -> Value {
+        if let Some(uploads) = self.uploads() {
+            uploads.show(key.split().0, &mut messages);
+        }
+        messages
+    }
+
+    /// `messages` as the daemon keeps them: each upload URL without a query (a link's
+    /// signature, a token pasted into it).
+    pub fn keep_plain(&self, messages: &mut [Message]) {
+        if let Some(uploads) = self.uploads() {
+            uploads.keep_plain(messages);
+        }
     }
 
     /// Refuses new runs from now on (`503 DRAINING`), and ends at once every run parked on

@@ -306,8 +306,9 @@ impl Runtime {
         principal: &Principal,
         thread_id: &str,
         item_id: &str,
-        messages: Vec<Message>,
+        mut messages: Vec<Message>,
     ) -> Result<(usize, QueuedItem), QueueError> {
+        self.keep_plain(&mut messages);
         let thread = self.queue_thread(principal, thread_id).await?;
         let _decide = thread.decide.lock().await;
         let row = {

@@ -166,6 +166,7 @@ impl Runtime {
                 state.document.value(&thread.agent),
             )
         };
+        let messages = self.shown(&thread.key, messages);
         let mut events = vec![
             Event::run_started(&thread.id, translator.run_id(), None),
             Event::MessagesSnapshot { messages },
@@ -210,6 +211,7 @@ impl Runtime {
                 state.document.value(&thread.agent),
             )
         };
+        let messages = self.shown(&thread.key, messages);
         let events = [
             Event::run_started(&thread.id, run_id, None),
             Event::MessagesSnapshot { messages },

@@ -594,8 +594,28 @@ if (process.env.E2E_UPLOAD_AGENT) {
       });
       const { messages } = await response.json();
       const sent = JSON.stringify(messages.find((m) => m.role === "user"));
-      check(/"type":"url","value":"[^"]*\/uploads\/[0-9a-f]{32}"/.test(sent), `no upload URL in ${sent.slice(0, 300)}`);
+      check(/"type":"url","value":"[^"]*\/uploads\/[0-9a-f]{32}\?owner=/.test(sent), `no upload link in ${sent.slice(0, 300)}`);
       check(!sent.includes(png.toString("base64")), "the transcript's message holds the image's bytes");
+      check(!sent.includes("token="), "the transcript's message holds a token");
+      // The page shows the image, by a link that needs no token, live and after a reload.
+      const shown = async (when) => {
+        const img = user.last().locator('img[alt="Image attachment"]');
+        await img.waitFor();
+        for (let i = 0; i < 100 && !(await img.evaluate((e) => e.complete && e.naturalWidth > 0)); i += 1) {
+          await page.waitForTimeout(50);
+        }
+        check(await img.evaluate((e) => e.complete && e.naturalWidth === 1), `the image is not shown ${when}`);
+        const src = new URL(await img.getAttribute("src"), page.url());
+        check(src.searchParams.has("signature"), `the image's link is not signed ${when}: ${src}`);
+        const id = src.pathname.split("/").pop();
+        const bare = await fetch(`${daemon}/uploads/${id}${src.search}`);
+        check(bare.status === 200, `the link without a token: ${bare.status} ${when}`);
+        check(Buffer.from(await bare.arrayBuffer()).equals(png), `the link shows other bytes ${when}`);
+      };
+      await shown("live");
+      await page.reload();
+      await page.getByTestId("copilot-chat-textarea").waitFor();
+      await shown("after a reload");
       await page.goto(back);
       await page.getByTestId("copilot-chat-textarea").waitFor();
     },

@@ -59,9 +59,9 @@ const ATTACHMENTS = {
     );
     const upload = await response.json();
     if (!response.ok) throw new Error(upload.message ?? `upload failed: ${response.status}`);
-    // The page's own route to it (the proxy in front adds the token), so that CopilotKit's
-    // preview loads from this origin; the daemon takes the path as well as the full URL.
-    return { type: "url", value: `${RUNTIME_URL}/uploads/${upload.id}`, mimeType: upload.contentType };
+    // Its link that needs no token (an <img> sends none): CopilotKit shows it, and the
+    // daemon keeps the plain URL and shows the thread again with fresh links.
+    return { type: "url", value: upload.previewUrl, mimeType: upload.contentType };
   },
 };
 

@@ -287,6 +287,19 @@ async fn dispatch(
     if !route.allows(req.method()) {
         return Err(ApiError::method_not_allowed(route.allow()));
     }
+    if let Some((id, query)) = upload_link(&route, &req) {
+        // A link that shows an upload: the link, not a token, is what it checks.
+        if *origin == OriginCheck::Forbidden {
+            return Err(policy::refuse_origin(
+                req.headers(),
+                req.method(),
+                req.uri().path(),
+            ));
+        }
+        route.audit(audit);
+        audit.principal = Some("(link)".to_owned());
+        return uploads::preview(app, id, query).await;
+    }
     let principal = if route.authenticated() {
         if *origin == OriginCheck::Forbidden {
             return Err(policy::refuse_origin(
@@ -324,6 +337,17 @@ async fn dispatch(
         }
         _ => serve(app, route, req, conn, principal, audit).await,
     }
+}
+
+/// The upload and the query of a request that reads an upload by a signed link (a `GET`
+/// whose query has a `signature`; a token beside it changes nothing).
+fn upload_link<'r>(route: &'r Route, req: &'r Request<RequestBody>) -> Option<(&'r str, &'r str)> {
+    let Route::Upload(id) = route else {
+        return None;
+    };
+    let query = req.uri().query()?;
+    let signed = form_urlencoded::parse(query.as_bytes()).any(|(key, _)| key == "signature");
+    (signed && req.method() == Method::GET).then_some((id.as_str(), query))
 }
 
 /// Serves `route` on this node: each resource's handler.

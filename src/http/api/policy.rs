@@ -259,7 +259,8 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && bool::from(a.ct_eq(b))
 }
 
-/// A query string safe to log: the value of every `token` parameter replaced.
+/// A query string safe to log: the value of every `token` parameter (a bearer token) and
+/// `signature` parameter (an upload link's) replaced.
 pub fn scrub_query(query: &str) -> String {
     query
         .split('&')
@@ -269,7 +270,7 @@ pub fn scrub_query(query: &str) -> String {
                 .map(|(k, _)| k.into_owned())
                 .next()
                 .unwrap_or_default();
-            if decoded.eq_ignore_ascii_case("token") {
+            if decoded.eq_ignore_ascii_case("token") || decoded.eq_ignore_ascii_case("signature") {
                 format!("{key}=[redacted]")
             } else {
                 pair.to_owned()
@@ -477,5 +478,9 @@ mod tests {
         );
         assert_eq!(scrub_query("%74oken=s3cret"), "%74oken=[redacted]");
         assert_eq!(scrub_query("limit=5"), "limit=5");
+        assert_eq!(
+            scrub_query("owner=ab&expires=9&signature=c0de"),
+            "owner=ab&expires=9&signature=[redacted]"
+        );
     }
 }

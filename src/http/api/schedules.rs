@@ -173,8 +173,9 @@ fn messages(
         }
     }
     let body = json!({"threadId": "schedule", "runId": "schedule", "messages": messages});
-    let input = decode_run_input(body.to_string().as_bytes())?;
+    let mut input = decode_run_input(body.to_string().as_bytes())?;
     app.runtime.check_input(agent, &input)?;
+    app.runtime.keep_plain(&mut input.messages);
     Ok(input.messages)
 }
 

@@ -61,11 +61,14 @@ pub(super) async fn create(
         Some(host) => format!("{scheme}://{host}{path}"),
         None => path.clone(),
     };
+    let (preview, expires) = uploads.preview(principal.owner(), &upload.id);
     let mut response = json_response(
         StatusCode::CREATED,
         json!({
             "id": upload.id,
             "url": url,
+            "previewUrl": format!("{url}?{preview}"),
+            "previewExpiresAt": crate::clock::rfc3339(expires as i64 * 1000),
             "size": upload.size,
             "contentType": upload.content_type,
         }),
@@ -86,7 +89,27 @@ pub(super) async fn get(
     let Some(upload) = uploads.get(principal.owner(), id).await else {
         return Err(ApiError::not_found("upload"));
     };
-    let bytes = tokio::fs::read(uploads.file(principal.owner(), id))
+    file_response(&upload, &uploads.file(principal.owner(), id)).await
+}
+
+/// `GET {path}/uploads/{id}?owner=&expires=&signature=` with no token: the upload a link
+/// shows (see [`crate::uploads::Uploads::preview`]); 403 for a link that is altered,
+/// expired or another daemon's, 404 when the upload is gone.
+pub(super) async fn preview(app: &App, id: &str, query: &str) -> Result<Response<Body>, ApiError> {
+    let uploads = uploads(app)?;
+    match uploads.previewed(id, query).await {
+        Ok(Some((upload, path))) => file_response(&upload, &path).await,
+        Ok(None) => Err(ApiError::not_found("upload")),
+        Err(error) => Err(ApiError::forbidden_link(error)),
+    }
+}
+
+/// An upload's bytes, with its type, never to be run as a page.
+async fn file_response(
+    upload: &crate::uploads::Upload,
+    path: &std::path::Path,
+) -> Result<Response<Body>, ApiError> {
+    let bytes = tokio::fs::read(path)
         .await
         .map_err(|_| ApiError::not_found("upload"))?;
     let mut response = Response::new(crate::http::body::full(bytes));

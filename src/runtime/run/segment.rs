@@ -154,6 +154,7 @@ impl SegmentWriter {
                     state.document.value(&self.thread.agent),
                 )
             };
+            let messages = self.rt.shown(&self.thread.key, messages);
             self.emit(&mut translator, &out);
             out.clear();
             self.emit(

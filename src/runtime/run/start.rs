@@ -681,11 +681,12 @@ fn turn_inputs(
         state::set_client(state.document.make_mut(&thread.agent), client);
     }
     let history = std::mem::take(&mut state.history_pending).then(|| {
-        capped_history(
+        let history = capped_history(
             &state.transcript,
             options.history_max_messages,
             options.history_max_bytes,
-        )
+        );
+        rt.shown(&thread.key, history)
     });
     TurnInputs {
         new_messages,
