@@ -599,8 +599,11 @@ if (process.env.E2E_UPLOAD_AGENT) {
       check(!sent.includes("token="), "the transcript's message holds a token");
       // The page shows the image, by a link that needs no token, live and after a reload.
       const shown = async (when) => {
-        const img = user.last().locator('img[alt="Image attachment"]');
-        await img.waitFor();
+        const img = page.locator('img[alt="Image attachment"]').last();
+        for (let i = 0; i < 100 && !(await img.count()); i += 1) {
+          check(!(await page.getByText("Failed to load image").count()), `the page failed to load the image ${when}`);
+          await page.waitForTimeout(100);
+        }
         for (let i = 0; i < 100 && !(await img.evaluate((e) => e.complete && e.naturalWidth > 0)); i += 1) {
           await page.waitForTimeout(50);
         }

@@ -179,25 +179,24 @@ fn capabilities(
 }
 
 /// The scheme and host (when the request names one we will echo) that URLs in an answer
-/// to this request start with: the `Host` header's; `X-Forwarded-Proto` counts only on a
-/// connection that is not TLS itself, and `X-Forwarded-Host` never.
+/// to this request start with: the `Host` header's, and the scheme of `X-Forwarded-Proto`
+/// when a proxy says it, else the connection's; `X-Forwarded-Host` never counts.
 pub(super) fn origin(
     headers: &HeaderMap,
     uri: &http::Uri,
     tls: bool,
 ) -> (&'static str, Option<String>) {
-    let scheme = if tls {
-        "https"
-    } else {
-        match headers
-            .get("x-forwarded-proto")
-            .and_then(|v| v.to_str().ok())
-            .map(|v| v.trim().to_ascii_lowercase())
-            .as_deref()
-        {
-            Some("https") => "https",
-            _ => "http",
-        }
+    // A proxy's word on how the client reached it wins either way (one serving plain HTTP
+    // in front of a TLS daemon, too): a URL built from it only goes back to that client.
+    let forwarded = headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().to_ascii_lowercase());
+    let scheme = match forwarded.as_deref() {
+        Some("https") => "https",
+        Some("http") => "http",
+        _ if tls => "https",
+        _ => "http",
     };
     let host = headers
         .get(HOST)
@@ -263,4 +262,36 @@ pub(super) fn readyz(app: &App) -> Response<Body> {
         return ApiError::not_ready();
     }
     json_response(StatusCode::OK, json!({"status": "ready"}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_take_the_scheme_a_proxy_names_and_else_the_connection_s() {
+        let uri: http::Uri = "/agui/info".parse().expect("uri");
+        let with = |proto: Option<&str>| {
+            let mut headers = HeaderMap::new();
+            headers.insert(HOST, "app.example:8080".parse().expect("host"));
+            if let Some(proto) = proto {
+                headers.insert("x-forwarded-proto", proto.parse().expect("proto"));
+            }
+            headers
+        };
+        for (proto, tls, scheme) in [
+            (None, true, "https"),
+            (None, false, "http"),
+            (Some("http"), true, "http"),
+            (Some("HTTPS"), false, "https"),
+            (Some("gopher"), true, "https"),
+        ] {
+            let (got, host) = origin(&with(proto), &uri, tls);
+            assert_eq!(
+                (got, host.as_deref()),
+                (scheme, Some("app.example:8080")),
+                "{proto:?} {tls}"
+            );
+        }
+    }
 }
