@@ -644,8 +644,11 @@ async fn an_answer_to_a_permission_after_a_restart_is_suspension_lost() {
         {"id": "al-t", "role": "tool", "toolCallId": perm_id, "content": r#"{"optionId":"yes-once"}"#}
     ]});
     let answer = run(&server, "scripted", &body).await;
-    assert_eq!(kinds(&answer), ["RUN_STARTED", "RUN_ERROR"]);
-    assert_eq!(answer[1].data["code"], "SUSPENSION_LOST");
+    assert_eq!(
+        kinds(&answer),
+        ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_ERROR"]
+    );
+    assert_eq!(answer[2].data["code"], "SUSPENSION_LOST");
     let transcript = get_json(&server, "/threads/al/messages").await.1["messages"].clone();
     assert_every_client_call_answered(&transcript);
 }

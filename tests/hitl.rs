@@ -559,9 +559,14 @@ async fn an_answer_after_a_restart_is_refused_in_band_for_both_profiles() {
             {"id": format!("{thread}-t"), "role": "tool", "toolCallId": perm_id, "content": r#"{"optionId":"allow"}"#}
         ]);
         let answer = run(&server, &body(thread, "r2", &messages, legacy)).await;
-        assert_eq!(kinds(&answer), ["RUN_STARTED", "RUN_ERROR"], "{answer:?}");
-        assert_eq!(answer[1].data["code"], "SUSPENSION_LOST");
-        let message = answer[1].data["message"].as_str().expect("message");
+        assert_eq!(
+            kinds(&answer),
+            ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_ERROR"],
+            "{answer:?}"
+        );
+        assert_every_client_call_answered(&answer[1].data["messages"]);
+        assert_eq!(answer[2].data["code"], "SUSPENSION_LOST");
+        let message = answer[2].data["message"].as_str().expect("message");
         assert!(
             message.contains("sending it again cannot help: send a new message"),
             "{message}"
@@ -577,7 +582,7 @@ async fn an_answer_after_a_restart_is_refused_in_band_for_both_profiles() {
         );
         // The same answer again is refused again; new input goes on normally.
         let again = run(&server, &body(thread, "r3", &messages, legacy)).await;
-        assert_eq!(again[1].data["code"], "SUSPENSION_LOST");
+        assert_eq!(again[2].data["code"], "SUSPENSION_LOST");
         let mut next = messages.as_array().expect("messages").clone();
         next.push(json!({"id": format!("{thread}-n"), "role": "user", "content": "hello"}));
         let next = run(&server, &body(thread, "r4", &json!(next), legacy)).await;
@@ -609,16 +614,44 @@ async fn an_answer_already_given_by_another_client_says_so() {
         {"id": action_id, "type": "function", "function": {"name": "demo_action", "arguments": "{}"}},
         {"id": perm_id, "type": "function", "function": {"name": "agui_permission_request", "arguments": "{}"}}
     ]});
-    let answer = |id: &str| {
+    let answer = |id: &str, option: &str| {
         json!([user, assistant, {"id": id, "role": "tool", "toolCallId": perm_id,
-            "content": r#"{"optionId":"allow"}"#}])
+            "content": format!(r#"{{"optionId":"{option}"}}"#)}])
     };
-    let given = run(&server, &body("twice", "r2", &answer("twice-t1"), false)).await;
+    let given = run(
+        &server,
+        &body("twice", "r2", &answer("twice-t1", "allow"), false),
+    )
+    .await;
     assert!(text_of(&given).contains("Approved: deploy"), "{given:?}");
-    let late = run(&server, &body("twice", "r3", &answer("twice-t2"), false)).await;
-    assert_eq!(kinds(&late), ["RUN_STARTED", "RUN_ERROR"], "{late:?}");
-    assert_eq!(late[1].data["code"], "SUSPENSION_LOST");
-    let message = late[1].data["message"].as_str().expect("message");
+    // A page still showing the question clicks Deny: refused, and handed the thread as it
+    // is, so its card shows the answer the agent was given, not the stale click.
+    let late = run(
+        &server,
+        &body("twice", "r3", &answer("twice-t2", "deny"), false),
+    )
+    .await;
+    assert_eq!(
+        kinds(&late),
+        ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_ERROR"],
+        "{late:?}"
+    );
+    let answers: Vec<&Value> = late[1].data["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter(|m| m["role"] == "tool" && m["toolCallId"] == perm_id.as_str())
+        .collect();
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert_eq!(answers[0]["id"], "twice-t1");
+    assert!(
+        answers[0]["content"]
+            .as_str()
+            .expect("content")
+            .contains("allow")
+    );
+    assert_eq!(late[2].data["code"], "SUSPENSION_LOST");
+    let message = late[2].data["message"].as_str().expect("message");
     assert!(message.contains("already answered"), "{message}");
     assert!(!message.contains("restarted"), "{message}");
     server.stop().await;

@@ -520,9 +520,13 @@ fn run_id_of(piece: &[SseFrame]) -> Option<&str> {
         .and_then(|f| f.data["runId"].as_str())
 }
 
-/// A refusal in-band (`SUSPENSION_LOST`, `INVALID_RESUME`): not a run.
+/// A refusal in-band (`SUSPENSION_LOST`, with the thread's messages first;
+/// `INVALID_RESUME`): not a run.
 fn is_rejection(piece: &[SseFrame]) -> bool {
-    piece.len() == 2 && piece[0].kind() == "RUN_STARTED" && piece[1].kind() == "RUN_ERROR"
+    let kinds = kinds(piece);
+    kinds == ["RUN_STARTED", "RUN_ERROR"]
+        || kinds == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_ERROR"]
+            && piece[2].data["code"] == "SUSPENSION_LOST"
 }
 
 fn is_hydration(piece: &[SseFrame]) -> bool {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::attach::{self, Attachment, Resume};
 use super::suspension::Suspension;
-use super::{Control, LiveRun, NextSegment, Runtime, StartError, Thread};
+use super::{Control, LiveRun, NextSegment, Runtime, StartError, Thread, transcript_json};
 use crate::clock::now_ms;
 use crate::protocol::input::{Content, Message, ToolMessage};
 use crate::protocol::{Event, Profile, RunAgentInput};
@@ -210,9 +210,10 @@ impl Runtime {
 
     /// Refuses, in-band with `SUSPENSION_LOST`, a request whose only new messages answer
     /// client tool calls (`calls`) that nothing waits for any more (the server restarted,
-    /// the wait timed out, the run was cancelled): never a silent success. A call with no
-    /// result yet gets one saying the answer was not delivered, committed before the
-    /// refusal is shown.
+    /// the wait timed out, the run was cancelled, another client answered): never a silent
+    /// success. A call with no result yet gets one saying the answer was not delivered,
+    /// committed before the refusal is shown; the refusal carries the thread's messages
+    /// (`MESSAGES_SNAPSHOT`), each call with the answer that stands.
     pub(super) async fn lost_answers(
         &self,
         thread: &Arc<Thread>,
@@ -262,7 +263,21 @@ impl Runtime {
             .filter(|c| !answered.contains(c))
             .collect();
         let message = lost_message(&lost, &answered);
-        self.rejection(thread, input, profile, SUSPENSION_LOST, message)
+        // The thread as it is goes first: a page that applied its stale answer locally
+        // (a card reading Deny) is shown the answer that counted, or "not delivered".
+        let messages = transcript_json(&lock(&thread.state).transcript);
+        let events = [
+            Event::run_started(&thread.id, &input.run_id, input.parent_run_id.clone()),
+            Event::MessagesSnapshot {
+                messages: self.shown(&thread.key, messages),
+            },
+            Event::RunError {
+                message,
+                code: Some(SUSPENSION_LOST.to_owned()),
+                usage: None,
+            },
+        ];
+        self.short_run(thread, profile, &events, Resume::Exact)
     }
 }
 
