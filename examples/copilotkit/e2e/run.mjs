@@ -10,6 +10,7 @@
 // README's are also written to DIR (examples/copilotkit/screenshots).
 import { chromium } from "playwright-core";
 import { execFileSync } from "node:child_process";
+import { randomUUID } from "node:crypto";
 import { copyFileSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -93,6 +94,29 @@ async function inputOnScreen(when) {
   const box = await page.getByTestId("copilot-chat-input").boundingBox();
   check(box, `${when}: no chat input`);
   check(box.y >= 0 && box.y + box.height <= VIEWPORT.height, `${when}: the input is cut off: ${JSON.stringify(box)} in a ${VIEWPORT.height} px window`);
+}
+
+// Answers the permission request that waits on `thread` with Allow, as the operator's
+// console does: the thread's messages and a tool message, posted to the daemon.
+async function approveElsewhere(thread) {
+  const headers = { Authorization: `Bearer ${daemonToken}` };
+  const read = await fetch(`${daemon}/threads/${encodeURIComponent(thread)}/messages`, { headers });
+  const messages = (await read.json()).messages.filter((m) => m.role !== "activity");
+  const call = messages
+    .flatMap((m) => m.toolCalls ?? [])
+    .filter((c) => c.function.name === "agui_permission_request")
+    .pop();
+  check(call, "no permission request in the thread");
+  const options = JSON.parse(call.function.arguments).options ?? [];
+  const allow = options.find((o) => (o.kind ?? "").startsWith("allow"))?.optionId ?? "allow";
+  messages.push({ id: randomUUID(), role: "tool", toolCallId: call.id, content: JSON.stringify({ optionId: allow }) });
+  const response = await fetch(`${daemon}/demo`, {
+    method: "POST",
+    headers: { ...headers, "Content-Type": "application/json", Accept: "text/event-stream" },
+    body: JSON.stringify({ threadId: thread, runId: randomUUID(), messages, tools: [], context: [], state: {}, forwardedProps: {} }),
+  });
+  const events = await response.text();
+  check(response.ok && events.includes("RUN_FINISHED"), `the approval elsewhere: ${response.status} ${events.slice(-300)}`);
 }
 
 async function idle() {
@@ -266,6 +290,26 @@ const cases = [
       await allow.waitFor();
       await allow.click();
       await reply("Approved: reboot");
+    },
+  ],
+  [
+    "a stale Deny after another client approved: the card shows the answer that counted",
+    async () => {
+      expectedErrors.push("already answered on this thread"); // CopilotKit logs the refusal
+      await send("/approve rotate keys");
+      const card = page.getByTestId("approval").filter({ hasText: "rotate keys" }).last();
+      await card.getByRole("button", { name: "Allow" }).waitFor();
+      // Another client (the operator's console) approves first, through the daemon.
+      const thread = new URL(page.url()).searchParams.get("thread");
+      check(thread, `no thread in ${page.url()}`);
+      await approveElsewhere(thread);
+      // The page still shows the question; its Deny comes too late.
+      await card.getByRole("button", { name: "Deny" }).click();
+      await page.getByTestId("run-error").filter({ hasText: "already answered" }).waitFor();
+      const answered = card.getByText("Answered: Allow");
+      for (let i = 0; i < 100 && !(await answered.count()); i += 1) await page.waitForTimeout(50);
+      check(await answered.count(), `the card reads ${JSON.stringify(await card.innerText())}`);
+      await page.getByTestId("run-error").getByRole("button", { name: "Dismiss" }).click();
     },
   ],
   [
