@@ -46,6 +46,10 @@ status=0
 echo "== the built-in operator console"
 (cd "$app" && CHROMIUM="$chromium" AGUI_BASE="$daemon" AGUI_TOKEN_FILE="$work/token" \
   NODE_EXTRA_CA_CERTS="$work/data/tls/cert.pem" node e2e/console.mjs) || status=$?
+# What a browser developer is told: a refused origin, an untrusted certificate.
+echo "== diagnostics in the browser and the log"
+(cd "$app" && E2E_URL="$page" CHROMIUM="$chromium" AGUI_BASE="$daemon" AGUI_TOKEN_FILE="$work/token" \
+  DAEMON_LOG="$work/daemon.err" node e2e/diagnostics.mjs) || status=$?
 # Direct mode: the same page built for the daemon's own CopilotKit routes, served as static
 # files by the Go reverse proxy of examples/reverse-proxy, which forwards {path} to the
 # daemon with the token: no Node process at run time, and the browser holds no token.
