@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use agui_serve::config::TlsMode;
 use agui_serve::http::Limits;
 use agui_serve::runtime::EventId;
+use serde_json::Value;
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -522,5 +523,69 @@ async fn a_connection_that_sent_nothing_does_not_hold_the_shutdown() {
             .await
             .expect("the silent connection is closed");
         assert!(read.is_ok() || tls, "tls={tls}: {read:?}");
+    }
+}
+
+/// A request refused before its body is read (a forgotten token) shows its answer to
+/// curl, as it is typed: over HTTP/2 the stream ends cleanly instead of being reset while
+/// curl still sends ("Stream error in the HTTP/2 framing layer"), with a 20 KB body or
+/// none, and over HTTP/1.1.
+#[tokio::test]
+async fn a_refusal_before_the_body_is_read_reaches_curl_whole() {
+    let dir = temp_dir("refused-body");
+    let server = TestServer::with(move |c| {
+        c.tls = TlsMode::SelfSigned;
+        c.data_dir = dir;
+    })
+    .await;
+    let body = temp_dir("refused-body-file").join("body.json");
+    std::fs::write(&body, vec![b'a'; 20 * 1024]).expect("body");
+    let body = format!("@{}", body.display());
+    let url = server.url("/demo");
+    for (protocol, data) in [
+        ("--http2", body.as_str()),
+        ("--http2", ""),
+        ("--http1.1", body.as_str()),
+    ] {
+        let mut failures = Vec::new();
+        for _ in 0..100 {
+            let url = url.clone();
+            let data = data.to_owned();
+            let out = tokio::task::spawn_blocking(move || {
+                std::process::Command::new("curl")
+                    .args([
+                        "-sk",
+                        protocol,
+                        "-X",
+                        "POST",
+                        "-H",
+                        "content-type: application/json",
+                    ])
+                    .args(["--data-binary", &data, "-w", "\n%{http_code}", &url])
+                    .output()
+                    .expect("curl runs")
+            })
+            .await
+            .expect("joined");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let (json, status) = text.rsplit_once('\n').unwrap_or(("", &text));
+            let whole = out.status.success()
+                && status == "401"
+                && serde_json::from_str::<Value>(json).is_ok_and(|j| j["code"] == "UNAUTHORIZED");
+            if !whole {
+                failures.push(format!("exit {:?}: {text:?}", out.status.code()));
+            }
+        }
+        assert!(
+            failures.is_empty(),
+            "{protocol} with {}: {} of 100 failed: {:?}",
+            if data.is_empty() {
+                "no body"
+            } else {
+                "a 20 KB body"
+            },
+            failures.len(),
+            &failures[..failures.len().min(3)]
+        );
     }
 }

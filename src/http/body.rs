@@ -35,7 +35,92 @@ pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 /// A request body as the routes read it: as it arrives, or already read (a cluster node
 /// reads a forwardable request whole first, so that it can still send it to the thread's
 /// owner).
-pub type RequestBody = http_body_util::Either<Incoming, Full<Bytes>>;
+pub type RequestBody = http_body_util::Either<Draining, Full<Bytes>>;
+
+/// Most bytes of a body dropped unread that are read on, in the background, to its end.
+const DRAIN_BYTES: usize = 1024 * 1024;
+/// Longest such a body is read on.
+const DRAIN_TIME: Duration = Duration::from_secs(5);
+
+/// A request body as it arrives which, dropped without a read (a refusal answered before
+/// the body: no token, a wrong origin, no such route), is read on to its end in the
+/// background, up to [`DRAIN_BYTES`] and [`DRAIN_TIME`]. (A body given up part way, too
+/// large or too slow, is dropped as it is.) Dropped unread, an HTTP/2
+/// request's stream is reset while the client may still be sending, and a client (curl)
+/// then reports a framing error instead of the answer it was given; an HTTP/1.1
+/// connection can be kept for the next request.
+#[derive(Debug)]
+pub struct Draining {
+    inner: Option<Incoming>,
+    read: bool,
+}
+
+impl Draining {
+    pub fn new(inner: Incoming) -> Draining {
+        Draining {
+            inner: Some(inner),
+            read: false,
+        }
+    }
+}
+
+impl http_body::Body for Draining {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        self.read = true;
+        match self.inner.as_mut() {
+            Some(inner) => std::pin::Pin::new(inner).poll_frame(cx),
+            None => std::task::Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner
+            .as_ref()
+            .is_none_or(http_body::Body::is_end_stream)
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.as_ref().map_or_else(
+            || http_body::SizeHint::with_exact(0),
+            http_body::Body::size_hint,
+        )
+    }
+}
+
+impl Drop for Draining {
+    fn drop(&mut self) {
+        let Some(inner) = self.inner.take() else {
+            return;
+        };
+        if self.read || http_body::Body::is_end_stream(&inner) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let mut left = DRAIN_BYTES;
+            let mut body = inner;
+            let read_on = async {
+                while let Some(Ok(frame)) = body.frame().await {
+                    let len = frame.data_ref().map_or(0, Bytes::len);
+                    let Some(rest) = left.checked_sub(len) else {
+                        return;
+                    };
+                    left = rest;
+                }
+            };
+            // Over either bound, the body is dropped: the stream is reset after all.
+            let _ = tokio::time::timeout(DRAIN_TIME, read_on).await;
+        });
+    }
+}
 
 /// Every response body this server sends.
 pub type Body = UnsyncBoxBody<Bytes, Infallible>;

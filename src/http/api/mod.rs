@@ -152,6 +152,8 @@ async fn traced(
 /// Handles one request; never fails (errors become responses).
 async fn handle(app: &App, req: Request<Incoming>, conn: ConnInfo) -> Response<Body> {
     let started = Instant::now();
+    // Read on to its end when it is dropped unread (an answer before the body).
+    let req = req.map(crate::http::body::Draining::new);
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let query = req.uri().query().map(policy::scrub_query);
