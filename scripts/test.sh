@@ -5,7 +5,8 @@
 # elizacp, streaming through nginx, Caddy and the Go reverse proxy, a cluster of three nodes
 # on a throwaway PostgreSQL, the real Claude Code and Codex adapters against scripted model
 # APIs, and the CopilotKit example in headless Chromium (with the demo agent and with the
-# real adapters). Installs what it needs from the registries (cargo-deny, npm packages, a
+# real adapters), and the Debian package installed, served, upgraded and removed on this
+# machine (as root). Installs what it needs from the registries (cargo-deny, npm packages, a
 # Python virtualenv, elizacp);
 # needs cargo, node, python3, curl, nginx, caddy, go, chromium, systemd-analyze, promtool,
 # bwrap and PostgreSQL's server binaries: run as root on Debian it installs the missing
@@ -51,6 +52,8 @@ for need in \
   "caddy|caddy|streaming through Caddy" \
   "go|golang-go|streaming through the Go reverse proxy" \
   "systemd-analyze|systemd|tests/deploy.rs (the systemd unit verifies)" \
+  "dpkg-deb|dpkg|the Debian package (scripts/package.sh)" \
+  "setpriv|util-linux|the Debian package's daemon started as its unit would" \
   "promtool|prometheus|tests/metrics.rs (promtool check metrics)" \
   "bwrap|bubblewrap|tests/confine.rs (agents confined in bwrap)"; do
   IFS='|' read -r cmd package why <<<"$need"
@@ -101,5 +104,7 @@ echo "== a cluster of three nodes on PostgreSQL"
 scripts/cluster.sh "$root/target/debug/agui-serve"
 echo "== the CopilotKit example in headless Chromium"
 scripts/browser-e2e.sh "$root/target/debug/agui-serve"
+echo "== the Debian package: built, installed, served (the CopilotKit page too), upgraded, removed"
+scripts/package.sh "$root/target/debug/agui-serve"
 echo "== the CopilotKit example with the real Claude Code and Codex adapters"
 scripts/browser-real-agents.sh "$root/target/debug/agui-serve"

@@ -42,6 +42,60 @@ fn the_systemd_unit_verifies() {
     );
 }
 
+/// The Debian package's unit: the same hardening as deploy/agui-serve.service, line for
+/// line, and it verifies.
+#[test]
+#[ignore = "needs systemd-analyze (Debian: systemd): scripts/test.sh runs it"]
+fn the_packaged_unit_verifies_and_is_hardened_as_the_plain_one() {
+    let read = |path: &str| {
+        std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).expect(path)
+    };
+    let plain = read("deploy/agui-serve.service");
+    let packaged = read("deploy/debian/agui-serve.service");
+    let hardening = |unit: &str| -> String {
+        let at = unit.find("# Hardening").expect("a hardening section");
+        unit[at..].to_owned()
+    };
+    assert_eq!(hardening(&packaged), hardening(&plain));
+    assert!(packaged.contains("User=agui-serve") && !packaged.contains("DynamicUser"));
+    assert!(packaged.contains("--config /etc/agui-serve/config.toml"));
+    let dir = temp_dir("packaged-unit");
+    let path = dir.join("agui-serve.service");
+    std::fs::write(&path, packaged.replace("/usr/bin/agui-serve", BIN)).expect("write unit");
+    let output = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .expect("systemd-analyze (Debian package systemd) is needed for this test");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "systemd-analyze verify failed: {stderr}"
+    );
+    assert!(
+        stderr.trim().is_empty(),
+        "systemd-analyze verify warned: {stderr}"
+    );
+}
+
+/// The packaged configuration passes `check-config` with no warning.
+#[test]
+fn the_packaged_configuration_checks_clean() {
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/debian/config.toml");
+    let output = Command::new(BIN)
+        .args(["check-config", "--config", config])
+        .output()
+        .expect("agui-serve runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("a JSON report");
+    assert_eq!(report["warnings"], serde_json::json!([]), "{stdout}");
+}
+
 #[test]
 fn notify_socket_gets_ready_then_stopping() {
     let dir = temp_dir("notify");
