@@ -41,6 +41,24 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     let env = |name: &str| std::env::var(name).ok();
+    if let Some(Command::Init(init)) = &cli.command {
+        return match agui_serve::cli::init::run(&cli.args, init, &env) {
+            Ok(done) => {
+                for warning in &done.warnings {
+                    eprintln!("agui-serve: warning: {warning}");
+                }
+                println!("wrote {}", done.config.display());
+                println!("start: agui-serve --config {}", done.config.display());
+                println!("url: {}", done.url);
+                println!("token: {}", done.token);
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("agui-serve init: {error}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let resolved = match cli.args.resolve(&env) {
         Ok(resolved) => resolved,
         Err(error) => {

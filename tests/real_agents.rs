@@ -1036,3 +1036,108 @@ async fn codex_runs_a_plain_command_in_the_daemons_sandbox_and_streams_its_outpu
     );
     assert_eq!(text_of(&done).trim(), "It printed two lines.");
 }
+
+/// From nothing to Claude Code behind the daemon with `agui-serve init`: the adapter found
+/// in the tools folder at its version (installed there by npm otherwise), the recipe, the
+/// key file and the token written, the daemon started on that configuration alone, and a
+/// turn answered by the model through the relay.
+#[tokio::test]
+#[ignore = "needs the real adapters: scripts/test.sh installs them"]
+async fn init_sets_up_claude_code_and_the_daemon_serves_it() {
+    use std::io::{BufRead as _, BufReader};
+    use std::process::{Command, Stdio};
+    let model = ScriptedModel::start().await;
+    model.script("task-init", vec![Step::Say("Set up by init.".to_owned())]);
+    let dir = temp_dir("real-init");
+    let data = dir.join("data");
+    let key = key_file("real-init", MODEL_KEY);
+    let init = Command::new(launcher())
+        .args([
+            "init",
+            "--agent",
+            "claude-code",
+            "--yes",
+            "--port",
+            "0",
+            "--no-tls",
+        ])
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("--tools-dir")
+        .arg(tools())
+        .args(["--anthropic-url", &model.url])
+        .arg("--anthropic-key-file")
+        .arg(&key)
+        .env_remove("AGUI_CONFIG")
+        .env_remove("ANTHROPIC_API_KEY")
+        .stdin(Stdio::null())
+        .output()
+        .expect("agui-serve init runs");
+    let said = String::from_utf8_lossy(&init.stdout).into_owned();
+    assert!(
+        init.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    assert!(
+        init.stderr.is_empty(),
+        "init warned: {}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    let line = |name: &str| {
+        said.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_else(|| panic!("no {name} line in {said}"))
+            .to_owned()
+    };
+    let token = line("token: ");
+    assert!(line("url: ").ends_with("/agui/claude"), "{said}");
+    let config = std::fs::read_to_string(data.join("config.toml")).expect("config");
+    assert!(
+        !config.contains(MODEL_KEY) && config.contains("mode = \"default\""),
+        "{config}"
+    );
+
+    let mut daemon = Command::new(launcher())
+        .arg("--config")
+        .arg(data.join("config.toml"))
+        .env_remove("AGUI_TOKEN")
+        .env_remove("STATE_DIRECTORY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the daemon starts");
+    let mut out = BufReader::new(daemon.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    out.read_line(&mut first).expect("the listening line");
+    let base = first
+        .trim()
+        .strip_prefix("agui-serve listening on ")
+        .unwrap_or_else(|| panic!("{first}"))
+        .to_owned();
+    let response = client()
+        .post(format!("{base}/claude"))
+        .bearer_auth(&token)
+        .header("accept", "text/event-stream")
+        .json(&run_body("init", "r1", "task-init: hello"))
+        .sent()
+        .await;
+    assert_eq!(response.status(), 200);
+    let frames = SseReader::new(response).collect().await;
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    assert_eq!(
+        frames.last().map(SseFrame::kind),
+        Some("RUN_FINISHED"),
+        "{:?}",
+        kinds(&frames)
+    );
+    assert_eq!(text_of(&frames).trim(), "Set up by init.");
+    assert!(
+        model
+            .requests()
+            .iter()
+            .all(|r| r.credential.as_deref() == Some(MODEL_KEY))
+    );
+}

@@ -19,6 +19,9 @@ pub struct Cli {
 pub enum Command {
     /// Validate the configuration and print it resolved, secrets redacted.
     CheckConfig,
+    /// Write a configuration for the agents asked for: install their adapters with npm,
+    /// make the token, check the result, print the URL and token a CopilotKit app needs.
+    Init(super::init::InitArgs),
 }
 
 #[derive(Debug, Default, clap::Args)]

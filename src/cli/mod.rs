@@ -8,13 +8,14 @@
 //! In reading order: `flags` (what the command line says) and `file` (what the file
 //! says); then `resolve` (the `[server]` settings and the whole `Config`), with `token`,
 //! `agents`, `access`, `cluster`, `ui` and `webhooks` for their parts; `report` is `check-config`'s
-//! output.
+//! output. `init` writes a configuration (the `init` command).
 
 mod access;
 mod agents;
 mod cluster;
 mod file;
 mod flags;
+pub mod init;
 mod report;
 mod resolve;
 mod token;
