@@ -175,3 +175,105 @@ fn the_prometheus_example_checks() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// Every TOML example of the README and docs/ is a whole configuration that `check-config`
+/// takes without a warning, the files it names made first (each absolute path under
+/// `/etc`, `/srv`, `/opt` or `/var/lib` is moved into a scratch directory and made there:
+/// a JSON schema, a git repository for a `git:` source, a directory, else a secret file).
+#[test]
+fn every_configuration_example_in_the_docs_checks_clean() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut sources = vec![root.join("README.md")];
+    let mut docs: Vec<_> = std::fs::read_dir(root.join("docs"))
+        .expect("docs")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    sources.extend(docs);
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    for source in &sources {
+        let text = std::fs::read_to_string(source).expect("doc");
+        for (n, block) in text.split("```toml\n").skip(1).enumerate() {
+            let example = block.split("```").next().expect("a block");
+            let scratch = temp_dir("doc-example");
+            let config = scratch.join("config.toml");
+            std::fs::write(&config, moved(example, &scratch)).expect("write");
+            let output = Command::new(BIN)
+                .args(["check-config", "--config"])
+                .arg(&config)
+                .env_remove("AGUI_TOKEN")
+                .env_remove("AGUI_CONFIG")
+                .env("STATE_DIRECTORY", scratch.join("state"))
+                .output()
+                .expect("agui-serve runs");
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            if !output.status.success() || !stderr.trim().is_empty() {
+                failures.push(format!("{} example {}: {stderr}", source.display(), n + 1));
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 8, "only {checked} examples found");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `example` with each absolute path under a system folder moved into `scratch`, and what
+/// it names made there.
+fn moved(example: &str, scratch: &std::path::Path) -> String {
+    let mut out = String::with_capacity(example.len());
+    let mut rest = example;
+    while let Some(at) = ["/etc/", "/srv/", "/opt/", "/var/lib/"]
+        .iter()
+        .filter_map(|prefix| rest.find(prefix))
+        .min()
+    {
+        let (before, from) = rest.split_at(at);
+        let len = from
+            .find(|c: char| !(c.is_ascii_alphanumeric() || "/._-".contains(c)))
+            .unwrap_or(from.len());
+        let path = &from[..len];
+        let place = scratch.join(path.trim_start_matches('/'));
+        if !place.exists() {
+            let name = place.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if name.ends_with(".json") {
+                std::fs::create_dir_all(place.parent().expect("parent")).expect("dir");
+                std::fs::write(&place, r#"{"type":"object"}"#).expect("schema");
+            } else if before.ends_with("git:") {
+                std::fs::create_dir_all(&place).expect("repo");
+                let git = |args: &[&str]| {
+                    let done = Command::new("git")
+                        .args(args)
+                        .current_dir(&place)
+                        .output()
+                        .expect("git");
+                    assert!(done.status.success(), "git {args:?}");
+                };
+                git(&["init", "-q", "-b", "main"]);
+                git(&[
+                    "-c",
+                    "user.name=t",
+                    "-c",
+                    "user.email=t@t",
+                    "commit",
+                    "-q",
+                    "--allow-empty",
+                    "-m",
+                    "base",
+                ]);
+            } else if name.contains('.') || name == "token" {
+                std::fs::create_dir_all(place.parent().expect("parent")).expect("dir");
+                std::fs::write(&place, "secret-0123456789abcdef-0123456789abcdef\n").expect("secret");
+            } else {
+                std::fs::create_dir_all(&place).expect("dir");
+            }
+        }
+        out.push_str(before);
+        out.push_str(&place.to_string_lossy());
+        rest = &from[len..];
+    }
+    out.push_str(rest);
+    out
+}
