@@ -265,7 +265,8 @@ fn moved(example: &str, scratch: &std::path::Path) -> String {
                 ]);
             } else if name.contains('.') || name == "token" {
                 std::fs::create_dir_all(place.parent().expect("parent")).expect("dir");
-                std::fs::write(&place, "secret-0123456789abcdef-0123456789abcdef\n").expect("secret");
+                std::fs::write(&place, "secret-0123456789abcdef-0123456789abcdef\n")
+                    .expect("secret");
             } else {
                 std::fs::create_dir_all(&place).expect("dir");
             }

@@ -21,6 +21,8 @@ pub enum InitAgent {
     ClaudeCode,
     /// Codex, through `@agentclientprotocol/codex-acp`.
     Codex,
+    /// Gemini CLI (`@google/gemini-cli --acp`; its recipe is not tested here).
+    Gemini,
 }
 
 /// The adapters, at the versions `tests/agents/real/package.json` pins.
@@ -30,6 +32,8 @@ const CLAUDE_ADAPTER: (&str, &str, &str) = (
     "claude-agent-acp",
 );
 const CODEX_ADAPTER: (&str, &str, &str) = ("@agentclientprotocol/codex-acp", "2.6.0", "codex-acp");
+/// Gemini CLI speaks ACP itself (at a version of its own: not tested here).
+const GEMINI_CLI: (&str, &str, &str) = ("@google/gemini-cli", "0.61.0", "gemini");
 
 #[derive(Debug, Default, clap::Args)]
 pub struct InitArgs {
@@ -63,6 +67,17 @@ pub struct InitArgs {
     /// Codex's model
     #[arg(long, value_name = "MODEL", default_value = "gpt-5.5")]
     pub codex_model: String,
+    /// Gemini CLI's model API
+    #[arg(
+        long,
+        value_name = "URL",
+        default_value = "https://generativelanguage.googleapis.com"
+    )]
+    pub gemini_url: String,
+    /// File holding the Gemini API key [default: $GEMINI_API_KEY, written to gemini.key
+    /// beside the configuration]
+    #[arg(long, value_name = "FILE")]
+    pub gemini_key_file: Option<PathBuf>,
 }
 
 /// Why `init` stopped.
@@ -173,6 +188,17 @@ pub fn run(
                     &key,
                 ));
             }
+            InitAgent::Gemini => {
+                let command = install(&tools, GEMINI_CLI)?;
+                let key = key_file(
+                    args.gemini_key_file.as_deref(),
+                    "GEMINI_API_KEY",
+                    &here.join("gemini.key"),
+                    "--gemini-key-file",
+                    env,
+                )?;
+                text.push_str(&gemini_recipe(&command, &tools, &args.gemini_url, &key));
+            }
         }
     }
     write_private(&config, text.as_bytes())?;
@@ -219,7 +245,9 @@ fn chosen(args: &InitArgs) -> Result<Vec<InitAgent>, InitError> {
 }
 
 fn ask() -> Result<Vec<InitAgent>, InitError> {
-    print!("Agents to set up besides demo (claude-code, codex; comma-separated, empty for none): ");
+    print!(
+        "Agents to set up besides demo (claude-code, codex, gemini; comma-separated, empty for none): "
+    );
     let _ = std::io::stdout().flush();
     let mut line = String::new();
     std::io::stdin()
@@ -231,7 +259,7 @@ fn ask() -> Result<Vec<InitAgent>, InitError> {
         .filter(|w| !w.is_empty())
         .map(|word| {
             <InitAgent as clap::ValueEnum>::from_str(word, true)
-                .map_err(|_| InitError(format!("{word:?} is not claude-code or codex")))
+                .map_err(|_| InitError(format!("{word:?} is not claude-code, codex or gemini")))
         })
         .collect()
 }
@@ -241,6 +269,7 @@ fn agent_name(agent: InitAgent) -> &'static str {
         InitAgent::Demo => "demo",
         InitAgent::ClaudeCode => "claude",
         InitAgent::Codex => "codex",
+        InitAgent::Gemini => "gemini",
     }
 }
 
@@ -408,6 +437,22 @@ fn codex_recipe(command: &Path, tools: &Path, home: &Path, upstream: &str, key: 
          base_url_env = \"OPENAI_BASE_URL\"\nplaceholder_env = \"OPENAI_API_KEY\"\n",
         home = home.display(),
         home_q = quoted_path(home),
+        command = quoted_path(command),
+        tools = quoted_path(tools),
+        upstream = quoted(upstream),
+        key = quoted_path(key),
+    )
+}
+
+fn gemini_recipe(command: &Path, tools: &Path, upstream: &str, key: &Path) -> String {
+    format!(
+        "\n# Gemini CLI (it speaks ACP itself), its model reached through a relay: it reads the\n\
+         # base URL from GOOGLE_GEMINI_BASE_URL and holds a placeholder key.\n\
+         [[agents]]\nname = \"gemini\"\nkind = \"acp\"\ndescription = \"Gemini CLI\"\n\
+         command = [{command}, \"--acp\"]\n\
+         sandbox = {{ read = [{tools}] }}\n\n\
+         [[agents.relay]]\nupstream = {upstream}\nheader = \"x-goog-api-key\"\nsecret_file = {key}\n\
+         base_url_env = \"GOOGLE_GEMINI_BASE_URL\"\nplaceholder_env = \"GEMINI_API_KEY\"\n",
         command = quoted_path(command),
         tools = quoted_path(tools),
         upstream = quoted(upstream),
