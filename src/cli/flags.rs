@@ -21,7 +21,7 @@ pub enum Command {
     CheckConfig,
     /// Write a configuration for the agents asked for: install their adapters with npm,
     /// make the token, check the result, print the URL and token a CopilotKit app needs.
-    Init(super::init::InitArgs),
+    Init(Box<super::init::InitArgs>),
 }
 
 #[derive(Debug, Default, clap::Args)]
