@@ -21,7 +21,7 @@ pub enum Command {
     CheckConfig,
     /// Write a configuration for the agents asked for: install their adapters with npm,
     /// make the token, check the result, print the URL and token a CopilotKit app needs.
-    Init(Box<super::init::InitArgs>),
+    Init(Box<InitArgs>),
 }
 
 #[derive(Debug, Default, clap::Args)]
@@ -150,4 +150,62 @@ pub struct ServeArgs {
 pub enum LogFormatArg {
     Text,
     Json,
+}
+
+/// The agents `init` sets up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum InitAgent {
+    /// The built-in deterministic agent (always set up).
+    Demo,
+    /// Claude Code, through `@agentclientprotocol/claude-agent-acp`.
+    ClaudeCode,
+    /// Codex, through `@agentclientprotocol/codex-acp`.
+    Codex,
+    /// Gemini CLI (`@google/gemini-cli --acp`; its recipe is not tested here).
+    Gemini,
+}
+
+#[derive(Debug, Default, clap::Args)]
+pub struct InitArgs {
+    /// Agents to set up besides `demo`; repeatable [default: asked on a terminal, else
+    /// only demo]
+    #[arg(long = "agent", value_enum, value_name = "AGENT")]
+    pub agents: Vec<InitAgent>,
+    /// Ask nothing: the flags and the defaults
+    #[arg(long)]
+    pub yes: bool,
+    /// Write over an existing configuration file
+    #[arg(long)]
+    pub force: bool,
+    /// Where the adapters are installed with npm [default: <data dir>/tools]
+    #[arg(long, value_name = "DIR")]
+    pub tools_dir: Option<PathBuf>,
+    /// Claude Code's model API
+    #[arg(long, value_name = "URL", default_value = "https://api.anthropic.com")]
+    pub anthropic_url: String,
+    /// File holding the Anthropic API key [default: $ANTHROPIC_API_KEY, written to
+    /// anthropic.key beside the configuration]
+    #[arg(long, value_name = "FILE")]
+    pub anthropic_key_file: Option<PathBuf>,
+    /// Codex's model API (the Responses API's base)
+    #[arg(long, value_name = "URL", default_value = "https://api.openai.com/v1")]
+    pub openai_url: String,
+    /// File holding the OpenAI API key [default: $OPENAI_API_KEY, written to openai.key
+    /// beside the configuration]
+    #[arg(long, value_name = "FILE")]
+    pub openai_key_file: Option<PathBuf>,
+    /// Codex's model
+    #[arg(long, value_name = "MODEL", default_value = "gpt-5.5")]
+    pub codex_model: String,
+    /// Gemini CLI's model API
+    #[arg(
+        long,
+        value_name = "URL",
+        default_value = "https://generativelanguage.googleapis.com"
+    )]
+    pub gemini_url: String,
+    /// File holding the Gemini API key [default: $GEMINI_API_KEY, written to gemini.key
+    /// beside the configuration]
+    #[arg(long, value_name = "FILE")]
+    pub gemini_key_file: Option<PathBuf>,
 }

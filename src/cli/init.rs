@@ -10,20 +10,7 @@ use std::io::{BufRead as _, IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::flags::ServeArgs;
-
-/// The agents `init` sets up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum InitAgent {
-    /// The built-in deterministic agent (always set up).
-    Demo,
-    /// Claude Code, through `@agentclientprotocol/claude-agent-acp`.
-    ClaudeCode,
-    /// Codex, through `@agentclientprotocol/codex-acp`.
-    Codex,
-    /// Gemini CLI (`@google/gemini-cli --acp`; its recipe is not tested here).
-    Gemini,
-}
+use super::flags::{InitAgent, InitArgs, ServeArgs};
 
 /// The adapters, at the versions `tests/agents/real/package.json` pins.
 const CLAUDE_ADAPTER: (&str, &str, &str) = (
@@ -34,51 +21,6 @@ const CLAUDE_ADAPTER: (&str, &str, &str) = (
 const CODEX_ADAPTER: (&str, &str, &str) = ("@agentclientprotocol/codex-acp", "2.6.0", "codex-acp");
 /// Gemini CLI speaks ACP itself (at a version of its own: not tested here).
 const GEMINI_CLI: (&str, &str, &str) = ("@google/gemini-cli", "0.61.0", "gemini");
-
-#[derive(Debug, Default, clap::Args)]
-pub struct InitArgs {
-    /// Agents to set up besides `demo`; repeatable [default: asked on a terminal, else
-    /// only demo]
-    #[arg(long = "agent", value_enum, value_name = "AGENT")]
-    pub agents: Vec<InitAgent>,
-    /// Ask nothing: the flags and the defaults
-    #[arg(long)]
-    pub yes: bool,
-    /// Write over an existing configuration file
-    #[arg(long)]
-    pub force: bool,
-    /// Where the adapters are installed with npm [default: <data dir>/tools]
-    #[arg(long, value_name = "DIR")]
-    pub tools_dir: Option<PathBuf>,
-    /// Claude Code's model API
-    #[arg(long, value_name = "URL", default_value = "https://api.anthropic.com")]
-    pub anthropic_url: String,
-    /// File holding the Anthropic API key [default: $ANTHROPIC_API_KEY, written to
-    /// anthropic.key beside the configuration]
-    #[arg(long, value_name = "FILE")]
-    pub anthropic_key_file: Option<PathBuf>,
-    /// Codex's model API (the Responses API's base)
-    #[arg(long, value_name = "URL", default_value = "https://api.openai.com/v1")]
-    pub openai_url: String,
-    /// File holding the OpenAI API key [default: $OPENAI_API_KEY, written to openai.key
-    /// beside the configuration]
-    #[arg(long, value_name = "FILE")]
-    pub openai_key_file: Option<PathBuf>,
-    /// Codex's model
-    #[arg(long, value_name = "MODEL", default_value = "gpt-5.5")]
-    pub codex_model: String,
-    /// Gemini CLI's model API
-    #[arg(
-        long,
-        value_name = "URL",
-        default_value = "https://generativelanguage.googleapis.com"
-    )]
-    pub gemini_url: String,
-    /// File holding the Gemini API key [default: $GEMINI_API_KEY, written to gemini.key
-    /// beside the configuration]
-    #[arg(long, value_name = "FILE")]
-    pub gemini_key_file: Option<PathBuf>,
-}
 
 /// Why `init` stopped.
 #[derive(Debug, thiserror::Error)]
