@@ -82,7 +82,7 @@ impl Default for Warm {
 /// Checks an agent's session defaults (see [`AcpConfig::session_defaults`]); the error
 /// names the key.
 pub fn check_session_defaults(defaults: &serde_json::Value) -> Result<(), String> {
-    super::settings::Settings::from_defaults(defaults)
+    super::forwarded::Settings::from_defaults(defaults)
         .map(|_| ())
         .map_err(|e| {
             e.message

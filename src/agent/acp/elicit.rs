@@ -7,7 +7,7 @@ use agent_client_protocol::v1::schema::{
 use serde_json::Value;
 
 use super::Stop;
-use super::process::ElicitationResponder;
+use super::router::ElicitationResponder;
 use super::translate::UpdateTranslator;
 use crate::agent::{AgentError, EventSink, InputAnswer, InputRequest};
 

@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::process::{Router, SessionEvent};
+use super::router::{Router, SessionEvent};
 use crate::access::BearerToken;
 use crate::agent::{BoxFuture, ToolAnswer};
 use crate::protocol::input::Tool;

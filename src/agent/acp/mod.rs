@@ -36,6 +36,7 @@ mod config;
 mod elicit;
 mod exits;
 mod forward;
+mod forwarded;
 mod health;
 mod launch;
 mod mcp;
@@ -45,6 +46,7 @@ mod pool;
 mod prepare;
 mod process;
 mod prompt;
+mod router;
 mod sessions;
 mod settings;
 mod spares;
@@ -74,11 +76,11 @@ use crate::protocol::input::{Message, RunAgentInput};
 use crate::sync::lock;
 use crate::workspace::Workspaces;
 pub use config::{AcpConfig, FrontendMcp, Permissions, Warm, check_session_defaults};
+use forwarded::Settings;
 pub use launch::AgentHost;
 pub use mcp::{FrontendTools, McpEndpoint, McpHost, McpListener};
 use pool::Bound;
 use process::AcpProcess;
-use settings::Settings;
 use translate::UpdateTranslator;
 
 /// Whether an agent command names a program that can be started (an executable path, or a

@@ -12,7 +12,7 @@ use agent_client_protocol::v1::schema::{
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::process::{self, PermissionResponder};
+use super::router::{self, PermissionResponder};
 use super::translate::UpdateTranslator;
 use super::{Inner, Permissions, Stop};
 use crate::agent::{AgentError, EventSink, PermissionOption, PermissionOutcome, PermissionRequest};
@@ -50,7 +50,7 @@ impl Inner {
             Some(option_id) => RequestPermissionResponse::new(RequestPermissionOutcome::Selected(
                 SelectedPermissionOutcome::new(option_id),
             )),
-            None => process::cancelled(),
+            None => router::cancelled(),
         };
         if let Err(error) = responder.respond(response) {
             tracing::debug!(%error, "permission answer not delivered");

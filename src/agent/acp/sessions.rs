@@ -11,7 +11,8 @@ use agent_client_protocol::v1::schema::{
 };
 
 use super::bind::Announce;
-use super::process::{self, Busy, SessionEvent};
+use super::process::Busy;
+use super::router::{self, SessionEvent};
 use super::transcript::transcript_of;
 use super::{Inner, lock};
 use crate::agent::{AgentError, SessionError, SessionPage, SessionSummary, ToolAnswer};
@@ -99,7 +100,7 @@ impl Inner {
                 } => updates.push(update),
                 SessionEvent::Update { .. } => {}
                 SessionEvent::Permission(_, responder) => {
-                    let _ = responder.respond(process::cancelled());
+                    let _ = responder.respond(router::cancelled());
                 }
                 SessionEvent::Elicitation(_, responder) => {
                     let _ = responder

@@ -14,8 +14,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::elicit::elicitation;
-use super::process::{self, AcpProcess, SessionEvent};
+use super::process::AcpProcess;
 use super::prompt::prompt_blocks;
+use super::router::{self, SessionEvent};
 use super::translate::UpdateTranslator;
 use super::usage::note_usage;
 use super::{Inner, Stop, workdir};
@@ -363,7 +364,7 @@ async fn drain(
                 translator.apply(subagent.as_deref(), &update, sink).await?;
             }
             SessionEvent::Permission(_, responder) => {
-                let _ = responder.respond(process::cancelled());
+                let _ = responder.respond(router::cancelled());
             }
             SessionEvent::Elicitation(_, responder) => {
                 let _ =
