@@ -447,17 +447,6 @@ impl Drop for Busy {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
-    #[test]
-    fn the_cancelled_outcome_is_the_protocol_s() {
-        let value = serde_json::to_value(cancelled()).expect("serializes");
-        assert_eq!(
-            value,
-            serde_json::json!({"outcome": {"outcome": "cancelled"}})
-        );
-    }
-
     #[test]
     fn startable_finds_programs_on_path_and_by_path() {
         assert!(super::super::launch::startable(&["sh".to_owned()]));

@@ -203,3 +203,17 @@ impl Router {
 pub(super) fn cancelled() -> RequestPermissionResponse {
     RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cancelled_outcome_is_the_protocol_s() {
+        let value = serde_json::to_value(cancelled()).expect("serializes");
+        assert_eq!(
+            value,
+            serde_json::json!({"outcome": {"outcome": "cancelled"}})
+        );
+    }
+}
