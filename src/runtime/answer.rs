@@ -6,15 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::attach::{self, Attachment, Resume};
-use super::suspension::Suspension;
+use super::suspension::{SUSPENSION_LOST, Suspension};
 use super::{Control, LiveRun, NextSegment, Runtime, StartError, Thread, transcript_json};
 use crate::clock::now_ms;
 use crate::protocol::input::{Content, Message, ToolMessage};
 use crate::protocol::{Event, Profile, RunAgentInput};
 use crate::sync::lock;
-
-/// The `RUN_ERROR` code of an answer to a wait that no longer exists.
-pub(super) const SUSPENSION_LOST: &str = "SUSPENSION_LOST";
 
 /// How long new user input waits for a superseded (suspended) turn to finish before the
 /// turn is cancelled.

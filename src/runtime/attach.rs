@@ -16,10 +16,20 @@ use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 
-use super::journal::{Cut, Frame, ReaderSlot};
-use super::{LiveRun, Thread};
+use super::LiveRun;
+use super::journal::{Cut, Frame, Journal, ReaderSlot};
 use crate::metrics::{CutReason, ReattachKind, StreamGuard};
 use crate::protocol::{Event, KEEP_ALIVE, Profile};
+
+/// What a stream reads of its thread: its journal, its id, and whether it has left memory.
+/// A stream holds nothing else of the thread (its transcript and state are freed with it).
+#[derive(Debug, Clone)]
+pub(crate) struct Source {
+    pub(crate) journal: Arc<Journal>,
+    pub(crate) id: String,
+    /// Set when the thread object left memory (deleted, evicted, its lease lost).
+    pub(crate) retired: Arc<std::sync::atomic::AtomicBool>,
+}
 
 /// Frames a reader takes between reports of its progress within one batch.
 const TELL_EVERY: usize = 64;
@@ -65,7 +75,7 @@ pub(crate) enum Mode {
 /// One reader of one thread's journal.
 pub struct Attachment {
     mode: Mode,
-    thread: Arc<Thread>,
+    thread: Source,
     cursor: u64,
     profile: Profile,
     latest: watch::Receiver<u64>,
@@ -123,7 +133,7 @@ impl Attachment {
     }
 
     pub(super) fn new(
-        thread: Arc<Thread>,
+        thread: Source,
         cursor: u64,
         profile: Profile,
         mode: Mode,

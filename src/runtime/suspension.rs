@@ -17,6 +17,8 @@ use crate::protocol::input::{Content, Message, Resume, ResumeStatus};
 
 /// The frontend tool through which permission requests reach the client.
 pub const PERMISSION_TOOL: &str = "agui_permission_request";
+/// The `RUN_ERROR` code of an answer to a wait that no longer exists.
+pub(super) const SUSPENSION_LOST: &str = "SUSPENSION_LOST";
 /// The frontend tool through which forms (ACP elicitations) reach the client.
 pub const INPUT_TOOL: &str = "agui_input_request";
 

@@ -12,9 +12,8 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::answer::SUSPENSION_LOST;
 use super::memory::{Meter, json_size};
-use super::suspension::PERMISSION_TOOL;
+use super::suspension::{PERMISSION_TOOL, SUSPENSION_LOST};
 use super::{Journal, JournalLimits, LiveRun, state};
 use crate::access::{Capability, Caps, ThreadKey};
 use crate::clock::now_ms;
@@ -53,7 +52,7 @@ pub(crate) struct Thread {
     /// The thread id the client chose (what the wire shows).
     pub(crate) id: String,
     pub(crate) agent: String,
-    pub(crate) journal: Journal,
+    pub(crate) journal: Arc<Journal>,
     /// Last time a request used this thread (ms), for eviction.
     pub(super) last_used: AtomicU64,
     /// Serializes the decide-attach/refuse/start section and reattach decisions.
@@ -61,7 +60,7 @@ pub(crate) struct Thread {
     /// Set (under the threads map's lock) when this object left the map: deleted,
     /// discarded after a refusal, or evicted. A request that finds it set under the decide
     /// lock starts over, so it never acts on a thread object that is no longer the one.
-    pub(super) retired: AtomicBool,
+    pub(super) retired: Arc<AtomicBool>,
     pub(super) state: Mutex<ThreadState>,
     /// The runtime's memory count, and this thread's transcript and document share of it
     /// as of the last [`Thread::account`].
@@ -178,10 +177,10 @@ pub(super) fn new_thread(
         key: key.clone(),
         id: key.split().1.to_owned(),
         agent: agent.to_owned(),
-        journal: Journal::metered(epoch, limits, meter.clone()),
+        journal: Arc::new(Journal::metered(epoch, limits, meter.clone())),
         last_used: AtomicU64::new(now_ms()),
         decide: tokio::sync::Mutex::new(()),
-        retired: AtomicBool::new(false),
+        retired: Arc::new(AtomicBool::new(false)),
         state: Mutex::new(ThreadState {
             live: None,
             seen: transcript.iter().map(|m| m.id().to_owned()).collect(),
@@ -232,6 +231,17 @@ impl Thread {
     /// Transcript and document bytes as of the last [`Thread::account`].
     pub(super) fn cached_bytes(&self) -> usize {
         self.cached_bytes.load(Ordering::Relaxed)
+    }
+}
+
+impl Thread {
+    /// What a stream attached to this thread reads of it.
+    pub(super) fn source(&self) -> super::attach::Source {
+        super::attach::Source {
+            journal: self.journal.clone(),
+            id: self.id.clone(),
+            retired: self.retired.clone(),
+        }
     }
 }
 

@@ -8,6 +8,7 @@ mod drive;
 mod items;
 mod live;
 mod segment;
+mod spending;
 mod start;
 
 pub(in crate::runtime) use budget::RunBudget;

@@ -413,7 +413,7 @@ impl Runtime {
         mode: attach::Mode,
     ) -> Attachment {
         Attachment::new(
-            thread.clone(),
+            thread.source(),
             cursor,
             profile,
             mode,
