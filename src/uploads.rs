@@ -304,20 +304,12 @@ impl Uploads {
     /// Every upload URL in `messages` as the transcript keeps it: without its query or
     /// fragment, so neither a link's signature nor a token pasted into a URL is stored.
     pub fn keep_plain(&self, messages: &mut [Message]) {
-        for message in messages {
-            let Message::User(user) = message else {
-                continue;
-            };
-            let Content::Parts(parts) = &mut user.content else {
-                continue;
-            };
-            for part in parts {
-                if let Some(url) = part_url_mut(part)
-                    && self.id_in(url).is_some()
-                {
-                    let kept = plain(url).to_owned();
-                    *url = kept;
-                }
+        for part in user_parts_mut(messages) {
+            if let Some(url) = part_url_mut(part)
+                && self.id_in(url).is_some()
+            {
+                let kept = plain(url).to_owned();
+                *url = kept;
             }
         }
     }
@@ -628,42 +620,33 @@ impl Resolved {
         if self.found.is_empty() {
             return;
         }
-        for message in messages {
-            let Message::User(user) = message else {
+        for part in user_parts_mut(messages) {
+            let Some((upload, data)) = part_url(part).and_then(|url| self.found.get(url)) else {
                 continue;
             };
-            let Content::Parts(parts) = &mut user.content else {
-                continue;
-            };
-            for part in parts {
-                let Some((upload, data)) = part_url(part).and_then(|url| self.found.get(url))
-                else {
-                    continue;
-                };
-                match part {
-                    ContentPart::Image(media)
-                    | ContentPart::Audio(media)
-                    | ContentPart::Video(media)
-                    | ContentPart::Document(media) => {
-                        media.source = MediaSource::Data(DataSource {
-                            value: data.to_string(),
-                            mime_type: upload.content_type.clone(),
-                        });
-                        if upload.filename.is_some() && media.metadata.is_none() {
-                            media.metadata = Some(serde_json::json!({"filename": upload.filename}));
-                        }
+            match part {
+                ContentPart::Image(media)
+                | ContentPart::Audio(media)
+                | ContentPart::Video(media)
+                | ContentPart::Document(media) => {
+                    media.source = MediaSource::Data(DataSource {
+                        value: data.to_string(),
+                        mime_type: upload.content_type.clone(),
+                    });
+                    if upload.filename.is_some() && media.metadata.is_none() {
+                        media.metadata = Some(serde_json::json!({"filename": upload.filename}));
                     }
-                    ContentPart::Binary(binary) => {
-                        *binary = BinaryPart {
-                            mime_type: upload.content_type.clone(),
-                            data: Some(data.to_string()),
-                            url: None,
-                            id: None,
-                            filename: binary.filename.clone().or(upload.filename.clone()),
-                        };
-                    }
-                    ContentPart::Text(_) => {}
                 }
+                ContentPart::Binary(binary) => {
+                    *binary = BinaryPart {
+                        mime_type: upload.content_type.clone(),
+                        data: Some(data.to_string()),
+                        url: None,
+                        id: None,
+                        filename: binary.filename.clone().or(upload.filename.clone()),
+                    };
+                }
+                ContentPart::Text(_) => {}
             }
         }
     }
@@ -682,6 +665,20 @@ fn part_url(part: &ContentPart) -> Option<&str> {
         ContentPart::Binary(binary) if binary.data.is_none() => binary.url.as_deref(),
         _ => None,
     }
+}
+
+/// Every content part of the user messages in `messages`.
+fn user_parts_mut(messages: &mut [Message]) -> impl Iterator<Item = &mut ContentPart> {
+    messages
+        .iter_mut()
+        .filter_map(|message| match message {
+            Message::User(user) => match &mut user.content {
+                Content::Parts(parts) => Some(parts.iter_mut()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .flatten()
 }
 
 /// The URL a part names, to change it.

@@ -289,8 +289,7 @@ async fn dispatch(
     if !route.allows(req.method()) {
         return Err(ApiError::method_not_allowed(route.allow()));
     }
-    if let Some((id, query)) = upload_link(&route, &req) {
-        // A link that shows an upload: the link, not a token, is what it checks.
+    let checked = |audit: &mut Audit| {
         if *origin == OriginCheck::Forbidden {
             return Err(policy::refuse_origin(
                 req.headers(),
@@ -299,18 +298,16 @@ async fn dispatch(
             ));
         }
         route.audit(audit);
+        Ok(())
+    };
+    if let Some((id, query)) = upload_link(&route, &req) {
+        // A link that shows an upload: the link, not a token, is what it checks.
+        checked(audit)?;
         audit.principal = Some("(link)".to_owned());
         return uploads::preview(app, id, query).await;
     }
     let principal = if route.authenticated() {
-        if *origin == OriginCheck::Forbidden {
-            return Err(policy::refuse_origin(
-                req.headers(),
-                req.method(),
-                req.uri().path(),
-            ));
-        }
-        route.audit(audit);
+        checked(audit)?;
         audit.principal = Some("(unauthenticated)".to_owned());
         let principal =
             policy::authenticate(&app.auth, &app.access, req.headers(), req.uri().query())?;
