@@ -15,6 +15,7 @@
 //! | `rss-after` | the server's RSS after `--rss-runs` finished runs of about `--rss-events` events each, `--rss-parallel` at a time, read after the last stream ended; its peak RSS (VmHWM); its RSS again after `--rss-wait` seconds (MiB) |
 //! | `all` | all of them, in that order |
 //! | `agent-turns` | not in `all`: an ACP agent (`--agent`) on a model scripted to answer "bench-turn" (`scripts/bench.sh` sets it up): after `--settle` seconds, `--turn-threads` new threads, one after the other, each a first turn then `--warm-turns` turns; time to the first event, to the first text delta and to the end of the stream, medians per kind of turn. The conversations go to `--turns-file` |
+//! | `agent-parallel` | not in `all`: an ACP agent on the same scripted model: for each of `--parallel-threads` (1, 5, 20), that many new threads at once, each a first turn then `--warm-turns` turns; first text p50/p99 and whole turn of first and warm turns, the daemon's and the agent processes' CPU per turn apart (from `/proc`, `--pid` and its descendants), the agents' resident size per thread, the daemon's growth per live thread and, after `--idle-wait`, the agent processes left |
 //! | `agent-restart` | not in `all`: the conversations of `--turns-file` on a restarted daemon: after `--settle` seconds, each thread's next turn, the same times |
 //!
 //! A `tcp://HOST:PORT` URL names the raw TCP baseline (`examples/bare_sse.rs --mode
@@ -55,6 +56,8 @@ enum Scenario {
     AgentTurns,
     /// Not in `all`: the second half of `agent-turns`, on a restarted daemon.
     AgentRestart,
+    /// Not in `all`: threads taking turns at once on an ACP agent (see [`agent_parallel`]).
+    AgentParallel,
     All,
 }
 
@@ -71,7 +74,7 @@ impl Scenario {
     ];
 }
 
-#[derive(Debug, Parser)]
+#[derive(Debug, Clone, Parser)]
 #[command(about = "Load client for agui-serve: one JSON line per measurement")]
 struct Args {
     /// Base URL of the daemon's route namespace, e.g. http://127.0.0.1:8080/agui; or
@@ -181,6 +184,13 @@ struct Args {
     /// started makes what it keeps warm meanwhile).
     #[arg(long, default_value_t = 0.0)]
     settle: f64,
+    /// agent-parallel: how many threads take their turns at once, one measure per count.
+    #[arg(long, value_delimiter = ',', default_value = "1,5,20")]
+    parallel_threads: Vec<usize>,
+    /// agent-parallel: seconds to wait after the last turn for the agent's idle sessions to
+    /// be closed (its `session_ttl` and a margin), before counting its processes.
+    #[arg(long, default_value_t = 0.0)]
+    idle_wait: f64,
     /// Speak HTTP/2 with prior knowledge (h2c) instead of HTTP/1.1.
     #[arg(long)]
     http2: bool,
@@ -1113,6 +1123,157 @@ async fn agent_restart(args: &Args, client: &Client, report: &Report<'_>) -> Res
     Ok(())
 }
 
+/// The processes below `pid` (children, theirs, ...): an agent's launchers, forwarders and
+/// the agents themselves.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut parent_of = std::collections::HashMap::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+        if let Some(ppid) = ppid {
+            parent_of.insert(child, ppid);
+        }
+    }
+    let below = |mut p: u32| {
+        while let Some(&up) = parent_of.get(&p) {
+            if up == pid {
+                return true;
+            }
+            if up <= 1 {
+                return false;
+            }
+            p = up;
+        }
+        false
+    };
+    parent_of.keys().copied().filter(|&c| below(c)).collect()
+}
+
+/// CPU seconds of `pids` so far (those gone are not counted).
+fn cpu_of(pids: &[u32], clk_tck: u64) -> f64 {
+    pids.iter().filter_map(|&p| cpu_seconds(p, clk_tck)).sum()
+}
+
+/// `--parallel-threads` counts in turn: that many new threads at once, each a first turn
+/// then `--warm-turns` turns. Per count: first text p50/p99 and whole turn p50 of the first
+/// and the warm turns, the daemon's and the agent processes' CPU per turn apart, the agent
+/// processes' resident size per thread, the daemon's growth per live thread, and (after
+/// `--idle-wait`) how many agent processes are left (`agent_parallel<N>_...`).
+async fn agent_parallel(
+    args: &Args,
+    client: &Arc<Client>,
+    report: &Report<'_>,
+) -> Result<(), String> {
+    let pid = args.pid.ok_or("needs --pid")?;
+    tokio::time::sleep(Duration::from_secs_f64(args.settle)).await;
+    let scenario = "agent-parallel";
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    for &threads in &args.parallel_threads {
+        let kind = format!("parallel{threads}");
+        let before_rss = rss_kb(args)?;
+        let before_cpu = cpu_seconds(pid, args.clk_tck).unwrap_or(f64::NAN);
+        let before_agents = cpu_of(&descendants(pid), args.clk_tck);
+        let mut conversations = tokio::task::JoinSet::new();
+        for _ in 0..threads {
+            let client = client.clone();
+            let turn_args = args.clone();
+            conversations.spawn(async move {
+                let mut conversation = Conversation {
+                    thread: format!("bench-parallel-{}", uuid::Uuid::new_v4()),
+                    messages: Vec::new(),
+                    runs: 0,
+                };
+                let first = conversation.turn(&turn_args, &client).await?;
+                let mut warm = Vec::new();
+                for _ in 0..turn_args.warm_turns {
+                    warm.push(conversation.turn(&turn_args, &client).await?);
+                }
+                Ok::<_, String>((first, warm))
+            });
+        }
+        let (mut first, mut warm) = (Vec::new(), Vec::new());
+        while let Some(done) = conversations.join_next().await {
+            let (f, w) = done.map_err(|e| e.to_string())??;
+            first.push(f);
+            warm.extend(w);
+        }
+        let agents = descendants(pid);
+        let agent_cpu = cpu_of(&agents, args.clk_tck) - before_agents;
+        let daemon_cpu = cpu_seconds(pid, args.clk_tck).unwrap_or(f64::NAN) - before_cpu;
+        let agent_rss: u64 = agents.iter().filter_map(|&p| status_kb(p, "VmRSS")).sum();
+        let daemon_rss = rss_kb(args)?;
+        let turns = (first.len() + warm.len()) as f64;
+        let extra = json!({"threads": threads, "turns": turns});
+        for (which, set) in [("first", &first), ("warm", &warm)] {
+            let mut text: Vec<f64> = set
+                .iter()
+                .map(|t| t.first_content.map_or(f64::NAN, ms))
+                .collect();
+            text.sort_by(f64::total_cmp);
+            let mut whole: Vec<f64> = set.iter().map(|t| ms(t.total)).collect();
+            whole.sort_by(f64::total_cmp);
+            for (what, value) in [
+                ("first_text_p50", percentile(&text, 50.0)),
+                ("first_text_p99", percentile(&text, 99.0)),
+                ("turn_p50", percentile(&whole, 50.0)),
+            ] {
+                report.line(
+                    scenario,
+                    &format!("agent_{kind}_{which}_{what}_ms"),
+                    value,
+                    "ms",
+                    extra.clone(),
+                );
+            }
+        }
+        for (what, value, unit) in [
+            ("daemon_cpu_per_turn_ms", daemon_cpu * 1e3 / turns, "ms"),
+            ("agents_cpu_per_turn_ms", agent_cpu * 1e3 / turns, "ms"),
+            (
+                "agents_rss_per_thread_mib",
+                agent_rss as f64 / 1024.0 / threads as f64,
+                "MiB",
+            ),
+            (
+                "daemon_rss_per_thread_kib",
+                daemon_rss.saturating_sub(before_rss) as f64 / threads as f64,
+                "KiB",
+            ),
+        ] {
+            report.line(
+                scenario,
+                &format!("agent_{kind}_{what}"),
+                value,
+                unit,
+                extra.clone(),
+            );
+        }
+        if args.idle_wait > 0.0 {
+            tokio::time::sleep(Duration::from_secs_f64(args.idle_wait)).await;
+            let left = descendants(pid).len() as f64;
+            report.line(
+                scenario,
+                &format!("agent_{kind}_processes_after_idle"),
+                left,
+                "processes",
+                extra.clone(),
+            );
+        }
+    }
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
@@ -1163,6 +1324,7 @@ async fn measure(args: Args) -> std::process::ExitCode {
             Scenario::Idle => idle(&args, &client, &report).await,
             Scenario::AgentTurns => agent_turns(&args, &client, &report).await,
             Scenario::AgentRestart => agent_restart(&args, &client, &report).await,
+            Scenario::AgentParallel => agent_parallel(&args, &client, &report).await,
             Scenario::RssAfter | Scenario::All => rss_after(&args, &client, &report).await,
         };
         if let Err(error) = done {

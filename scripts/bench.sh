@@ -48,7 +48,11 @@
 # reported against), the model reached through a relay but in the last: new
 # threads' first turns and warm turns (loadgen's agent-turns), then the daemon restarted on
 # the same data and each thread's next turn (agent-restart). Reported as medians and as
-# ratios to the same configuration's warm turn. Without the adapter it says so and goes on.
+# ratios to the same configuration's warm turn. Then threads at once (loadgen's
+# agent-parallel): 1, 5 and 20 (PARALLEL_THREADS) new threads taking turns together under
+# the default confinement, with the daemon's and the adapters' CPU per turn, resident sizes
+# and the processes left once the idle sessions were closed. Without the adapter it says
+# so and goes on.
 #
 # Environment: SCENARIOS (comma-separated loadgen scenarios and real-agent; default all),
 # AGENT_SETTLE (seconds the real-agent phase waits after each daemon start; default 15),
@@ -301,7 +305,7 @@ if [ -n "$real_agent" ]; then
   # namespaces too) instead of Landlock alone, agent-direct.toml without and with no relay
   # (the key in its environment, the model's loopback port forwarded as it is).
   echo "sk-ant-scripted" >"$work/model.key"
-  for config in agent agent-cold agent-bwrap agent-direct; do
+  for config in agent agent-cold agent-bwrap agent-direct agent-parallel; do
     cat >"$work/$config.toml" <<TOML
 [[agents]]
 name = "claude"
@@ -316,6 +320,9 @@ TOML
     case "$config" in
       agent) printf 'spares = 1\npreload_sessions = 8\nconfinement = "landlock"\n' >>"$work/$config.toml" ;;
       agent-bwrap) printf 'confinement = "bwrap"\n' >>"$work/$config.toml" ;;
+      # Threads at once, confined by default; idle sessions closed (and their processes
+      # stopped) 20 s after their last turn, so what an idle thread holds is seen.
+      agent-parallel) printf 'session_ttl = "20s"\npool_size = 32\n' >>"$work/$config.toml" ;;
       *) printf 'confinement = "landlock"\n' >>"$work/$config.toml" ;;
     esac
     if [ "$config" = agent-direct ]; then
@@ -358,11 +365,26 @@ agent_phase() {
   fi
   rm -rf "$dir"
 }
+# agent_parallel_phase ROUND: 1, 5 and 20 threads (PARALLEL_THREADS) taking turns at once
+# on one daemon (agent-parallel.toml), then its processes counted after the idle sessions
+# were closed.
+agent_parallel_phase() {
+  local round="$1" dir bin="$root/target/release/agui-serve"
+  dir="$(mktemp -d "$work/real-parallel-$round.XXXXXX")"
+  start_server agui-serve "$bin" "$dir" --config "$work/agent-parallel.toml" --max-concurrent-runs 64 \
+    --max-runs-per-principal 64
+  echo "round $round agui-serve (real agent, threads at once): at $server_url (pid $server_pid)" >&2
+  load agui-serve "$round" "real agent, threads at once" "$dir" --agent claude --scenario agent-parallel \
+    --parallel-threads "${PARALLEL_THREADS:-1,5,20}" --warm-turns 2 --settle "$agent_settle" --idle-wait 40
+  stop_server
+  rm -rf "$dir"
+}
 agent_round() {
   agent_phase "$1" agent
   agent_phase "$1" agent-cold cold
   agent_phase "$1" agent-bwrap bwrap
   agent_phase "$1" agent-direct direct
+  agent_parallel_phase "$1"
 }
 
 started=$SECONDS
@@ -525,6 +547,26 @@ if any(key.startswith(AGENT) for key in units):
                   + "".join(f" {fmt_ratio(x):>20}" for x in ratios))
             agent_table.append(f"| {name} | " + " | ".join("" for _ in WHATS) + " | "
                                + " | ".join(fmt_ratio(x) for x in ratios) + " |")
+    # Threads taking turns at once (agent-parallel): one row per count.
+    prefix = f"{AGENT}parallel"
+    counts = sorted({int(k[len(prefix):].split("_")[0]) for k in units
+                     if k.startswith(prefix) and k[len(prefix):].split("_")[0].isdigit()})
+    if counts:
+        cols = [("first_first_text_p50_ms", "new thread first text p50 ms"),
+                ("first_first_text_p99_ms", "p99 ms"),
+                ("warm_first_text_p50_ms", "warm turn first text p50 ms"),
+                ("warm_first_text_p99_ms", "p99 ms"),
+                ("warm_turn_p50_ms", "warm turn p50 ms"),
+                ("daemon_cpu_per_turn_ms", "daemon CPU per turn ms"),
+                ("agents_cpu_per_turn_ms", "adapters' CPU per turn ms"),
+                ("agents_rss_per_thread_mib", "adapter RSS per thread MiB"),
+                ("daemon_rss_per_thread_kib", "daemon RSS per live thread KiB"),
+                ("processes_after_idle", "agent processes after session_ttl")]
+        agent_table += ["", "| threads at once | " + " | ".join(n for _, n in cols) + " |",
+                        "|---|" + "---|" * len(cols)]
+        for n in counts:
+            row = [median(f"{prefix}{n}_{key}", subject) for key, _ in cols]
+            agent_table.append(f"| {n} | " + " | ".join(fmt(x) for x in row) + " |")
     print()
     print("\n".join(agent_table))
 agent_note = os.environ.get("BENCH_AGENT_NOTE", "")
