@@ -482,6 +482,28 @@ async fn capabilities_and_agents_narrow_a_token() {
     };
     let approved = approver.run_to_end(&answer).await;
     assert_eq!(text_of(&approved), "Approved: deploy");
+    // The same answer again is refused; to a token that may answer but not read, without
+    // the thread's messages (which a reader is shown).
+    let mut again = answer.clone();
+    again["runId"] = json!("approver-again");
+    again["messages"][2]["id"] = json!("w-again");
+    let refused = approver.run_to_end(&again).await;
+    assert_eq!(kinds(&refused), ["RUN_STARTED", "RUN_ERROR"], "{refused:?}");
+    let reading = As {
+        server: &server,
+        token: mint(
+            &server,
+            json!({"sub": "dana", "capabilities": ["approve", "read"]}),
+        )
+        .await,
+    };
+    again["runId"] = json!("reader-again");
+    let shown = reading.run_to_end(&again).await;
+    assert_eq!(
+        kinds(&shown),
+        ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_ERROR"],
+        "{shown:?}"
+    );
     // Operator routes stay the operator's.
     assert_eq!(full.status(full.get("/metrics")).await, 403);
     // The webhook outbox names every principal's threads.

@@ -209,14 +209,16 @@ impl Runtime {
     /// client tool calls (`calls`) that nothing waits for any more (the server restarted,
     /// the wait timed out, the run was cancelled, another client answered): never a silent
     /// success. A call with no result yet gets one saying the answer was not delivered,
-    /// committed before the refusal is shown; the refusal carries the thread's messages
-    /// (`MESSAGES_SNAPSHOT`), each call with the answer that stands.
+    /// committed before the refusal is shown; to a principal that may read the thread
+    /// (`reads`) the refusal carries its messages (`MESSAGES_SNAPSHOT`), each call with the
+    /// answer that stands.
     pub(super) async fn lost_answers(
         &self,
         thread: &Arc<Thread>,
         input: &RunAgentInput,
         profile: Profile,
         calls: Vec<String>,
+        reads: bool,
     ) -> Attachment {
         // Calls another client (or an earlier request) already answered, and calls whose
         // wait ended unanswered: told apart, since the advice differs.
@@ -260,6 +262,10 @@ impl Runtime {
             .filter(|c| !answered.contains(c))
             .collect();
         let message = lost_message(&lost, &answered);
+        if !reads {
+            // A principal that may answer but not read the thread is told no more.
+            return self.rejection(thread, input, profile, SUSPENSION_LOST, message);
+        }
         // The thread as it is goes first: a page that applied its stale answer locally
         // (a card reading Deny) is shown the answer that counted, or "not delivered".
         let messages = transcript_json(&lock(&thread.state).transcript);

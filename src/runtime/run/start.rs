@@ -123,7 +123,11 @@ impl Runtime {
                 Ok(Ok(self.rejection(&thread, input, profile, code, message)))
             }
             Decision::LostAnswers(calls) => {
-                Ok(Ok(self.lost_answers(&thread, input, profile, calls).await))
+                // Shown the thread as it is only when it may read the thread.
+                let reads = principal.can(crate::access::Capability::Read);
+                Ok(Ok(self
+                    .lost_answers(&thread, input, profile, calls, reads)
+                    .await))
             }
             Decision::Start => {
                 match self
