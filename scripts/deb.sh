@@ -42,13 +42,22 @@ install -d "$pkg/DEBIAN"
 install -m 0755 "$root/deploy/debian/postinst" "$root/deploy/debian/prerm" "$root/deploy/debian/postrm" "$pkg/DEBIAN/"
 echo /etc/agui-serve/config.toml >"$pkg/DEBIAN/conffiles"
 size="$(du -sk --exclude=DEBIAN "$pkg" | cut -f1)"
+# The shared libraries the binary needs, with their versions (dpkg-shlibdeps reads a
+# source package's control file: a minimal one in the staging folder).
+depends="libc6, libgcc-s1"
+if command -v dpkg-shlibdeps >/dev/null; then
+  mkdir -p "$stage/debian"
+  printf 'Source: agui-serve\n\nPackage: agui-serve\nArchitecture: any\n' >"$stage/debian/control"
+  found="$(cd "$stage" && dpkg-shlibdeps -O -e"$pkg/usr/bin/agui-serve" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')"
+  [ -n "$found" ] && depends="$found"
+fi
 cat >"$pkg/DEBIAN/control" <<TEXT
 Package: agui-serve
 Version: $version
 Architecture: $arch
 Maintainer: The agui-serve authors <agui-serve@localhost>
 Installed-Size: $size
-Depends: libc6, passwd
+Depends: $depends, passwd, init-system-helpers
 Recommends: bubblewrap, nodejs, npm
 Section: net
 Priority: optional

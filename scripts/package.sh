@@ -18,7 +18,7 @@ if dpkg -s agui-serve >/dev/null 2>&1; then
   exit 1
 fi
 source "$root/scripts/lib.sh"
-purge() { dpkg -P agui-serve >/dev/null 2>&1 || true; }
+purge() { dpkg -P agui-serve >/dev/null 2>&1 || true; userdel agui-serve 2>/dev/null || true; groupdel agui-serve 2>/dev/null || true; }
 trap 'purge; cleanup' EXIT
 fail() { echo "package: $*" >&2; exit 1; }
 systemd=false
@@ -35,8 +35,9 @@ echo "-- dpkg -i $(basename "$first")"
 dpkg -i "$first" >/dev/null
 [ -x /usr/bin/agui-serve ] || fail "no /usr/bin/agui-serve"
 getent passwd agui-serve | grep -q ':/usr/sbin/nologin$' || fail "no system user agui-serve"
-[ "$(stat -c '%a %U:%G' /etc/agui-serve/token)" = "640 root:agui-serve" ] \
+[ "$(stat -c '%a %U:%G' /etc/agui-serve/token)" = "600 root:root" ] \
   || fail "token is $(stat -c '%a %U:%G' /etc/agui-serve/token)"
+dpkg-deb -f "$first" Depends | grep -q 'libc6 (>= ' || fail "Depends names no libc6 version: $(dpkg-deb -f "$first" Depends)"
 grep -Eq '^[0-9a-f]{64}$' /etc/agui-serve/token || fail "the token is not 32 random bytes in hex"
 [ "$(stat -c '%a %U' /var/lib/agui-serve)" = "700 agui-serve" ] || fail "/var/lib/agui-serve is $(stat -c '%a %U' /var/lib/agui-serve)"
 grep -qx /etc/agui-serve/config.toml /var/lib/dpkg/info/agui-serve.conffiles || fail "config.toml is no conffile"
@@ -135,12 +136,17 @@ out="$(run installed r2 "after the upgrade")"
 [ "$(said <<<"$out")" = "You said: after the upgrade" ] || fail "after the upgrade: $out"
 stop_unit
 
-echo "-- dpkg -r keeps the data, dpkg -P removes everything"
+echo "-- dpkg -r keeps the data, dpkg -P removes it (the user stays), installing again works"
 dpkg -r agui-serve >/dev/null
 [ ! -e /usr/bin/agui-serve ] || fail "the binary is still there"
 [ -f /etc/agui-serve/config.toml ] && [ -f /etc/agui-serve/token ] || fail "removal took the configuration"
 [ -n "$(ls /var/lib/agui-serve)" ] || fail "removal took the data"
 dpkg -P agui-serve >/dev/null
 [ ! -e /etc/agui-serve ] && [ ! -e /var/lib/agui-serve ] || fail "purge left files"
-! getent passwd agui-serve >/dev/null || fail "purge left the user"
+getent passwd agui-serve >/dev/null || fail "purge removed the system user (Debian keeps it)"
+# Installed again over the kept user: no error.
+dpkg -i "$first" >/dev/null
+dpkg -P agui-serve >/dev/null
+userdel agui-serve 2>/dev/null || true
+groupdel agui-serve 2>/dev/null || true
 echo "package: ok (installed, served, upgraded, removed, purged$($systemd && echo ', under systemd'))"

@@ -500,7 +500,10 @@ impl Uploads {
     pub fn id_in(&self, url: &str) -> Option<String> {
         let path = match url.split_once("://") {
             Some((scheme, rest)) if scheme == "http" || scheme == "https" => {
-                &rest[rest.find('/')?..]
+                // The authority ends at the first of these: a URL with none of its own path
+                // names no upload, whatever its query holds.
+                let end = rest.find(['/', '?', '#'])?;
+                rest[end..].strip_prefix('/').map(|_| &rest[end..])?
             }
             Some(_) => return None,
             None => url,
@@ -832,6 +835,9 @@ mod tests {
             "https://example.test/agui/uploads/../../etc/passwd".to_owned(),
             format!("https://example.test/agui/uploads/{}", id.to_uppercase()),
             "https://example.test".to_owned(),
+            // The path is in the query: the URL names no upload.
+            format!("https://example.test?x=/agui/uploads/{id}"),
+            format!("https://example.test#/agui/uploads/{id}"),
         ] {
             assert_eq!(u.id_in(&url), None, "{url}");
         }

@@ -177,7 +177,8 @@ pub struct InitArgs {
     /// Write over an existing configuration file
     #[arg(long)]
     pub force: bool,
-    /// Where the adapters are installed with npm [default: <data dir>/tools]
+    /// Where the adapters are installed with npm, outside $HOME and the data directory
+    /// [default: /opt/agui-serve/tools as root]
     #[arg(long, value_name = "DIR")]
     pub tools_dir: Option<PathBuf>,
     /// Claude Code's model API

@@ -61,6 +61,14 @@ pub fn run(
             config.display()
         ));
     }
+    for path in [Some(&data_dir), Some(&config), args.tools_dir.as_ref()]
+        .into_iter()
+        .flatten()
+    {
+        if path.to_string_lossy().contains(['\n', '\r']) {
+            return fail(format!("{path:?} holds a line break"));
+        }
+    }
     let agents = chosen(args)?;
     let here = config
         .parent()
@@ -73,10 +81,7 @@ pub fn run(
     let data_dir = std::fs::canonicalize(&data_dir).unwrap_or(data_dir);
     let here = std::fs::canonicalize(&here).unwrap_or(here);
     let config = here.join(config.file_name().unwrap_or("config.toml".as_ref()));
-    let tools = args
-        .tools_dir
-        .clone()
-        .unwrap_or_else(|| data_dir.join("tools"));
+    let tools = tools_dir(args, &data_dir, &agents, env)?;
     let token_file = serve
         .token_file
         .clone()
@@ -120,7 +125,7 @@ pub fn run(
                     "--openai-key-file",
                     env,
                 )?;
-                let home = data_dir.join("codex");
+                let home = tools.join("codex-home");
                 codex_home(&home, &args.codex_model)?;
                 text.push_str(&codex_recipe(
                     &command,
@@ -168,6 +173,45 @@ pub fn run(
         token,
         warnings,
     })
+}
+
+/// Where the adapters go: `--tools-dir`, else (as root) `/opt/agui-serve/tools`. Never in
+/// the data directory or `$HOME`: the sandbox keeps those from every agent, which could
+/// then not start its own program.
+fn tools_dir(
+    args: &InitArgs,
+    data_dir: &Path,
+    agents: &[InitAgent],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<PathBuf, InitError> {
+    let tools = match &args.tools_dir {
+        Some(dir) => std::path::absolute(dir)
+            .map_err(|e| InitError(format!("--tools-dir {}: {e}", dir.display())))?,
+        None if as_root() => PathBuf::from("/opt/agui-serve/tools"),
+        None if agents.iter().all(|a| *a == InitAgent::Demo) => return Ok(PathBuf::new()),
+        None => {
+            return fail(
+                "give --tools-dir DIR for the adapters: a directory outside your home and the \
+                 data directory, which the sandbox keeps from every agent (as root the default \
+                 is /opt/agui-serve/tools)",
+            );
+        }
+    };
+    let home = env("HOME").map(PathBuf::from);
+    for (hidden, what) in [
+        (Some(data_dir.to_owned()), "the data directory"),
+        (home, "$HOME"),
+    ] {
+        if let Some(hidden) = hidden.filter(|h| tools.starts_with(h)) {
+            return fail(format!(
+                "{} is in {what} ({}), which the sandbox keeps from every agent: give \
+                 --tools-dir a directory outside it",
+                tools.display(),
+                hidden.display()
+            ));
+        }
+    }
+    Ok(tools)
 }
 
 /// The agents to set up: the flags', else asked on a terminal, else only demo; demo always.
@@ -273,14 +317,14 @@ fn key_file(
             .map_err(|e| InitError(format!("{}: {e}", file.display())))?;
         return Ok(file);
     }
-    if default.exists() {
-        return Ok(default.to_owned());
-    }
     match env(variable).filter(|k| !k.trim().is_empty()) {
+        // The key given now wins over one written by an earlier init.
         Some(key) => {
-            write_private(default, key.trim().as_bytes())?;
+            let _ = std::fs::remove_file(default);
+            write_new(default, key.trim().as_bytes())?;
             Ok(default.to_owned())
         }
+        None if default.exists() => Ok(default.to_owned()),
         None => fail(format!(
             "the model's key: give {flag} FILE, or set {variable} (it is written to {}, which \
              the relay reads; the agent never sees it)",
@@ -291,17 +335,21 @@ fn key_file(
 
 /// The token in `file`, made (32 random bytes in hex, 0600) when it does not exist.
 fn token(file: &Path) -> Result<String, InitError> {
-    if let Ok(text) = std::fs::read_to_string(file) {
-        let token = text.trim().to_owned();
-        if token.is_empty() {
-            return fail(format!("{} is empty", file.display()));
+    match std::fs::read_to_string(file) {
+        Ok(text) => {
+            let token = text.trim().to_owned();
+            if token.is_empty() {
+                return fail(format!("{} is empty", file.display()));
+            }
+            return Ok(token);
         }
-        return Ok(token);
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return fail(format!("{}: {e}", file.display())),
     }
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(|e| InitError(format!("no random source: {e}")))?;
     let token = crate::hex::encode(&bytes);
-    write_private(file, format!("{token}\n").as_bytes())?;
+    write_new(file, format!("{token}\n").as_bytes())?;
     Ok(token)
 }
 
@@ -314,16 +362,30 @@ fn private_dir(dir: &Path) -> Result<(), InitError> {
         .map_err(|e| InitError(format!("cannot make {}: {e}", dir.display())))
 }
 
-/// Writes `bytes` to `path`, readable by its owner only.
+/// Writes `bytes` to `path`, readable by its owner only; never through a symbolic link.
 fn write_private(path: &Path, bytes: &[u8]) -> Result<(), InitError> {
+    write_file(path, bytes, false)
+}
+
+/// Writes `bytes` to a file that must not exist yet (a secret: nobody else's file, or a
+/// link planted in its place, is ever taken for it).
+fn write_new(path: &Path, bytes: &[u8]) -> Result<(), InitError> {
+    write_file(path, bytes, true)
+}
+
+fn write_file(path: &Path, bytes: &[u8], new: bool) -> Result<(), InitError> {
     use std::os::unix::fs::OpenOptionsExt as _;
-    let written = std::fs::OpenOptions::new()
+    let mut options = std::fs::OpenOptions::new();
+    options
         .write(true)
-        .create(true)
-        .truncate(true)
         .mode(0o600)
-        .open(path)
-        .and_then(|mut f| f.write_all(bytes));
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits());
+    if new {
+        options.create_new(true);
+    } else {
+        options.create(true).truncate(true);
+    }
+    let written = options.open(path).and_then(|mut f| f.write_all(bytes));
     written.map_err(|e| InitError(format!("cannot write {}: {e}", path.display())))
 }
 
@@ -503,5 +565,27 @@ mod tests {
         assert!(!recipe.contains("sk-test-123"));
         assert!(recipe.contains("mode = \"default\""));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_adapters_never_go_where_the_sandbox_keeps_agents_out() {
+        let home = |name: &str| (name == "HOME").then(|| "/home/op".to_owned());
+        let data = Path::new("/var/lib/agui");
+        let with = |dir: &str| InitArgs {
+            tools_dir: Some(PathBuf::from(dir)),
+            ..InitArgs::default()
+        };
+        let agents = [InitAgent::Demo, InitAgent::ClaudeCode];
+        for hidden in ["/var/lib/agui/tools", "/home/op/tools"] {
+            let refused = tools_dir(&with(hidden), data, &agents, &home).expect_err(hidden);
+            assert!(
+                refused.to_string().contains("keeps from every agent"),
+                "{refused}"
+            );
+        }
+        assert_eq!(
+            tools_dir(&with("/opt/tools"), data, &agents, &home).expect("outside"),
+            PathBuf::from("/opt/tools")
+        );
     }
 }

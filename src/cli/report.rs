@@ -61,6 +61,9 @@ impl Resolved {
                 if let Some(warning) = codex_sandbox_warning(&agent.name, acp, confined) {
                     warnings.push(warning);
                 }
+                if confined {
+                    warnings.extend(hidden_paths(&agent.name, acp, &self.config));
+                }
                 warnings.extend(keys_in_env(&agent.name, acp));
             }
         }
@@ -75,6 +78,42 @@ impl Resolved {
         value["warnings"] = serde_json::json!(warnings);
         (value, warnings)
     }
+}
+
+/// A confined agent's program or sandbox paths inside what the sandbox keeps from every
+/// agent (the data directory, the daemon's `$HOME`, its secret files): dropped from the
+/// agent's view, so the agent cannot start or cannot reach them.
+fn hidden_paths(
+    name: &str,
+    acp: &crate::agent::acp::AcpConfig,
+    config: &crate::config::Config,
+) -> Vec<String> {
+    let mut hidden = config.secret_paths();
+    hidden.extend(std::env::var_os("HOME").map(std::path::PathBuf::from));
+    let program = acp
+        .command
+        .first()
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.is_absolute());
+    let wanted = program.iter().map(|p| ("command", p)).chain(
+        acp.sandbox
+            .read
+            .iter()
+            .map(|p| ("sandbox.read", p))
+            .chain(acp.sandbox.write.iter().map(|p| ("sandbox.write", p))),
+    );
+    let mut out = Vec::new();
+    for (what, path) in wanted {
+        if let Some(inside) = hidden.iter().find(|h| path.starts_with(h)) {
+            out.push(format!(
+                "agent {name:?}: {what} {} lies in {}, which the sandbox keeps from every agent: \
+                 move it elsewhere (e.g. under /opt)",
+                path.display(),
+                inside.display()
+            ));
+        }
+    }
+    out
 }
 
 /// Claude Code's adapter starts sessions in mode `auto`, which asks nobody: with

@@ -78,6 +78,12 @@ impl ServeArgs {
         let webhooks = resolve_webhooks(&file.webhooks)?;
         let mut private_files = self.private_files(server, &access);
         private_files.extend(webhooks.iter().map(|w| w.secret_file.clone()));
+        // The model keys the relays add: never readable by an agent, whoever's.
+        for agent in &agents {
+            if let crate::config::AgentKind::Acp(acp) = &agent.kind {
+                private_files.extend(acp.relays.iter().map(|r| r.secret_file.clone()));
+            }
+        }
         let fleet_history = fleet_history(server)?;
         let uploads = resolve_uploads(&file.uploads)?;
         let budgets = resolve_budgets(&file.budgets)?;

@@ -535,3 +535,32 @@ fn budgets_are_read_and_bad_ones_refused_by_name() {
         assert!(err.to_string().contains(key), "{err}");
     }
 }
+
+#[test]
+fn a_relay_s_key_file_is_kept_from_every_agent() {
+    let dir = std::env::temp_dir().join(format!("agui-relay-key-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let key = dir.join("anthropic.key");
+    std::fs::write(&key, "sk-ant-0123456789\n").expect("key");
+    let file = dir.join("c.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[agents]]\nname = \"claude\"\nkind = \"acp\"\ncommand = [\"sh\"]\nmode = \"default\"\n\n\
+             [[agents.relay]]\nupstream = \"https://api.anthropic.com\"\nheader = \"x-api-key\"\n\
+             secret_file = {:?}\nbase_url_env = \"ANTHROPIC_BASE_URL\"\n",
+            key.display().to_string()
+        ),
+    )
+    .expect("config");
+    let resolved = parse(&["--config", file.to_str().expect("utf8")])
+        .args
+        .resolve(&no_env)
+        .expect("valid");
+    assert!(
+        resolved.config.secret_paths().contains(&key),
+        "{:?}",
+        resolved.config.secret_paths()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -189,6 +189,9 @@ pub struct Relay {
     pub placeholder_env: Option<String>,
     /// The upstream's host (for `/info` and `check-config`).
     pub host: String,
+    /// The file the key was read from: kept from every agent, as the daemon's other
+    /// secret files are.
+    pub secret_file: std::path::PathBuf,
 }
 
 impl Relay {
@@ -248,6 +251,7 @@ impl Relay {
             base_url_env: config.base_url_env.clone(),
             placeholder_env: config.placeholder_env.clone(),
             host,
+            secret_file: config.secret_file.clone(),
         })
     }
 }

@@ -41,11 +41,17 @@ pub type RequestBody = http_body_util::Either<Draining, Full<Bytes>>;
 const DRAIN_BYTES: usize = 1024 * 1024;
 /// Longest such a body is read on.
 const DRAIN_TIME: Duration = Duration::from_secs(5);
+/// Most bodies read on at once, over every connection; past it a body is dropped as it is.
+const DRAINS: usize = 256;
+
+/// The bodies being read on now.
+static DRAINING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// A request body as it arrives which, dropped without a read (a refusal answered before
 /// the body: no token, a wrong origin, no such route), is read on to its end in the
-/// background, up to [`DRAIN_BYTES`] and [`DRAIN_TIME`]. (A body given up part way, too
-/// large or too slow, is dropped as it is.) Dropped unread, an HTTP/2
+/// background, up to [`DRAIN_BYTES`] and [`DRAIN_TIME`], at most [`DRAINS`] at once. (A
+/// body given up part way, one declared larger than that, or one that waits for `100
+/// Continue` is dropped as it is.) Dropped unread, an HTTP/2
 /// request's stream is reset while the client may still be sending, and a client (curl)
 /// then reports a framing error instead of the answer it was given; an HTTP/1.1
 /// connection can be kept for the next request.
@@ -53,13 +59,19 @@ const DRAIN_TIME: Duration = Duration::from_secs(5);
 pub struct Draining {
     inner: Option<Incoming>,
     read: bool,
+    expects_continue: bool,
 }
 
 impl Draining {
-    pub fn new(inner: Incoming) -> Draining {
+    /// `inner`, of a request whose headers are `headers`.
+    pub fn new(inner: Incoming, headers: &HeaderMap) -> Draining {
+        let expects_continue = headers
+            .get(http::header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
         Draining {
             inner: Some(inner),
             read: false,
+            expects_continue,
         }
     }
 }
@@ -98,7 +110,18 @@ impl Drop for Draining {
         let Some(inner) = self.inner.take() else {
             return;
         };
-        if self.read || http_body::Body::is_end_stream(&inner) {
+        // Nothing to gain when the body was read, is over, cannot fit, or will not come
+        // (a client that waits for `100 Continue` never sends it after a final answer).
+        let too_large = http_body::Body::size_hint(&inner)
+            .upper()
+            .is_some_and(|n| n > DRAIN_BYTES as u64);
+        if self.read || self.expects_continue || too_large || http_body::Body::is_end_stream(&inner)
+        {
+            return;
+        }
+        let held = DRAINING.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if held >= DRAINS {
+            DRAINING.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -118,6 +141,8 @@ impl Drop for Draining {
             };
             // Over either bound, the body is dropped: the stream is reset after all.
             let _ = tokio::time::timeout(DRAIN_TIME, read_on).await;
+            drop(body);
+            DRAINING.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         });
     }
 }

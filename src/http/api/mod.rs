@@ -153,7 +153,9 @@ async fn traced(
 async fn handle(app: &App, req: Request<Incoming>, conn: ConnInfo) -> Response<Body> {
     let started = Instant::now();
     // Read on to its end when it is dropped unread (an answer before the body).
-    let req = req.map(crate::http::body::Draining::new);
+    let (parts, body) = req.into_parts();
+    let body = crate::http::body::Draining::new(body, &parts.headers);
+    let req = Request::from_parts(parts, body);
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let query = req.uri().query().map(policy::scrub_query);
