@@ -248,3 +248,17 @@ pub fn fleet_stream(stream: crate::runtime::FleetStream) -> Body {
     });
     StreamBody::new(stream).boxed_unsync()
 }
+
+/// Bytes read from `file` as they are sent, 64 KiB at a time: a file is never held whole.
+/// A read error ends the body early (with its `Content-Length` set, the client sees it cut).
+pub fn file_body(file: tokio::fs::File) -> Body {
+    let stream = futures_util::stream::unfold(file, |mut file| async move {
+        use tokio::io::AsyncReadExt as _;
+        let mut buffer = bytes::BytesMut::with_capacity(64 * 1024);
+        match file.read_buf(&mut buffer).await {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some((Ok::<_, Infallible>(Frame::data(buffer.freeze())), file)),
+        }
+    });
+    StreamBody::new(stream).boxed_unsync()
+}

@@ -104,16 +104,23 @@ pub(super) async fn preview(app: &App, id: &str, query: &str) -> Result<Response
     }
 }
 
-/// An upload's bytes, with its type, never to be run as a page.
+/// An upload's bytes, with its type, never to be run as a page; read from the file as they
+/// are sent.
 async fn file_response(
     upload: &crate::uploads::Upload,
     path: &std::path::Path,
 ) -> Result<Response<Body>, ApiError> {
-    let bytes = tokio::fs::read(path)
+    let file = tokio::fs::File::open(path)
         .await
         .map_err(|_| ApiError::not_found("upload"))?;
-    let mut response = Response::new(crate::http::body::full(bytes));
+    let size = file
+        .metadata()
+        .await
+        .map_err(|_| ApiError::not_found("upload"))?
+        .len();
+    let mut response = Response::new(crate::http::body::file_body(file));
     let headers = response.headers_mut();
+    headers.insert(CONTENT_LENGTH, HeaderValue::from(size));
     if let Ok(value) = HeaderValue::from_str(&upload.content_type) {
         headers.insert(CONTENT_TYPE, value);
     }
