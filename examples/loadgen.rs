@@ -15,7 +15,7 @@
 //! | `rss-after` | the server's RSS after `--rss-runs` finished runs of about `--rss-events` events each, `--rss-parallel` at a time, read after the last stream ended; its peak RSS (VmHWM); its RSS again after `--rss-wait` seconds (MiB) |
 //! | `all` | all of them, in that order |
 //! | `agent-turns` | not in `all`: an ACP agent (`--agent`) on a model scripted to answer "bench-turn" (`scripts/bench.sh` sets it up): after `--settle` seconds, `--turn-threads` new threads, one after the other, each a first turn then `--warm-turns` turns; time to the first event, to the first text delta and to the end of the stream, medians per kind of turn. The conversations go to `--turns-file` |
-//! | `agent-parallel` | not in `all`: an ACP agent on the same scripted model: for each of `--parallel-threads` (1, 5, 20), that many new threads at once, each a first turn then `--warm-turns` turns; first text p50/p99 and whole turn of first and warm turns, the daemon's and the agent processes' CPU per turn apart (from `/proc`, `--pid` and its descendants), the agents' resident size per thread, the daemon's growth per live thread and, after `--idle-wait`, the agent processes left |
+//! | `agent-parallel` | not in `all`: an ACP agent on the same scripted model: for each of `--parallel-threads` (1, 5, 20), that many new threads at once, each a first turn then `--warm-turns` turns; first text p50/p99 and whole turn of first and warm turns, the daemon's and the agent processes' CPU per turn apart (from `/proc`, `--pid` and its descendants), the agents' proportional set size (shared pages counted once) per thread, the daemon's growth per live thread and, after `--idle-wait`, the agent processes left |
 //! | `agent-restart` | not in `all`: the conversations of `--turns-file` on a restarted daemon: after `--settle` seconds, each thread's next turn, the same times |
 //!
 //! A `tcp://HOST:PORT` URL names the raw TCP baseline (`examples/bare_sse.rs --mode
@@ -1160,6 +1160,15 @@ fn descendants(pid: u32) -> Vec<u32> {
     parent_of.keys().copied().filter(|&c| below(c)).collect()
 }
 
+/// A process's proportional set size (`Pss` of `/proc/<pid>/smaps_rollup`), in kB.
+fn pss_kb(pid: u32) -> Option<u64> {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    rollup.lines().find_map(|line| {
+        let value = line.strip_prefix("Pss:")?;
+        value.trim().strip_suffix("kB")?.trim().parse().ok()
+    })
+}
+
 /// CPU seconds of `pids` so far (those gone are not counted).
 fn cpu_of(pids: &[u32], clk_tck: u64) -> f64 {
     pids.iter().filter_map(|&p| cpu_seconds(p, clk_tck)).sum()
@@ -1169,7 +1178,8 @@ fn cpu_of(pids: &[u32], clk_tck: u64) -> f64 {
 /// then `--warm-turns` turns. Per count: first text p50/p99 and whole turn p50 of the first
 /// and the warm turns, the daemon's and the agent processes' CPU per turn apart, the agent
 /// processes' resident size per thread, the daemon's growth per live thread, and (after
-/// `--idle-wait`) how many agent processes are left (`agent_parallel<N>_...`).
+/// `--idle-wait`) how many agent processes are left; the agents' size is their
+/// proportional set size (`agent_parallel<N>_...`).
 async fn agent_parallel(
     args: &Args,
     client: &Arc<Client>,
@@ -1211,7 +1221,9 @@ async fn agent_parallel(
         let agents = descendants(pid);
         let agent_cpu = cpu_of(&agents, args.clk_tck) - before_agents;
         let daemon_cpu = cpu_seconds(pid, args.clk_tck).unwrap_or(f64::NAN) - before_cpu;
-        let agent_rss: u64 = agents.iter().filter_map(|&p| status_kb(p, "VmRSS")).sum();
+        // Proportional: the pages the agents' processes share (node's binary and libraries,
+        // Claude Code's code) counted once between them, not once per process.
+        let agent_pss: u64 = agents.iter().filter_map(|&p| pss_kb(p)).sum();
         let daemon_rss = rss_kb(args)?;
         let turns = (first.len() + warm.len()) as f64;
         let extra = json!({"threads": threads, "turns": turns});
@@ -1241,8 +1253,8 @@ async fn agent_parallel(
             ("daemon_cpu_per_turn_ms", daemon_cpu * 1e3 / turns, "ms"),
             ("agents_cpu_per_turn_ms", agent_cpu * 1e3 / turns, "ms"),
             (
-                "agents_rss_per_thread_mib",
-                agent_rss as f64 / 1024.0 / threads as f64,
+                "agents_pss_per_thread_mib",
+                agent_pss as f64 / 1024.0 / threads as f64,
                 "MiB",
             ),
             (

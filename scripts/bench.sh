@@ -559,7 +559,7 @@ if any(key.startswith(AGENT) for key in units):
                 ("warm_turn_p50_ms", "warm turn p50 ms"),
                 ("daemon_cpu_per_turn_ms", "daemon CPU per turn ms"),
                 ("agents_cpu_per_turn_ms", "adapters' CPU per turn ms"),
-                ("agents_rss_per_thread_mib", "adapter RSS per thread MiB"),
+                ("agents_pss_per_thread_mib", "adapter PSS per thread MiB"),
                 ("daemon_rss_per_thread_kib", "daemon RSS per live thread KiB"),
                 ("processes_after_idle", "agent processes after session_ttl")]
         agent_table += ["", "| threads at once | " + " | ".join(n for _, n in cols) + " |",
