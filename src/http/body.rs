@@ -119,15 +119,15 @@ impl Drop for Draining {
         {
             return;
         }
-        let held = DRAINING.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if held >= DRAINS {
-            DRAINING.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-            return;
-        }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        let Some(held) = DrainSlot::take() else {
+            return;
+        };
         runtime.spawn(async move {
+            // Given back however the task ends (dropped unrun at shutdown too).
+            let _held = held;
             let mut left = DRAIN_BYTES;
             let mut body = inner;
             let read_on = async {
@@ -141,9 +141,27 @@ impl Drop for Draining {
             };
             // Over either bound, the body is dropped: the stream is reset after all.
             let _ = tokio::time::timeout(DRAIN_TIME, read_on).await;
-            drop(body);
-            DRAINING.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         });
+    }
+}
+
+/// One of the [`DRAINS`] bodies read on at once, given back when dropped.
+struct DrainSlot;
+
+impl DrainSlot {
+    fn take() -> Option<DrainSlot> {
+        let held = DRAINING.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if held >= DRAINS {
+            DRAINING.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            return None;
+        }
+        Some(DrainSlot)
+    }
+}
+
+impl Drop for DrainSlot {
+    fn drop(&mut self) {
+        DRAINING.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
