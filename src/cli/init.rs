@@ -103,64 +103,10 @@ pub fn run(
         tls = if serve.no_tls { "no_tls = true\n" } else { "" },
     );
     for agent in &agents {
-        match agent {
-            InitAgent::Demo => {}
-            InitAgent::ClaudeCode => {
-                let command = install(&tools, CLAUDE_ADAPTER)?;
-                let key = key_file(
-                    args.anthropic_key_file.as_deref(),
-                    "ANTHROPIC_API_KEY",
-                    &here.join("anthropic.key"),
-                    "--anthropic-key-file",
-                    env,
-                )?;
-                text.push_str(&claude_recipe(&command, &tools, &args.anthropic_url, &key));
-            }
-            InitAgent::Codex => {
-                let command = install(&tools, CODEX_ADAPTER)?;
-                let key = key_file(
-                    args.openai_key_file.as_deref(),
-                    "OPENAI_API_KEY",
-                    &here.join("openai.key"),
-                    "--openai-key-file",
-                    env,
-                )?;
-                let home = tools.join("codex-home");
-                codex_home(&home, &args.codex_model)?;
-                text.push_str(&codex_recipe(
-                    &command,
-                    &tools,
-                    &home,
-                    &args.openai_url,
-                    &key,
-                ));
-            }
-            InitAgent::Gemini => {
-                let command = install(&tools, GEMINI_CLI)?;
-                let key = key_file(
-                    args.gemini_key_file.as_deref(),
-                    "GEMINI_API_KEY",
-                    &here.join("gemini.key"),
-                    "--gemini-key-file",
-                    env,
-                )?;
-                text.push_str(&gemini_recipe(&command, &tools, &args.gemini_url, &key));
-            }
-        }
+        text.push_str(&recipe(*agent, args, &tools, &here, env)?);
     }
     write_private(&config, text.as_bytes())?;
-    // Checked as the daemon will read it.
-    let check = ServeArgs {
-        config: Some(config.clone()),
-        ..ServeArgs::default()
-    };
-    let resolved = check.resolve(env).map_err(|e| {
-        InitError(format!(
-            "the configuration written to {} does not check: {e}",
-            config.display()
-        ))
-    })?;
-    let (_, warnings) = resolved.report();
+    let warnings = checked(&config, env)?;
     let scheme = if serve.no_tls { "http" } else { "https" };
     let last = agents
         .iter()
@@ -173,6 +119,68 @@ pub fn run(
         token,
         warnings,
     })
+}
+
+/// `agent`'s part of the configuration (none for demo): its adapter installed, its model
+/// key's file found or written, its recipe.
+fn recipe(
+    agent: InitAgent,
+    args: &InitArgs,
+    tools: &Path,
+    here: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, InitError> {
+    let (adapter, given, variable, file, flag) = match agent {
+        InitAgent::Demo => return Ok(String::new()),
+        InitAgent::ClaudeCode => (
+            CLAUDE_ADAPTER,
+            &args.anthropic_key_file,
+            "ANTHROPIC_API_KEY",
+            "anthropic.key",
+            "--anthropic-key-file",
+        ),
+        InitAgent::Codex => (
+            CODEX_ADAPTER,
+            &args.openai_key_file,
+            "OPENAI_API_KEY",
+            "openai.key",
+            "--openai-key-file",
+        ),
+        InitAgent::Gemini => (
+            GEMINI_CLI,
+            &args.gemini_key_file,
+            "GEMINI_API_KEY",
+            "gemini.key",
+            "--gemini-key-file",
+        ),
+    };
+    let command = install(tools, adapter)?;
+    let key = key_file(given.as_deref(), variable, &here.join(file), flag, env)?;
+    Ok(match agent {
+        InitAgent::Codex => {
+            let home = tools.join("codex-home");
+            codex_home(&home, &args.codex_model)?;
+            codex_recipe(&command, tools, &home, &args.openai_url, &key)
+        }
+        InitAgent::Gemini => gemini_recipe(&command, tools, &args.gemini_url, &key),
+        _ => claude_recipe(&command, tools, &args.anthropic_url, &key),
+    })
+}
+
+/// The configuration at `config` read as the daemon will read it: its warnings, or why it
+/// does not check.
+fn checked(config: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Vec<String>, InitError> {
+    let check = ServeArgs {
+        config: Some(config.to_owned()),
+        ..ServeArgs::default()
+    };
+    let resolved = check.resolve(env).map_err(|e| {
+        InitError(format!(
+            "the configuration written to {} does not check: {e}",
+            config.display()
+        ))
+    })?;
+    Ok(resolved.report().1)
 }
 
 /// Where the adapters go: `--tools-dir`, else (as root) `/opt/agui-serve/tools`. Never in
