@@ -1174,12 +1174,46 @@ fn cpu_of(pids: &[u32], clk_tck: u64) -> f64 {
     pids.iter().filter_map(|&p| cpu_seconds(p, clk_tck)).sum()
 }
 
+/// First text p50/p99 and whole turn p50 of `first` and `warm` turns, `agent_<kind>_...`.
+fn report_parallel(
+    report: &Report<'_>,
+    kind: &str,
+    first: &[RunStats],
+    warm: &[RunStats],
+    extra: &Value,
+) {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    for (which, set) in [("first", first), ("warm", warm)] {
+        let mut text: Vec<f64> = set
+            .iter()
+            .map(|t| t.first_content.map_or(f64::NAN, ms))
+            .collect();
+        text.sort_by(f64::total_cmp);
+        let mut whole: Vec<f64> = set.iter().map(|t| ms(t.total)).collect();
+        whole.sort_by(f64::total_cmp);
+        for (what, value) in [
+            ("first_text_p50", percentile(&text, 50.0)),
+            ("first_text_p99", percentile(&text, 99.0)),
+            ("turn_p50", percentile(&whole, 50.0)),
+        ] {
+            report.line(
+                "agent-parallel",
+                &format!("agent_{kind}_{which}_{what}_ms"),
+                value,
+                "ms",
+                extra.clone(),
+            );
+        }
+    }
+}
+
 /// `--parallel-threads` counts in turn: that many new threads at once, each a first turn
 /// then `--warm-turns` turns. Per count: first text p50/p99 and whole turn p50 of the first
 /// and the warm turns, the daemon's and the agent processes' CPU per turn apart, the agent
 /// processes' resident size per thread, the daemon's growth per live thread, and (after
 /// `--idle-wait`) how many agent processes are left; the agents' size is their
 /// proportional set size (`agent_parallel<N>_...`).
+// Over 80 lines: one measurement per count, its readings before and after in order.
 async fn agent_parallel(
     args: &Args,
     client: &Arc<Client>,
@@ -1188,7 +1222,6 @@ async fn agent_parallel(
     let pid = args.pid.ok_or("needs --pid")?;
     tokio::time::sleep(Duration::from_secs_f64(args.settle)).await;
     let scenario = "agent-parallel";
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
     for &threads in &args.parallel_threads {
         let kind = format!("parallel{threads}");
         let before_rss = rss_kb(args)?;
@@ -1227,28 +1260,7 @@ async fn agent_parallel(
         let daemon_rss = rss_kb(args)?;
         let turns = (first.len() + warm.len()) as f64;
         let extra = json!({"threads": threads, "turns": turns});
-        for (which, set) in [("first", &first), ("warm", &warm)] {
-            let mut text: Vec<f64> = set
-                .iter()
-                .map(|t| t.first_content.map_or(f64::NAN, ms))
-                .collect();
-            text.sort_by(f64::total_cmp);
-            let mut whole: Vec<f64> = set.iter().map(|t| ms(t.total)).collect();
-            whole.sort_by(f64::total_cmp);
-            for (what, value) in [
-                ("first_text_p50", percentile(&text, 50.0)),
-                ("first_text_p99", percentile(&text, 99.0)),
-                ("turn_p50", percentile(&whole, 50.0)),
-            ] {
-                report.line(
-                    scenario,
-                    &format!("agent_{kind}_{which}_{what}_ms"),
-                    value,
-                    "ms",
-                    extra.clone(),
-                );
-            }
-        }
+        report_parallel(report, &kind, &first, &warm, &extra);
         for (what, value, unit) in [
             ("daemon_cpu_per_turn_ms", daemon_cpu * 1e3 / turns, "ms"),
             ("agents_cpu_per_turn_ms", agent_cpu * 1e3 / turns, "ms"),

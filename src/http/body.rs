@@ -63,6 +63,14 @@ pub struct Draining {
 }
 
 impl Draining {
+    /// `req` with its body read on to its end when it is dropped unread (an answer given
+    /// before the body).
+    pub fn request(req: http::Request<Incoming>) -> http::Request<Draining> {
+        let (parts, body) = req.into_parts();
+        let body = Draining::new(body, &parts.headers);
+        http::Request::from_parts(parts, body)
+    }
+
     /// `inner`, of a request whose headers are `headers`.
     pub fn new(inner: Incoming, headers: &HeaderMap) -> Draining {
         let expects_continue = headers

@@ -152,10 +152,7 @@ async fn traced(
 /// Handles one request; never fails (errors become responses).
 async fn handle(app: &App, req: Request<Incoming>, conn: ConnInfo) -> Response<Body> {
     let started = Instant::now();
-    // Read on to its end when it is dropped unread (an answer before the body).
-    let (parts, body) = req.into_parts();
-    let body = crate::http::body::Draining::new(body, &parts.headers);
-    let req = Request::from_parts(parts, body);
+    let req = crate::http::body::Draining::request(req);
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let query = req.uri().query().map(policy::scrub_query);
