@@ -68,9 +68,9 @@ impl Runtime {
         if !resumes && !has_new_input {
             return Ok(Answered::Replay);
         }
-        if lock(&self.inner.runs)
-            .get(&thread.run_key(&input.run_id))
-            .is_some_and(|other| !Arc::ptr_eq(other, run))
+        if self
+            .runs()
+            .names_another(&thread.run_key(&input.run_id), run)
         {
             return Err(StartError::RunIdInUse);
         }
@@ -155,11 +155,11 @@ impl Runtime {
         new_messages: &[Message],
     ) -> Answered {
         let recorded = lock(&thread.state).take_new(&input.messages);
-        self.inner
-            .store
+        self.store()
             .record_messages(thread.key.as_str(), recorded, now_ms() as i64);
         lock(&run.aliases).push(input.run_id.clone());
-        lock(&self.inner.runs).insert(thread.run_key(&input.run_id), run.clone());
+        self.runs()
+            .insert(thread.run_key(&input.run_id), run.clone());
         // The segment the answer opens starts after the suspended one's terminal frame,
         // which may not be journaled yet (it waits for the store).
         let cursor = thread.journal.last_seq();
@@ -248,10 +248,9 @@ impl Runtime {
             (recorded, answered)
         };
         if !recorded.is_empty() {
-            self.inner
-                .store
+            self.store()
                 .record_messages(thread.key.as_str(), recorded, now_ms() as i64);
-            if let Err(error) = self.inner.store.commit().await {
+            if let Err(error) = self.store().commit().await {
                 tracing::error!(%error, "store commit failed");
             }
         }

@@ -1,86 +1,104 @@
-//! The threads in memory: looked up, loaded from the store, created, inserted and
-//! discarded; the memory budget they are held under (least recently used leave first); and
-//! the stall check over their journals' readers.
+//! The threads in memory, a room of their own: looked up, created, inserted and discarded;
+//! the memory budget they are held under (least recently used leave first); and the stall
+//! check over their journals' readers. Loading from the store and the cluster's leases
+//! are the runtime's (`lease.rs`), over this room.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::access::ThreadKey;
 use crate::clock::now_ms;
-use crate::runtime::LoadError;
-use crate::runtime::thread::{Thread, new_thread};
-use crate::runtime::{Runtime, memory};
+use crate::runtime::journal::JournalLimits;
+use crate::runtime::thread::{Stored, Thread, new_thread};
+use crate::runtime::{LoadError, Runtime, memory};
 use crate::sync::lock;
 
-impl Runtime {
-    pub(in crate::runtime) fn memory_thread(&self, id: &ThreadKey) -> Option<Arc<Thread>> {
-        let thread = lock(&self.inner.threads).get(id).cloned()?;
+pub(in crate::runtime) struct Threads {
+    by_key: Mutex<HashMap<ThreadKey, Arc<Thread>>>,
+    /// Bytes held against the memory budget (shared with every thread's journal, queue and
+    /// the fleet's history).
+    meter: Arc<memory::Meter>,
+    /// What retained data may hold: the budget less what is set aside for the process.
+    retained_limit: usize,
+    /// Threads kept in memory at most.
+    bound: usize,
+    epoch: u64,
+    journal: JournalLimits,
+    /// Origin of the stall check's clock (tokio's, so paused-time tests can drive it).
+    clock_origin: tokio::time::Instant,
+}
+
+impl Threads {
+    pub(in crate::runtime) fn new(
+        options: &crate::runtime::RuntimeOptions,
+        epoch: u64,
+        meter: Arc<memory::Meter>,
+    ) -> Threads {
+        Threads {
+            by_key: Mutex::default(),
+            meter,
+            retained_limit: memory::retained_limit(options.memory_budget, options.memory_reserved),
+            bound: options.max_threads_in_memory,
+            epoch,
+            journal: options.journal,
+            clock_origin: tokio::time::Instant::now(),
+        }
+    }
+
+    /// The thread `id` in memory, marked used now.
+    pub(in crate::runtime) fn get(&self, id: &ThreadKey) -> Option<Arc<Thread>> {
+        let thread = self.peek(id)?;
         thread.last_used.store(now_ms(), Ordering::Relaxed);
         Some(thread)
     }
 
-    /// The thread from memory, else from the store, else `None`. In a cluster, a thread
-    /// that is not in memory is claimed first (see `lease.rs`); the lease of one that does
-    /// not exist is kept for the request that creates it.
-    pub(in crate::runtime) async fn load_thread(
-        &self,
-        id: &ThreadKey,
-    ) -> Result<Option<Arc<Thread>>, LoadError> {
-        if let Some(thread) = self.memory_thread(id) {
-            if !self.lease_lost(id) {
-                return Ok(Some(thread));
-            }
-            // Lost to another node since it was loaded: not this node's copy any more.
-            self.let_go(id);
-        }
-        self.claim(id).await?;
-        let Some(stored) = self.inner.store.load_thread(id.as_str()).await? else {
-            return Ok(None);
-        };
-        let thread = self.new_thread(
-            id,
-            &stored.row.agent,
-            Some((stored.transcript, stored.state)),
-            stored.row.session_id.clone(),
-        );
-        lock(&thread.state).queue = super::queue::restored(id, stored.queue, &self.inner.meter);
-        let (thread, inserted) = self.insert_thread(thread);
-        if inserted {
-            thread.account();
-            self.enforce_budget();
-        }
-        Ok(Some(thread))
+    /// The thread `id` in memory, its last use left as it was.
+    pub(in crate::runtime) fn peek(&self, id: &ThreadKey) -> Option<Arc<Thread>> {
+        lock(&self.by_key).get(id).cloned()
+    }
+
+    /// Every thread in memory.
+    pub(in crate::runtime) fn all(&self) -> Vec<Arc<Thread>> {
+        lock(&self.by_key).values().cloned().collect()
+    }
+
+    /// The keys of every thread in memory.
+    pub(in crate::runtime) fn keys(&self) -> Vec<ThreadKey> {
+        lock(&self.by_key).keys().cloned().collect()
+    }
+
+    pub(in crate::runtime) fn meter(&self) -> &Arc<memory::Meter> {
+        &self.meter
+    }
+
+    /// Bytes held against the memory budget.
+    pub(in crate::runtime) fn memory_in_use(&self) -> usize {
+        self.meter.get()
+    }
+
+    /// What retained data may hold: the budget less what is set aside for the process.
+    pub(in crate::runtime) fn retained_limit(&self) -> usize {
+        self.retained_limit
     }
 
     pub(in crate::runtime) fn new_thread(
         &self,
         id: &ThreadKey,
         agent: &str,
-        stored: Option<super::thread::Stored>,
+        stored: Option<Stored>,
         session_id: Option<String>,
     ) -> Thread {
         new_thread(
             id,
             agent,
-            self.inner.epoch,
-            self.inner.options.journal,
+            self.epoch,
+            self.journal,
             stored,
             session_id,
-            self.inner.meter.clone(),
+            self.meter.clone(),
         )
-    }
-
-    /// Bytes held against the memory budget.
-    pub fn memory_in_use(&self) -> usize {
-        self.inner.meter.get()
-    }
-
-    /// What retained data may hold: the budget less what is set aside for the process.
-    pub fn retained_limit(&self) -> usize {
-        let options = &self.inner.options;
-        memory::retained_limit(options.memory_budget, options.memory_reserved)
     }
 
     /// Lets go of what the memory budget does not cover: while over it, threads in order of
@@ -90,8 +108,8 @@ impl Runtime {
     /// ones a client cut near the end reattaches to, go last.
     /// Cheap when under the budget.
     pub(in crate::runtime) fn enforce_budget(&self) {
-        let budget = self.retained_limit();
-        let meter = &self.inner.meter;
+        let budget = self.retained_limit;
+        let meter = &self.meter;
         if meter.get() <= budget {
             return;
         }
@@ -101,7 +119,7 @@ impl Runtime {
         tracing::debug!(held = meter.get(), budget, target, "over the memory budget");
         // Lock order: the map, then a thread's state (nothing takes the map under a state
         // lock). Holding the map, nobody takes a new reference to a thread meanwhile.
-        let mut threads = lock(&self.inner.threads);
+        let mut threads = lock(&self.by_key);
         let mut by_use: Vec<(u64, &ThreadKey, &Arc<Thread>)> = threads
             .iter()
             .map(|(id, t)| (t.last_used.load(Ordering::Relaxed), id, t))
@@ -149,8 +167,8 @@ impl Runtime {
             }
             thread.journal.release();
         }
-        if thread.cached_bytes() > self.retained_limit() / 16 {
-            let mut threads = lock(&self.inner.threads);
+        if thread.cached_bytes() > self.retained_limit / 16 {
+            let mut threads = lock(&self.by_key);
             // Held by the map and by the caller only: nobody else uses it.
             if threads
                 .get(&thread.key)
@@ -164,8 +182,8 @@ impl Runtime {
 
     /// Inserts `thread` unless one with its id is already there; returns the one in place
     /// and whether it is `thread`. Evicts idle threads beyond the in-memory bound.
-    pub(in crate::runtime) fn insert_thread(&self, thread: Thread) -> (Arc<Thread>, bool) {
-        let mut threads = lock(&self.inner.threads);
+    pub(in crate::runtime) fn insert(&self, thread: Thread) -> (Arc<Thread>, bool) {
+        let mut threads = lock(&self.by_key);
         let mut inserted = false;
         let kept = threads
             .entry(thread.key.clone())
@@ -174,7 +192,7 @@ impl Runtime {
                 Arc::new(thread)
             })
             .clone();
-        let bound = self.inner.options.max_threads_in_memory;
+        let bound = self.bound;
         if threads.len() > bound {
             // Down to the low-water mark, least recently used first: the scan is paid once
             // per sixteenth of the bound in new threads, not once per new thread.
@@ -195,13 +213,13 @@ impl Runtime {
     /// away another request's thread.
     pub(in crate::runtime) fn discard_if_pristine(&self, thread: &Arc<Thread>, created: bool) {
         if created && lock(&thread.state).is_pristine() {
-            self.discard_thread(thread);
+            self.discard(thread);
         }
     }
 
     /// Removes `thread` from memory (if it is still the one there) and retires it.
-    pub(in crate::runtime) fn discard_thread(&self, thread: &Arc<Thread>) {
-        let mut threads = lock(&self.inner.threads);
+    pub(in crate::runtime) fn discard(&self, thread: &Arc<Thread>) {
+        let mut threads = lock(&self.by_key);
         if threads
             .get(&thread.key)
             .is_some_and(|t| Arc::ptr_eq(t, thread))
@@ -211,37 +229,87 @@ impl Runtime {
         thread.retired.store(true, Ordering::SeqCst);
     }
 
+    /// Cuts, in every thread someone holds, the readers that took nothing for `stall`
+    /// (see [`crate::runtime::Journal::cut_stalled`]).
+    fn cut_stalled(&self, stall: Duration) {
+        let threads: Vec<Arc<Thread>> = lock(&self.by_key)
+            .values()
+            .filter(|t| Arc::strong_count(t) > 1)
+            .cloned()
+            .collect();
+        let now = tokio::time::Instant::now()
+            .duration_since(self.clock_origin)
+            .as_millis() as u64;
+        for thread in threads {
+            thread.journal.cut_stalled(now, stall);
+        }
+    }
+
     /// Checks every thread's registered readers a few times per stall timeout and cuts the
-    /// ones that took nothing for it (see [`Journal::cut_stalled`]). One task for all
-    /// streams; it ends with the runtime.
-    pub(in crate::runtime) fn spawn_stall_check(&self) {
+    /// ones that took nothing for it. One task for all streams; it ends with the room.
+    pub(in crate::runtime) fn spawn_stall_check(self: &Arc<Threads>, stall: Duration) {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let stall = self.inner.options.stall_timeout;
         let every = (stall / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
-        let inner = Arc::downgrade(&self.inner);
+        let threads = Arc::downgrade(self);
         handle.spawn(async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                let Some(inner) = inner.upgrade() else {
+                let Some(threads) = threads.upgrade() else {
                     return;
                 };
-                let threads: Vec<Arc<Thread>> = lock(&inner.threads)
-                    .values()
-                    .filter(|t| Arc::strong_count(t) > 1)
-                    .cloned()
-                    .collect();
-                let now = tokio::time::Instant::now()
-                    .duration_since(inner.clock_origin)
-                    .as_millis() as u64;
-                for thread in threads {
-                    thread.journal.cut_stalled(now, stall);
-                }
+                threads.cut_stalled(stall);
             }
         });
+    }
+}
+
+impl Runtime {
+    /// The thread from memory, else from the store, else `None`. In a cluster, a thread
+    /// that is not in memory is claimed first (see `lease.rs`); the lease of one that does
+    /// not exist is kept for the request that creates it.
+    pub(in crate::runtime) async fn load_thread(
+        &self,
+        id: &ThreadKey,
+    ) -> Result<Option<Arc<Thread>>, LoadError> {
+        let threads = self.threads();
+        if let Some(thread) = threads.get(id) {
+            if !self.lease_lost(id) {
+                return Ok(Some(thread));
+            }
+            // Lost to another node since it was loaded: not this node's copy any more.
+            self.let_go(id);
+        }
+        self.claim(id).await?;
+        let Some(stored) = self.store().load_thread(id.as_str()).await? else {
+            return Ok(None);
+        };
+        let thread = threads.new_thread(
+            id,
+            &stored.row.agent,
+            Some((stored.transcript, stored.state)),
+            stored.row.session_id.clone(),
+        );
+        lock(&thread.state).queue = super::queue::restored(id, stored.queue, threads.meter());
+        let (thread, inserted) = threads.insert(thread);
+        if inserted {
+            thread.account();
+            threads.enforce_budget();
+        }
+        Ok(Some(thread))
+    }
+
+    /// Bytes held against the memory budget.
+    pub fn memory_in_use(&self) -> usize {
+        self.threads().memory_in_use()
+    }
+
+    /// What retained data may hold: the budget less what is set aside for the process.
+    pub fn retained_limit(&self) -> usize {
+        self.threads().retained_limit()
     }
 }
 

@@ -11,9 +11,6 @@
 //! - The pump's commit barrier also asks [`Runtime::lease_lost`]: once a write for the
 //!   thread was refused by the fence, nothing more is announced for it.
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
-
 use super::{CancelReason, Runtime};
 use crate::access::ThreadKey;
 use crate::cluster::{Claim, Owner};
@@ -40,13 +37,13 @@ impl Runtime {
     /// Takes `key`'s lease before the thread is loaded or created on this node (nothing to
     /// do without a cluster).
     pub(super) async fn claim(&self, key: &ThreadKey) -> Result<(), LoadError> {
-        let Some(cluster) = &self.inner.options.cluster else {
+        let Some(cluster) = &self.options().cluster else {
             return Ok(());
         };
         match cluster.claim(key.as_str()).await {
             Ok(Claim::Mine { taken_over, epoch }) => {
                 if taken_over {
-                    match self.inner.store.recover_thread(key.as_str()).await {
+                    match self.store().recover_thread(key.as_str()).await {
                         Ok(runs) => {
                             tracing::info!(epoch, runs, "thread taken over from another holder");
                         }
@@ -70,8 +67,8 @@ impl Runtime {
     /// The other node that owns thread `key`, when the thread is not in this node's memory
     /// and another node holds its lease (always `None` without a cluster).
     pub async fn owner_elsewhere(&self, key: &ThreadKey) -> Option<Owner> {
-        let cluster = self.inner.options.cluster.as_ref()?;
-        if self.memory_thread(key).is_some() {
+        let cluster = self.options().cluster.as_ref()?;
+        if self.threads().get(key).is_some() {
             return None;
         }
         match cluster.owner_elsewhere(key.as_str()).await {
@@ -86,7 +83,7 @@ impl Runtime {
     /// Gives back every lease this node holds and removes it from the node list (the last
     /// step of a clean shutdown in a cluster).
     pub async fn release_leases(&self) {
-        let Some(cluster) = &self.inner.options.cluster else {
+        let Some(cluster) = &self.options().cluster else {
             return;
         };
         match cluster.leave().await {
@@ -99,7 +96,7 @@ impl Runtime {
 
     /// The other live nodes' addresses and certificates (empty without a cluster).
     pub async fn peers(&self) -> Vec<(String, Option<Vec<u8>>)> {
-        let Some(cluster) = &self.inner.options.cluster else {
+        let Some(cluster) = &self.options().cluster else {
             return Vec::new();
         };
         cluster.peers().await.unwrap_or_else(|error| {
@@ -111,8 +108,7 @@ impl Runtime {
     /// Whether a write for thread `key` was refused because this node lost its lease
     /// (always `false` without a cluster).
     pub(crate) fn lease_lost(&self, key: &ThreadKey) -> bool {
-        self.inner
-            .options
+        self.options()
             .cluster
             .as_ref()
             .is_some_and(|cluster| cluster.fence().is_lost(key.as_str()))
@@ -121,23 +117,22 @@ impl Runtime {
     /// Renews the leases of the threads in memory every third of the lease lifetime, and
     /// lets go of the threads whose lease was lost.
     pub(super) fn spawn_lease_renewal(&self) {
-        let Some(cluster) = self.inner.options.cluster.clone() else {
+        let Some(cluster) = self.options().cluster.clone() else {
             return;
         };
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let inner = Arc::downgrade(&self.inner);
+        let weak = self.downgrade();
         handle.spawn(async move {
             let mut tick = tokio::time::interval(cluster.lease_ttl() / 3);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                let Some(inner) = inner.upgrade() else {
+                let Some(runtime) = weak.upgrade() else {
                     return;
                 };
-                let runtime = Runtime { inner };
-                let keys: Vec<ThreadKey> = lock(&runtime.inner.threads).keys().cloned().collect();
+                let keys: Vec<ThreadKey> = runtime.threads().keys();
                 let texts: Vec<String> = keys.iter().map(|k| k.as_str().to_owned()).collect();
                 runtime.adopt_orphans(&cluster).await;
                 match cluster.renew(&texts).await {
@@ -170,7 +165,7 @@ impl Runtime {
 
     /// Gives back the lease of a thread that was deleted (nothing to do without a cluster).
     pub(super) async fn release_lease(&self, key: &ThreadKey) {
-        if let Some(cluster) = &self.inner.options.cluster
+        if let Some(cluster) = &self.options().cluster
             && let Err(error) = cluster.release(key.as_str()).await
         {
             tracing::warn!(%error, "the lease of a deleted thread could not be given back; it lapses");
@@ -192,7 +187,7 @@ impl Runtime {
             }
         };
         for key in orphans.into_iter().map(ThreadKey::stored) {
-            if self.memory_thread(&key).is_none() {
+            if self.threads().get(&key).is_none() {
                 // A failure is logged by `claim`; the next tick tries again.
                 let _ = self.claim(&key).await;
             }
@@ -202,7 +197,7 @@ impl Runtime {
     /// This node lost `key`'s lease: its live run ends (`LEASE_LOST`) and the thread leaves
     /// memory, so the next request for it is claimed afresh.
     pub(super) fn let_go(&self, key: &ThreadKey) {
-        let Some(thread) = lock(&self.inner.threads).get(key).cloned() else {
+        let Some(thread) = self.threads().peek(key) else {
             return;
         };
         tracing::warn!("thread lease lost to another node");
@@ -210,10 +205,6 @@ impl Runtime {
         if let Some(run) = live {
             run.cancel_with(CancelReason::LeaseLost);
         }
-        let mut threads = lock(&self.inner.threads);
-        if threads.get(key).is_some_and(|t| Arc::ptr_eq(t, &thread)) {
-            threads.remove(key);
-        }
-        thread.retired.store(true, Ordering::SeqCst);
+        self.threads().discard(&thread);
     }
 }

@@ -16,6 +16,7 @@
 //! running runs up to a deadline -> [`Runtime::cancel_all`] cancels the rest (each ends with
 //! a terminal event) -> [`Runtime::stop_streams`] ends any stream still open.
 
+mod admission;
 mod answer;
 pub mod attach;
 mod cache;
@@ -30,6 +31,7 @@ mod observe;
 pub mod queue;
 mod reattach;
 mod run;
+mod runs;
 pub mod sanitize;
 mod schedule;
 mod sessions;
@@ -41,14 +43,12 @@ pub mod ui;
 mod warm;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 pub use attach::{Attachment, Resume};
 pub use errors::{CancelReason, ReattachError, StartError};
@@ -186,48 +186,41 @@ pub struct Gauge {
     pub capacity: usize,
 }
 
-/// The runtime. Cheap to clone.
+/// The runtime: a facade over its rooms (threads in memory, live runs, admission) and the
+/// services they share. Cheap to clone.
 #[derive(Clone)]
 pub struct Runtime {
     inner: Arc<Inner>,
 }
 
+/// A runtime's handle that does not keep it alive (its background tasks hold one).
+#[derive(Clone)]
+pub(in crate::runtime) struct WeakRuntime(std::sync::Weak<Inner>);
+
+impl WeakRuntime {
+    pub(in crate::runtime) fn upgrade(&self) -> Option<Runtime> {
+        self.0.upgrade().map(|inner| Runtime { inner })
+    }
+}
+
 struct Inner {
     agents: BTreeMap<String, Arc<dyn Agent>>,
-    /// Threads in memory, by key ([`crate::access::scoped_key`]).
-    threads: Mutex<HashMap<ThreadKey, Arc<Thread>>>,
-    /// Live runs by key: every AG-UI run id of their segments, in the owner's namespace.
-    runs: Mutex<HashMap<String, Arc<LiveRun>>>,
-    slots: Arc<Semaphore>,
-    /// Live runs per capped principal (absent: none).
-    per_principal: Arc<Mutex<HashMap<String, usize>>>,
+    threads: Arc<cache::Threads>,
+    runs: runs::LiveRuns,
+    admission: admission::Admission,
     options: RuntimeOptions,
     store: Store,
-    epoch: u64,
-    draining: AtomicBool,
-    /// Held (shared) by a run start from its look at `draining` until its pump is spawned,
-    /// and (exclusive) by `drain` to set it: once `drain` returns, every run either was
-    /// refused or is among `run_tasks`, which shutdown then waits for.
-    start_gate: std::sync::RwLock<()>,
-    /// Pumps and their watchers.
-    run_tasks: TaskTracker,
     /// Fires to end every open stream (last step of shutdown).
     stop_streams: CancellationToken,
     started_at: Instant,
-    /// Bytes held against the memory budget.
-    meter: Arc<memory::Meter>,
-    /// Origin of the stall check's clock (tokio's, so paused-time tests can drive it).
-    clock_origin: tokio::time::Instant,
     run_metrics: RunMetrics,
     streams: Arc<StreamMetrics>,
-    /// The fleet document and its history (`GET {path}/fleet/stream`).
-    fleet: Arc<fleet::Fleet>,
-    /// Wakes the task that rebuilds the fleet document.
-    fleet_dirty: Arc<tokio::sync::Notify>,
+    /// The fleet document, its history and the wake-up of the task that rebuilds it.
+    fleet: fleet::FleetRoom,
     /// The scheduler's wake-up and stop (`schedule/`).
     scheduling: schedule::Scheduling,
     /// Each principal's day of budget spending on this node, shared by its runs.
-    days: Mutex<HashMap<(String, i64), Arc<run::budget::DayMeter>>>,
+    days: run::budget::Days,
 }
 
 impl Runtime {
@@ -243,25 +236,23 @@ impl Runtime {
             .unwrap_or(1);
         let run_metrics = RunMetrics::new(agents.keys().map(String::as_str), &StartError::REASONS);
         let meter: Arc<memory::Meter> = Arc::default();
+        let threads = Arc::new(cache::Threads::new(&options, epoch, meter.clone()));
+        threads.spawn_stall_check(options.stall_timeout);
         let runtime = Runtime {
             inner: Arc::new(Inner {
                 agents,
-                threads: Mutex::new(HashMap::new()),
-                runs: Mutex::new(HashMap::new()),
-                slots: Arc::new(Semaphore::new(options.max_concurrent_runs)),
-                per_principal: Arc::default(),
+                threads,
+                runs: runs::LiveRuns::default(),
+                admission: admission::Admission::new(
+                    options.max_concurrent_runs,
+                    options.max_runs_per_principal,
+                ),
                 store,
-                epoch,
-                draining: AtomicBool::new(false),
-                start_gate: std::sync::RwLock::new(()),
-                run_tasks: TaskTracker::new(),
                 stop_streams: CancellationToken::new(),
                 started_at: Instant::now(),
-                meter: meter.clone(),
-                clock_origin: tokio::time::Instant::now(),
                 run_metrics,
                 streams: Arc::default(),
-                fleet: Arc::new(fleet::Fleet::new(
+                fleet: fleet::FleetRoom::new(fleet::Fleet::new(
                     epoch,
                     options.fleet_history,
                     Value::Null,
@@ -269,35 +260,86 @@ impl Runtime {
                     options.fleet_limits,
                     meter,
                 )),
-                fleet_dirty: Arc::default(),
                 scheduling: schedule::Scheduling::default(),
-                days: Mutex::default(),
+                days: run::budget::Days::default(),
                 options,
             }),
         };
-        runtime
-            .inner
-            .fleet
-            .update(runtime.fleet_document(), now_ms());
-        runtime.spawn_stall_check();
+        runtime.inner.fleet.update(runtime.fleet_document());
         runtime.spawn_fleet();
         runtime.spawn_lease_renewal();
         runtime.spawn_warm_up();
         runtime
     }
 
+    pub(in crate::runtime) fn downgrade(&self) -> WeakRuntime {
+        WeakRuntime(Arc::downgrade(&self.inner))
+    }
+
+    pub(in crate::runtime) fn options(&self) -> &RuntimeOptions {
+        &self.inner.options
+    }
+
+    /// The backend of agent `name`.
+    pub(in crate::runtime) fn agent(&self, name: &str) -> Option<&Arc<dyn Agent>> {
+        self.inner.agents.get(name)
+    }
+
+    pub(in crate::runtime) fn agents(&self) -> &BTreeMap<String, Arc<dyn Agent>> {
+        &self.inner.agents
+    }
+
+    /// The threads in memory.
+    pub(in crate::runtime) fn threads(&self) -> &cache::Threads {
+        &self.inner.threads
+    }
+
+    pub(in crate::runtime) fn runs(&self) -> &runs::LiveRuns {
+        &self.inner.runs
+    }
+
+    pub(in crate::runtime) fn admission(&self) -> &admission::Admission {
+        &self.inner.admission
+    }
+
+    pub(in crate::runtime) fn fleet(&self) -> &fleet::FleetRoom {
+        &self.inner.fleet
+    }
+
+    pub(in crate::runtime) fn scheduling(&self) -> &schedule::Scheduling {
+        &self.inner.scheduling
+    }
+
+    pub(in crate::runtime) fn days(&self) -> &run::budget::Days {
+        &self.inner.days
+    }
+
+    /// What fires to end every open stream.
+    pub(in crate::runtime) fn stop_token(&self) -> &CancellationToken {
+        &self.inner.stop_streams
+    }
+
+    /// The run counters and histograms.
+    pub fn run_metrics(&self) -> &RunMetrics {
+        &self.inner.run_metrics
+    }
+
+    /// The stream counters (shared with the HTTP layer).
+    pub fn stream_metrics(&self) -> Arc<StreamMetrics> {
+        self.inner.streams.clone()
+    }
+
     /// The span of the request being handled, when traces are on (a link for the turn it
     /// opens).
     fn request_span(&self) -> Option<SpanContext> {
-        self.inner
-            .options
+        self.options()
             .tracer
             .as_ref()
             .and_then(|_| crate::traces::current_span_context())
     }
 
     pub fn has_agent(&self, name: &str) -> bool {
-        self.inner.agents.contains_key(name)
+        self.agents().contains_key(name)
     }
 
     /// The store this runtime persists to.
@@ -310,20 +352,16 @@ impl Runtime {
     }
 
     pub fn is_draining(&self) -> bool {
-        self.inner.draining.load(Ordering::SeqCst)
+        self.inner.admission.is_draining()
     }
 
     pub fn gauge(&self) -> Gauge {
-        let capacity = self.inner.options.max_concurrent_runs;
-        Gauge {
-            active: capacity - self.inner.slots.available_permits().min(capacity),
-            capacity,
-        }
+        self.inner.admission.gauge()
     }
 
     /// The status of a thread as this process sees it (`running` while a run is live).
     pub fn live_status(&self, key: &ThreadKey) -> Option<&'static str> {
-        let thread = self.memory_thread(key)?;
+        let thread = self.inner.threads.get(key)?;
         let state = lock(&thread.state);
         state.live.as_ref().map(|run| match run.phase.get() {
             Phase::Running => "running",
@@ -337,7 +375,7 @@ impl Runtime {
         agent: &str,
         input: &RunAgentInput,
     ) -> Result<(), crate::protocol::InputError> {
-        match self.inner.agents.get(agent) {
+        match self.agent(agent) {
             Some(agent) => agent.check_input(input),
             None => Ok(()),
         }
@@ -367,7 +405,7 @@ impl Runtime {
         loop {
             if let Ok(outcome) = self.decide_run(principal, agent, &input).await {
                 if let Err(error) = &outcome {
-                    self.inner.run_metrics.refused(error.reason());
+                    self.run_metrics().refused(error.reason());
                 }
                 return outcome;
             }
@@ -416,20 +454,15 @@ impl Runtime {
     /// every namespace (the operator) cancels every live run of that id. `false` when
     /// there is no such live run.
     pub fn cancel_run_as(&self, principal: &Principal, run_id: &str, reason: CancelReason) -> bool {
-        let runs: Vec<Arc<LiveRun>> = {
-            let runs = lock(&self.inner.runs);
-            if principal.sees_everyone() {
-                runs.iter()
-                    .filter(|(key, _)| crate::access::split_key(key).1 == run_id)
-                    .map(|(_, run)| run.clone())
-                    .collect()
-            } else {
-                runs.get(&principal.run_key(run_id))
-                    .filter(|run| principal.may_use(&run.agent))
-                    .cloned()
-                    .into_iter()
-                    .collect()
-            }
+        let runs: Vec<Arc<LiveRun>> = if principal.sees_everyone() {
+            self.inner.runs.with_id(run_id)
+        } else {
+            self.inner
+                .runs
+                .get(&principal.run_key(run_id))
+                .filter(|run| principal.may_use(&run.agent))
+                .into_iter()
+                .collect()
         };
         for run in &runs {
             run.cancel_with(reason);
@@ -447,9 +480,7 @@ impl Runtime {
         agent: &str,
         run_id: Option<&str>,
     ) -> Option<String> {
-        let thread = lock(&self.inner.threads)
-            .get(&principal.key(thread_id))
-            .cloned()?;
+        let thread = self.inner.threads.peek(&principal.key(thread_id))?;
         if thread.agent != agent || !principal.may_use(agent) {
             return None;
         }
@@ -512,12 +543,11 @@ impl Runtime {
             let deleted = notices::deleted(self, &thread);
             let reported = deleted.is_some();
             let stored = self
-                .inner
-                .store
+                .store()
                 .delete_thread_notifying(key.as_str(), deleted)
                 .await;
             self.outgoing_queued(reported && stored.as_ref().is_ok_and(|gone| *gone));
-            if let Some(agent) = self.inner.agents.get(&thread.agent)
+            if let Some(agent) = self.agent(&thread.agent)
                 && tokio::time::timeout(FORGET_BOUND, agent.forget_thread(key.as_str()))
                     .await
                     .is_err()
@@ -530,11 +560,11 @@ impl Runtime {
             // Its uploads go while the decide section is held, so a new thread of the
             // same id cannot bind one meanwhile.
             if stored.is_ok()
-                && let Some(uploads) = &self.inner.options.uploads
+                && let Some(uploads) = &self.options().uploads
             {
                 uploads.remove_thread(principal.owner(), key.as_str()).await;
             }
-            self.discard_thread(&thread);
+            self.inner.threads.discard(&thread);
             drop(decide);
             stored?;
             self.release_lease(&key).await;
@@ -544,7 +574,7 @@ impl Runtime {
 
     /// The principals' uploads, when this runtime keeps them.
     pub fn uploads(&self) -> Option<&Arc<crate::uploads::Uploads>> {
-        self.inner.options.uploads.as_ref()
+        self.options().uploads.as_ref()
     }
 
     /// `messages` (JSON) as a client is shown them on thread `key`: each upload they name
@@ -569,17 +599,9 @@ impl Runtime {
     /// the daemon is gone, so it would only hold the shutdown for the whole grace. A run
     /// that parks later during the drain ends the same way (`Pump::suspend` checks).
     pub fn drain(&self) {
-        {
-            let _gate = self
-                .inner
-                .start_gate
-                .write()
-                .unwrap_or_else(|e| e.into_inner());
-            self.inner.draining.store(true, Ordering::SeqCst);
-        }
-        self.inner.scheduling.stop();
-        let runs: Vec<_> = lock(&self.inner.runs).values().cloned().collect();
-        for run in runs {
+        self.inner.admission.drain();
+        self.scheduling().stop();
+        for run in self.inner.runs.all() {
             if run.phase.get() == Phase::Suspended {
                 run.cancel_with(CancelReason::Shutdown);
             }
@@ -588,15 +610,12 @@ impl Runtime {
 
     /// Waits until no run is live or `deadline` passes; `true` when all ended.
     pub async fn wait_runs(&self, deadline: Instant) -> bool {
-        self.inner.run_tasks.close();
-        let wait = self.inner.run_tasks.wait();
-        tokio::time::timeout_at(deadline.into(), wait).await.is_ok()
+        self.inner.admission.wait(deadline).await
     }
 
     /// Cancels every live run with `reason`.
     pub fn cancel_all(&self, reason: CancelReason) {
-        let runs: Vec<_> = lock(&self.inner.runs).values().cloned().collect();
-        for run in runs {
+        for run in self.inner.runs.all() {
             run.cancel_with(reason);
         }
     }
@@ -608,7 +627,7 @@ impl Runtime {
 
     /// Whether every agent can be started (`/readyz`).
     pub fn agents_ready(&self) -> bool {
-        self.inner.agents.values().all(|agent| agent.ready())
+        self.agents().values().all(|agent| agent.ready())
     }
 
     /// The workspace of the thread `key` of agent `agent`: its directory and the agent's
@@ -618,13 +637,12 @@ impl Runtime {
         agent: &str,
         key: &ThreadKey,
     ) -> Option<(std::path::PathBuf, crate::workspace::Workspaces)> {
-        self.inner.agents.get(agent)?.workspace(key.as_str())
+        self.agent(agent)?.workspace(key.as_str())
     }
 
     /// Each agent's last known state (`GET {path}/agents`), by name.
     pub fn agent_statuses(&self) -> Vec<(String, crate::agent::AgentStatus)> {
-        self.inner
-            .agents
+        self.agents()
             .iter()
             .map(|(name, agent)| (name.clone(), agent.status()))
             .collect()
@@ -633,17 +651,16 @@ impl Runtime {
     /// What agent `name` can take and do, and how it asks a person (`None`: no such agent).
     /// What agent `name` may reach beyond its sandbox (`/info`; names only).
     pub fn agent_reach(&self, name: &str) -> Option<Value> {
-        self.inner.agents.get(name)?.reach()
+        self.agent(name)?.reach()
     }
 
     pub fn agent_features(
         &self,
         name: &str,
     ) -> Option<(crate::agent::Features, crate::agent::Hitl)> {
-        let agent = self.inner.agents.get(name)?;
+        let agent = self.agent(name)?;
         let hitl = self
-            .inner
-            .options
+            .options()
             .hitl
             .get(name)
             .copied()
@@ -653,12 +670,12 @@ impl Runtime {
 
     /// Stops every agent backend (end of shutdown).
     pub async fn shutdown_agents(&self) {
-        futures_util::future::join_all(self.inner.agents.values().map(|a| a.shutdown())).await;
+        futures_util::future::join_all(self.agents().values().map(|a| a.shutdown())).await;
     }
 
     /// Waits for pending store writes (end of shutdown).
     pub async fn flush_store(&self) {
-        if let Err(error) = self.inner.store.flush().await {
+        if let Err(error) = self.store().flush().await {
             tracing::warn!(%error, "store flush failed");
         }
     }

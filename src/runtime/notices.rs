@@ -19,7 +19,7 @@ impl Runtime {
         kind: EventKind,
         build: impl FnOnce() -> Event,
     ) -> Option<Outgoing> {
-        let outbox = self.inner.options.webhooks.as_ref()?;
+        let outbox = self.options().webhooks.as_ref()?;
         if !outbox.wants(kind) {
             return None;
         }
@@ -28,7 +28,7 @@ impl Runtime {
 
     /// A write carrying an outbox row was queued (`queued`): the delivery looks for it.
     pub(in crate::runtime) fn outgoing_queued(&self, queued: bool) {
-        if let (true, Some(outbox)) = (queued, &self.inner.options.webhooks) {
+        if let (true, Some(outbox)) = (queued, &self.options().webhooks) {
             outbox.queued();
         }
     }
@@ -37,14 +37,14 @@ impl Runtime {
     /// is the event). Nothing when no endpoint receives its kind.
     pub fn notify(&self, event: Event) {
         if let Some(row) = self.outgoing(event.kind, || event) {
-            self.inner.store.add_outgoing(row);
+            self.store().add_outgoing(row);
             self.outgoing_queued(true);
         }
     }
 
     /// Every endpoint's outbox rows, summed up (`GET {path}/webhooks`).
     pub async fn webhook_summary(&self) -> Result<Vec<EndpointSummary>, StoreError> {
-        self.inner.store.outbox_summary().await
+        self.store().outbox_summary().await
     }
 
     /// Up to `limit` outbox rows of `status`, of `endpoint` if given
@@ -55,12 +55,12 @@ impl Runtime {
         endpoint: Option<String>,
         limit: usize,
     ) -> Result<Vec<OutboxRow>, StoreError> {
-        self.inner.store.outbox_rows(status, endpoint, limit).await
+        self.store().outbox_rows(status, endpoint, limit).await
     }
 
     /// The webhook outbox, when endpoints are configured.
     pub fn webhooks(&self) -> Option<&std::sync::Arc<crate::webhooks::Outbox>> {
-        self.inner.options.webhooks.as_ref()
+        self.options().webhooks.as_ref()
     }
 }
 

@@ -1,44 +1,24 @@
 //! What the metrics read from the runtime at a scrape, and the runtime's metric handles.
 //! Counting itself happens where things happen (the pump, attachments, admission).
 
-use std::sync::Arc;
-
-use super::{Phase, Runtime};
+use super::Runtime;
 use crate::agent::Processes;
-use crate::metrics::{GaugeSource, Handles, RunMetrics, Sample, StreamMetrics};
-use crate::sync::lock;
+use crate::metrics::{GaugeSource, Handles, Sample};
 
 impl Runtime {
-    /// The run counters (per agent, refusals, reattaches).
-    pub fn run_metrics(&self) -> &RunMetrics {
-        &self.inner.run_metrics
-    }
-
-    /// The stream gauge and cut counters.
-    pub fn stream_metrics(&self) -> Arc<StreamMetrics> {
-        self.inner.streams.clone()
-    }
-
     /// Live runs parked on the client.
     pub fn suspended_runs(&self) -> usize {
-        // A run is in the map under each of its segments' ids: count it under its own.
-        lock(&self.inner.runs)
-            .iter()
-            .filter(|(key, run)| {
-                crate::access::split_key(key).1 == run.id && run.phase.get() == Phase::Suspended
-            })
-            .count()
+        self.runs().suspended()
     }
 
     /// The memory budget (bytes).
     pub fn memory_budget(&self) -> usize {
-        self.inner.options.memory_budget
+        self.options().memory_budget
     }
 
     /// The processes of each agent backend that runs any, by agent name.
     pub fn agent_processes(&self) -> Vec<(&str, Processes)> {
-        self.inner
-            .agents
+        self.agents()
             .iter()
             .filter_map(|(name, agent)| Some((name.as_str(), agent.processes()?)))
             .collect()
@@ -56,7 +36,7 @@ impl GaugeSource for Runtime {
                 .map(|outbox| outbox.metrics().clone())
                 .unwrap_or_default(),
             schedules: self.schedule_metrics().clone(),
-            egress: self.inner.options.egress_metrics.clone(),
+            egress: self.options().egress_metrics.clone(),
         }
     }
 

@@ -71,7 +71,7 @@ impl Runtime {
         if !principal.can(Capability::Run) {
             return Err(StartError::Forbidden(Capability::Run));
         }
-        if lock(&self.inner.runs).contains_key(&principal.run_key(&input.run_id)) {
+        if self.runs().contains(&principal.run_key(&input.run_id)) {
             return Err(StartError::RunIdInUse);
         }
         // What the run would refuse is refused now, not when its turn comes.
@@ -81,9 +81,9 @@ impl Runtime {
         // fit once what can be let go of is (finished runs' frames, idle threads).
         let bytes = crate::runtime::memory::json_size(input);
         let limit = self.retained_limit();
-        if self.inner.meter.get() + bytes > limit {
-            self.enforce_budget();
-            if self.inner.meter.get() + bytes > limit {
+        if self.threads().meter().get() + bytes > limit {
+            self.threads().enforce_budget();
+            if self.threads().meter().get() + bytes > limit {
                 return Err(StartError::QueueMemory(bytes));
             }
         }
@@ -104,17 +104,17 @@ impl Runtime {
                 input: input.clone(),
                 created_at: now_ms() as i64,
                 waiter: Some(tx),
-                _charge: crate::runtime::memory::Charge::new(&self.inner.meter, bytes),
+                _charge: crate::runtime::memory::Charge::new(self.threads().meter(), bytes),
             };
             let row = item.row()?;
             state.queue.push_back(item);
             row
         };
-        self.inner.store.queue_put(thread.key.as_str(), &row);
-        if let Err(error) = self.inner.store.commit().await {
+        self.store().queue_put(thread.key.as_str(), &row);
+        if let Err(error) = self.store().commit().await {
             tracing::error!(%error, thread.id = %thread.id, "queued input not stored");
             lock(&thread.state).queue.retain(|item| item.id != row.id);
-            self.inner.store.queue_remove(thread.key.as_str(), &row.id);
+            self.store().queue_remove(thread.key.as_str(), &row.id);
             return Err(StartError::Store);
         }
         // The live run may have ended since the decision (its end looked at the queue
@@ -150,8 +150,7 @@ impl Runtime {
             return;
         }
         let (rt, thread) = (self.clone(), thread.clone());
-        self.inner
-            .run_tasks
+        self.admission()
             .spawn(async move { rt.run_queue(thread).await });
     }
 
@@ -182,7 +181,7 @@ impl Runtime {
             let mut item = match item {
                 Ok(item) => item,
                 Err(item) => {
-                    self.inner.store.queue_remove(thread.key.as_str(), &item.id);
+                    self.store().queue_remove(thread.key.as_str(), &item.id);
                     self.refuse_item(
                         &thread,
                         item,
@@ -192,7 +191,7 @@ impl Runtime {
                     continue;
                 }
             };
-            let Some(backend) = self.inner.agents.get(&thread.agent).cloned() else {
+            let Some(backend) = self.agent(&thread.agent).cloned() else {
                 return;
             };
             let profile = Profile::from_protocol_version(item.input.protocol_version.as_deref());
@@ -209,7 +208,7 @@ impl Runtime {
                 .await
             {
                 Ok(attachment) => {
-                    self.inner.store.queue_remove(thread.key.as_str(), &item.id);
+                    self.store().queue_remove(thread.key.as_str(), &item.id);
                     if let Some(run) = attachment.live_run() {
                         run.background.store(true, Ordering::SeqCst);
                     }
@@ -230,7 +229,7 @@ impl Runtime {
                     return;
                 }
                 Err(error) => {
-                    self.inner.store.queue_remove(thread.key.as_str(), &item.id);
+                    self.store().queue_remove(thread.key.as_str(), &item.id);
                     let (code, message) = refusal(&error);
                     self.refuse_item(&thread, item, code, message);
                 }
@@ -288,8 +287,8 @@ impl Runtime {
                 .ok_or(QueueError::NoItem)?;
             state.queue.remove(at).ok_or(QueueError::NoItem)?
         };
-        self.inner.store.queue_remove(thread.key.as_str(), item_id);
-        let stored = self.inner.store.commit().await;
+        self.store().queue_remove(thread.key.as_str(), item_id);
+        let stored = self.store().commit().await;
         self.refuse_item(
             &thread,
             item,
@@ -321,9 +320,8 @@ impl Runtime {
             item.input.messages = messages;
             item.row().map_err(|_| QueueError::Load(LoadError::Store))?
         };
-        self.inner.store.queue_put(thread.key.as_str(), &row);
-        self.inner
-            .store
+        self.store().queue_put(thread.key.as_str(), &row);
+        self.store()
             .commit()
             .await
             .map_err(|_| QueueError::Load(LoadError::Store))?;
@@ -339,8 +337,8 @@ impl Runtime {
     /// How many items wait in the queue of the thread `key`, when it is in memory (a
     /// thread with a queue is: its queue runs from memory).
     pub fn queued_count(&self, key: &ThreadKey) -> usize {
-        lock(&self.inner.threads)
-            .get(key)
+        self.threads()
+            .peek(key)
             .map_or(0, |thread| lock(&thread.state).queue.len())
     }
 
@@ -360,7 +358,7 @@ impl Runtime {
     /// item (the run before it ended with the previous process). A thread another node
     /// holds is left to it.
     pub async fn resume_queues(&self) {
-        let keys = match self.inner.store.queued_threads().await {
+        let keys = match self.store().queued_threads().await {
             Ok(keys) => keys,
             Err(error) => {
                 tracing::error!(%error, "queued input not read; it runs when its thread is next used");

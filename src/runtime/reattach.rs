@@ -74,7 +74,7 @@ impl Runtime {
                 continue;
             }
             let attachment = self.reattach_to(&thread, last_event_id);
-            self.inner.run_metrics.reattached(attachment.kind());
+            self.run_metrics().reattached(attachment.kind());
             return Ok(if every_run {
                 attachment.following_every_run()
             } else {

@@ -142,13 +142,7 @@ fn is_key_byte(b: u8) -> bool {
 impl super::Runtime {
     /// `text` of an agent's, scrubbed as above of the daemon's own secrets too.
     pub(in crate::runtime) fn sanitized(&self, text: &str) -> String {
-        let secrets: Vec<&str> = self
-            .inner
-            .options
-            .secrets
-            .iter()
-            .map(String::as_str)
-            .collect();
+        let secrets: Vec<&str> = self.options().secrets.iter().map(String::as_str).collect();
         sanitize(text, &secrets)
     }
 }

@@ -62,8 +62,7 @@ impl Runtime {
         cursor: Option<String>,
     ) -> Result<SessionPage, SessionRequestError> {
         let agent = self
-            .inner
-            .agents
+            .agents()
             .get(agent)
             .ok_or(SessionRequestError::UnknownAgent)?;
         agent
@@ -82,8 +81,7 @@ impl Runtime {
         thread_id: Option<String>,
     ) -> Result<NewThread, SessionRequestError> {
         let agent = self
-            .inner
-            .agents
+            .agents()
             .get(agent_name)
             .filter(|_| principal.may_use(agent_name))
             .ok_or(SessionRequestError::UnknownAgent)?;
@@ -128,17 +126,15 @@ impl Runtime {
             return Err(SessionRequestError::RunInProgress);
         }
         // What the thread's last run queued is in the store before it is read.
-        self.inner.store.commit().await?;
+        self.store().commit().await?;
         let stored = self
-            .inner
-            .store
+            .store()
             .load_thread(source_key.as_str())
             .await?
             .filter(|stored| principal.may_use(&stored.row.agent))
             .ok_or(SessionRequestError::UnknownThread)?;
         let agent = self
-            .inner
-            .agents
+            .agents()
             .get(&stored.row.agent)
             .ok_or(SessionRequestError::UnknownAgent)?;
         let thread_id = self.fresh_thread_id(principal, thread_id).await?;
@@ -191,8 +187,7 @@ impl Runtime {
             return Ok(uuid::Uuid::new_v4().to_string());
         };
         let key = principal.key(&id);
-        if self.memory_thread(&key).is_some()
-            || self.inner.store.thread(key.as_str()).await?.is_some()
+        if self.threads().get(&key).is_some() || self.store().thread(key.as_str()).await?.is_some()
         {
             return Err(SessionRequestError::ThreadExists);
         }
@@ -214,7 +209,7 @@ impl Runtime {
             Err(LoadError::Elsewhere(_)) => return Err(SessionRequestError::ThreadExists),
             Err(LoadError::Store) => return Err(SessionRequestError::Store),
         }
-        let store = &self.inner.store;
+        let store = &self.store();
         let now = now_ms() as i64;
         let run_id = format!("{how}-{}", uuid::Uuid::new_v4());
         let key = thread_id.as_str();

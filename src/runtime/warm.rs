@@ -30,17 +30,16 @@ impl Runtime {
         };
         let runtime = self.clone();
         handle.spawn(async move {
-            let inner = runtime.inner.clone();
-            let agents: Vec<(String, Arc<dyn Agent>)> = inner
-                .agents
+            let agents: Vec<(String, Arc<dyn Agent>)> = runtime
+                .agents()
                 .iter()
                 .map(|(name, agent)| (name.clone(), agent.clone()))
                 .collect();
-            let clustered = inner.options.cluster.is_some();
+            let clustered = runtime.options().cluster.is_some();
             for (name, agent) in agents {
                 let recent = match agent.warm_threads() {
                     Some((count, within)) if count > 0 && !clustered => {
-                        recent_threads(&inner.store, &name, count, within).await
+                        recent_threads(runtime.store(), &name, count, within).await
                     }
                     _ => Vec::new(),
                 };
@@ -49,7 +48,7 @@ impl Runtime {
                         tracing::debug!(?error, "a recent thread was not loaded ahead");
                     }
                 }
-                if inner.draining.load(std::sync::atomic::Ordering::SeqCst) {
+                if runtime.is_draining() {
                     return;
                 }
                 let recent = recent

@@ -13,13 +13,33 @@ use crate::clock::{now_ms, rfc3339};
 use crate::runtime::Runtime;
 use crate::runtime::run::Phase;
 use crate::runtime::suspension::{self};
-use crate::runtime::thread::Thread;
 use crate::sync::lock;
+
+/// The runtime's fleet: the document's history and the wake-up of the task that rebuilds
+/// it.
+pub(in crate::runtime) struct FleetRoom {
+    fleet: Arc<Fleet>,
+    dirty: Arc<tokio::sync::Notify>,
+}
+
+impl FleetRoom {
+    pub(in crate::runtime) fn new(fleet: Fleet) -> FleetRoom {
+        FleetRoom {
+            fleet: Arc::new(fleet),
+            dirty: Arc::default(),
+        }
+    }
+
+    /// Takes `doc` as the fleet's document now.
+    pub(in crate::runtime) fn update(&self, doc: Value) {
+        self.fleet.update(doc, now_ms());
+    }
+}
 
 impl Runtime {
     /// Something the fleet document shows changed (a run started, parked, resumed, ended).
     pub(crate) fn fleet_changed(&self) {
-        self.inner.fleet_dirty.notify_one();
+        self.fleet().dirty.notify_one();
     }
 
     /// Rebuilds the fleet document when told that something changed (a burst is taken
@@ -31,19 +51,18 @@ impl Runtime {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let inner = Arc::downgrade(&self.inner);
-        let dirty = self.inner.fleet_dirty.clone();
+        let weak = self.downgrade();
+        let dirty = self.fleet().dirty.clone();
         handle.spawn(async move {
             loop {
                 let _ = tokio::time::timeout(Duration::from_secs(1), dirty.notified()).await;
                 tokio::time::sleep(Duration::from_millis(20)).await;
-                let Some(inner) = inner.upgrade() else {
+                let Some(runtime) = weak.upgrade() else {
                     return;
                 };
-                let runtime = Runtime { inner };
-                if runtime.inner.fleet.is_watched() {
-                    let doc = runtime.fleet_document();
-                    runtime.inner.fleet.update(doc, now_ms());
+                let room = runtime.fleet();
+                if room.fleet.is_watched() {
+                    room.update(runtime.fleet_document());
                 }
             }
         });
@@ -51,7 +70,7 @@ impl Runtime {
 
     /// The fleet as it is: live runs (metadata only), agents, totals.
     pub fn fleet_document(&self) -> Value {
-        let threads: Vec<Arc<Thread>> = lock(&self.inner.threads).values().cloned().collect();
+        let threads = self.threads().all();
         let mut runs = serde_json::Map::new();
         for thread in threads {
             let Some(run) = lock(&thread.state).live.clone() else {
@@ -88,8 +107,7 @@ impl Runtime {
         let processes: HashMap<&str, crate::agent::Processes> =
             self.agent_processes().into_iter().collect();
         let agents: serde_json::Map<String, Value> = self
-            .inner
-            .agents
+            .agents()
             .iter()
             .map(|(name, agent)| {
                 let status = agent.status();
@@ -119,12 +137,13 @@ impl Runtime {
         from: FleetFrom,
     ) -> Result<FleetStream, FleetFull> {
         // Nobody may have watched for a while: the document is brought up to date first.
-        self.inner.fleet.update(self.fleet_document(), now_ms());
-        self.inner.fleet.subscribe(
+        let room = self.fleet();
+        room.update(self.fleet_document());
+        room.fleet.subscribe(
             principal,
             from,
-            self.inner.options.keep_alive,
-            self.inner.stop_streams.clone(),
+            self.options().keep_alive,
+            self.stop_token().clone(),
         )
     }
 }

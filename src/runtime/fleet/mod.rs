@@ -37,6 +37,7 @@ use crate::protocol::{Event, event_frame};
 use crate::sync::lock;
 
 mod document;
+pub(in crate::runtime) use document::FleetRoom;
 mod stream;
 
 pub use stream::{FleetItem, FleetStream};

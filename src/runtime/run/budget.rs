@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use crate::agent::PermissionOutcome;
 use crate::budget::{Limits, Reached, Spend};
 use crate::sync::lock;
+use std::sync::Arc;
 
 /// The option of a budget question that extends the budget.
 pub(super) const EXTEND: &str = "extend";
@@ -56,6 +57,24 @@ impl Scope {
             Scope::Day => "the principal's daily budget",
             Scope::Hard => "the run's hard budget",
         }
+    }
+}
+
+/// Each principal's day of spending on this node, shared by its runs.
+#[derive(Debug, Default)]
+pub(in crate::runtime) struct Days {
+    by_owner: std::sync::Mutex<std::collections::HashMap<(String, i64), Arc<DayMeter>>>,
+}
+
+impl Days {
+    /// The meter of `owner`'s day `day_number` (made on first use; the meters of earlier
+    /// days are dropped then).
+    pub(in crate::runtime) fn meter(&self, owner: &str, day_number: i64) -> Arc<DayMeter> {
+        let mut days = crate::sync::lock(&self.by_owner);
+        days.retain(|(_, day), _| *day >= day_number);
+        days.entry((owner.to_owned(), day_number))
+            .or_default()
+            .clone()
     }
 }
 

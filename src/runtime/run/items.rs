@@ -50,7 +50,7 @@ impl Pump {
                 let _ = reply.send(verdict);
             }
             SinkItem::Title(title) => {
-                self.writer.rt.inner.store.set_title(
+                self.writer.rt.store().set_title(
                     self.writer.thread.key.as_str(),
                     &title,
                     now_ms() as i64,
@@ -58,7 +58,7 @@ impl Pump {
             }
             SinkItem::Session { id, how } => {
                 lock(&self.writer.thread.state).session_id = Some(id.clone());
-                self.writer.rt.inner.store.set_session(
+                self.writer.rt.store().set_session(
                     self.writer.thread.key.as_str(),
                     &id,
                     &how,
@@ -93,7 +93,7 @@ impl Pump {
     /// A component the agent shows: an activity when the catalog allows it; the verdict
     /// goes back to the agent.
     fn show(&mut self, component: String, props: Value) -> Result<(), String> {
-        let verdict = self.writer.rt.inner.options.ui.check(&component, &props);
+        let verdict = self.writer.rt.options().ui.check(&component, &props);
         if verdict.is_ok() {
             self.writer.translate(AgentEvent::Activity {
                 message_id: uuid::Uuid::new_v4().to_string(),

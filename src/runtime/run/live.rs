@@ -2,7 +2,7 @@
 //! ended (its cancel token, phase, commands, attached count, suspension), its admission
 //! slot, and the watcher that cancels it once nobody has been attached for the grace.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,30 +16,6 @@ use crate::runtime::suspension::{self};
 use crate::runtime::translator::Translator;
 use crate::sync::lock;
 use opentelemetry::trace::SpanContext;
-
-/// A live run's admission: a slot of the daemon's cap, and of its principal's.
-pub(crate) struct Slot {
-    pub(crate) _global: tokio::sync::OwnedSemaphorePermit,
-    pub(crate) _principal: Option<PrincipalSlot>,
-}
-
-/// One of a capped principal's run slots; given back on drop.
-pub(crate) struct PrincipalSlot {
-    pub(crate) counts: Arc<Mutex<HashMap<String, usize>>>,
-    pub(crate) owner: String,
-}
-
-impl Drop for PrincipalSlot {
-    fn drop(&mut self) {
-        let mut counts = lock(&self.counts);
-        if let Some(count) = counts.get_mut(&self.owner) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                counts.remove(&self.owner);
-            }
-        }
-    }
-}
 
 /// Whether a live run is producing a segment or waiting on the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,4 +12,4 @@ mod spending;
 mod start;
 
 pub(in crate::runtime) use budget::RunBudget;
-pub(crate) use live::{Control, LiveRun, NextSegment, Phase, Slot};
+pub(crate) use live::{Control, LiveRun, NextSegment, Phase};

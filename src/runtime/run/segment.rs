@@ -29,7 +29,7 @@ pub(in crate::runtime) struct SegmentWriter {
     pub(in crate::runtime) rt: Runtime,
     pub(in crate::runtime) thread: Arc<Thread>,
     pub(in crate::runtime) run: Arc<LiveRun>,
-    pub(in crate::runtime) permit: Option<super::Slot>,
+    pub(in crate::runtime) permit: Option<crate::runtime::admission::Slot>,
     /// Within a batch: frames are journaled without waking readers (the pump publishes
     /// once at the end of the batch).
     pub(in crate::runtime) quiet: bool,
@@ -51,22 +51,21 @@ impl SegmentWriter {
         rt: &Runtime,
         thread: &Arc<Thread>,
         run: &Arc<LiveRun>,
-        permit: super::Slot,
+        permit: crate::runtime::admission::Slot,
     ) -> SegmentWriter {
-        let inner = &rt.inner;
-        let trace = inner
-            .options
+        let trace = rt
+            .options()
             .tracer
             .as_ref()
             .map(|tracer| tracer.run(&thread.agent, &thread.id, &run.id));
-        inner.run_metrics.agent(&thread.agent).started();
+        rt.run_metrics().agent(&thread.agent).started();
         SegmentWriter {
             rt: rt.clone(),
             thread: thread.clone(),
             run: run.clone(),
             permit: Some(permit),
             quiet: false,
-            metrics: inner.run_metrics.agent(&thread.agent),
+            metrics: rt.run_metrics().agent(&thread.agent),
             admitted: std::time::Instant::now(),
             produced: false,
             trace,
@@ -96,7 +95,7 @@ impl SegmentWriter {
         }
         if run_id != self.run.id {
             // A later segment: counted on the run, shown as running again.
-            self.rt.inner.store.record_run_start(
+            self.rt.store().record_run_start(
                 self.thread.key.as_str(),
                 &self.thread.agent,
                 None,
@@ -173,7 +172,7 @@ impl SegmentWriter {
             notices::waiting(&self.rt, &self.thread, &self.run.id, suspension, ending)
         });
         let reported = waiting.is_some();
-        self.rt.inner.store.set_status_notifying(
+        self.rt.store().set_status_notifying(
             self.thread.key.as_str(),
             "suspended",
             now_ms() as i64,
@@ -206,7 +205,7 @@ impl SegmentWriter {
     /// Waits until every write queued so far is durable; `false` when the store failed,
     /// or (cluster) when a write for the thread was refused because its lease was lost.
     pub(in crate::runtime) async fn commit(&self) -> bool {
-        match self.rt.inner.store.commit().await {
+        match self.rt.store().commit().await {
             Ok(()) => !self.rt.lease_lost(&self.thread.key),
             Err(error) => {
                 tracing::error!(%error, "store commit failed");
@@ -305,11 +304,9 @@ impl SegmentWriter {
         state.seen.insert(id);
         state.transcript.push(recorded.clone());
         drop(state);
-        self.rt.inner.store.record_messages(
-            self.thread.key.as_str(),
-            vec![recorded],
-            now_ms() as i64,
-        );
+        self.rt
+            .store()
+            .record_messages(self.thread.key.as_str(), vec![recorded], now_ms() as i64);
     }
 
     /// Records the run's end (with its state document and its webhook event).
@@ -317,7 +314,7 @@ impl SegmentWriter {
         self.keep_state();
         let ended = notices::ended(&self.rt, &self.thread, &self.run.id, ending);
         let reported = ended.is_some();
-        self.rt.inner.store.record_run_end_notifying(
+        self.rt.store().record_run_end_notifying(
             self.thread.key.as_str(),
             &self.run.id,
             ending_kind(ending),
@@ -334,8 +331,7 @@ impl SegmentWriter {
         let state = lock(&self.thread.state);
         if let Some(document) = state.document.changed() {
             self.rt
-                .inner
-                .store
+                .store()
                 .set_state(self.thread.key.as_str(), document);
         }
     }
@@ -393,8 +389,7 @@ impl SegmentWriter {
             }
         }
         self.rt
-            .inner
-            .store
+            .store()
             .record_messages(self.thread.key.as_str(), changed, now_ms() as i64);
     }
 
@@ -459,11 +454,11 @@ impl SegmentWriter {
         };
         let thread = Arc::downgrade(&self.thread);
         let rt = self.rt.clone();
-        let after = rt.inner.options.disconnect_grace;
+        let after = rt.options().disconnect_grace;
         runtime.spawn(async move {
             tokio::time::sleep(after).await;
             if let Some(thread) = thread.upgrade() {
-                rt.grace_over(&thread);
+                rt.threads().grace_over(&thread);
             }
         });
     }
@@ -494,13 +489,8 @@ impl Drop for SegmentWriter {
         }
         {
             let aliases = lock(&self.run.aliases).clone();
-            let mut runs = lock(&self.rt.inner.runs);
-            for alias in aliases {
-                let key = self.thread.run_key(&alias);
-                if runs.get(&key).is_some_and(|r| Arc::ptr_eq(r, &self.run)) {
-                    runs.remove(&key);
-                }
-            }
+            let keys = aliases.iter().map(|alias| self.thread.run_key(alias));
+            self.rt.runs().remove(keys, &self.run);
         }
         self.run.phase.set(Phase::Running);
         self.run.finished.cancel();
@@ -508,7 +498,7 @@ impl Drop for SegmentWriter {
         self.release_later();
         // Released exactly once, after the thread no longer shows this run as live.
         self.permit.take();
-        self.rt.run_ended(&self.thread);
+        self.rt.threads().run_ended(&self.thread);
         self.rt.kick_queue(&self.thread);
     }
 }

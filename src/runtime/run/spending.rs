@@ -93,8 +93,7 @@ impl Pump {
         };
         self.writer
             .rt
-            .inner
-            .run_metrics
+            .run_metrics()
             .budget_reached(scope.name(), reached.measure.name());
         let budget = self.budget.as_ref().expect("checked above");
         let run = lock(&self.writer.run.translator).run_id().to_owned();
@@ -142,8 +141,7 @@ impl Pump {
             budget.day_meter.add(&delta);
             self.writer
                 .rt
-                .inner
-                .store
+                .store()
                 .add_spend(&budget.owner, budget.day_number, &delta);
         }
         self.writer.set_state("/budget", shown);

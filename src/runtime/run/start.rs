@@ -10,7 +10,7 @@ use tracing::Instrument;
 
 use super::RunBudget;
 use super::drive::{Pump, drive};
-use super::live::{DisconnectWatch, LiveRun, PrincipalSlot, Slot};
+use super::live::{DisconnectWatch, LiveRun};
 use super::segment::SegmentWriter;
 use crate::access::{Capability, Principal};
 use crate::agent::{Agent, Turn};
@@ -20,6 +20,7 @@ use crate::clock::now_ms;
 use crate::protocol::InputError;
 use crate::protocol::{Message, Profile, RunAgentInput};
 use crate::runtime::Resume;
+use crate::runtime::admission::{Gate, Slot};
 use crate::runtime::attach::{Attachment, Mode};
 use crate::runtime::thread::{Decision, Retry, Thread};
 use crate::runtime::{CancelReason, StartError};
@@ -27,11 +28,13 @@ use crate::runtime::{LoadError, answer, attach, notices};
 use crate::runtime::{Runtime, state};
 use crate::sync::lock;
 use crate::uploads::Resolved;
-use std::sync::RwLockReadGuard;
 
 impl Runtime {
     /// One attempt of [`Runtime::start_run`]; `Err(Retry)` when the thread object it used
     /// left memory meanwhile (deleted or discarded) and the request must start over.
+    /// The steps: the thread found (the agent looked up and its use checked once), its
+    /// decide section entered, the thread's decision, then either the input queued for its
+    /// turn or the decision carried out.
     pub(in crate::runtime) async fn decide_run(
         &self,
         principal: &Principal,
@@ -42,103 +45,121 @@ impl Runtime {
             Ok(strategy) => strategy,
             Err(error) => return Ok(Err(StartError::Input(error))),
         };
-        let found = match self.thread_for_run(principal, agent, input).await {
+        let mut found = match self.thread_for_run(principal, agent, input).await {
             Ok(found) => found,
             Err(error) => return Ok(Err(error)),
         };
-        let ThreadForRun {
-            backend,
-            thread,
-            created,
-            permit,
-        } = found;
         let profile = Profile::from_protocol_version(input.protocol_version.as_deref());
+        let thread = found.thread.clone();
         let decide = thread.decide.lock().await;
         if thread.retired.load(Ordering::SeqCst) {
             return Err(Retry);
         }
-        // A refusal leaves nothing behind: a thread this request created is discarded, as
-        // long as nothing else has used it meanwhile.
-        let refused = |error: StartError| {
-            self.discard_if_pristine(&thread, created);
-            Ok(Err(error))
+        let decision = match decision(principal, &thread, input, profile) {
+            Ok(decision) => decision,
+            Err(error) => return Ok(Err(self.refused(&found, error))),
         };
-        let decision = {
-            let mut state = lock(&thread.state);
-            let decision = state.decide(input);
-            if let Some(needed) = principal.caps().missing(state.needs(&decision, input)) {
-                drop(state);
-                return refused(StartError::Forbidden(needed));
-            }
-            state.profile = profile;
-            decision
+        if self.waits_its_turn(&thread, strategy, &decision, input) {
+            let queued = self
+                .enqueue(principal, &thread, &*found.backend, input, profile)
+                .await;
+            return Ok(queued.map_err(|error| self.refused(&found, error)));
+        }
+        let decided = Decided {
+            principal,
+            input,
+            profile,
+            strategy,
+            decide,
         };
-        // New input on a live run waits its turn where the strategy enqueues (on a run that
-        // waits on the client, input that answers nothing, instead of superseding it).
-        let waits_its_turn = match &decision {
+        self.carry_out(&mut found, decided, decision).await
+    }
+
+    /// A refusal leaves nothing behind: a thread this request created is discarded, as
+    /// long as nothing else has used it meanwhile.
+    fn refused(&self, found: &ThreadForRun, error: StartError) -> StartError {
+        self.threads()
+            .discard_if_pristine(&found.thread, found.created);
+        error
+    }
+
+    /// Whether new input on a live run waits its turn: where the strategy enqueues (on a
+    /// run that waits on the client, input that answers nothing, instead of superseding
+    /// it).
+    fn waits_its_turn(
+        &self,
+        thread: &Arc<Thread>,
+        strategy: Option<Multitask>,
+        decision: &Decision,
+        input: &RunAgentInput,
+    ) -> bool {
+        match decision {
             Decision::Busy {
                 new_input: true, ..
             } => self.multitask(&thread.agent, strategy, true) == Multitask::Enqueue,
             Decision::Suspended(run) => {
                 self.multitask(&thread.agent, strategy, true) == Multitask::Enqueue
-                    && self.would_supersede(&thread, run, input)
+                    && self.would_supersede(thread, run, input)
             }
             _ => false,
-        };
-        if waits_its_turn {
-            return match self
-                .enqueue(principal, &thread, &*backend, input, profile)
-                .await
-            {
-                Ok(attachment) => Ok(Ok(attachment)),
-                Err(error) => refused(error),
-            };
         }
-        match decision {
-            Decision::Attach(run) => Ok(Ok(self.segment_attachment(&thread, run, profile))),
+    }
+
+    /// Carries out the thread's decision, in its decide section (`decided.decide`, let go
+    /// before a wait on another run).
+    async fn carry_out(
+        &self,
+        found: &mut ThreadForRun,
+        decided: Decided<'_, '_>,
+        decision: Decision,
+    ) -> Result<Result<Attachment, StartError>, Retry> {
+        let Decided {
+            principal,
+            input,
+            profile,
+            strategy,
+            decide,
+        } = decided;
+        let thread = found.thread.clone();
+        let attachment = match decision {
+            Decision::Attach(run) => Ok(self.segment_attachment(&thread, run, profile)),
             Decision::Busy { run, new_input } => {
                 let strategy = self.multitask(&thread.agent, strategy, new_input);
-                match busy(principal, &run, strategy, decide).await {
-                    Ok(error) => refused(error),
-                    Err(retry) => Err(retry),
-                }
+                Err(busy(principal, &run, strategy, decide).await?)
             }
             Decision::Suspended(run) => match self.answer(&thread, &run, input, profile) {
-                Err(error) => refused(error),
+                Err(error) => Err(error),
                 Ok(
                     answer::Answered::Resumed(attachment) | answer::Answered::Rejected(attachment),
-                ) => Ok(Ok(attachment)),
-                Ok(answer::Answered::Replay) => {
-                    Ok(Ok(self.segment_attachment(&thread, run, profile)))
-                }
+                ) => Ok(attachment),
+                Ok(answer::Answered::Replay) => Ok(self.segment_attachment(&thread, run, profile)),
                 Ok(answer::Answered::Superseded) => {
                     // The wait happens outside the decide section.
                     drop(decide);
                     supersede(&run).await;
-                    Err(Retry)
+                    return Err(Retry);
                 }
             },
             Decision::RejectResume { code, message } => {
-                self.discard_if_pristine(&thread, created);
-                Ok(Ok(self.rejection(&thread, input, profile, code, message)))
+                self.threads()
+                    .discard_if_pristine(&thread, found.created);
+                Ok(self.rejection(&thread, input, profile, code, message))
             }
             Decision::LostAnswers(calls) => {
                 // Shown the thread as it is only when it may read the thread.
-                let reads = principal.can(crate::access::Capability::Read);
-                Ok(Ok(self
+                let reads = principal.can(Capability::Read);
+                Ok(self
                     .lost_answers(&thread, input, profile, calls, reads)
-                    .await))
+                    .await)
             }
             Decision::Start => {
-                match self
-                    .start_new(principal, &thread, backend, input, profile, permit)
+                let backend = found.backend.clone();
+                let permit = found.permit.take();
+                self.start_new(principal, &thread, backend, input, profile, permit)
                     .await
-                {
-                    Ok(attachment) => Ok(Ok(attachment)),
-                    Err(error) => refused(error),
-                }
             }
-        }
+        };
+        Ok(attachment.map_err(|error| self.refused(found, error)))
     }
 
     /// A new run of `input` on `thread`, decided in its decide section: its input checked
@@ -170,7 +191,7 @@ impl Runtime {
                 budget,
             )
         };
-        if let Some(uploads) = &self.inner.options.uploads
+        if let Some(uploads) = &self.options().uploads
             && !resolved.is_empty()
         {
             uploads
@@ -187,10 +208,9 @@ impl Runtime {
         principal: &Principal,
         thread: &Thread,
     ) -> Result<Option<Box<RunBudget>>, StartError> {
-        let budgets = &self.inner.options.budgets;
+        let budgets = &self.options().budgets;
         let run = self
-            .inner
-            .options
+            .options()
             .agent_budgets
             .get(&thread.agent)
             .copied()
@@ -206,9 +226,9 @@ impl Runtime {
             return Ok(None);
         }
         let day_number = crate::budget::day_of(now_ms());
-        let day_meter = self.day_meter(principal.owner(), day_number);
+        let day_meter = self.days().meter(principal.owner(), day_number);
         if !day.is_empty() {
-            let store = &self.inner.store;
+            let store = &self.store();
             day_meter
                 .seed(store.spent_on(principal.owner(), day_number))
                 .await
@@ -237,21 +257,11 @@ impl Runtime {
         ))))
     }
 
-    /// The meter of `owner`'s day `day_number` on this node (made on first use; the
-    /// meters of earlier days are dropped then).
-    fn day_meter(&self, owner: &str, day_number: i64) -> std::sync::Arc<super::budget::DayMeter> {
-        let mut days = lock(&self.inner.days);
-        days.retain(|(_, day), _| *day >= day_number);
-        days.entry((owner.to_owned(), day_number))
-            .or_default()
-            .clone()
-    }
-
     /// The strategy for new input (`new_input`: else only a `resume[]`) on a busy thread of
     /// `agent`: the request's, else the agent's, else `reject`.
     fn multitask(&self, agent: &str, requested: Option<Multitask>, new_input: bool) -> Multitask {
         requested
-            .or_else(|| self.inner.options.multitask.get(agent).copied())
+            .or_else(|| self.options().multitask.get(agent).copied())
             .unwrap_or_default()
             .when(new_input)
     }
@@ -266,7 +276,7 @@ impl Runtime {
         backend: &dyn Agent,
         input: &RunAgentInput,
     ) -> Result<Resolved, StartError> {
-        let resolved = match &self.inner.options.uploads {
+        let resolved = match &self.options().uploads {
             Some(uploads) => {
                 let new = lock(&thread.state).peek_new(&input.messages);
                 uploads
@@ -302,10 +312,8 @@ impl Runtime {
         agent: &str,
         input: &RunAgentInput,
     ) -> Result<ThreadForRun, StartError> {
-        let inner = &self.inner;
-        let Some(backend) = inner
-            .agents
-            .get(agent)
+        let Some(backend) = self
+            .agent(agent)
             .filter(|_| principal.may_use(agent))
             .cloned()
         else {
@@ -329,16 +337,19 @@ impl Runtime {
             if !principal.can(Capability::Run) {
                 return Err(StartError::Forbidden(Capability::Run));
             }
-            if lock(&inner.runs).contains_key(&run_key) {
+            if self.runs().contains(&run_key) {
                 return Err(StartError::RunIdInUse);
             }
-            permit = Some(self.admit(principal)?);
+            permit = Some(self.admission().admit(principal)?);
         }
         // `created`: this request put the thread in memory (a racing request for the same
         // new id may have put its own there first; then this one uses that).
         let (thread, created) = match existing {
             Some(thread) => (thread, false),
-            None => self.insert_thread(self.new_thread(&key, agent, None, None)),
+            None => {
+                let threads = self.threads();
+                threads.insert(threads.new_thread(&key, agent, None, None))
+            }
         };
         if thread.agent != agent {
             return Err(agent_mismatch(principal, &thread));
@@ -360,52 +371,17 @@ impl Runtime {
         principal: &Principal,
         input: &RunAgentInput,
         permit: Option<Slot>,
-    ) -> Result<(RwLockReadGuard<'_, ()>, Slot), StartError> {
-        let inner = &self.inner;
-        let gate = inner.start_gate.read().unwrap_or_else(|e| e.into_inner());
-        if self.is_draining() {
-            return Err(StartError::Draining);
-        }
-        if lock(&inner.runs).contains_key(&principal.run_key(&input.run_id)) {
+    ) -> Result<(Gate<'_>, Slot), StartError> {
+        let admission = self.admission();
+        let gate = admission.gate()?;
+        if self.runs().contains(&principal.run_key(&input.run_id)) {
             return Err(StartError::RunIdInUse);
         }
         let permit = match permit {
             Some(permit) => permit,
-            None => self.admit(principal)?,
+            None => admission.admit(principal)?,
         };
         Ok((gate, permit))
-    }
-
-    /// A run slot for `principal`: its own cap first (capped principals), then the
-    /// daemon's.
-    pub(in crate::runtime) fn admit(&self, principal: &Principal) -> Result<Slot, StartError> {
-        if self.is_draining() {
-            return Err(StartError::Draining);
-        }
-        let owner = if principal.is_capped() {
-            let mut counts = lock(&self.inner.per_principal);
-            let count = counts.entry(principal.owner().to_owned()).or_insert(0);
-            if *count >= self.inner.options.max_runs_per_principal {
-                return Err(StartError::PrincipalBusy);
-            }
-            *count += 1;
-            Some(PrincipalSlot {
-                counts: self.inner.per_principal.clone(),
-                owner: principal.owner().to_owned(),
-            })
-        } else {
-            None
-        };
-        let global = self
-            .inner
-            .slots
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| StartError::OverCapacity)?;
-        Ok(Slot {
-            _global: global,
-            _principal: owner,
-        })
     }
 
     pub(in crate::runtime) fn attachment(
@@ -421,11 +397,11 @@ impl Runtime {
             cursor,
             profile,
             mode,
-            self.inner.options.keep_alive,
-            self.inner.stop_streams.clone(),
+            self.options().keep_alive,
+            self.stop_token().clone(),
             run,
         )
-        .counted(self.inner.streams.open())
+        .counted(self.stream_metrics().open())
     }
 
     /// Attaches from the start of the live run's current segment: the journal replays it,
@@ -506,14 +482,13 @@ pub(in crate::runtime) fn start(
     agent: Arc<dyn Agent>,
     input: RunAgentInput,
     profile: Profile,
-    permit: super::Slot,
+    permit: Slot,
     uploads: &Resolved,
     budget: Option<Box<RunBudget>>,
 ) -> Attachment {
-    let inner = &rt.inner;
     let segment_start = thread.journal.next_seq();
-    let hitl = inner
-        .options
+    let options = rt.options();
+    let hitl = options
         .hitl
         .get(&thread.agent)
         .copied()
@@ -525,8 +500,8 @@ pub(in crate::runtime) fn start(
         &thread.agent,
         segment_start,
         DisconnectWatch {
-            grace: inner.options.disconnect_grace,
-            tasks: inner.run_tasks.clone(),
+            grace: options.disconnect_grace,
+            tasks: rt.admission().tasks(),
             span: span.clone(),
         },
     ));
@@ -572,10 +547,9 @@ pub(in crate::runtime) fn start(
         cancel: run.cancel.child_token(),
     });
     let writer = SegmentWriter::first(rt, thread, &run, permit);
-    let mut pump = Box::new(Pump::new(writer, hitl, inner.options.suspend_timeout));
+    let mut pump = Box::new(Pump::new(writer, hitl, options.suspend_timeout));
     pump.budget = budget;
-    inner
-        .run_tasks
+    rt.admission()
         .spawn(drive(pump, agent, turn, input.parent_run_id, history).instrument(span));
     attachment
 }
@@ -635,6 +609,32 @@ struct ThreadForRun {
     permit: Option<Slot>,
 }
 
+/// What a decided request carries into its decision's execution.
+struct Decided<'a, 'g> {
+    principal: &'a Principal,
+    input: &'a RunAgentInput,
+    profile: Profile,
+    strategy: Option<Multitask>,
+    /// The thread's decide section, held.
+    decide: tokio::sync::MutexGuard<'g, ()>,
+}
+
+/// The thread's decision on `input`, refused when the principal lacks what it needs.
+fn decision(
+    principal: &Principal,
+    thread: &Thread,
+    input: &RunAgentInput,
+    profile: Profile,
+) -> Result<Decision, StartError> {
+    let mut state = lock(&thread.state);
+    let decision = state.decide(input);
+    if let Some(needed) = principal.caps().missing(state.needs(&decision, input)) {
+        return Err(StartError::Forbidden(needed));
+    }
+    state.profile = profile;
+    Ok(decision)
+}
+
 /// A thread of another agent, named unless the principal may not use it.
 fn agent_mismatch(principal: &Principal, thread: &Thread) -> StartError {
     StartError::AgentMismatch(
@@ -677,7 +677,7 @@ fn turn_inputs(
     run: &Arc<LiveRun>,
     input: &RunAgentInput,
 ) -> TurnInputs {
-    let options = &rt.inner.options;
+    let options = rt.options();
     let mut state = lock(&thread.state);
     let new_messages = state.take_new(&input.messages);
     state.live = Some(run.clone());
@@ -704,7 +704,6 @@ fn turn_inputs(
 /// Stores the run's start with its new input (committed before `RUN_STARTED` is
 /// announced), names the thread after its first user message, and makes the run live.
 fn record_start(rt: &Runtime, thread: &Thread, run: &Arc<LiveRun>, new_messages: &[Message]) {
-    let inner = &rt.inner;
     let title = new_messages.iter().find_map(|m| match m {
         Message::User(user) => Some(title_of(&user.content.text())),
         _ => None,
@@ -712,7 +711,7 @@ fn record_start(rt: &Runtime, thread: &Thread, run: &Arc<LiveRun>, new_messages:
     // Written only if this run's start creates the thread.
     let created = notices::created(rt, thread.key.as_str(), &thread.agent, Some(&run.id), "run");
     let reported = created.is_some();
-    inner.store.record_run_start_notifying(
+    rt.store().record_run_start_notifying(
         thread.key.as_str(),
         &thread.agent,
         title,
@@ -722,6 +721,6 @@ fn record_start(rt: &Runtime, thread: &Thread, run: &Arc<LiveRun>, new_messages:
         created,
     );
     rt.outgoing_queued(reported);
-    lock(&inner.runs).insert(thread.run_key(&run.id), run.clone());
+    rt.runs().insert(thread.run_key(&run.id), run.clone());
     rt.fleet_changed();
 }

@@ -50,15 +50,15 @@ impl Runtime {
     /// drains; shutdown waits for it with the runs.
     pub fn spawn_scheduler(&self) {
         let runtime = self.clone();
-        self.inner.run_tasks.spawn(async move {
+        self.admission().spawn(async move {
             runtime.schedule_loop().await;
             tracing::debug!("scheduler stopped");
         });
     }
 
     async fn schedule_loop(&self) {
-        let scheduling = &self.inner.scheduling;
-        let rescan = match self.inner.options.cluster {
+        let scheduling = &self.scheduling();
+        let rescan = match self.options().cluster {
             Some(_) => CLUSTER_RESCAN,
             None => RESCAN,
         };
@@ -70,7 +70,7 @@ impl Runtime {
             }
             let wait = match self.fire_due(&mut deferred).await {
                 Ok(Some(at)) => {
-                    let now = self.inner.options.schedule_clock.now_ms();
+                    let now = self.options().schedule_clock.now_ms();
                     Duration::from_millis((at - now).max(0) as u64).min(rescan)
                 }
                 Ok(None) => rescan,
@@ -93,7 +93,7 @@ impl Runtime {
         deferred: &mut HashMap<String, i64>,
     ) -> Result<Option<i64>, StoreError> {
         let rows = self.store().soonest_schedules(BATCH).await?;
-        let now = self.inner.options.schedule_clock.now_ms();
+        let now = self.options().schedule_clock.now_ms();
         deferred.retain(|id, due| rows.iter().any(|r| r.id == *id && r.next_fire == *due));
         let tolerance = LATE_TOLERANCE.as_millis() as i64;
         let mut wake: Option<i64> = None;
@@ -160,7 +160,7 @@ impl Runtime {
             return Ok(true);
         }
         if let Some(thread) = &row.thread_id
-            && self.inner.options.cluster.is_some()
+            && self.options().cluster.is_some()
             && let Some(owner) = self.owner_elsewhere(&principal_of(row).key(thread)).await
         {
             tracing::debug!(schedule.id = %row.id, node = %owner.node, "firing left to the thread's node");

@@ -134,7 +134,7 @@ impl Scheduling {
 impl Runtime {
     /// What became of the schedule occurrences this node handled.
     pub fn schedule_metrics(&self) -> &ScheduleMetrics {
-        &self.inner.scheduling.metrics
+        &self.scheduling().metrics
     }
 
     /// Creates a schedule in `principal`'s namespace: its agent one the principal may use
@@ -148,8 +148,7 @@ impl Runtime {
         new: NewSchedule,
     ) -> Result<ScheduleRow, ScheduleError> {
         let Some(backend) = self
-            .inner
-            .agents
+            .agents()
             .get(&new.agent)
             .filter(|_| principal.may_use(&new.agent))
             .cloned()
@@ -161,7 +160,7 @@ impl Runtime {
         }
         let timezone = new.timezone.unwrap_or_else(|| "UTC".to_owned());
         let cron = CronSchedule::parse(&new.cron, &timezone)?;
-        let now = self.inner.options.schedule_clock.now_ms();
+        let now = self.options().schedule_clock.now_ms();
         let next_fire = cron.after(now).ok_or(CronError::Never)?;
         if new.messages.is_empty() {
             return Err(ScheduleError::Input(InputError {
@@ -219,7 +218,7 @@ impl Runtime {
             return Err(ScheduleError::TooMany(MAX_SCHEDULES_PER_OWNER));
         }
         tracing::info!(schedule.id = %row.id, agent = %row.agent, cron = %row.cron, "schedule created");
-        self.inner.scheduling.wake.notify_one();
+        self.scheduling().wake.notify_one();
         Ok(row)
     }
 
@@ -254,7 +253,7 @@ impl Runtime {
         let deleted = self.store().delete_schedule(id, owner).await?;
         if deleted {
             tracing::info!(schedule.id = %id, "schedule deleted");
-            self.inner.scheduling.wake.notify_one();
+            self.scheduling().wake.notify_one();
         }
         Ok(deleted)
     }
