@@ -717,3 +717,143 @@ fn outside_crates_are_named_only_by_their_owners() {
         strays.join("\n")
     );
 }
+
+/// Most lines of code (not blank, not only a comment) a file of `src/` may hold, its tests
+/// apart.
+const MAX_FILE_LINES: usize = 600;
+
+/// Most lines of code a function may hold without a comment above it that starts
+/// `// Over 80 lines:` and says why.
+const MAX_FUNCTION_LINES: usize = 80;
+
+/// A file's lines before its test module (`#[cfg(test)] mod … {`); none for a file that is
+/// all tests (`tests.rs`, or under a `tests/` folder).
+fn non_test_lines(file: &Path, source: &str) -> Vec<String> {
+    if file.ends_with("tests.rs") || file.iter().any(|part| part == "tests") {
+        return Vec::new();
+    }
+    let lines: Vec<String> = source.lines().map(str::to_owned).collect();
+    let end = lines
+        .windows(2)
+        .position(|pair| {
+            pair[0].trim() == "#[cfg(test)]"
+                && pair[1].trim_start().starts_with("mod ")
+                && pair[1].trim_end().ends_with('{')
+        })
+        .unwrap_or(lines.len());
+    lines[..end].to_vec()
+}
+
+fn is_code(line: &str) -> bool {
+    let line = line.trim();
+    !line.is_empty() && !line.starts_with("//")
+}
+
+/// Each function with a body: `(name, lines of code, the comment lines just above it and
+/// its attributes)`. A body ends at the first `}` line at the indentation of its `fn`, which
+/// is where rustfmt puts it.
+fn functions(lines: &[String]) -> Vec<(String, usize, Vec<String>)> {
+    let mut out = Vec::new();
+    for (at, line) in lines.iter().enumerate() {
+        let code = code_only(line);
+        let trimmed = code.trim_start();
+        let unscoped = match trimmed.strip_prefix("pub(in ") {
+            Some(rest) => rest.split_once(") ").map_or(rest, |(_, r)| r),
+            None => trimmed,
+        };
+        let Some(after) = ["", "pub ", "pub(crate) ", "pub(super) "]
+            .iter()
+            .filter_map(|vis| unscoped.strip_prefix(vis))
+            .flat_map(|rest| {
+                ["", "const ", "async ", "unsafe ", "const unsafe "]
+                    .map(|q| rest.strip_prefix(q).and_then(|r| r.strip_prefix("fn ")))
+            })
+            .flatten()
+            .next()
+        else {
+            continue;
+        };
+        let name: String = after
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let indent = line.len() - line.trim_start().len();
+        // A declaration (`fn f();`) has no body.
+        let opens = lines[at..]
+            .iter()
+            .map(|l| code_only(l))
+            .find(|l| l.trim_end().ends_with('{') || l.trim_end().ends_with(';'));
+        if opens.is_none_or(|l| l.trim_end().ends_with(';')) {
+            continue;
+        }
+        let close = format!("{}}}", " ".repeat(indent));
+        let Some(end) = lines[at..].iter().position(|l| l.starts_with(&close)) else {
+            continue;
+        };
+        let size = lines[at..=at + end].iter().filter(|l| is_code(l)).count();
+        let above: Vec<String> = lines[..at]
+            .iter()
+            .rev()
+            .map(|l| l.trim().to_owned())
+            .take_while(|l| l.starts_with("//") || l.starts_with("#["))
+            .collect();
+        out.push((name, size, above));
+    }
+    out
+}
+
+/// Files and functions over their size, each with its size.
+fn oversized(src: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for file in sources(src) {
+        let source = std::fs::read_to_string(src.join(&file)).expect("a source file");
+        let lines = non_test_lines(&file, &source);
+        let size = lines.iter().filter(|l| is_code(l)).count();
+        if size > MAX_FILE_LINES {
+            out.push(format!("{}: {size} lines", file.display()));
+        }
+        for (name, size, above) in functions(&lines) {
+            let reason = above.iter().any(|l| l.starts_with("// Over 80 lines: "));
+            if size > MAX_FUNCTION_LINES && !reason {
+                out.push(format!("{}::{name}: {size} lines", file.display()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn files_and_functions_keep_to_their_sizes() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let over = oversized(&src);
+    assert!(
+        over.is_empty(),
+        "over {MAX_FILE_LINES} lines a file or {MAX_FUNCTION_LINES} a function \
+         (a function may say why above it, `// Over 80 lines: …`):\n{}",
+        over.join("\n")
+    );
+}
+
+#[test]
+fn a_long_function_and_a_long_file_are_found() {
+    let dir = std::env::temp_dir().join(format!("layers-sizes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    let body = "    let x = 1;\n".repeat(MAX_FUNCTION_LINES);
+    let long = format!("/// Long.\npub(crate) async fn long() {{\n{body}}}\n");
+    let said = format!("// Over 80 lines: one table.\nfn said() {{\n{body}}}\n");
+    let scoped = format!("pub(in crate::a) fn scoped(b: Vec<()>) -> u8 {{\n{body}}}\n");
+    let tests = format!("#[cfg(test)]\nmod tests {{\n    fn hidden() {{\n{body}    }}\n}}\n");
+    std::fs::write(dir.join("a.rs"), format!("{long}{said}{scoped}{tests}")).expect("a file");
+    std::fs::write(dir.join("b.rs"), "fn x() {}\n".repeat(MAX_FILE_LINES + 1)).expect("a file");
+    let over = oversized(&dir);
+    std::fs::remove_dir_all(&dir).expect("removed");
+    assert_eq!(
+        over,
+        [
+            format!("a.rs::long: {} lines", MAX_FUNCTION_LINES + 2),
+            format!("a.rs::scoped: {} lines", MAX_FUNCTION_LINES + 2),
+            format!("b.rs: {} lines", MAX_FILE_LINES + 1),
+        ]
+    );
+}

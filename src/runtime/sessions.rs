@@ -14,6 +14,7 @@ use crate::agent::{SessionError, SessionPage};
 use crate::protocol::input::{Content, Message};
 use crate::store::StoreError;
 
+use super::run::title_of;
 use super::{LoadError, Runtime};
 use crate::clock::now_ms;
 
@@ -226,14 +227,4 @@ impl Runtime {
         }
         Ok(())
     }
-}
-
-/// A thread title from a message: one line, at most 80 characters.
-fn title_of(text: &str) -> String {
-    let line = text.lines().next().unwrap_or("").trim();
-    let mut title: String = line.chars().take(80).collect();
-    if line.chars().count() > 80 {
-        title.push('…');
-    }
-    title
 }

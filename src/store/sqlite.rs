@@ -25,25 +25,18 @@ use super::{
 };
 use crate::metrics::StoreMetrics;
 use crate::protocol::Message;
-use crate::sync::lock;
 
 mod outbox;
+mod queue;
 mod rows;
 mod schedules;
 mod schema;
+mod wal;
 use rows::{append_messages, list_sql, thread_row};
 use schema::{known_threads, make_private, prepare, recover};
+use wal::{WAL_FRAME_HEADER, WAL_LIMIT, note_wal, spawn_checkpointer};
 
 type Job = Box<dyn FnOnce(&mut Connection) -> Option<Reply> + Send>;
-
-/// How often the checkpoint thread folds the WAL back into the database.
-const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
-/// The WAL's bound. The background checkpoint copies frames without blocking a commit, but
-/// under back-to-back commits it never finds the log fully copied, and SQLite restarts
-/// the log only then; so a runner that finds the log longer than this, between two
-/// batches, checkpoints and truncates it itself (the batches queued meanwhile wait for
-/// that one fsync of the database, the only one a commit ever waits for).
-const WAL_LIMIT: u64 = 64 << 20;
 
 /// Handle to the store: a FIFO of jobs, drained in batches by at most one runner at a time
 /// on tokio's blocking pool (the runner holds the connection while it runs).
@@ -333,91 +326,6 @@ impl SqliteStore {
         });
     }
 
-    pub(super) fn queue_put(&self, thread_id: &str, item: &QueuedRow) {
-        let (thread_id, item) = (thread_id.to_owned(), item.clone());
-        self.enqueue("queue_put", move |conn| {
-            conn.prepare_cached(
-                "INSERT INTO run_queue (thread_id, id, seq, capped, input, created_at, budget)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-                 ON CONFLICT (thread_id, id) DO UPDATE SET input = excluded.input",
-            )?
-            .execute(params![
-                thread_id,
-                item.id,
-                item.seq,
-                item.capped,
-                item.input,
-                item.created_at,
-                super::claim_text(item.budget.as_ref())
-            ])?;
-            Ok(())
-        });
-    }
-
-    pub(super) fn queue_remove(&self, thread_id: &str, id: &str) {
-        let (thread_id, id) = (thread_id.to_owned(), id.to_owned());
-        self.enqueue("queue_remove", move |conn| {
-            conn.prepare_cached("DELETE FROM run_queue WHERE thread_id = ?1 AND id = ?2")?
-                .execute([&thread_id, &id])?;
-            Ok(())
-        });
-    }
-
-    pub(super) fn add_spend(&self, owner: &str, day: i64, spend: &crate::budget::Spend) {
-        let (owner, spend) = (owner.to_owned(), *spend);
-        self.enqueue("add_spend", move |conn| {
-            conn.prepare_cached(
-                "INSERT INTO budget_days (owner, day, tokens, wall_time_ms, tool_calls)
-                 VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (owner, day) DO UPDATE SET
-                     tokens = tokens + excluded.tokens,
-                     wall_time_ms = wall_time_ms + excluded.wall_time_ms,
-                     tool_calls = tool_calls + excluded.tool_calls",
-            )?
-            .execute(params![
-                owner,
-                day,
-                spend.tokens as i64,
-                spend.wall_time_ms as i64,
-                spend.tool_calls as i64
-            ])?;
-            Ok(())
-        });
-    }
-
-    pub(super) async fn spent_on(
-        &self,
-        owner: &str,
-        day: i64,
-    ) -> Result<crate::budget::Spend, StoreError> {
-        let owner = owner.to_owned();
-        self.call(move |conn| {
-            conn.prepare_cached(
-                "SELECT tokens, wall_time_ms, tool_calls FROM budget_days
-                 WHERE owner = ?1 AND day = ?2",
-            )?
-            .query_row(params![owner, day], |r| {
-                Ok(crate::budget::Spend {
-                    tokens: r.get::<_, i64>(0)? as u64,
-                    wall_time_ms: r.get::<_, i64>(1)? as u64,
-                    tool_calls: r.get::<_, i64>(2)? as u64,
-                })
-            })
-            .optional()
-            .map(Option::unwrap_or_default)
-        })
-        .await
-    }
-
-    pub(super) async fn queued_threads(&self) -> Result<Vec<String>, StoreError> {
-        self.call(|conn| {
-            conn.prepare_cached("SELECT DISTINCT thread_id FROM run_queue ORDER BY thread_id")?
-                .query_map([], |r| r.get(0))?
-                .collect()
-        })
-        .await
-    }
-
     /// Binds a thread to an agent session; `how` (new, loaded, ...) goes into metadata.
     pub(super) fn set_session(&self, thread_id: &str, session_id: &str, how: &str, now: i64) {
         let (thread_id, session_id) = (thread_id.to_owned(), session_id.to_owned());
@@ -697,61 +605,6 @@ impl Database for Shared {
     }
 }
 
-impl Shared {
-    /// When the log (as the batch's commit reported it) has no room left under
-    /// [`WAL_LIMIT`] for another batch as large as the largest so far, copies the rest of
-    /// the log into the database and truncates it: so the log stays under the bound, not
-    /// a batch past it. No transaction is open, and this runner is the only writer, so
-    /// the checkpoint completes (after the background one's, if that is running). A batch
-    /// that wrote nothing leaves the log as it was.
-    fn bound_wal(&self, conn: &Connection) {
-        use std::sync::atomic::Ordering::Relaxed;
-        let Some(frames) = WAL_FRAMES.take() else {
-            return;
-        };
-        let mut wal = WAL_HEADER + u64::from(frames) * self.frame;
-        let grew = wal.saturating_sub(self.last_wal.swap(wal, Relaxed));
-        // (At most half the bound: one huge batch does not make every later one checkpoint.)
-        let room = self
-            .largest_batch
-            .fetch_max(grew, Relaxed)
-            .max(grew)
-            .min(WAL_LIMIT / 2);
-        if wal + room > WAL_LIMIT {
-            let _checkpointing = lock(&self.checkpointing);
-            match conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
-                r.get::<_, i64>(0)
-            }) {
-                Ok(0) => {
-                    tracing::debug!(bytes = wal, "WAL truncated");
-                    wal = 0;
-                    self.last_wal.store(0, Relaxed);
-                }
-                // The next batch's commit reports the log again, and it is retried.
-                Ok(_) => tracing::warn!(bytes = wal, "WAL checkpoint was blocked; it is retried"),
-                Err(error) => tracing::warn!(%error, bytes = wal, "WAL checkpoint failed"),
-            }
-        }
-        self.runner.metrics().wal(wal);
-    }
-}
-
-/// The WAL's header, and each frame's header before its page (SQLite's file format).
-const WAL_HEADER: u64 = 32;
-const WAL_FRAME_HEADER: u64 = 24;
-
-thread_local! {
-    /// The frames in the WAL after the last commit on this thread's connection, until
-    /// [`Shared::bound_wal`] takes them: the runner commits and bounds on one thread.
-    static WAL_FRAMES: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
-}
-
-/// SQLite's WAL hook: a commit left `frames` frames in the log (no file to measure).
-fn note_wal(_: &rusqlite::hooks::Wal, frames: std::ffi::c_int) -> rusqlite::Result<()> {
-    WAL_FRAMES.set(Some(u32::try_from(frames).unwrap_or(0)));
-    Ok(())
-}
-
 /// Runs `batch` in one transaction (each job takes its own savepoint) and ends it: whether
 /// it committed, and the jobs' answers.
 fn run_batch(conn: &mut Connection, batch: Vec<Job>) -> Ended {
@@ -785,36 +638,6 @@ fn run_batch(conn: &mut Connection, batch: Vec<Job>) -> Ended {
         Err(_) => true,
     };
     Ended { committed, replies }
-}
-
-/// Starts the thread that checkpoints the WAL on a connection of its own, so commits on
-/// the runner never waits for the checkpoint's fsync. It stops when the returned
-/// sender is dropped.
-fn spawn_checkpointer(
-    path: &Path,
-    checkpointing: Arc<Mutex<()>>,
-) -> Result<mpsc::Sender<()>, StoreError> {
-    let conn = Connection::open(path).map_err(|source| StoreError::Open {
-        path: path.to_owned(),
-        source,
-    })?;
-    conn.busy_timeout(std::time::Duration::from_secs(5))?;
-    let (stop, stopped) = mpsc::channel::<()>();
-    std::thread::Builder::new()
-        .name("agui-checkpoint".to_owned())
-        .spawn(move || {
-            while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(CHECKPOINT_EVERY)
-            {
-                let _checkpointing = lock(&checkpointing);
-                if let Err(error) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
-                {
-                    tracing::warn!(%error, "WAL checkpoint failed");
-                }
-            }
-            let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
-        })
-        .map_err(StoreError::Thread)?;
-    Ok(stop)
 }
 
 #[cfg(test)]

@@ -26,6 +26,10 @@ use super::compare::{self, DiffText};
 use super::tree::{self, Content, TEXT_TOTAL_CAP, Tree};
 use super::{ChangedFile, Changes, WorkspaceError};
 
+mod neutral;
+pub(super) use neutral::Neutral;
+pub use neutral::protected_paths;
+
 /// The file beside `dir` that records its base commit: `<dir>.base`.
 pub(super) fn base_path(dir: &Path) -> Option<PathBuf> {
     let name = dir.file_name()?;
@@ -330,7 +334,7 @@ fn is_commit_id(text: &str) -> bool {
 /// The repository's administrative directory of the worktree `dir` (absolute):
 /// `<common dir>/worktrees/<id>`, the one whose `gitdir` names `dir/.git`.
 fn admin_dir(repo: &Repo, dir: &Path) -> Result<Admin, WorkspaceError> {
-    let common = std::path::absolute(&repo.neutral.common)?;
+    let common = std::path::absolute(repo.neutral.common())?;
     let mut wanted = vec![dir.join(".git")];
     if let Ok(real) = fs::canonicalize(dir) {
         wanted.push(real.join(".git"));
@@ -442,151 +446,6 @@ fn changed_file(
     }
 }
 
-/// Settings that would run a program, each set on the command line to run none.
-const NEUTRAL: [&str; 17] = [
-    "core.hooksPath=/dev/null",
-    "core.fsmonitor=false",
-    "core.pager=cat",
-    "core.editor=false",
-    "sequence.editor=false",
-    "core.askPass=false",
-    "core.sshCommand=false",
-    "core.gitProxy=",
-    "core.attributesFile=/dev/null",
-    "credential.helper=",
-    "diff.external=",
-    "gc.auto=0",
-    "maintenance.auto=false",
-    "submodule.recurse=false",
-    "fetch.recurseSubmodules=false",
-    "protocol.allow=never",
-    "uploadpack.packObjectsHook=",
-];
-
-/// The command-line settings that keep every git command on one repository from running a
-/// program its config names ([`NEUTRAL`] and its filter drivers emptied), read from the
-/// repository's config files as they are now; or why the repository is refused.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Neutral {
-    settings: Vec<String>,
-    /// The repository's common directory, given to git explicitly.
-    common: PathBuf,
-}
-
-impl Neutral {
-    /// Reads `repo`'s config files (the common one, and every `config.worktree`) without
-    /// following includes: an include is refused, a filter driver emptied.
-    pub(super) fn of(repo: &Path) -> Result<Neutral, WorkspaceError> {
-        let mut settings: Vec<String> = NEUTRAL.iter().map(|s| (*s).to_owned()).collect();
-        let common = common_dir(repo)?;
-        let mut files = vec![common.join("config"), common.join("config.worktree")];
-        for entry in fs::read_dir(common.join("worktrees"))
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            files.push(entry.path().join("config.worktree"));
-        }
-        let mut drivers = std::collections::BTreeSet::new();
-        for file in files.iter().filter(|f| f.is_file()) {
-            for key in config_keys(file)? {
-                let lower = key.to_ascii_lowercase();
-                if lower.starts_with("include.") || lower.starts_with("includeif.") {
-                    return Err(WorkspaceError::Git(format!(
-                        "the repository's config includes another file ({key} in {}); git is not run on it",
-                        file.display()
-                    )));
-                }
-                if let Some(rest) = lower.strip_prefix("filter.")
-                    && let Some((_, var)) = rest.rsplit_once('.')
-                {
-                    // The driver's name as written (subsections keep their case).
-                    let name = &key["filter.".len()..key.len() - var.len() - 1];
-                    if name.contains(['=', '\n', '\0']) {
-                        return Err(WorkspaceError::Git(format!(
-                            "the repository's config names a filter driver git cannot be told to ignore ({})",
-                            file.display()
-                        )));
-                    }
-                    drivers.insert(name.to_owned());
-                }
-            }
-        }
-        for name in drivers {
-            for (var, value) in [
-                ("clean", ""),
-                ("smudge", ""),
-                ("process", ""),
-                ("required", "false"),
-            ] {
-                settings.push(format!("filter.{name}.{var}={value}"));
-            }
-        }
-        Ok(Neutral { settings, common })
-    }
-
-    /// The settings, and the common directory named outright (`GIT_COMMON_DIR` outranks a
-    /// `commondir` file an agent could write in a worktree's record).
-    fn apply(&self, cmd: &mut Command) {
-        cmd.env("GIT_COMMON_DIR", &self.common);
-        for setting in &self.settings {
-            cmd.arg("-c").arg(setting);
-        }
-    }
-}
-
-/// The keys set in the config file `file`, includes not followed.
-fn config_keys(file: &Path) -> Result<Vec<String>, WorkspaceError> {
-    let mut cmd = bare_git();
-    cmd.args(["config", "--no-includes", "--name-only", "--list", "--file"])
-        .arg(file);
-    let out = run(&mut cmd, "reading the repository's config")?;
-    Ok(String::from_utf8_lossy(&out)
-        .lines()
-        .map(str::to_owned)
-        .collect())
-}
-
-/// The repository's common directory: `repo/.git` for one with a worktree, else `repo`
-/// (bare). Found without running git in it, and refused when it would send git elsewhere:
-/// a `.git` that is a file or a link (`gitdir: ...`), or a `commondir` file.
-pub(super) fn common_dir(repo: &Path) -> Result<PathBuf, WorkspaceError> {
-    let refuse = |why: &str| {
-        Err(WorkspaceError::Git(format!(
-            "{}: {why}; git is not run on it",
-            repo.display()
-        )))
-    };
-    let dot_git = repo.join(".git");
-    let common = match fs::symlink_metadata(&dot_git) {
-        Ok(meta) if meta.is_dir() => dot_git,
-        Ok(_) => return refuse("its .git is not a directory"),
-        Err(err) if err.kind() == io::ErrorKind::NotFound => repo.to_owned(),
-        Err(err) => return Err(err.into()),
-    };
-    if !common.join("objects").is_dir() {
-        return refuse("it is not a git repository");
-    }
-    if fs::symlink_metadata(common.join("commondir")).is_ok() {
-        return refuse("its git directory names another one (commondir)");
-    }
-    Ok(common)
-}
-
-/// What an agent that may write the repository must not change of it: its config, hooks
-/// and `info` (attributes, excludes), and the `HEAD` new worktrees start from. Those that
-/// exist.
-pub fn protected_paths(repo: &Path) -> Vec<PathBuf> {
-    let Ok(common) = common_dir(repo) else {
-        return Vec::new();
-    };
-    ["config", "hooks", "info", "HEAD"]
-        .iter()
-        .map(|name| common.join(name))
-        .filter(|path| fs::symlink_metadata(path).is_ok())
-        .collect()
-}
-
 /// `git` with a fixed environment: no prompts, untranslated messages, nothing inherited
 /// that would point it at another repository or run a program.
 fn bare_git() -> Command {
@@ -645,7 +504,7 @@ struct Admin {
 fn in_repo(repo: &Repo) -> Command {
     let mut cmd = bare_git();
     repo.neutral.apply(&mut cmd);
-    cmd.env("GIT_DIR", &repo.neutral.common)
+    cmd.env("GIT_DIR", repo.neutral.common())
         .current_dir(repo.path);
     cmd
 }

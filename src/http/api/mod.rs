@@ -349,6 +349,7 @@ fn upload_link<'r>(route: &'r Route, req: &'r Request<RequestBody>) -> Option<(&
 }
 
 /// Serves `route` on this node: each resource's handler.
+// Over 80 lines: the route table, one arm per route, each a call to its handler.
 async fn serve(
     app: &App,
     route: Route,

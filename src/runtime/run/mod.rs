@@ -5,6 +5,7 @@
 
 pub(in crate::runtime) mod budget;
 mod drive;
+mod inputs;
 mod items;
 mod live;
 mod segment;
@@ -12,4 +13,5 @@ mod spending;
 mod start;
 
 pub(in crate::runtime) use budget::RunBudget;
+pub(in crate::runtime) use inputs::title_of;
 pub(crate) use live::{Control, LiveRun, NextSegment, Phase};
