@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::pool::{Bound, Taken};
 use super::process::{AcpProcess, Busy};
 use super::settings::{SessionSettings, StateChange, show_changes, show_session_settings};
-use super::{FrontendMcp, Inner, Stop, lock, mcp};
+use super::{FrontendMcp, Inner, Stop, mcp};
 use crate::agent::{AgentError, EventSink, Turn};
 
 /// How long `session/new`, `session/load` or `session/resume` may take (a real agent's
@@ -142,10 +142,7 @@ impl Inner {
         sink: &EventSink,
     ) -> Result<Option<(Arc<AcpProcess>, String)>, Stop> {
         // Looked up and marked used at once, so the reaper cannot take it in between.
-        let live = lock(&self.sessions).get_mut(&turn.thread_id).map(|bound| {
-            bound.used = tokio::time::Instant::now();
-            bound.clone()
-        });
+        let live = self.bindings.take_up(&turn.thread_id);
         let Some(Bound {
             process, session, ..
         }) = live
@@ -155,7 +152,7 @@ impl Inner {
         if !process.is_alive() {
             return Ok(None);
         }
-        let outside = lock(&self.bound_outside).remove(&turn.thread_id);
+        let outside = self.bindings.take_announce(&turn.thread_id);
         if let Some(announce) = outside {
             sink.set_session(&session, announce.how).await?;
             if let Some(settings) = &announce.settings {

@@ -32,6 +32,7 @@
 //! `prompt.rs` builds; `permission.rs` answers the agent's permission requests.
 
 mod bind;
+mod bindings;
 mod config;
 mod elicit;
 mod exits;
@@ -56,12 +57,10 @@ mod turn;
 mod usage;
 mod workdir;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use agent_client_protocol::v1::schema::{Implementation, PromptCapabilities};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -79,8 +78,6 @@ pub use config::{AcpConfig, FrontendMcp, Permissions, Warm, check_session_defaul
 use forwarded::Settings;
 pub use launch::AgentHost;
 pub use mcp::{FrontendTools, McpEndpoint, McpHost, McpListener};
-use pool::Bound;
-use process::AcpProcess;
 use translate::UpdateTranslator;
 
 /// Whether an agent command names a program that can be started (an executable path, or a
@@ -129,15 +126,10 @@ struct Inner {
     workspaces: Option<Workspaces>,
     /// The confinement in force, or why the agent cannot be started.
     confinement: Result<Confinement, String>,
-    processes: Mutex<Vec<Arc<AcpProcess>>>,
-    /// thread key -> its live session.
-    sessions: Mutex<HashMap<String, Bound>>,
-    /// thread id -> messages the agent has not received (their turn failed before it
-    /// accepted the prompt).
-    undelivered: Mutex<HashMap<String, Vec<Message>>>,
-    /// thread id -> how its session came (imported, forked, loaded ahead, a spare's), for
-    /// threads whose session was bound outside a turn: the thread's first turn shows it.
-    bound_outside: Mutex<HashMap<String, bind::Announce>>,
+    /// Its processes (`pool.rs`).
+    pool: pool::ProcessPool,
+    /// Which session each thread is bound to (`bindings.rs`).
+    bindings: bindings::Bindings,
     /// Spares ready for new threads, by principal (`spares.rs`).
     spares: spares::Spares,
     /// Sessions being loaded ahead of their turns (`prepare.rs`).
@@ -145,16 +137,9 @@ struct Inner {
     /// What warm starts run in the background (the spares' keeper, spares being made,
     /// sessions loaded ahead): each watches `stopped`, and shutdown waits for them.
     tasks: TaskTracker,
-    spawning: tokio::sync::Mutex<()>,
-    /// What the agent takes in a prompt, from its last successful `initialize` (`None`
-    /// until a process of it has started).
-    prompt_capabilities: Mutex<Option<PromptCapabilities>>,
-    /// Who the agent says it is (`agentInfo`), from the same answer.
-    agent_info: Mutex<Option<Implementation>>,
     health: health::Health,
     /// Its processes' egress decisions (`exits.rs`).
     egress: Arc<crate::egress::Counters>,
-    reaper: AtomicBool,
     stopped: CancellationToken,
     /// The loopback MCP listener for frontend tools (started on first need).
     mcp: tokio::sync::OnceCell<Option<Arc<mcp::McpBridge>>>,
@@ -197,19 +182,13 @@ impl AcpBackend {
                 confinement,
                 host,
                 config,
-                processes: Mutex::new(Vec::new()),
-                sessions: Mutex::new(HashMap::new()),
-                undelivered: Mutex::new(HashMap::new()),
-                bound_outside: Mutex::new(HashMap::new()),
+                pool: pool::ProcessPool::default(),
+                bindings: bindings::Bindings::default(),
                 spares: spares::Spares::default(),
                 preparing: prepare::Preparing::default(),
                 tasks: TaskTracker::new(),
-                spawning: tokio::sync::Mutex::new(()),
-                prompt_capabilities: Mutex::new(None),
-                agent_info: Mutex::new(None),
                 health: health::Health::default(),
                 egress: Arc::default(),
-                reaper: AtomicBool::new(false),
                 stopped: CancellationToken::new(),
                 mcp: tokio::sync::OnceCell::new(),
             }),
@@ -218,10 +197,7 @@ impl AcpBackend {
 
     /// Number of running agent processes (spares' included).
     pub fn process_count(&self) -> usize {
-        let spares = self.inner.spare_processes().len();
-        let mut processes = lock(&self.inner.processes);
-        processes.retain(|p| p.is_alive());
-        processes.len() + spares
+        self.inner.pool.alive().len() + self.inner.spare_processes().len()
     }
 
     /// Spares ready for new threads now, every principal's.
@@ -233,7 +209,7 @@ impl AcpBackend {
 impl Agent for AcpBackend {
     fn processes(&self) -> Option<Processes> {
         let spares = self.inner.spare_processes();
-        let processes = lock(&self.inner.processes);
+        let processes = self.inner.pool.alive();
         let mut counts = Processes::default();
         for process in processes.iter().chain(&spares).filter(|p| p.is_alive()) {
             if process.active.load(Ordering::Relaxed) > 0 {
@@ -262,14 +238,16 @@ impl Agent for AcpBackend {
 
     fn features(&self) -> crate::agent::Features {
         let input =
-            lock(&self.inner.prompt_capabilities)
+            self.inner
+                .pool
+                .prompt_capabilities()
                 .as_ref()
                 .map(|p| crate::agent::InputKinds {
                     image: p.image,
                     audio: p.audio,
                     file: p.embedded_context,
                 });
-        let made_by = lock(&self.inner.agent_info).as_ref().map(|info| {
+        let made_by = self.inner.pool.agent_info().map(|info| {
             let name = info.title.clone().unwrap_or_else(|| info.name.clone());
             (name, Some(info.version.clone()).filter(|v| !v.is_empty()))
         });
@@ -284,7 +262,7 @@ impl Agent for AcpBackend {
     }
 
     fn check_new_messages(&self, new: &[(usize, &Message)]) -> Result<(), InputError> {
-        let capabilities = lock(&self.inner.prompt_capabilities).clone();
+        let capabilities = self.inner.pool.prompt_capabilities();
         prompt::check_parts(new, capabilities.as_ref(), &self.inner.name)
     }
 
@@ -330,10 +308,8 @@ impl Agent for AcpBackend {
         let inner = self.inner.clone();
         let thread_id = thread_id.to_owned();
         Box::pin(async move {
-            lock(&inner.undelivered).remove(&thread_id);
-            lock(&inner.bound_outside).remove(&thread_id);
             inner.forget_load(&thread_id);
-            let bound = lock(&inner.sessions).remove(&thread_id);
+            let bound = inner.bindings.forget(&thread_id);
             if let Some(bound) = bound {
                 inner.close_session(bound, true).await;
             }
@@ -412,8 +388,8 @@ impl Agent for AcpBackend {
                 tracing::warn!(agent = %inner.name, "warm-start tasks did not end in time");
             }
             let spares = inner.drain_spares();
-            let processes: Vec<_> = lock(&inner.processes).drain(..).collect();
-            lock(&inner.sessions).clear();
+            let processes = inner.pool.drain();
+            inner.bindings.clear();
             // Concurrently: the whole stop sequence stays bounded whatever the pool size.
             let stops = futures_util::future::join_all(processes.iter().map(|p| p.stop()));
             let discards =

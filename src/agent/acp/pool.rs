@@ -10,11 +10,11 @@
 //! memory follows the threads in use, not the threads ever used.
 
 use std::path::Path;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use agent_client_protocol::v1::schema::CloseSessionRequest;
+use agent_client_protocol::v1::schema::{CloseSessionRequest, Implementation, PromptCapabilities};
 use tokio::time::Instant;
 
 use super::launch::{Launch, PoolKey};
@@ -34,6 +34,91 @@ pub(super) struct Bound {
     pub(super) session: String,
     /// When a turn last began or ended on it.
     pub(super) used: Instant,
+}
+
+/// The agent's pooled processes, a room of their own: which are live, the lock that keeps
+/// two starts from racing for one pool's room, whether the reaper runs, and what the last
+/// process started said of the agent.
+#[derive(Default)]
+pub(super) struct ProcessPool {
+    live: Mutex<Vec<Arc<AcpProcess>>>,
+    spawning: tokio::sync::Mutex<()>,
+    reaper: AtomicBool,
+    /// What the agent takes in a prompt, from its last successful `initialize` (`None`
+    /// until a process of it has started).
+    prompt_capabilities: Mutex<Option<PromptCapabilities>>,
+    /// Who the agent says it is (`agentInfo`), from the same answer.
+    agent_info: Mutex<Option<Implementation>>,
+}
+
+impl ProcessPool {
+    /// The live processes (the dead ones are let go).
+    pub(super) fn alive(&self) -> Vec<Arc<AcpProcess>> {
+        let mut live = lock(&self.live);
+        live.retain(|p| p.is_alive());
+        live.clone()
+    }
+
+    /// Every process, taken out (at shutdown).
+    pub(super) fn drain(&self) -> Vec<Arc<AcpProcess>> {
+        lock(&self.live).drain(..).collect()
+    }
+
+    pub(super) fn prompt_capabilities(&self) -> Option<PromptCapabilities> {
+        lock(&self.prompt_capabilities).clone()
+    }
+
+    pub(super) fn agent_info(&self) -> Option<Implementation> {
+        lock(&self.agent_info).clone()
+    }
+
+    fn remove(&self, process: &Arc<AcpProcess>) {
+        lock(&self.live).retain(|p| !Arc::ptr_eq(p, process));
+    }
+
+    /// A process of pool `key` for a new session without starting one: an idle one, else
+    /// the least busy once the pool is full (`size`).
+    fn pick(&self, key: &PoolKey, size: usize) -> Option<Busy> {
+        let mut live = lock(&self.live);
+        live.retain(|p| p.is_alive());
+        let pool = live.iter().filter(|p| p.in_pool(key));
+        // Marked used as it is handed out: the reaper does not stop it under the session
+        // about to be made on it.
+        if let Some(idle) = pool.clone().find(|p| p.active.load(Ordering::SeqCst) == 0) {
+            return Some(Busy::new(idle.clone()));
+        }
+        if pool.clone().count() >= size
+            && let Some(least) = pool.min_by_key(|p| p.active.load(Ordering::SeqCst))
+        {
+            return Some(Busy::new(least.clone()));
+        }
+        None
+    }
+
+    /// Adds `process`; `true` the first time, when the reaper is to be started.
+    fn join(&self, process: Arc<AcpProcess>) -> bool {
+        lock(&self.live).push(process);
+        !self.reaper.swap(true, Ordering::SeqCst)
+    }
+
+    /// What a process that started says of the agent.
+    fn learn(&self, process: &AcpProcess) {
+        *lock(&self.prompt_capabilities) = Some(process.capabilities().prompt_capabilities.clone());
+        *lock(&self.agent_info) = process.initialized.agent_info.clone();
+    }
+
+    /// The processes with no session busy for `ttl`, but those in `kept`.
+    fn idle(&self, ttl: Duration, kept: &[Arc<AcpProcess>]) -> Vec<Arc<AcpProcess>> {
+        lock(&self.live)
+            .iter()
+            .filter(|p| {
+                p.active.load(Ordering::SeqCst) == 0
+                    && p.idle_for() >= ttl
+                    && !kept.iter().any(|s| Arc::ptr_eq(s, p))
+            })
+            .cloned()
+            .collect()
+    }
 }
 
 /// What a new thread took from its principal's spares (`spares.rs`).
@@ -82,19 +167,17 @@ impl Inner {
             session: session.to_owned(),
             used: Instant::now(),
         };
-        lock(&self.sessions).insert(thread.to_owned(), bound);
+        self.bindings.bind(thread, bound);
     }
 
     /// Marks the thread's session used now (a turn began or ended on it).
     pub(super) fn touch_session(&self, thread: &str) {
-        if let Some(bound) = lock(&self.sessions).get_mut(thread) {
-            bound.used = Instant::now();
-        }
+        self.bindings.touch(thread);
     }
 
     pub(super) fn forget_process(&self, process: &Arc<AcpProcess>) {
-        lock(&self.sessions).retain(|_, b| !Arc::ptr_eq(&b.process, process));
-        lock(&self.processes).retain(|p| !Arc::ptr_eq(p, process));
+        self.bindings.forget_process(process);
+        self.pool.remove(process);
     }
 
     /// A process of pool `key` for a new session: an idle one, a new one while the pool
@@ -102,21 +185,9 @@ impl Inner {
     /// guard), so a burst of new threads spreads over the pool instead of all choosing the
     /// same process before any of them has made its session.
     pub(super) async fn acquire(self: &Arc<Self>, key: &PoolKey) -> Result<Busy, AgentError> {
-        let _spawning = self.spawning.lock().await;
-        {
-            let mut processes = lock(&self.processes);
-            processes.retain(|p| p.is_alive());
-            let pool = processes.iter().filter(|p| p.in_pool(key));
-            // Marked used as it is handed out: the reaper does not stop it under the
-            // session about to be made on it.
-            if let Some(idle) = pool.clone().find(|p| p.active.load(Ordering::SeqCst) == 0) {
-                return Ok(Busy::new(idle.clone()));
-            }
-            if pool.clone().count() >= self.config.pool_size
-                && let Some(least) = pool.min_by_key(|p| p.active.load(Ordering::SeqCst))
-            {
-                return Ok(Busy::new(least.clone()));
-            }
+        let _spawning = self.pool.spawning.lock().await;
+        if let Some(busy) = self.pool.pick(key, self.config.pool_size) {
+            return Ok(busy);
         }
         let thread_dir = match &key.thread {
             Some(thread) => self.thread_dir(thread).await,
@@ -130,8 +201,7 @@ impl Inner {
 
     /// Adds a started process to the pools (its key says which), and starts the reaper.
     pub(super) fn join_pool(self: &Arc<Self>, process: Arc<AcpProcess>) {
-        lock(&self.processes).push(process);
-        if !self.reaper.swap(true, Ordering::SeqCst) {
+        if self.pool.join(process) {
             tokio::spawn(reap(Arc::downgrade(self)));
         }
     }
@@ -166,8 +236,7 @@ impl Inner {
                 [dir, self.home(&key.principal)],
             ));
         }
-        *lock(&self.prompt_capabilities) = Some(process.capabilities().prompt_capabilities.clone());
-        *lock(&self.agent_info) = process.initialized.agent_info.clone();
+        self.pool.learn(&process);
         Ok(process)
     }
 
@@ -270,14 +339,7 @@ impl Inner {
 
     /// Sessions no turn has used for `session_ttl`, taken out of the map.
     fn take_idle_sessions(&self) -> Vec<Bound> {
-        let ttl = self.config.session_ttl;
-        let mut sessions = lock(&self.sessions);
-        let idle: Vec<String> = sessions
-            .iter()
-            .filter(|(_, b)| b.used.elapsed() >= ttl && !b.process.router.is_listening(&b.session))
-            .map(|(thread, _)| thread.clone())
-            .collect();
-        idle.iter().filter_map(|t| sessions.remove(t)).collect()
+        self.bindings.take_idle(self.config.session_ttl)
     }
 }
 
@@ -306,19 +368,7 @@ async fn reap(inner: Weak<Inner>) {
         // A process holding a spare session is kept for its spare (which has a TTL of its
         // own).
         let spares = inner.pooled_spare_processes();
-        let idle: Vec<Arc<AcpProcess>> = {
-            let processes = lock(&inner.processes);
-            processes
-                .iter()
-                .filter(|p| {
-                    p.active.load(Ordering::SeqCst) == 0
-                        && p.idle_for() >= inner.config.idle_ttl
-                        && !spares.iter().any(|s| Arc::ptr_eq(s, p))
-                })
-                .cloned()
-                .collect()
-        };
-        for process in idle {
+        for process in inner.pool.idle(inner.config.idle_ttl, &spares) {
             tracing::info!(agent = %inner.name, "stopping an idle agent process");
             inner.forget_process(&process);
             process.stop().await;

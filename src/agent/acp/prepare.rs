@@ -62,10 +62,7 @@ impl Inner {
         if self.stopped.is_cancelled() {
             return;
         }
-        let live = lock(&self.sessions)
-            .get(thread_key)
-            .is_some_and(|b| b.process.is_alive());
-        if live {
+        if self.bindings.live(thread_key).is_some() {
             return;
         }
         let (done_tx, done) = watch::channel(false);
@@ -104,7 +101,7 @@ impl Inner {
                         changes: Vec::new(),
                         restore: true,
                     };
-                    lock(&inner.bound_outside).insert(thread, announce);
+                    inner.bindings.bound_outside(&thread, announce);
                 } else {
                     let bound = Bound {
                         process,

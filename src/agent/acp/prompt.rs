@@ -11,7 +11,6 @@ use super::{Inner, Stop};
 use crate::agent::{AgentError, Turn};
 use crate::protocol::InputError;
 use crate::protocol::input::{Content, Message, UserMessage};
-use crate::sync::lock;
 
 /// Input of a turn the agent cannot take: the first part refused, and every message
 /// holding one.
@@ -28,11 +27,8 @@ impl Inner {
     /// messages (each once). On a thread that never had a session, nothing was delivered:
     /// every user message of the client's transcript.
     pub(super) fn input_for(&self, turn: &Turn) -> Vec<Message> {
-        let mut input = lock(&self.undelivered)
-            .remove(&turn.thread_id)
-            .unwrap_or_default();
-        let sessionless =
-            turn.session_id.is_none() && !lock(&self.sessions).contains_key(&turn.thread_id);
+        let mut input = self.bindings.take_undelivered(&turn.thread_id);
+        let sessionless = turn.session_id.is_none() && !self.bindings.has(&turn.thread_id);
         let earlier = turn
             .messages
             .iter()
@@ -52,7 +48,7 @@ impl Inner {
                 messages = input.len(),
                 "the agent did not receive the prompt; it goes with the next one"
             );
-            lock(&self.undelivered).insert(thread_id.to_owned(), input);
+            self.bindings.keep_undelivered(thread_id, input);
         }
     }
 

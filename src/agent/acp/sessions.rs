@@ -10,11 +10,11 @@ use agent_client_protocol::v1::schema::{
     LoadSessionRequest,
 };
 
+use super::Inner;
 use super::bind::Announce;
 use super::process::Busy;
 use super::router::{self, SessionEvent};
 use super::transcript::transcript_of;
-use super::{Inner, lock};
 use crate::agent::{AgentError, SessionError, SessionPage, SessionSummary, ToolAnswer};
 use crate::protocol::input::Message;
 
@@ -61,10 +61,7 @@ impl Inner {
         thread_id: &str,
         session_id: &str,
     ) -> Result<Vec<Message>, SessionError> {
-        let holder = lock(&self.sessions)
-            .iter()
-            .find(|(_, b)| b.session == session_id && b.process.is_alive())
-            .map(|(thread, _)| thread.clone());
+        let holder = self.bindings.holder_of(session_id);
         if let Some(thread) = holder {
             return Err(SessionError::InUse(format!(
                 "session {session_id:?} is live on thread {thread:?}"
@@ -116,7 +113,8 @@ impl Inner {
         }
         self.health.session_ok();
         self.remember(thread_id, &process, session_id);
-        lock(&self.bound_outside).insert(thread_id.to_owned(), Announce::how("imported"));
+        self.bindings
+            .bound_outside(thread_id, Announce::how("imported"));
         tracing::info!(session = %session_id, updates = updates.len(), "ACP session imported");
         Ok(transcript_of(&updates))
     }
@@ -128,10 +126,7 @@ impl Inner {
         stored: Option<&str>,
         new_thread_id: &str,
     ) -> Result<String, SessionError> {
-        let live = lock(&self.sessions)
-            .get(thread_id)
-            .cloned()
-            .filter(|b| b.process.is_alive());
+        let live = self.bindings.live(thread_id);
         let (busy, source) = match live {
             Some(bound) => (Busy::new(bound.process), bound.session),
             None => {
@@ -177,7 +172,8 @@ impl Inner {
                 bridge.unbind(&session);
             }
         }
-        lock(&self.bound_outside).insert(new_thread_id.to_owned(), Announce::how("forked"));
+        self.bindings
+            .bound_outside(new_thread_id, Announce::how("forked"));
         tracing::info!(session = %session, "ACP session forked");
         Ok(session)
     }

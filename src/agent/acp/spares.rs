@@ -213,7 +213,7 @@ impl Inner {
                     changes: made.changes,
                     restore: false,
                 };
-                lock(&self.bound_outside).insert(thread_key.to_owned(), announce);
+                self.bindings.bound_outside(thread_key, announce);
                 Taken::Session(busy)
             }
             None => Taken::Process(busy),
