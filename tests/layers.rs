@@ -26,19 +26,81 @@ const LAYERS: &[&[&str]] = &[
 ];
 
 /// Inside a module, its own layers, from the ground up: `(module, [[child, ...], ...])`.
-/// A child named `""` is the module's own `mod.rs`.
-const INNER_LAYERS: &[(&str, &[&[&str]])] = &[(
-    "http",
-    &[
-        // The ground: bodies, and the one place that picks error statuses.
-        &["body", "error"],
-        // Listeners, TLS, limits, the HTTP clients: no routes.
-        &["transport"],
-        // The route table, middleware, handlers, forwarding as a layer.
-        &["api"],
-        &[""],
-    ],
-)];
+/// A child named `""` is the module's own file (`mod.rs`): in `http` the route table's
+/// wiring on top; in `runtime` and `agent::acp` the handle their children implement on
+/// (`Runtime`, `Inner`) and the names they share, at the ground. A module's own file
+/// composes its children; its paths into them are not read as imports.
+const INNER_LAYERS: &[(&str, &[&[&str]])] = &[
+    (
+        "http",
+        &[
+            // The ground: bodies, and the one place that picks error statuses.
+            &["body", "error"],
+            // Listeners, TLS, limits, the HTTP clients: no routes.
+            &["transport"],
+            // The route table, middleware, handlers, forwarding as a layer.
+            &["api"],
+            &[""],
+        ],
+    ),
+    (
+        "runtime",
+        &[
+            // The facade, errors, and what knows nothing of threads or runs.
+            &[
+                "",
+                "errors",
+                "memory",
+                "suspension",
+                "translator",
+                "ui",
+                "history",
+                "sanitize",
+            ],
+            // The replay ring, the state document, a live run, leases, admission.
+            &["journal", "state", "live", "lease", "admission"],
+            // A stream's reader; the live runs by id.
+            &["attach", "runs"],
+            &["thread"],
+            &["queue", "notices"],
+            // The threads in memory; answers to a suspended run.
+            &["cache", "answer"],
+            // A run from its start to its end.
+            &["run"],
+            // What reads or drives the rest.
+            &[
+                "reattach", "sessions", "fleet", "schedule", "observe", "warm",
+            ],
+        ],
+    ),
+    (
+        "agent::acp",
+        &[
+            // The handle, and what knows no process: the router of an agent's messages,
+            // the update translator, its ways out, parts, usage, settings a client sends.
+            &[
+                "",
+                "forwarded",
+                "exits",
+                "forward",
+                "router",
+                "translate",
+                "parts",
+                "usage",
+            ],
+            &["config", "mcp", "transcript", "elicit", "prompt"],
+            // The command line of a process; permissions asked of a person.
+            &["launch", "permission"],
+            &["process"],
+            &["workdir", "settings", "health"],
+            &["pool"],
+            &["bind"],
+            &["bindings", "prepare", "spares", "sessions"],
+            // A turn.
+            &["turn"],
+        ],
+    ),
+];
 
 fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|layer| layer.contains(&module))
@@ -96,7 +158,8 @@ fn code_only(source: &str) -> String {
     out
 }
 
-/// The first segment of every `crate::` path: `crate::a::X`, `crate::{a::X, b}`.
+/// Every `crate::` path, each leaf of a group its own: `crate::a::X`, `crate::{a::X, b}`,
+/// `crate::a::{b::Y, c}`.
 fn crate_paths(code: &str) -> Vec<Vec<String>> {
     let mut paths = Vec::new();
     let mut rest = code;
@@ -106,30 +169,31 @@ fn crate_paths(code: &str) -> Vec<Vec<String>> {
         if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
             continue;
         }
-        if let Some(group) = rest.strip_prefix('{') {
-            let mut depth = 1;
-            let mut item = String::new();
-            for c in group.chars() {
-                match c {
-                    '{' => depth += 1,
-                    '}' if depth == 1 => break,
-                    '}' => depth -= 1,
-                    ',' if depth == 1 => {
-                        paths.push(segments(&item));
-                        item.clear();
-                        continue;
-                    }
-                    _ => {}
-                }
-                item.push(c);
-            }
-            paths.push(segments(&item));
-        } else {
-            paths.push(segments(rest));
-        }
+        paths.extend(use_tree(path_text(rest)).into_iter().map(|(_, path)| path));
     }
     paths.retain(|p| !p.is_empty());
     paths
+}
+
+/// The path at the start of `rest`: its segments and the groups they end with, braces
+/// balanced (`a::{b::C, d}` of `a::{b::C, d};`).
+fn path_text(rest: &str) -> &str {
+    let mut depth = 0;
+    for (i, c) in rest.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => return &rest[..i],
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return &rest[..=i];
+                }
+            }
+            _ if depth > 0 || c.is_alphanumeric() || c == '_' || c == ':' => {}
+            _ => return &rest[..i],
+        }
+    }
+    rest
 }
 
 /// The leading `a::b::c` of a path, as its segments.
@@ -228,14 +292,8 @@ fn imports() -> (Vec<Import>, BTreeMap<Vec<String>, PathBuf>) {
             }
             // A `mod tests` child inside the file: `super` is the file itself.
             let parent = &module[..module.len().saturating_sub(1)];
-            let mut names: Vec<Vec<String>> = Vec::new();
-            if let Some(group) = rest.strip_prefix('{') {
-                let inner: String = group.chars().take_while(|c| *c != '}').collect();
-                names.extend(inner.split(',').map(segments));
-            } else {
-                names.push(segments(rest));
-            }
-            for name in names.into_iter().filter(|n| !n.is_empty()) {
+            let names = use_tree(path_text(rest)).into_iter().map(|(_, path)| path);
+            for name in names.filter(|n| !n.is_empty()) {
                 if name[0] == "super" || parent.is_empty() {
                     continue;
                 }
@@ -296,8 +354,9 @@ fn imports_run_down_the_layers() {
 
 #[test]
 fn imports_run_down_the_layers_inside_a_module() {
-    let (imports, _) = imports();
-    let upward = upward_inside(&imports);
+    let (imports, files) = imports();
+    let uses = uses(&files);
+    let upward = upward_inside(&imports, &|path| defining_file(path, &files, &uses, 0));
     assert!(
         upward.is_empty(),
         "imports that do not run down a module's inner layers:\n{}",
@@ -305,35 +364,51 @@ fn imports_run_down_the_layers_inside_a_module() {
     );
 }
 
-/// The imports of `imports` that run up a module's inner layers.
-fn upward_inside(imports: &[Import]) -> BTreeSet<String> {
+/// The imports of `imports` that run up a module's inner layers, each name taken to the
+/// child of the module whose file defines it (`defining`; where it finds none, the child
+/// the path names, else the module's own file).
+fn upward_inside(
+    imports: &[Import],
+    defining: &dyn Fn(&[String]) -> Option<PathBuf>,
+) -> BTreeSet<String> {
     let mut upward = BTreeSet::new();
     for import in imports {
         let from = module_of(&import.from);
-        let (module, to) = (&from[0], &import.to);
-        if to[0] != *module || INNER_LAYERS.iter().all(|(m, _)| m != module) {
-            continue;
-        }
-        let child = |path: &[String]| path.get(1).cloned().unwrap_or_default();
-        let (a, b) = (child(&from), child(to));
-        let a_layer = inner_layer_of(module, &a);
-        // A path to an item of the module's own file (`crate::http::Auth`) names its face.
-        let b_layer = inner_layer_of(module, &b).or_else(|| inner_layer_of(module, ""));
-        match (a_layer, b_layer) {
-            (Some(x), Some(y)) if y > x => {
-                upward.insert(format!(
-                    "{} uses crate::{} ({module}::{a} is inner layer {x}, {module}::{b} is {y})",
-                    import.from.display(),
-                    to.join("::")
-                ));
+        let to = &import.to;
+        for (module, _) in INNER_LAYERS {
+            let inside: Vec<String> = path(module);
+            let n = inside.len();
+            let within = |p: &[String]| p.len() >= n && p[..n] == inside[..];
+            if !within(&from) || !within(to) {
+                continue;
             }
-            (None, _) => {
-                upward.insert(format!(
-                    "{} has no inner layer of {module}",
-                    import.from.display()
-                ));
+            let child = |p: &[String]| p.get(n).cloned().unwrap_or_default();
+            // (A name defined outside the module, re-exported by a child, is no inner
+            // import.)
+            let defined_in = defining(to)
+                .map(|file| module_of(&file))
+                .filter(|file| within(file));
+            let (a, b) = (child(&from), child(defined_in.as_deref().unwrap_or(to)));
+            let a_layer = inner_layer_of(module, &a);
+            // A path to an item of the module's own file (`crate::http::Auth`) names its
+            // face.
+            let b_layer = inner_layer_of(module, &b).or_else(|| inner_layer_of(module, ""));
+            match (a_layer, b_layer) {
+                (Some(x), Some(y)) if y > x => {
+                    upward.insert(format!(
+                        "{} uses crate::{} ({module}::{a} is inner layer {x}, {module}::{b} is {y})",
+                        import.from.display(),
+                        to.join("::")
+                    ));
+                }
+                (None, _) => {
+                    upward.insert(format!(
+                        "{} has no inner layer of {module}",
+                        import.from.display()
+                    ));
+                }
+                _ => {}
             }
-            _ => {}
         }
     }
     upward
@@ -565,13 +640,21 @@ fn an_upward_super_import_inside_a_module_is_found() {
         from: PathBuf::from("http/body.rs"),
         to: path("http::api::Route"),
     };
-    let upward = upward_inside(&[planted]);
+    let upward = upward_inside(&[planted], &|_| None);
     assert_eq!(upward.len(), 1, "{upward:?}");
     let downward = Import {
         from: PathBuf::from("http/api/mod.rs"),
         to: path("http::body::Body"),
     };
-    assert!(upward_inside(&[downward]).is_empty());
+    assert!(upward_inside(&[downward], &|_| None).is_empty());
+    // Inside a folder of a folder, and through a re-export of the folder's own file: the
+    // name counts where it is defined.
+    let planted = Import {
+        from: PathBuf::from("agent/acp/router.rs"),
+        to: path("agent::acp::Reexported"),
+    };
+    let defined_in_turn = |_: &[String]| Some(PathBuf::from("agent/acp/turn.rs"));
+    assert_eq!(upward_inside(&[planted], &defined_in_turn).len(), 1);
 }
 
 /// `use` trees are read leaf by leaf, with their aliases.
@@ -652,8 +735,8 @@ fn the_reader_finds_paths_in_code_and_not_in_comments() {
     let code = code_only(
         "use crate::{a::X, b::{c::Y, Z}};\n// crate::d::W\nlet s = \"crate::e\";\nf(crate::g::h());",
     );
-    let firsts: Vec<String> = crate_paths(&code).iter().map(|p| p[0].clone()).collect();
-    assert_eq!(firsts, ["a", "b", "g"]);
+    let paths: Vec<String> = crate_paths(&code).iter().map(|p| p.join("::")).collect();
+    assert_eq!(paths, ["a::X", "b::c::Y", "b::Z", "g::h"]);
 }
 
 /// Which files may name an outside crate: `(crate path, the src/ prefixes allowed)`.

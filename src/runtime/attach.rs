@@ -128,7 +128,7 @@ impl std::fmt::Debug for Attachment {
 
 impl Attachment {
     /// The live run this stream follows, if any.
-    pub(crate) fn live_run(&self) -> Option<&Arc<LiveRun>> {
+    pub(in crate::runtime) fn live_run(&self) -> Option<&Arc<LiveRun>> {
         self._guard.as_ref().map(|guard| &guard.run)
     }
 

@@ -5,7 +5,7 @@
 //! the thread's decide section (`thread.rs`: `ThreadState::decide`), whether a request
 //! attaches to the thread's live run, answers or supersedes a suspended one, is refused, or
 //! starts a new run; a new run gets an admission slot and its own task, the *pump*
-//! (`pump.rs`), which drives the agent, is the only writer of the thread's journal, and
+//! (`run/drive.rs`), which drives the agent, is the only writer of the thread's journal, and
 //! announces nothing before it is stored. Responses only read the journal through an [`Attachment`].
 //! [`Runtime::reattach`] serves the stream route: exact replay after a client's last event
 //! id, or an explicit resynchronisation, or a short hydration run when nothing is live.
@@ -25,6 +25,7 @@ pub mod fleet;
 mod history;
 pub mod journal;
 mod lease;
+mod live;
 pub mod memory;
 mod notices;
 mod observe;
@@ -54,7 +55,7 @@ pub use attach::{Attachment, Resume};
 pub use errors::{CancelReason, ReattachError, StartError};
 pub use fleet::{FleetFrom, FleetFull, FleetItem, FleetLimits, FleetStream};
 pub use journal::{EventId, Gap, Journal, JournalLimits};
-pub(crate) use run::{Control, LiveRun, NextSegment, Phase};
+pub(in crate::runtime) use live::{Control, LiveRun, NextSegment, Phase};
 pub use schedule::{
     CronError, CronSchedule, LATE_TOLERANCE, MAX_SCHEDULES_PER_OWNER, NewSchedule, ScheduleClock,
     ScheduleError,

@@ -11,7 +11,7 @@ use super::*;
 use crate::access::Principal;
 use crate::clock::{now_ms, rfc3339};
 use crate::runtime::Runtime;
-use crate::runtime::run::Phase;
+use crate::runtime::live::Phase;
 use crate::runtime::suspension::{self};
 use crate::sync::lock;
 

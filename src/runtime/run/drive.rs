@@ -23,12 +23,12 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use serde_json::Value;
 
-use super::live::{Control, NextSegment, Phase, pending_len};
 use super::segment::{SegmentWriter, ending_kind};
 use crate::agent::Hitl;
 use crate::agent::{Agent, AgentEvent, EventSink, SinkItem, Turn};
 use crate::protocol::events::Interrupt;
 use crate::runtime::CancelReason;
+use crate::runtime::live::{Control, NextSegment, Phase, pending_len};
 use crate::runtime::suspension::{Channel, Suspension, Wait};
 use crate::runtime::translator::{Ending, Translator};
 use crate::sync::lock;

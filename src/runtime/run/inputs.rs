@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::live::LiveRun;
 use crate::clock::now_ms;
 use crate::protocol::{Message, RunAgentInput};
+use crate::runtime::live::LiveRun;
 use crate::runtime::thread::Thread;
 use crate::runtime::{Runtime, notices, state};
 use crate::sync::lock;

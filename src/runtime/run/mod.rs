@@ -7,11 +7,9 @@ pub(in crate::runtime) mod budget;
 mod drive;
 mod inputs;
 mod items;
-mod live;
 mod segment;
 mod spending;
 mod start;
 
 pub(in crate::runtime) use budget::RunBudget;
 pub(in crate::runtime) use inputs::title_of;
-pub(crate) use live::{Control, LiveRun, NextSegment, Phase};

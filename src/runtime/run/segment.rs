@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::live::{LiveRun, Phase};
 use crate::agent::{AgentError, AgentEvent, TurnEnd};
 use crate::clock::now_ms;
 use crate::metrics::{AgentRunMetrics, Outcome};
@@ -16,6 +15,7 @@ use crate::protocol::input::{
 };
 use crate::protocol::{Event, Message};
 use crate::runtime::CancelReason;
+use crate::runtime::live::{LiveRun, Phase};
 use crate::runtime::suspension::{Channel, Suspension};
 use crate::runtime::thread::Thread;
 use crate::runtime::translator::{Ending, Produced, Translator};

@@ -1,6 +1,6 @@
 //! A live run: what the runtime, the pump and every stream share about a run that has not
-//! ended (its cancel token, phase, commands, attached count, suspension), its admission
-//! slot, and the watcher that cancels it once nobody has been attached for the grace.
+//! ended (its cancel token, phase, commands, attached count, suspension), and the watcher
+//! that cancels it once nobody has been attached for the grace.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -19,7 +19,7 @@ use opentelemetry::trace::SpanContext;
 
 /// Whether a live run is producing a segment or waiting on the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Phase {
+pub(in crate::runtime) enum Phase {
     Running,
     Suspended,
 }
@@ -27,13 +27,13 @@ pub(crate) enum Phase {
 /// A live run's [`Phase`]: written by its pump, read anywhere without a lock, and waited
 /// on for the run to wake (a flag and one wake-up: a `watch` would keep eight).
 #[derive(Debug, Default)]
-pub(crate) struct PhaseCell {
-    pub(crate) suspended: AtomicBool,
-    pub(crate) woke: tokio::sync::Notify,
+pub(in crate::runtime) struct PhaseCell {
+    pub(in crate::runtime) suspended: AtomicBool,
+    pub(in crate::runtime) woke: tokio::sync::Notify,
 }
 
 impl PhaseCell {
-    pub(crate) fn get(&self) -> Phase {
+    pub(in crate::runtime) fn get(&self) -> Phase {
         if self.suspended.load(Ordering::SeqCst) {
             Phase::Suspended
         } else {
@@ -41,7 +41,7 @@ impl PhaseCell {
         }
     }
 
-    pub(crate) fn set(&self, phase: Phase) {
+    pub(in crate::runtime) fn set(&self, phase: Phase) {
         self.suspended
             .store(phase == Phase::Suspended, Ordering::SeqCst);
         if phase == Phase::Running {
@@ -51,7 +51,7 @@ impl PhaseCell {
 
     /// Returns once the run is running. The wake-up is armed before the flag is read, so
     /// a wake between the two is not missed.
-    pub(crate) async fn running(&self) {
+    pub(in crate::runtime) async fn running(&self) {
         loop {
             let woke = self.woke.notified();
             tokio::pin!(woke);
@@ -66,7 +66,7 @@ impl PhaseCell {
 
 /// What the runtime tells a run's pump.
 #[derive(Debug)]
-pub(crate) enum Control {
+pub(in crate::runtime) enum Control {
     /// The waits were answered (or failed closed): open the next segment.
     Resume(Box<NextSegment>),
 }
@@ -75,24 +75,24 @@ pub(crate) enum Control {
 /// but allocates its first block of slots up front, which every run that sits idle would
 /// keep; commands are rare.)
 #[derive(Debug, Default)]
-pub(crate) struct Controls {
-    pub(crate) queue: Mutex<VecDeque<Control>>,
-    pub(crate) ready: tokio::sync::Notify,
+pub(in crate::runtime) struct Controls {
+    pub(in crate::runtime) queue: Mutex<VecDeque<Control>>,
+    pub(in crate::runtime) ready: tokio::sync::Notify,
 }
 
 impl Controls {
-    pub(crate) fn send(&self, command: Control) {
+    pub(in crate::runtime) fn send(&self, command: Control) {
         lock(&self.queue).push_back(command);
         self.ready.notify_one();
     }
 
-    pub(crate) fn try_recv(&self) -> Option<Control> {
+    pub(in crate::runtime) fn try_recv(&self) -> Option<Control> {
         lock(&self.queue).pop_front()
     }
 
     /// The next command. A command sent after the queue was seen empty leaves a permit
     /// with the wake-up, so it is never missed.
-    pub(crate) async fn recv(&self) -> Control {
+    pub(in crate::runtime) async fn recv(&self) -> Control {
         loop {
             if let Some(command) = self.try_recv() {
                 return command;
@@ -104,60 +104,60 @@ impl Controls {
 
 /// The segment a suspended run opens next.
 #[derive(Debug)]
-pub(crate) struct NextSegment {
+pub(in crate::runtime) struct NextSegment {
     /// Its AG-UI run id.
-    pub(crate) run_id: String,
-    pub(crate) parent_run_id: Option<String>,
+    pub(in crate::runtime) run_id: String,
+    pub(in crate::runtime) parent_run_id: Option<String>,
     /// Client tool calls of the suspension that got no answer: each gets a tool result
     /// saying it was cancelled (`why`), so the transcript stays a valid AG-UI history.
-    pub(crate) abandoned: Vec<String>,
-    pub(crate) why: String,
+    pub(in crate::runtime) abandoned: Vec<String>,
+    pub(in crate::runtime) why: String,
     /// The span of the request that opens it, when traces are on.
-    pub(crate) link: Option<SpanContext>,
+    pub(in crate::runtime) link: Option<SpanContext>,
 }
 
 /// A run that has not ended.
-pub(crate) struct LiveRun {
-    pub(crate) id: String,
-    pub(crate) cancel: CancellationToken,
-    pub(crate) reason: Mutex<Option<CancelReason>>,
+pub(in crate::runtime) struct LiveRun {
+    pub(in crate::runtime) id: String,
+    pub(in crate::runtime) cancel: CancellationToken,
+    pub(in crate::runtime) reason: Mutex<Option<CancelReason>>,
     /// Number of attached streams.
-    pub(crate) attached: AtomicUsize,
+    pub(in crate::runtime) attached: AtomicUsize,
     /// How many times the attached count fell to zero: a disconnect watcher acts only if
     /// no later fall (with a watcher of its own) happened while it waited.
-    pub(crate) detaches: AtomicU64,
+    pub(in crate::runtime) detaches: AtomicU64,
     /// What the disconnect watcher needs, spawned only when the last stream detaches.
-    pub(crate) disconnect: DisconnectWatch,
+    pub(in crate::runtime) disconnect: DisconnectWatch,
     /// Journal sequence of the current segment's `RUN_STARTED`.
-    pub(crate) segment_start: AtomicU64,
+    pub(in crate::runtime) segment_start: AtomicU64,
     /// Fires when the pump has finished (terminal event written, slot released).
-    pub(crate) finished: CancellationToken,
+    pub(in crate::runtime) finished: CancellationToken,
     /// The segment's lifecycle state; written by the pump only, read for resync.
-    pub(crate) translator: Mutex<Translator>,
+    pub(in crate::runtime) translator: Mutex<Translator>,
     /// Commands to the pump.
-    pub(crate) control: Controls,
+    pub(in crate::runtime) control: Controls,
     /// The open waits while suspended; taken by whoever resolves them.
-    pub(crate) suspension: Mutex<Option<Box<suspension::Suspension>>>,
-    pub(crate) phase: PhaseCell,
+    pub(in crate::runtime) suspension: Mutex<Option<Box<suspension::Suspension>>>,
+    pub(in crate::runtime) phase: PhaseCell,
     /// Every AG-UI run id of this run's segments (each works for cancel).
-    pub(crate) aliases: Mutex<Vec<String>>,
+    pub(in crate::runtime) aliases: Mutex<Vec<String>>,
     /// When it was admitted (ms since the epoch).
-    pub(crate) started_at_ms: u64,
+    pub(in crate::runtime) started_at_ms: u64,
     /// The agent it runs on.
-    pub(crate) agent: String,
+    pub(in crate::runtime) agent: String,
     /// Started with no stream to follow it (`POST {path}/threads/{id}/runs`): never
     /// cancelled for want of an attached stream.
-    pub(crate) background: std::sync::atomic::AtomicBool,
+    pub(in crate::runtime) background: std::sync::atomic::AtomicBool,
     /// Why the run was ended on its budget (with [`CancelReason::Budget`]).
-    pub(crate) budget_note: Mutex<Option<String>>,
+    pub(in crate::runtime) budget_note: Mutex<Option<String>>,
 }
 
 /// The disconnect grace, where to track the watcher's task, and the run's span for its
 /// log line.
-pub(crate) struct DisconnectWatch {
-    pub(crate) grace: Duration,
-    pub(crate) tasks: TaskTracker,
-    pub(crate) span: tracing::Span,
+pub(in crate::runtime) struct DisconnectWatch {
+    pub(in crate::runtime) grace: Duration,
+    pub(in crate::runtime) tasks: TaskTracker,
+    pub(in crate::runtime) span: tracing::Span,
 }
 
 impl LiveRun {
@@ -191,13 +191,13 @@ impl LiveRun {
         }
     }
     /// Counts one more attached stream.
-    pub(crate) fn attach(&self) {
+    pub(in crate::runtime) fn attach(&self) {
         self.attached.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Counts one stream fewer; when it was the last, a watcher cancels the run unless a
     /// stream attaches within the disconnect grace.
-    pub(crate) fn detach(self: &Arc<LiveRun>) {
+    pub(in crate::runtime) fn detach(self: &Arc<LiveRun>) {
         if self.attached.fetch_sub(1, Ordering::SeqCst) != 1
             || self.finished.is_cancelled()
             || self.background.load(Ordering::SeqCst)
@@ -214,12 +214,12 @@ impl LiveRun {
     }
 
     /// Nobody is attached and nobody detached since the fall numbered `generation`.
-    pub(crate) fn still_detached(&self, generation: u64) -> bool {
+    pub(in crate::runtime) fn still_detached(&self, generation: u64) -> bool {
         self.attached.load(Ordering::SeqCst) == 0
             && self.detaches.load(Ordering::SeqCst) == generation
     }
 
-    pub(crate) fn cancel_with(&self, reason: CancelReason) {
+    pub(in crate::runtime) fn cancel_with(&self, reason: CancelReason) {
         {
             let mut current = lock(&self.reason);
             if current.is_none() {
@@ -229,7 +229,7 @@ impl LiveRun {
         self.cancel.cancel();
     }
 
-    pub(crate) fn reason(&self) -> Option<CancelReason> {
+    pub(in crate::runtime) fn reason(&self) -> Option<CancelReason> {
         *lock(&self.reason)
     }
 }
@@ -239,7 +239,7 @@ impl LiveRun {
 /// detach's watcher, or when a stream attaches). A suspended run is waiting on the client
 /// by design (its stream ended with the segment): it is not cancelled for that, its
 /// suspension timeout applies instead, and the grace counts again once it wakes.
-pub(crate) async fn watch_disconnect(run: Arc<LiveRun>, generation: u64) {
+pub(in crate::runtime) async fn watch_disconnect(run: Arc<LiveRun>, generation: u64) {
     let grace = run.disconnect.grace;
     loop {
         tokio::select! {
