@@ -5,13 +5,14 @@
 //! runtime at all (no journal, no store, no pump, no agent task, no auth). What agui-serve
 //! costs above them is the price of its guarantees.
 //!
-//! It takes agui-serve's command line (and ignores it but `--port`, `--host` and its own
-//! `--mode`), prints the same "listening" line, and serves one of three ways:
+//! It takes agui-serve's command line (and ignores it but `--port`, `--host`, `--data-dir`
+//! and its own `--mode`), prints the same "listening" line, and serves one of four ways:
 //!
 //! | `--mode` | what |
 //! |---|---|
 //! | `per-frame` (default) | hyper's own HTTP/1.1 connection (the leanest hyper server; the load client speaks HTTP/1.1), `POST /agui/<agent>`, one body chunk per frame |
 //! | `coalesced` | the same, but each body chunk is a frame with every frame already pending after it, up to 16 kB, as agui-serve's attachment coalesces them (`runtime/attach.rs`): one chunk and one write for the lot. The producer may run a journal window (4 096 frames) ahead of the reader, as agui-serve's pump may |
+//! | `durable` | `per-frame`, committing what agui-serve commits for a run before it announces it: before `RUN_STARTED` the thread, its input and the run, before `RUN_FINISHED` the answer and the run's end, each committed (SQLite in `--data-dir`, WAL, `synchronous = NORMAL`, group commit on one writer, checkpoints on a thread of their own: the daemon's own store, so the rows and the commits are the same by construction). The baseline of short runs |
 //! | `raw-tcp` | no HTTP: the physical ceiling of loopback. A plain tokio TCP connection takes one request per line (the run's JSON input) and answers with the run's frame bytes, preceded by their length (8 bytes, big-endian), in writes of up to 16 kB. The frames of a request text are encoded once and written again for every later request with that text (the same bytes and sizes, the same ids and times): what it measures is the socket and the reader, not the encoder. A run is written once it is whole. The load client speaks it to a `tcp://` URL |
 //!
 //!   cargo build --release --example bare_sse
@@ -28,6 +29,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use agui_serve::protocol::{
     Event, Message, RunAgentInput, TextRole, decode_run_input, event_frame,
 };
+use agui_serve::store::Store;
 use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
 use hyper::body::{Frame, Incoming};
@@ -45,6 +47,7 @@ type Body = UnsyncBoxBody<Bytes, Infallible>;
 enum Mode {
     PerFrame,
     Coalesced,
+    Durable,
     RawTcp,
 }
 
@@ -53,6 +56,7 @@ impl Mode {
         match name {
             "per-frame" => Some(Mode::PerFrame),
             "coalesced" => Some(Mode::Coalesced),
+            "durable" => Some(Mode::Durable),
             "raw-tcp" => Some(Mode::RawTcp),
             _ => None,
         }
@@ -83,8 +87,22 @@ async fn main() -> std::io::Result<()> {
     let port = flag(&args, "--port").unwrap_or_else(|| "0".to_owned());
     let mode = flag(&args, "--mode").unwrap_or_else(|| "per-frame".to_owned());
     let Some(mode) = Mode::parse(&mode) else {
-        eprintln!("bare_sse: --mode is per-frame, coalesced or raw-tcp, not {mode}");
+        eprintln!("bare_sse: --mode is per-frame, coalesced, durable or raw-tcp, not {mode}");
         std::process::exit(2);
+    };
+    let store = match (mode, flag(&args, "--data-dir")) {
+        (Mode::Durable, Some(dir)) => match Store::open(std::path::Path::new(&dir)) {
+            Ok(store) => Some(store),
+            Err(error) => {
+                eprintln!("bare_sse: the store in {dir} did not open: {error}");
+                std::process::exit(1);
+            }
+        },
+        (Mode::Durable, None) => {
+            eprintln!("bare_sse: --mode durable needs --data-dir");
+            std::process::exit(2);
+        }
+        _ => None,
     };
     let listener = tokio::net::TcpListener::bind(format!("{host}:{port}")).await?;
     let addr: SocketAddr = listener.local_addr()?;
@@ -101,8 +119,10 @@ async fn main() -> std::io::Result<()> {
     loop {
         let (stream, _) = listener.accept().await?;
         let _ = stream.set_nodelay(true);
+        let store = store.clone();
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request| handle(request, mode));
+            let service =
+                hyper::service::service_fn(move |request| handle(request, mode, store.clone()));
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
@@ -110,7 +130,11 @@ async fn main() -> std::io::Result<()> {
     }
 }
 
-async fn handle(request: Request<Incoming>, mode: Mode) -> Result<Response<Body>, Infallible> {
+async fn handle(
+    request: Request<Incoming>,
+    mode: Mode,
+    store: Option<Store>,
+) -> Result<Response<Body>, Infallible> {
     let Ok(body) = request.into_body().collect().await else {
         return Ok(status(StatusCode::BAD_REQUEST));
     };
@@ -120,7 +144,7 @@ async fn handle(request: Request<Incoming>, mode: Mode) -> Result<Response<Body>
     let text = user_text(&input);
     let body = if mode == Mode::Coalesced {
         let (tx, rx) = mpsc::channel::<Bytes>(WINDOW_FRAMES);
-        tokio::spawn(produce(tx, input, text));
+        tokio::spawn(produce(tx, input, text, None));
         let stream = futures_util::stream::unfold(Coalescer::new(rx), |mut frames| async move {
             let bytes = frames.next_chunk().await?;
             Some((Ok::<_, Infallible>(Frame::data(bytes)), frames))
@@ -128,7 +152,7 @@ async fn handle(request: Request<Incoming>, mode: Mode) -> Result<Response<Body>
         StreamBody::new(stream).boxed_unsync()
     } else {
         let (tx, rx) = mpsc::channel::<Bytes>(PER_FRAME_AHEAD);
-        tokio::spawn(produce(tx, input, text));
+        tokio::spawn(produce(tx, input, text, store));
         let stream = futures_util::stream::unfold(rx, |mut rx| async move {
             let bytes = rx.recv().await?;
             Some((Ok::<_, Infallible>(Frame::data(bytes)), rx))
@@ -247,7 +271,7 @@ async fn serve_raw(stream: TcpStream, encoded: Encoded) -> std::io::Result<()> {
 /// A run's whole answer on the raw TCP baseline: its length, then its frames.
 async fn encode_run(input: RunAgentInput, text: String) -> Bytes {
     let (tx, mut rx) = mpsc::channel::<Bytes>(WINDOW_FRAMES);
-    tokio::spawn(produce(tx, input, text));
+    tokio::spawn(produce(tx, input, text, None));
     let mut frames = BytesMut::new();
     while let Some(frame) = rx.recv().await {
         frames.extend_from_slice(&frame);
@@ -295,8 +319,14 @@ impl Reply {
 }
 
 /// The demo agent's events for one run, framed, into `tx` (bounded: a slow reader holds
-/// the producer back). Stops when the reader is gone.
-async fn produce(tx: mpsc::Sender<Bytes>, input: RunAgentInput, text: String) {
+/// the producer back). Stops when the reader is gone. With a `store`, the run's start and
+/// its end are committed before they are announced, as agui-serve commits them.
+async fn produce(
+    tx: mpsc::Sender<Bytes>,
+    input: RunAgentInput,
+    text: String,
+    store: Option<Store>,
+) {
     let mut seq = 0u64;
     let mut frame = |event: Event| {
         seq += 1;
@@ -309,6 +339,20 @@ async fn produce(tx: mpsc::Sender<Bytes>, input: RunAgentInput, text: String) {
         delta,
         subagent_run_id: None,
     };
+    if let Some(store) = &store {
+        store.record_run_start(
+            &input.thread_id,
+            "demo",
+            Some(text.lines().next().unwrap_or_default().to_owned()),
+            &input.run_id,
+            input.messages.clone(),
+            now_ms() as i64,
+        );
+        if store.commit().await.is_err() {
+            return;
+        }
+    }
+    let mut answer = String::new();
     let opening = [
         Event::run_started(&input.thread_id, &input.run_id, None),
         Event::StateSnapshot {
@@ -328,6 +372,7 @@ async fn produce(tx: mpsc::Sender<Bytes>, input: RunAgentInput, text: String) {
     }
     match Reply::parse(&text) {
         Reply::Echo(reply) => {
+            answer = reply.clone();
             for word in reply.split_inclusive(' ') {
                 if tx.send(frame(delta(word.to_owned()))).await.is_err() {
                     return;
@@ -347,11 +392,28 @@ async fn produce(tx: mpsc::Sender<Bytes>, input: RunAgentInput, text: String) {
                         }
                     }
                 }
-                let chunk = delta(format!("chunk {i}/{chunks}\n"));
+                let piece = format!("chunk {i}/{chunks}\n");
+                if store.is_some() {
+                    answer.push_str(&piece);
+                }
+                let chunk = delta(piece);
                 if tx.send(frame(chunk)).await.is_err() {
                     return;
                 }
             }
+        }
+    }
+    if let Some(store) = &store {
+        let now = now_ms() as i64;
+        let message = serde_json::from_value(json!({
+            "id": message_id, "role": "assistant", "content": answer,
+        }));
+        if let Ok(message) = message {
+            store.record_messages(&input.thread_id, vec![message], now);
+        }
+        store.record_run_end(&input.thread_id, &input.run_id, "finished", "idle", now);
+        if store.commit().await.is_err() {
+            return;
         }
     }
     let closing = [

@@ -16,6 +16,11 @@
 # With no BIN it builds what it needs and compares agui-serve with baselines that answer the
 # demo agent's requests with the same events and sizes but have no runtime:
 #   hyper            examples/bare_sse.rs, a bare hyper SSE server, one body chunk per frame;
+#   hyper-durable    the same with `--mode durable`: before RUN_STARTED it commits the run's
+#                    start (thread, input, run), before RUN_FINISHED its answer and end,
+#                    with the daemon's own store (SQLite, WAL, group commit, checkpoints
+#                    off the commit path): what commit-then-announce costs with no runtime
+#                    (ttfe and storm only; short runs are read against it);
 #   hyper-coalesced  the same with `--mode coalesced`: each body chunk is a frame with the
 #                    frames already pending after it, up to 16 kB, as agui-serve's
 #                    attachment coalesces them (one-stream and concurrent only);
@@ -113,6 +118,8 @@ if [ $# -le 1 ]; then
   (cd "$root" && cargo build --release --example loadgen --example bare_sse --example scripted_model)
   bare="$root/target/release/examples/bare_sse"
   add_server hyper "$bare" "" "" "bare hyper, one body chunk per frame (examples/bare_sse.rs)"
+  add_server hyper-durable "$bare" "--mode durable" "ttfe,storm" \
+    "bare hyper committing what agui-serve commits before announcing (the run's start before RUN_STARTED, its answer and end before RUN_FINISHED; the daemon's store, group commit); the baseline of short runs (bare_sse --mode durable)"
   add_server hyper-coalesced "$bare" "--mode coalesced" "one-stream,concurrent" \
     "bare hyper, pending frames coalesced into chunks of up to 16 kB as agui-serve does (bare_sse --mode coalesced)"
   add_server raw-tcp "$bare" "--mode raw-tcp" "one-stream,concurrent" \
