@@ -59,6 +59,16 @@ impl Threads {
         lock(&self.by_key).get(id).cloned()
     }
 
+    /// `read` of the thread `id` in memory, under the map's lock (no reference to the
+    /// thread is taken: an eviction meanwhile sees it as idle as it is).
+    pub(in crate::runtime) fn read<R>(
+        &self,
+        id: &ThreadKey,
+        read: impl FnOnce(&Thread) -> R,
+    ) -> Option<R> {
+        lock(&self.by_key).get(id).map(|thread| read(thread))
+    }
+
     /// Every thread in memory.
     pub(in crate::runtime) fn all(&self) -> Vec<Arc<Thread>> {
         lock(&self.by_key).values().cloned().collect()

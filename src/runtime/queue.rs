@@ -338,8 +338,8 @@ impl Runtime {
     /// thread with a queue is: its queue runs from memory).
     pub fn queued_count(&self, key: &ThreadKey) -> usize {
         self.threads()
-            .peek(key)
-            .map_or(0, |thread| lock(&thread.state).queue.len())
+            .read(key, |thread| lock(&thread.state).queue.len())
+            .unwrap_or(0)
     }
 
     /// `principal`'s thread `thread_id`, in memory, when it is one of an agent it may use.

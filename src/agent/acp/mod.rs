@@ -197,7 +197,8 @@ impl AcpBackend {
 
     /// Number of running agent processes (spares' included).
     pub fn process_count(&self) -> usize {
-        self.inner.pool.alive().len() + self.inner.spare_processes().len()
+        let spares = self.inner.spare_processes().len();
+        self.inner.pool.alive().len() + spares
     }
 
     /// Spares ready for new threads now, every principal's.
@@ -209,7 +210,7 @@ impl AcpBackend {
 impl Agent for AcpBackend {
     fn processes(&self) -> Option<Processes> {
         let spares = self.inner.spare_processes();
-        let processes = self.inner.pool.alive();
+        let processes = self.inner.pool.snapshot();
         let mut counts = Processes::default();
         for process in processes.iter().chain(&spares).filter(|p| p.is_alive()) {
             if process.active.load(Ordering::Relaxed) > 0 {

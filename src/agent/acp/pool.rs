@@ -59,6 +59,12 @@ impl ProcessPool {
         live.clone()
     }
 
+    /// The processes as they are, the dead among them (a look changes nothing: the reaper
+    /// stops and forgets a process that died).
+    pub(super) fn snapshot(&self) -> Vec<Arc<AcpProcess>> {
+        lock(&self.live).clone()
+    }
+
     /// Every process, taken out (at shutdown).
     pub(super) fn drain(&self) -> Vec<Arc<AcpProcess>> {
         lock(&self.live).drain(..).collect()
