@@ -425,9 +425,7 @@ impl From<InputError> for ApiError {
 impl From<StartError> for ApiError {
     fn from(e: StartError) -> ApiError {
         match e {
-            StartError::UnknownAgent => {
-                ApiError::new(StatusCode::NOT_FOUND, "UNKNOWN_AGENT", "no such agent")
-            }
+            StartError::UnknownAgent(name) => ApiError::unknown_agent(&name),
             StartError::Draining => ApiError::draining(),
             StartError::OverCapacity => ApiError::over_capacity(),
             StartError::RunInProgress(run) => {

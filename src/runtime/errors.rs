@@ -7,8 +7,10 @@ use crate::protocol::InputError;
 /// Why a run request was refused before any stream started.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StartError {
-    #[error("unknown agent")]
-    UnknownAgent,
+    /// No agent of this name, or not one the principal may use (either way the same
+    /// answer: a name it may not use is not shown to exist).
+    #[error("no agent named {0:?}")]
+    UnknownAgent(String),
     #[error("the server is draining")]
     Draining,
     #[error("too many concurrent runs")]
@@ -67,7 +69,7 @@ impl StartError {
     /// A stable snake_case word for the metrics.
     pub fn reason(&self) -> &'static str {
         match self {
-            StartError::UnknownAgent => "unknown_agent",
+            StartError::UnknownAgent(_) => "unknown_agent",
             StartError::Draining => "draining",
             StartError::OverCapacity => "over_capacity",
             StartError::RunInProgress(_) => "run_in_progress",
@@ -129,7 +131,7 @@ mod tests {
             expires_in: std::time::Duration::ZERO,
         };
         let all = vec![
-            StartError::UnknownAgent,
+            StartError::UnknownAgent("a".to_owned()),
             StartError::Draining,
             StartError::OverCapacity,
             StartError::RunInProgress("r".to_owned()),
@@ -149,7 +151,7 @@ mod tests {
         ];
         for error in &all {
             match error {
-                StartError::UnknownAgent
+                StartError::UnknownAgent(_)
                 | StartError::Draining
                 | StartError::OverCapacity
                 | StartError::RunInProgress(_)

@@ -43,10 +43,6 @@ pub(super) async fn start_run(
     let input = decode_run_input(body)?;
     audit.thread = Some(input.thread_id.clone());
     audit.run = Some(input.run_id.clone());
-    if !app.runtime.has_agent(agent) || !principal.may_use(agent) {
-        return Err(ApiError::unknown_agent(agent));
-    }
-    app.runtime.check_input(agent, &input)?;
     let attachment = app.runtime.start_run_as(principal, agent, input).await?;
     Ok(stream_response(attachment, format))
 }
@@ -97,10 +93,6 @@ pub(super) async fn start_background(
         .or_insert_with(|| json!(uuid::Uuid::new_v4().to_string()));
     let input = decode_run_input(&serde_json::to_vec(&body).unwrap_or_default())?;
     audit.run = Some(input.run_id.clone());
-    if !app.runtime.has_agent(&agent) || !principal.may_use(&agent) {
-        return Err(ApiError::unknown_agent(&agent));
-    }
-    app.runtime.check_input(&agent, &input)?;
     let run_id = app
         .runtime
         .start_background_run_as(principal, &agent, input)

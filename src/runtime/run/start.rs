@@ -31,20 +31,31 @@ use crate::uploads::Resolved;
 impl Runtime {
     /// One attempt of [`Runtime::start_run`]; `Err(Retry)` when the thread object it used
     /// left memory meanwhile (deleted or discarded) and the request must start over.
-    /// The steps: the thread found (the agent looked up and its use checked once), its
-    /// decide section entered, the thread's decision, then either the input queued for its
-    /// turn or the decision carried out.
+    /// The steps: the agent looked up and its use checked (once on the run's path), the
+    /// thread found or created, its decide section entered, the thread's decision, then
+    /// either the input queued for its turn or the decision carried out.
     pub(in crate::runtime) async fn decide_run(
         &self,
         principal: &Principal,
         agent: &str,
         input: &RunAgentInput,
     ) -> Result<Result<Attachment, StartError>, Retry> {
+        // The agent looked up, and its use checked, once: what it alone reads of the input
+        // is checked next, then the request's own choices.
+        let Some(backend) = self.agent(agent).filter(|_| principal.may_use(agent)) else {
+            return Ok(Err(StartError::UnknownAgent(agent.to_owned())));
+        };
+        if let Err(error) = backend.check_input(input) {
+            return Ok(Err(StartError::Input(error)));
+        }
         let strategy = match requested_multitask(input) {
             Ok(strategy) => strategy,
             Err(error) => return Ok(Err(StartError::Input(error))),
         };
-        let mut found = match self.thread_for_run(principal, agent, input).await {
+        let mut found = match self
+            .thread_for_run(principal, (agent, backend), input)
+            .await
+        {
             Ok(found) => found,
             Err(error) => return Ok(Err(error)),
         };
@@ -307,16 +318,10 @@ impl Runtime {
     async fn thread_for_run(
         &self,
         principal: &Principal,
-        agent: &str,
+        (agent, backend): (&str, &Arc<dyn Agent>),
         input: &RunAgentInput,
     ) -> Result<ThreadForRun, StartError> {
-        let Some(backend) = self
-            .agent(agent)
-            .filter(|_| principal.may_use(agent))
-            .cloned()
-        else {
-            return Err(StartError::UnknownAgent);
-        };
+        let backend = backend.clone();
         let key = principal.key(&input.thread_id);
         let run_key = principal.run_key(&input.run_id);
         let existing = match self.load_thread(&key).await {

@@ -290,8 +290,6 @@ impl Runtime {
             "messages": messages,
         });
         let input = decode_run_input(body.to_string().as_bytes()).map_err(StartError::Input)?;
-        self.check_input(&row.agent, &input)
-            .map_err(StartError::Input)?;
         self.start_background_run_as(&principal, &row.agent, input)
             .await
             .map(drop)
