@@ -50,70 +50,6 @@ fn encode_into(out: &mut Vec<u8>, event: &Event, timestamp_ms: Option<u64>) {
     }
 }
 
-/// The compact JSON of a batch of events, encoded one after another into one reused
-/// buffer: each event as every client receives it, and as a pre-1.0 client receives it
-/// where that differs ([`super::Profile::adapt`]).
-pub struct EncodedBatch {
-    bytes: Vec<u8>,
-    /// Per event: where its JSON ends, and where its pre-1.0 JSON starts and ends.
-    ends: Vec<(usize, Option<(usize, usize)>)>,
-}
-
-impl EncodedBatch {
-    /// The JSON of event `i`, and its pre-1.0 JSON when that differs.
-    pub fn get(&self, i: usize) -> (&[u8], Option<&[u8]>) {
-        let start = match i {
-            0 => 0,
-            _ => {
-                let (end, legacy) = self.ends[i - 1];
-                legacy.map_or(end, |(_, legacy_end)| legacy_end)
-            }
-        };
-        let (end, legacy) = self.ends[i];
-        (
-            &self.bytes[start..end],
-            legacy.map(|(from, to)| &self.bytes[from..to]),
-        )
-    }
-}
-
-thread_local! {
-    static BATCH: RefCell<EncodedBatch> = const {
-        RefCell::new(EncodedBatch { bytes: Vec::new(), ends: Vec::new() })
-    };
-}
-
-/// Calls `f` with `events` encoded (each with `timestamp_ms`), in a per-thread buffer: the
-/// costly half of a frame, done before a frame's id is known (see [`sse_frame`]).
-pub fn with_encoded<R>(
-    events: &[Event],
-    timestamp_ms: Option<u64>,
-    f: impl FnOnce(&EncodedBatch) -> R,
-) -> R {
-    BATCH.with(|batch| {
-        let mut batch = batch.borrow_mut();
-        batch.bytes.clear();
-        batch.ends.clear();
-        for event in events {
-            encode_into(&mut batch.bytes, event, timestamp_ms);
-            let end = batch.bytes.len();
-            let legacy = super::Profile::Legacy.adapt(event).map(|adapted| {
-                encode_into(&mut batch.bytes, &adapted, timestamp_ms);
-                (end, batch.bytes.len())
-            });
-            batch.ends.push((end, legacy));
-        }
-        let out = f(&batch);
-        if batch.bytes.capacity() > SCRATCH_KEEP {
-            *batch = EncodedBatch {
-                bytes: Vec::new(),
-                ends: Vec::new(),
-            };
-        }
-        out
-    })
-}
-
 /// The SSE frame of `event` under event id `id`, in a buffer of exactly its size.
 pub fn event_frame(id: &str, event: &Event, timestamp_ms: Option<u64>) -> Bytes {
     SCRATCH.with(|scratch| {
@@ -159,25 +95,6 @@ mod tests {
             &b"id: 1-2-3\ndata: {\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"a\\nb\",\"timestamp\":17}\n\n"[..]
         );
         assert_eq!(frame, sse_frame("1-2-3", &encode_event(&event, Some(17))));
-        let finished = Event::RunFinished {
-            thread_id: "t".into(),
-            run_id: "r".into(),
-            result: None,
-            outcome: Some(crate::protocol::events::Outcome::Cancelled),
-            usage: None,
-        };
-        let batch = [event.clone(), finished.clone(), event.clone()];
-        with_encoded(&batch, Some(17), |encoded| {
-            for (i, one) in batch.iter().enumerate() {
-                let (v1, legacy) = encoded.get(i);
-                assert_eq!(v1, &encode_event(one, Some(17))[..]);
-                let adapted = crate::protocol::Profile::Legacy.adapt(one);
-                assert_eq!(
-                    legacy.map(<[u8]>::to_vec),
-                    adapted.map(|a| encode_event(&a, Some(17)))
-                );
-            }
-        });
         let untimed = encode_event(&event, None);
         assert!(untimed.ends_with(b"\"delta\":\"a\\nb\"}"));
     }

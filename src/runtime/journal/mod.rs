@@ -22,7 +22,7 @@ use bytes::Bytes;
 use tokio::sync::{Notify, watch};
 
 use super::memory::Meter;
-use crate::protocol::{EncodedBatch, Event, Profile, event_frame, sse_frame, with_encoded};
+use crate::protocol::{Event, Profile, event_frame};
 
 /// Bounds of one thread's journal.
 #[derive(Debug, Clone, Copy)]
@@ -453,25 +453,18 @@ impl Journal {
         if events.is_empty() {
             return None;
         }
-        // The events' JSON is encoded before the lock is taken (it does not depend on
-        // their positions): readers wait only for the frames' copies.
-        with_encoded(events, Some(timestamp_ms), |encoded| {
-            self.append_encoded(events, encoded)
-        })
-    }
-
-    fn append_encoded(&self, events: &[Event], encoded: &EncodedBatch) -> Option<EventId> {
         let mut inner = self.lock();
         let before = inner.held();
         let mut id_buf = IdBuf::default();
-        for (i, event) in events.iter().enumerate() {
+        for event in events {
             let seq = inner.next_seq;
             inner.next_seq += 1;
             let id = self.id(seq);
             let id = id.encode(&mut id_buf);
-            let (v1, legacy) = encoded.get(i);
-            let v1 = sse_frame(id, v1);
-            let legacy = legacy.map(|legacy| sse_frame(id, legacy));
+            let v1 = event_frame(id, event, Some(timestamp_ms));
+            let legacy = Profile::Legacy
+                .adapt(event)
+                .map(|adapted| event_frame(id, &adapted, Some(timestamp_ms)));
             let frame = Frame {
                 seq,
                 v1,

@@ -183,8 +183,7 @@ impl Pump {
     /// wake-up of the readers, one write. The batch stops where a step needs the store (a
     /// suspension, a new segment) or the window is full.
     fn take_batch(&mut self, first: SinkItem, items: &mut SinkReceiver) {
-        // One clock reading stamps the batch (it was taken in one go).
-        self.writer.quiet = Some(crate::clock::now_ms());
+        self.writer.quiet = true;
         self.on_item(first);
         for _ in 1..DRAIN_BATCH {
             if self.deadline.is_some()
@@ -199,7 +198,7 @@ impl Pump {
             };
             self.on_item(*item);
         }
-        self.writer.quiet = None;
+        self.writer.quiet = false;
         self.writer.thread.journal.publish();
     }
 

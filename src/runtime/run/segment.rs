@@ -30,9 +30,9 @@ pub(in crate::runtime) struct SegmentWriter {
     pub(in crate::runtime) thread: Arc<Thread>,
     pub(in crate::runtime) run: Arc<LiveRun>,
     pub(in crate::runtime) permit: Option<crate::runtime::admission::Slot>,
-    /// Within a batch, the batch's time: frames are journaled with it as their timestamp
-    /// and without waking readers (the pump publishes once at the end of the batch).
-    pub(in crate::runtime) quiet: Option<u64>,
+    /// Within a batch: frames are journaled without waking readers (the pump publishes
+    /// once at the end of the batch).
+    pub(in crate::runtime) quiet: bool,
     /// The agent's run counters, and when the run was admitted.
     pub(in crate::runtime) metrics: Arc<AgentRunMetrics>,
     pub(in crate::runtime) admitted: std::time::Instant,
@@ -64,7 +64,7 @@ impl SegmentWriter {
             thread: thread.clone(),
             run: run.clone(),
             permit: Some(permit),
-            quiet: None,
+            quiet: false,
             metrics: rt.run_metrics().agent(&thread.agent),
             admitted: std::time::Instant::now(),
             produced: false,
@@ -364,9 +364,10 @@ impl SegmentWriter {
     /// is locked, so a resync sees journal, transcript and open items at one position.
     pub(in crate::runtime) fn emit(&self, translator: &mut Translator, events: &[Event]) {
         let journal = &self.thread.journal;
-        let pushed = match self.quiet {
-            Some(batch_ms) => journal.push_all_quietly(events, batch_ms),
-            None => journal.push_all(events, now_ms()),
+        let pushed = if self.quiet {
+            journal.push_all_quietly(events, now_ms())
+        } else {
+            journal.push_all(events, now_ms())
         };
         if let Some(last) = pushed {
             tracing::trace!(events = events.len(), last = %last, "events journaled");
