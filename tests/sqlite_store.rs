@@ -9,11 +9,32 @@ use std::path::PathBuf;
 
 use agui_serve::store::Store;
 
-/// A store on a fresh data directory.
-fn open() -> Store {
+/// A store on a fresh data directory, removed with it.
+struct Fresh {
+    store: Store,
+    dir: PathBuf,
+}
+
+impl std::ops::Deref for Fresh {
+    type Target = Store;
+    fn deref(&self) -> &Store {
+        &self.store
+    }
+}
+
+impl Drop for Fresh {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn open() -> Fresh {
     let dir: PathBuf = std::env::temp_dir().join(format!("agui-store-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).expect("dir");
-    Store::open(&dir).expect("open")
+    Fresh {
+        store: Store::open(&dir).expect("open"),
+        dir,
+    }
 }
 
 /// Every thread is writable: the embedded store has no leases.
@@ -76,5 +97,9 @@ async fn schedules_are_kept_per_owner_and_claimed_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_claims_of_one_occurrence_let_one_through() {
-    store_contract::concurrent_claims_of_one_occurrence_let_one_through(&[open()]).await;
+    let fresh = open();
+    store_contract::concurrent_claims_of_one_occurrence_let_one_through(std::slice::from_ref(
+        &fresh.store,
+    ))
+    .await;
 }

@@ -16,10 +16,26 @@ fn user(id: &str, text: &str) -> Message {
     })
 }
 
-fn temp() -> PathBuf {
+/// A fresh data directory, removed when the test is done with it.
+struct Temp(PathBuf);
+
+impl std::ops::Deref for Temp {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for Temp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn temp() -> Temp {
     let dir = std::env::temp_dir().join(format!("agui-store-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).expect("dir");
-    dir
+    Temp(dir)
 }
 
 /// A database written by a build before the lean threads table (schema 2) keeps every
