@@ -19,6 +19,7 @@
 //! | `misc` | commands, mode, config and session info updates, and one unknown update variant |
 //! | `permission` | a tool call, then `session/request_permission`; reports what was chosen |
 //! | `permission-later` | the same after 1 s |
+//! | `permission-edit` | the same for an edit of `src/app.py` whose tool call carries its diff |
 //! | `slow N` | N chunks 50 ms apart; honours `session/cancel` |
 //! | `pid` | `Pid: <this process's id>` |
 //! | `late-title TITLE` | `Titled later.`, then 200 ms after the turn a session title update |
@@ -121,6 +122,10 @@ impl Shared {
             .unwrap_or_else(|| ("code".to_owned(), "fast".to_owned(), false))
     }
 }
+
+/// The file `permission-edit` proposes to change, before and after.
+const EDIT_BEFORE: &str = "def greet():\n    return 'hi'\n\nprint(greet())\n";
+const EDIT_AFTER: &str = "def greet(name):\n    return f'hi {name}'\n\nprint(greet('ops'))\n";
 
 /// The modes a session offers (`code` first).
 fn session_modes() -> SessionModeState {
@@ -596,23 +601,32 @@ async fn play(
             )?;
             chunk(&cx, &session, "agent_message_chunk", &mid, "Misc done.")?;
         }
-        "permission" | "permission-later" => {
+        "permission" | "permission-later" | "permission-edit" => {
             if head == "permission-later" {
                 tokio::time::sleep(Duration::from_millis(1000)).await;
             }
-            update(
-                &cx,
-                &session,
-                json!({
+            let (title, call) = if head == "permission-edit" {
+                let (old, new) = (EDIT_BEFORE, EDIT_AFTER);
+                let call = json!({
+                    "sessionUpdate": "tool_call", "toolCallId": "call-p", "title": "Edit src/app.py",
+                    "kind": "edit", "status": "pending",
+                    "rawInput": {"path": "src/app.py", "old_string": old, "new_string": new},
+                    "content": [{"type": "diff", "path": "src/app.py", "oldText": old, "newText": new}]
+                });
+                ("Edit src/app.py", call)
+            } else {
+                let call = json!({
                     "sessionUpdate": "tool_call", "toolCallId": "call-p", "title": "Delete build/",
                     "kind": "delete", "status": "pending", "rawInput": {"path": "build/"}
-                }),
-            )?;
+                });
+                ("Delete build/", call)
+            };
+            update(&cx, &session, call)?;
             let request = RequestPermissionRequest::new(
                 session.clone(),
                 ToolCallUpdate::new(
                     "call-p",
-                    ToolCallUpdateFields::new().title("Delete build/".to_owned()),
+                    ToolCallUpdateFields::new().title(title.to_owned()),
                 ),
                 vec![
                     PermissionOption::new(

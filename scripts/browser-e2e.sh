@@ -42,10 +42,30 @@ page="$(wait_for_url "$work/app" "copilotkit example listening on" "${pids[-1]}"
 status=0
 (cd "$app" && E2E_URL="$page" CHROMIUM="$chromium" AGUI_BASE="$daemon" AGUI_TOKEN_FILE="$work/token" \
   E2E_SCREENSHOTS="$screenshots" NODE_EXTRA_CA_CERTS="$work/data/tls/cert.pem" node e2e/run.mjs) || status=$?
-# The daemon's own operator console, in the same browser.
+# The daemon's own operator console, in the same browser, on a daemon of its own serving
+# the demo agent and the scripted ACP agent (tool calls with diffs and terminal output,
+# approvals, forms). Its screenshots at desktop and phone widths are kept in
+# target/console-screenshots (CONSOLE_SCREENSHOTS elsewhere).
 echo "== the built-in operator console"
-(cd "$app" && CHROMIUM="$chromium" AGUI_BASE="$daemon" AGUI_TOKEN_FILE="$work/token" \
-  NODE_EXTRA_CA_CERTS="$work/data/tls/cert.pem" node e2e/console.mjs) || status=$?
+(cd "$root" && cargo build --quiet --example scripted_acp_agent)
+cat >"$work/console.toml" <<TOML
+[[agents]]
+name = "demo"
+kind = "demo"
+
+[[agents]]
+name = "scripted"
+kind = "acp"
+command = ["$root/target/debug/examples/scripted_acp_agent"]
+TOML
+"$bin" --config "$work/console.toml" --port 0 --data-dir "$work/console-data" --token-file "$work/token" \
+  >"$work/console" 2>"$work/console.err" &
+pids+=($!)
+console_daemon="$(wait_for_url "$work/console" "agui-serve listening on" "${pids[-1]}")"
+console_shots="${CONSOLE_SCREENSHOTS:-$root/target/console-screenshots}"
+(cd "$app" && CHROMIUM="$chromium" AGUI_BASE="$console_daemon" AGUI_TOKEN_FILE="$work/token" \
+  CONSOLE_SCREENSHOTS="$console_shots" NODE_EXTRA_CA_CERTS="$work/console-data/tls/cert.pem" \
+  node e2e/console.mjs) || { status=$?; tail -n 40 "$work/console.err" >&2; }
 # What a browser developer is told: a refused origin, an untrusted certificate.
 echo "== diagnostics in the browser and the log"
 (cd "$app" && E2E_URL="$page" CHROMIUM="$chromium" AGUI_BASE="$daemon" AGUI_TOKEN_FILE="$work/token" \
@@ -61,7 +81,6 @@ free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1
 # Its own daemon on a fixed port and data directory, so the test can restart it; besides
 # the demo agent it serves the scripted ACP agent, taking images, for the upload case.
 direct_port="$(free_port)"
-(cd "$root" && cargo build --quiet --example scripted_acp_agent)
 cat >"$work/direct.toml" <<TOML
 [[agents]]
 name = "demo"

@@ -171,10 +171,16 @@ async fn snapshot_and_patches_follow_the_fleet_with_metadata_only() {
     assert_eq!(waiting["runId"], "f-wait-r");
     assert_eq!(waiting["waitingFor"][0]["kind"], "approval");
     assert!(waiting["startedAt"].as_str().expect("time").ends_with('Z'));
-    assert_eq!(everyone.doc["totals"], json!({"live": 2, "suspended": 1}));
+    assert_eq!(
+        everyone.doc["totals"],
+        json!({"live": 2, "suspended": 1, "queued": 0})
+    );
     hers.until("her waiting run", |doc| phases(doc) == ["suspended"])
         .await;
-    assert_eq!(hers.doc["totals"], json!({"live": 1, "suspended": 1}));
+    assert_eq!(
+        hers.doc["totals"],
+        json!({"live": 1, "suspended": 1, "queued": 0})
+    );
 
     // A failing run comes and goes; the slow one ends.
     let failed = post_run(
@@ -382,5 +388,92 @@ async fn a_subscriber_that_falls_behind_is_ended_and_replays_on_reconnect() {
         expected += 1;
     }
     assert!(expected > last_seq + 1, "something was replayed");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_fleet_shows_budget_pauses_queued_input_and_each_principal_s_day() {
+    let server = TestServer::with(|config| {
+        config.budgets.run = agui_serve::budget::Limits {
+            tokens: Some(12),
+            ..Default::default()
+        };
+        config.budgets.principal = agui_serve::budget::Limits {
+            tokens: Some(1000),
+            ..Default::default()
+        };
+    })
+    .await;
+    let alice = mint(&server, "alice").await;
+    let mut everyone = Follower::open(&server, TOKEN, "", None).await;
+    everyone.step().await;
+    let mut hers = Follower::open(&server, &alice, "", None).await;
+    hers.step().await;
+
+    // Her run reaches its budget and waits on the question.
+    let paused = client()
+        .post(server.url("/demo"))
+        .bearer_auth(&alice)
+        .header("accept", "text/event-stream")
+        .json(&run_body("fb-pause", "fb-pause-r", "/slow 10 20"))
+        .sent()
+        .await;
+    SseReader::new(paused).collect().await;
+    everyone
+        .until("her run waiting on its budget", |doc| {
+            doc["runs"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .any(|(_, run)| run["waitingFor"][0]["kind"] == "budget")
+        })
+        .await;
+    everyone
+        .until("her day", |doc| doc["principals"]["alice"]["reached"] == 1)
+        .await;
+    let day = &everyone.doc["principals"]["alice"];
+    assert!(
+        day["spent"]["tokens"].as_u64().expect("tokens") >= 12,
+        "{day}"
+    );
+    assert_eq!(day["limits"], json!({"tokens": 1000}));
+
+    // The operator's long run with an input queued behind it.
+    let slow = post_run(&server, "demo", &run_body("fb-q", "fb-q-r1", "/slow 40 50")).await;
+    let mut slow = SseReader::new(slow);
+    slow.next().await.expect("started");
+    let mut queued = run_body("fb-q", "fb-q-r2", "after");
+    queued["forwardedProps"] = json!({"agui": {"multitask": "enqueue"}});
+    let queued = post_run(&server, "demo", &queued).await;
+    everyone
+        .until("the queued input", |doc| doc["totals"]["queued"] == 1)
+        .await;
+    assert_eq!(everyone.doc["runs"]["fb-q"]["queued"], 1);
+    // Stopped (it may be paused on its own budget by now), it lets the queued input run.
+    let stopped = server.post("/runs/fb-q-r1/cancel").sent().await;
+    assert_eq!(stopped.status(), 202);
+    slow.collect().await;
+    let after = SseReader::new(queued).collect().await;
+    assert!(
+        text_of(&after).contains("You said: after"),
+        "{:?}",
+        kinds(&after)
+    );
+    everyone
+        .until("the queue emptied", |doc| doc["totals"]["queued"] == 0)
+        .await;
+
+    // Her view shows her day only; the operator's has both.
+    hers.until("her day", |doc| doc["principals"]["alice"]["reached"] == 1)
+        .await;
+    assert_eq!(
+        hers.doc["principals"]
+            .as_object()
+            .expect("principals")
+            .keys()
+            .collect::<Vec<_>>(),
+        ["alice"]
+    );
+    assert!(everyone.doc["principals"][""]["spent"]["tokens"].as_u64() > Some(0));
     server.stop().await;
 }

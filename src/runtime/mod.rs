@@ -548,6 +548,7 @@ impl Runtime {
                 .delete_thread_notifying(key.as_str(), deleted)
                 .await;
             self.outgoing_queued(reported && stored.as_ref().is_ok_and(|gone| *gone));
+            self.fleet_activity(thread.owner());
             if let Some(agent) = self.agent(&thread.agent)
                 && tokio::time::timeout(FORGET_BOUND, agent.forget_thread(key.as_str()))
                     .await

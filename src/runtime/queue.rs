@@ -117,6 +117,7 @@ impl Runtime {
             self.store().queue_remove(thread.key.as_str(), &row.id);
             return Err(StartError::Store);
         }
+        self.fleet_changed();
         // The live run may have ended since the decision (its end looked at the queue
         // before this item was in it): then nothing else starts the item.
         if lock(&thread.state).live.is_none() {
@@ -288,6 +289,7 @@ impl Runtime {
             state.queue.remove(at).ok_or(QueueError::NoItem)?
         };
         self.store().queue_remove(thread.key.as_str(), item_id);
+        self.fleet_changed();
         let stored = self.store().commit().await;
         self.refuse_item(
             &thread,

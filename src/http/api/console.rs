@@ -1,5 +1,5 @@
-//! The built-in operator console: one static page, its script and its style, embedded in
-//! the binary (no build step, nothing downloaded). The page itself needs no token; it asks
+//! The built-in operator console: one static page, its scripts (ES modules) and its style,
+//! embedded in the binary (no build step, nothing downloaded). The page itself needs no token; it asks
 //! for one and uses it for its API calls, which are authenticated like any other. A strict
 //! content security policy allows only these files and calls to this origin, and the
 //! script renders everything it shows as text.
@@ -12,6 +12,9 @@ use crate::http::body::{Body, full};
 
 const PAGE: &str = include_str!("console/index.html");
 const SCRIPT: &str = include_str!("console/app.js");
+const VIEW: &str = include_str!("console/view.js");
+const THREAD: &str = include_str!("console/thread.js");
+const WAITS: &str = include_str!("console/waits.js");
 const STYLE: &str = include_str!("console/app.css");
 
 const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
@@ -23,6 +26,9 @@ pub(super) fn asset(name: Option<&str>) -> Option<Response<Body>> {
     let (content, media) = match name {
         None => (PAGE, "text/html; charset=utf-8"),
         Some("app.js") => (SCRIPT, "text/javascript; charset=utf-8"),
+        Some("view.js") => (VIEW, "text/javascript; charset=utf-8"),
+        Some("thread.js") => (THREAD, "text/javascript; charset=utf-8"),
+        Some("waits.js") => (WAITS, "text/javascript; charset=utf-8"),
         Some("app.css") => (STYLE, "text/css; charset=utf-8"),
         Some(_) => return None,
     };

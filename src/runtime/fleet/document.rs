@@ -12,6 +12,7 @@ use crate::access::Principal;
 use crate::clock::{now_ms, rfc3339};
 use crate::runtime::Runtime;
 use crate::runtime::live::Phase;
+use crate::runtime::run::EXTEND;
 use crate::runtime::suspension::{self};
 use crate::sync::lock;
 
@@ -20,6 +21,10 @@ use crate::sync::lock;
 pub(in crate::runtime) struct FleetRoom {
     fleet: Arc<Fleet>,
     dirty: Arc<tokio::sync::Notify>,
+    /// Per owner, how many of its runs ended and threads went since the start: a client's
+    /// cue to read its thread list again (a short run may start and end between two
+    /// rebuilds of the document, and never show in `runs`).
+    activity: std::sync::Mutex<HashMap<String, u64>>,
 }
 
 impl FleetRoom {
@@ -27,6 +32,7 @@ impl FleetRoom {
         FleetRoom {
             fleet: Arc::new(fleet),
             dirty: Arc::default(),
+            activity: std::sync::Mutex::default(),
         }
     }
 
@@ -40,6 +46,14 @@ impl Runtime {
     /// Something the fleet document shows changed (a run started, parked, resumed, ended).
     pub(crate) fn fleet_changed(&self) {
         self.fleet().dirty.notify_one();
+    }
+
+    /// One of `owner`'s runs ended, or one of its threads was deleted.
+    pub(in crate::runtime) fn fleet_activity(&self, owner: &str) {
+        *lock(&self.fleet().activity)
+            .entry(owner.to_owned())
+            .or_default() += 1;
+        self.fleet_changed();
     }
 
     /// Rebuilds the fleet document when told that something changed (a burst is taken
@@ -73,8 +87,12 @@ impl Runtime {
         let threads = self.threads().all();
         let mut runs = serde_json::Map::new();
         for thread in threads {
-            let Some(run) = lock(&thread.state).live.clone() else {
-                continue;
+            let (run, queued) = {
+                let state = lock(&thread.state);
+                let Some(run) = state.live.clone() else {
+                    continue;
+                };
+                (run, state.queue.len())
             };
             let suspended = run.phase.get() == Phase::Suspended;
             let mut entry = json!({
@@ -87,6 +105,9 @@ impl Runtime {
             if !thread.owner().is_empty() {
                 entry["owner"] = json!(thread.owner());
             }
+            if queued > 0 {
+                entry["queued"] = json!(queued);
+            }
             if suspended && let Some(suspension) = lock(&run.suspension).as_ref() {
                 let waits: Vec<Value> = suspension
                     .waits
@@ -94,6 +115,11 @@ impl Runtime {
                     .map(|wait| {
                         let kind = match wait {
                             suspension::Wait::Tool { .. } => "tool",
+                            suspension::Wait::Permission { options, .. }
+                                if options.iter().any(|o| o.option_id == EXTEND) =>
+                            {
+                                "budget"
+                            }
                             suspension::Wait::Permission { .. } => "approval",
                             suspension::Wait::Input { .. } => "input",
                         };
@@ -127,7 +153,29 @@ impl Runtime {
             })
             .collect();
         let totals = totals(&runs);
-        json!({"runs": runs, "agents": agents, "totals": totals})
+        let principals = self.principals_today();
+        let activity = json!(*lock(&self.fleet().activity));
+        json!({"runs": runs, "agents": agents, "totals": totals, "principals": principals,
+               "activity": activity})
+    }
+
+    /// What each principal spent today (UTC) on this node, its daily ceiling and how many
+    /// budgets its runs reached, keyed by owner (`""`: the operator). Counted while any
+    /// budget is configured.
+    fn principals_today(&self) -> serde_json::Map<String, Value> {
+        let today = crate::budget::day_of(now_ms());
+        self.days()
+            .on(today)
+            .into_iter()
+            .map(|day| {
+                let entry = json!({
+                    "spent": day.spent,
+                    "limits": day.limits,
+                    "reached": day.reached,
+                });
+                (day.owner, entry)
+            })
+            .collect()
     }
 
     /// A fleet stream for `principal` (its view of the fleet), from `from`.

@@ -210,18 +210,29 @@ impl View {
             .filter(|(name, _)| self.allows_agent(name))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
+        let own = |section: &str| -> serde_json::Map<String, Value> {
+            doc[section]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(owner, _)| self.owner.as_deref().is_none_or(|o| o == owner.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
         let totals = totals(&runs);
-        json!({"runs": runs, "agents": agents, "totals": totals})
+        json!({"runs": runs, "agents": agents, "totals": totals,
+               "principals": own("principals"), "activity": own("activity")})
     }
 }
 
-/// `{"live","suspended"}` of a document's runs.
+/// `{"live","suspended","queued"}` of a document's runs.
 pub(super) fn totals(runs: &serde_json::Map<String, Value>) -> Value {
     let suspended = runs
         .values()
         .filter(|run| run["phase"] == "suspended")
         .count();
-    json!({"live": runs.len(), "suspended": suspended})
+    let queued: u64 = runs.values().filter_map(|run| run["queued"].as_u64()).sum();
+    json!({"live": runs.len(), "suspended": suspended, "queued": queued})
 }
 
 /// The frame of a patch, or `None` when there is nothing to say.

@@ -27,7 +27,7 @@ use crate::sync::lock;
 use std::sync::Arc;
 
 /// The option of a budget question that extends the budget.
-pub(super) const EXTEND: &str = "extend";
+pub(in crate::runtime) const EXTEND: &str = "extend";
 /// The option that stops the run.
 pub(super) const STOP: &str = "stop";
 
@@ -66,6 +66,17 @@ pub(in crate::runtime) struct Days {
     by_owner: std::sync::Mutex<std::collections::HashMap<(String, i64), Arc<DayMeter>>>,
 }
 
+/// One principal's day as the fleet shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub(in crate::runtime) struct DayView {
+    pub(in crate::runtime) owner: String,
+    pub(in crate::runtime) spent: Spend,
+    /// The daily ceiling its last run started under (empty: none).
+    pub(in crate::runtime) limits: Limits,
+    /// How many budgets its runs reached today on this node.
+    pub(in crate::runtime) reached: u64,
+}
+
 impl Days {
     /// The meter of `owner`'s day `day_number` (made on first use; the meters of earlier
     /// days are dropped then).
@@ -76,6 +87,23 @@ impl Days {
             .or_default()
             .clone()
     }
+
+    /// Every principal's day `day_number` that has a meter on this node, by owner.
+    pub(in crate::runtime) fn on(&self, day_number: i64) -> Vec<DayView> {
+        let days = crate::sync::lock(&self.by_owner);
+        let mut views: Vec<DayView> = days
+            .iter()
+            .filter(|((_, day), _)| *day == day_number)
+            .map(|((owner, _), meter)| DayView {
+                owner: owner.clone(),
+                spent: meter.spent(),
+                limits: *lock(&meter.limits),
+                reached: meter.reached.load(std::sync::atomic::Ordering::Relaxed),
+            })
+            .collect();
+        views.sort_by(|a, b| a.owner.cmp(&b.owner));
+        views
+    }
 }
 
 /// A principal's spending on one day on this node: what the store had when the first of
@@ -84,6 +112,10 @@ impl Days {
 pub(in crate::runtime) struct DayMeter {
     seeded: tokio::sync::OnceCell<()>,
     spent: std::sync::Mutex<Spend>,
+    /// The daily ceiling the principal's last run started under.
+    limits: std::sync::Mutex<Limits>,
+    /// Budgets its runs reached.
+    reached: std::sync::atomic::AtomicU64,
 }
 
 impl DayMeter {
@@ -109,6 +141,17 @@ impl DayMeter {
 
     pub(super) fn add(&self, spend: &Spend) {
         lock(&self.spent).add(spend);
+    }
+
+    /// The daily ceiling of the run starting now.
+    pub(in crate::runtime) fn started_under(&self, limits: Limits) {
+        *lock(&self.limits) = limits;
+    }
+
+    /// One of the principal's runs reached a budget.
+    pub(super) fn count_reached(&self) {
+        self.reached
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

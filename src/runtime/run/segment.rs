@@ -494,7 +494,7 @@ impl Drop for SegmentWriter {
         }
         self.run.phase.set(Phase::Running);
         self.run.finished.cancel();
-        self.rt.fleet_changed();
+        self.rt.fleet_activity(self.thread.owner());
         self.release_later();
         // Released exactly once, after the thread no longer shows this run as live.
         self.permit.take();

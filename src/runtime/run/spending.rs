@@ -96,6 +96,7 @@ impl Pump {
             .run_metrics()
             .budget_reached(scope.name(), reached.measure.name());
         let budget = self.budget.as_ref().expect("checked above");
+        budget.day_meter.count_reached();
         let run = lock(&self.writer.run.translator).run_id().to_owned();
         self.writer.rt.notify(
             crate::webhooks::Event::budget_reached(

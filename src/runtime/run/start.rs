@@ -236,13 +236,13 @@ impl Runtime {
         }
         let day_number = crate::budget::day_of(now_ms());
         let day_meter = self.days().meter(principal.owner(), day_number);
-        if !day.is_empty() {
-            let store = &self.store();
-            day_meter
-                .seed(store.spent_on(principal.owner(), day_number))
-                .await
-                .map_err(|_| StartError::Store)?;
-        }
+        // Seeded whatever the ceilings, so the day the fleet shows is the whole day.
+        let store = &self.store();
+        day_meter
+            .seed(store.spent_on(principal.owner(), day_number))
+            .await
+            .map_err(|_| StartError::Store)?;
+        day_meter.started_under(day);
         if let Some(reached) = day.reached(&day_meter.spent()) {
             return Err(StartError::BudgetExceeded(format!(
                 "the principal's daily budget is spent ({reached}); it renews at 00:00 UTC"

@@ -1,74 +1,44 @@
-// The operator console: the fleet live from {path}/fleet/stream, transcripts from the thread
-// routes, the webhook outbox from {path}/webhooks, and answers to waiting approvals through
-// the normal run route. Everything the
-// daemon or an agent says is rendered as text (textContent), never as HTML.
-"use strict";
+// The operator console. The fleet stream ({path}/fleet/stream: live and waiting runs,
+// agents, queues, each principal's spending) drives the page; the thread routes give
+// titles and transcripts, and are read again when the fleet says a run started or ended,
+// never on a timer, so the thread list's status is always the live table's. Actions go
+// through the daemon's own routes with the token given (an operator token sees every
+// principal's runs; a principal's token its own). Everything the daemon or an agent says is
+// rendered as text, never as HTML.
+import { $, applyPatch, button, el, entries, refreshTimes, time } from "./view.js";
+import { openThread, refreshThread, selected } from "./thread.js";
+import { renderWaits } from "./waits.js";
 
 const base = location.pathname.replace(/\/console\/?$/, "");
 const TOKEN_KEY = "agui-serve-console-token";
-const $ = (id) => document.getElementById(id);
 
-let fleet = null;
-// Each agent's reach (from /info): its relays' hosts and egress rules, names only.
-let reach = {};
+export const state = {
+  fleet: null,
+  threads: [],
+  nextCursor: null,
+  reach: {},
+  operator: true,
+};
 let source = null;
+let runSet = "";
 
-function token() {
+export function token() {
   return sessionStorage.getItem(TOKEN_KEY);
 }
 
-function status(text) {
-  $("status").textContent = text;
+export function status(text, problem = false) {
+  const node = $("status");
+  node.textContent = text;
+  node.classList.toggle("problem", problem);
 }
 
-function el(tag, text, attrs = {}) {
-  const node = document.createElement(tag);
-  if (text !== undefined && text !== null) node.textContent = String(text);
-  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
-  return node;
+/** A call of the daemon's API with the token; a refused token asks for it again. */
+/** Says on the status line that `what` could not be read (a refused token says itself). */
+export function failed(what, error) {
+  if (error.message !== "unauthorized") status(`${what} could not be read: ${error.message}`, true);
 }
 
-// RFC 6902, the operations the daemon's diffs use (add, remove, replace), plus test.
-// Keys are a client's thread ids: every one (`__proto__` too) is read and written as an
-// own property, never through the prototype.
-function unescape(segment) {
-  return segment.replace(/~1/g, "/").replace(/~0/g, "~");
-}
-
-function child(parent, key) {
-  if (Array.isArray(parent)) return parent[Number(key)];
-  return Object.hasOwn(parent, key) ? parent[key] : undefined;
-}
-
-function put(object, key, value) {
-  Object.defineProperty(object, key, { value, writable: true, enumerable: true, configurable: true });
-}
-
-function applyPatch(doc, ops) {
-  for (const op of ops) {
-    const path = op.path.split("/").slice(1).map(unescape);
-    if (path.length === 0) {
-      if (op.op === "add" || op.op === "replace") doc = structuredClone(op.value);
-      continue;
-    }
-    let parent = doc;
-    for (const key of path.slice(0, -1)) parent = child(parent, key);
-    const last = path[path.length - 1];
-    if (Array.isArray(parent)) {
-      const index = last === "-" ? parent.length : Number(last);
-      if (op.op === "add") parent.splice(index, 0, structuredClone(op.value));
-      else if (op.op === "remove") parent.splice(index, 1);
-      else if (op.op === "replace") parent[index] = structuredClone(op.value);
-    } else if (op.op === "add" || op.op === "replace") {
-      put(parent, last, structuredClone(op.value));
-    } else if (op.op === "remove" && Object.hasOwn(parent, last)) {
-      delete parent[last];
-    }
-  }
-  return doc;
-}
-
-async function api(path, init = {}) {
+export async function api(path, init = {}) {
   const response = await fetch(base + path, {
     ...init,
     headers: { Authorization: `Bearer ${token()}`, ...(init.headers || {}) },
@@ -81,201 +51,253 @@ async function api(path, init = {}) {
   return response;
 }
 
-function ownerQuery(owner) {
-  return owner ? `?owner=${encodeURIComponent(owner)}` : "";
+/** `?owner=` for a principal's thread when the operator acts on it. */
+export function ownerQuery(owner, joiner = "?") {
+  return owner ? `${joiner}owner=${encodeURIComponent(owner)}` : "";
 }
 
-function render() {
-  if (!fleet) return;
-  const runs = Object.entries(fleet.runs || {}).sort(([, a], [, b]) =>
-    String(a.startedAt).localeCompare(String(b.startedAt)),
-  );
-  const totals = fleet.totals || {};
-  $("totals").textContent = `(${totals.live ?? 0} live, ${totals.suspended ?? 0} waiting)`;
-  const body = $("runs");
-  body.replaceChildren();
-  for (const [key, run] of runs) {
-    const row = el("tr", undefined, { "data-key": key, "data-thread": run.threadId });
-    if (run.phase === "suspended") row.className = "suspended";
-    const thread = el("td");
-    const open = el("button", run.threadId, { type: "button", "aria-label": `Open ${run.threadId}` });
-    open.addEventListener("click", () => openTranscript(run.threadId, run.owner));
-    thread.append(open);
-    row.append(thread, el("td", run.owner || "operator"), el("td", run.agent), el("td", run.phase));
-    row.append(el("td", run.startedAt ? new Date(run.startedAt).toLocaleTimeString() : ""));
-    const waits = el("td");
-    for (const wait of run.waitingFor || []) {
-      waits.append(el("span", `${wait.kind} `));
-      if (wait.kind === "approval") {
-        for (const choice of ["allow", "deny"]) {
-          const button = el("button", choice === "allow" ? "Approve" : "Deny", { type: "button" });
-          if (choice === "allow") button.className = "primary";
-          button.addEventListener("click", () => answer(run, wait.id, choice, button));
-          waits.append(button, " ");
-        }
-      }
-    }
-    row.append(waits);
-    body.append(row);
+/** The live run of a thread, from the fleet. */
+export function liveRun(owner, threadId) {
+  for (const [, run] of entries(state.fleet && state.fleet.runs)) {
+    if (run.threadId === threadId && (run.owner || "") === (owner || "")) return run;
+  }
+  return null;
+}
+
+/** A thread's title as the thread list knows it. */
+export function titleOf(owner, threadId) {
+  const thread = state.threads.find((t) => t.threadId === threadId && (t.owner || "") === (owner || ""));
+  return (thread && thread.title) || threadId;
+}
+
+function principalName(owner) {
+  return owner || "operator";
+}
+
+// --- runs ---------------------------------------------------------------------------
+
+function waitLabel(kind) {
+  return { approval: "approval", input: "question", budget: "budget", tool: "browser tool" }[kind] || kind;
+}
+
+function renderRuns() {
+  const runs = entries(state.fleet.runs).sort(([, a], [, b]) => String(b.startedAt).localeCompare(String(a.startedAt)));
+  const list = $("runs");
+  list.replaceChildren();
+  for (const [, run] of runs) {
+    const item = el("li", undefined, {
+      class: `row run ${run.phase}`,
+      "data-thread": run.threadId,
+      "data-owner": run.owner || "",
+      "data-run": run.runId,
+    });
+    const open = el("button", titleOf(run.owner, run.threadId), { type: "button", class: "link title" });
+    open.addEventListener("click", () => openThread(run.owner, run.threadId));
+    const meta = el("div", undefined, { class: "meta" });
+    meta.append(el("span", run.agent), el("span", principalName(run.owner)), el("span", run.phase, { class: `badge ${run.phase}`, "data-phase": run.phase }));
+    meta.append(el("span", "started "), time(run.startedAt));
+    for (const wait of run.waitingFor || []) meta.append(el("span", `waits: ${waitLabel(wait.kind)}`, { class: "badge waiting" }));
+    if (run.queued) meta.append(el("span", `${run.queued} queued`, { class: "badge" }));
+    const actions = el("div", undefined, { class: "actions" });
+    actions.append(button("Stop", () => stopRun(run), { "aria-label": `Stop the run on ${titleOf(run.owner, run.threadId)}` }));
+    item.append(open, meta, actions);
+    list.append(item);
   }
   $("no-runs").hidden = runs.length > 0;
-  const agents = $("agents");
-  agents.replaceChildren();
-  for (const [name, agent] of Object.entries(fleet.agents || {})) {
-    const processes = agent.processes ? ` (${agent.processes.busy} busy, ${agent.processes.idle} idle)` : "";
-    const item = el("li", `${name}: ${agent.state}${processes}`);
-    const may = reach[name];
+  const totals = state.fleet.totals || {};
+  $("counts").textContent = `${totals.live ?? 0} live · ${totals.suspended ?? 0} waiting · ${totals.queued ?? 0} queued`;
+}
+
+export async function stopRun(run) {
+  try {
+    const response = await api(`/runs/${encodeURIComponent(run.runId)}/cancel`, { method: "POST" });
+    if (response.status === 202) status(`Stopping the run on ${titleOf(run.owner, run.threadId)}`);
+    else if (response.status === 404) status("That run had already ended.");
+    else status(`The run was not stopped: HTTP ${response.status}`, true);
+  } catch (error) {
+    if (error.message !== "unauthorized") status(`The run was not stopped: ${error.message}`, true);
+  }
+}
+
+// --- threads ------------------------------------------------------------------------
+
+/** The thread's status as the fleet says it: its live run's phase, else idle. */
+export function threadStatus(thread) {
+  const run = liveRun(thread.owner, thread.threadId);
+  return run ? run.phase : "idle";
+}
+
+function matches(thread) {
+  const words = $("search").value.trim().toLowerCase().split(/\s+/).filter(Boolean);
+  const haystack = `${thread.title || ""} ${thread.threadId} ${thread.agent} ${principalName(thread.owner)}`.toLowerCase();
+  if (!words.every((word) => haystack.includes(word))) return false;
+  const agent = $("filter-agent").value;
+  const owner = $("filter-owner").value;
+  const wanted = $("filter-status").value;
+  if (agent && thread.agent !== agent) return false;
+  if (owner && principalName(thread.owner) !== owner) return false;
+  return !wanted || threadStatus(thread) === wanted;
+}
+
+function fillChoices(select, values, everything) {
+  const chosen = select.value;
+  select.replaceChildren(el("option", everything, { value: "" }));
+  for (const value of [...new Set(values)].sort()) select.append(el("option", value, { value }));
+  select.value = [...select.options].some((o) => o.value === chosen) ? chosen : "";
+}
+
+function renderThreads() {
+  fillChoices($("filter-agent"), [...state.threads.map((t) => t.agent), ...Object.keys((state.fleet && state.fleet.agents) || {})], "All agents");
+  fillChoices($("filter-owner"), state.threads.map((t) => principalName(t.owner)), "Everyone");
+  const list = $("threads");
+  list.replaceChildren();
+  let shown = 0;
+  const open = selected();
+  for (const thread of state.threads) {
+    if (!matches(thread)) continue;
+    shown += 1;
+    const phase = threadStatus(thread);
+    const item = el("li", undefined, {
+      class: "row thread",
+      "data-thread": thread.threadId,
+      "data-owner": thread.owner || "",
+      "data-status": phase,
+    });
+    if (open && open.threadId === thread.threadId && (open.owner || "") === (thread.owner || "")) item.classList.add("selected");
+    const title = el("button", thread.title || thread.threadId, { type: "button", class: "link title" });
+    title.addEventListener("click", () => openThread(thread.owner, thread.threadId));
+    const meta = el("div", undefined, { class: "meta" });
+    meta.append(el("span", thread.agent), el("span", principalName(thread.owner)), el("span", phase, { class: `badge ${phase}`, "data-phase": phase }));
+    meta.append(time(thread.updatedAt), el("span", `${thread.messageCount} messages`));
+    if (thread.title) meta.append(el("span", thread.threadId, { class: "id" }));
+    item.append(title, meta);
+    list.append(item);
+  }
+  $("no-threads").hidden = shown > 0;
+  $("more-threads").hidden = !state.nextCursor;
+}
+
+export async function loadThreads({ more = false } = {}) {
+  try {
+    const cursor = more && state.nextCursor ? `&cursor=${encodeURIComponent(state.nextCursor)}` : "";
+    const limit = more ? 100 : Math.min(200, Math.max(100, state.threads.length));
+    const body = await (await api(`/threads?limit=${limit}${cursor}`)).json();
+    state.threads = more ? [...state.threads, ...body.threads] : body.threads;
+    state.nextCursor = body.nextCursor || null;
+    renderThreads();
+    if (state.fleet) renderRuns();
+  } catch (error) {
+    failed("The thread list", error);
+  }
+}
+
+// --- health and cost ----------------------------------------------------------------
+
+function renderAgents() {
+  const list = $("agents");
+  list.replaceChildren();
+  for (const [name, agent] of entries(state.fleet.agents)) {
+    const item = el("li", undefined, { "data-agent": name });
+    const head = el("div", undefined, { class: "meta" });
+    head.append(el("strong", name), el("span", agent.state, { class: `badge ${agent.state === "ready" ? "ok" : "problem"}` }));
+    if (agent.processes) head.append(el("span", `${agent.processes.busy} busy, ${agent.processes.idle} idle processes`));
+    item.append(head);
+    const may = state.reach[name];
     if (may) {
       const hosts = [...may.relays.map((host) => `${host} (relay)`), ...may.egress.allow];
-      item.append(el("div", `reaches: ${hosts.length ? hosts.join(", ") : "nothing beyond its sandbox"}`));
+      item.append(el("div", `reaches: ${hosts.length ? hosts.join(", ") : "nothing beyond its sandbox"}`, { class: "hint" }));
     }
     const egress = agent.egress;
     if (egress && egress.denied) {
       const last = egress.lastDenied;
-      const said = last ? `; last ${last.host}:${last.port}, ${last.rule}, ${when(last.atMs)}` : "";
-      item.append(el("div", `egress refused ${egress.denied} time(s)${said}`, { class: "warn" }));
+      const said = last ? `; last ${last.host}:${last.port} (${last.rule}) ` : "";
+      const line = el("div", `egress refused ${egress.denied} time(s)${said}`, { class: "warn" });
+      if (last) line.append(time(last.atMs));
+      item.append(line);
     }
-    agents.append(item);
-  }
-}
-
-// Answers a permission wait: the thread's transcript plus the tool message that names the
-// chosen option, posted to the run route (the run then goes on, detached from this page).
-async function answer(run, callId, choice, button) {
-  button.disabled = true;
-  try {
-    const query = ownerQuery(run.owner);
-    const transcript = await (await api(`/threads/${encodeURIComponent(run.threadId)}/messages${query}`)).json();
-    const messages = transcript.messages.filter((m) => m.role !== "activity");
-    const call = messages
-      .flatMap((m) => m.toolCalls || [])
-      .find((c) => c.id === callId);
-    let option = choice;
-    try {
-      const offered = JSON.parse(call.function.arguments).options || [];
-      const wanted = offered.find((o) => (o.kind || "").startsWith(choice === "allow" ? "allow" : "reject"));
-      if (wanted) option = wanted.optionId;
-    } catch {
-      // No readable options: the plain allow / deny ids.
+    for (const [limit, count] of entries(agent.breaches)) {
+      if (count) item.append(el("div", `quota breached: ${limit} ${typeof count === "object" ? JSON.stringify(count) : `${count} time(s)`}`, { class: "warn" }));
     }
-    messages.push({
-      id: crypto.randomUUID(),
-      role: "tool",
-      toolCallId: callId,
-      content: JSON.stringify({ optionId: option }),
-    });
-    const response = await api(`/${encodeURIComponent(run.agent)}${query}`, {
-      method: "POST",
-      headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
-      body: JSON.stringify({
-        threadId: run.threadId,
-        runId: crypto.randomUUID(),
-        protocolVersion: "1.0",
-        messages,
-      }),
-    });
-    if (!response.ok) {
-      status(`The answer was refused: HTTP ${response.status}`);
-      button.disabled = false;
-      return;
-    }
-    status(`Answered ${run.threadId}: ${choice}`);
-    // Read the stream to its end so the run is followed, not abandoned.
-    const reader = response.body.getReader();
-    while (!(await reader.read()).done) {
-      // The fleet stream shows the run's progress.
-    }
-  } catch (error) {
-    if (error.message !== "unauthorized") status(`The answer failed: ${error.message}`);
-    button.disabled = false;
-  }
-}
-
-async function openTranscript(threadId, owner) {
-  const response = await api(`/threads/${encodeURIComponent(threadId)}/messages${ownerQuery(owner)}`);
-  if (!response.ok) {
-    status(`No transcript for ${threadId}: HTTP ${response.status}`);
-    return;
-  }
-  const body = await response.json();
-  $("transcript-title").textContent = owner ? `${threadId} (${owner})` : threadId;
-  const list = $("messages");
-  list.replaceChildren();
-  for (const message of body.messages) {
-    const item = el("li");
-    item.append(el("span", message.role, { class: "role" }));
-    let text = message.content;
-    if (Array.isArray(text)) text = text.map((part) => part.text ?? `[${part.type}]`).join(" ");
-    if (message.role === "activity") text = `${message.activityType} ${JSON.stringify(message.content)}`;
-    if (text === undefined || text === null) text = "";
-    if (message.toolCalls) {
-      text += message.toolCalls.map((c) => ` [${c.function.name}]`).join("");
-    }
-    item.append(document.createTextNode(String(text)));
     list.append(item);
   }
-  $("transcript").hidden = false;
 }
 
-async function loadReach() {
-  try {
-    const info = await (await api("/info")).json();
-    reach = {};
-    for (const [name, agent] of Object.entries(info.agents || {})) {
-      if (agent.reach) reach[name] = agent.reach;
-    }
-    render();
-  } catch {
-    // Shown by the status line.
+function spendLine(measure, spent, limit) {
+  const line = el("div", undefined, { class: "spend" });
+  const shown = measure === "wall time" ? `${Math.round(spent / 1000)} s` : String(spent);
+  if (limit) {
+    const ceiling = measure === "wall time" ? limit * 1000 : limit;
+    line.append(el("span", `${measure}: ${shown} of ${measure === "wall time" ? `${limit} s` : limit}`));
+    line.append(el("meter", undefined, { min: "0", max: String(ceiling), value: String(Math.min(spent, ceiling)), "aria-label": `${measure} spent of the daily budget` }));
+  } else {
+    line.append(el("span", `${measure}: ${shown}`));
   }
+  return line;
 }
 
-async function loadThreads() {
-  try {
-    const body = await (await api("/threads?limit=50")).json();
-    const list = $("threads");
-    list.replaceChildren();
-    for (const thread of body.threads) {
-      const item = el("li");
-      const button = el("button", thread.title || thread.threadId, { type: "button" });
-      button.addEventListener("click", () => openTranscript(thread.threadId, thread.owner));
-      const queued = thread.queued ? `, ${thread.queued} queued` : "";
-      item.append(button, ` ${thread.agent}, ${thread.status}${queued}${thread.owner ? `, ${thread.owner}` : ""}`);
-      list.append(item);
-    }
-  } catch {
-    // Shown by the status line.
+function renderPrincipals() {
+  const list = $("principals");
+  list.replaceChildren();
+  const days = entries(state.fleet.principals);
+  for (const [owner, day] of days) {
+    const item = el("li", undefined, { "data-principal": principalName(owner) });
+    const head = el("div", undefined, { class: "meta" });
+    head.append(el("strong", principalName(owner)));
+    if (day.reached) head.append(el("span", `${day.reached} budget(s) reached`, { class: "badge problem" }));
+    const limits = day.limits || {};
+    item.append(head, spendLine("tokens", day.spent.tokens, limits.tokens), spendLine("tool calls", day.spent.toolCalls, limits.tool_calls));
+    item.append(spendLine("wall time", day.spent.wallTimeMs, limits.wall_time));
+    list.append(item);
   }
+  $("no-spend").hidden = days.length > 0;
 }
 
-// Each webhook endpoint's outbox, one line (hidden when none is configured).
+function renderQueues() {
+  const list = $("queues");
+  list.replaceChildren();
+  for (const [, run] of entries(state.fleet.runs)) {
+    if (!run.queued) continue;
+    const item = el("li");
+    const open = el("button", titleOf(run.owner, run.threadId), { type: "button", class: "link" });
+    open.addEventListener("click", () => openThread(run.owner, run.threadId));
+    item.append(open, ` ${run.queued} waiting behind a ${run.phase} run (${principalName(run.owner)})`);
+    list.append(item);
+  }
+  $("no-queues").hidden = list.childElementCount > 0;
+}
+
 async function loadWebhooks() {
+  if (!state.operator) return;
   try {
-    const body = await (await api("/webhooks")).json();
+    const response = await api("/webhooks");
+    if (!response.ok) {
+      state.operator = response.status !== 403 && response.status !== 404;
+      $("webhooks-panel").hidden = true;
+      $("schedules-panel").hidden = !state.operator && $("schedules").childElementCount === 0;
+      return;
+    }
+    const body = await response.json();
     const list = $("webhooks");
     list.replaceChildren();
     for (const hook of body.endpoints || []) {
-      let line = `${hook.name}${hook.configured ? "" : " (not configured)"}: ${hook.pending} pending`;
-      if (hook.failing) line += `, ${hook.failing} failing`;
-      if (hook.lastDeliveredAt) line += `, last delivered ${new Date(hook.lastDeliveredAt).toLocaleTimeString()}`;
-      if (hook.lastError) line += `, last error: ${hook.lastError.message}`;
-      list.append(el("li", line));
+      const item = el("li");
+      item.append(el("strong", hook.name), ` ${hook.configured ? "" : "(not configured) "}${hook.pending} pending`);
+      if (hook.failing) item.append(el("span", `, ${hook.failing} failing`, { class: "warn" }));
+      if (hook.lastDeliveredAt) item.append(", last delivered ", time(hook.lastDeliveredAt));
+      if (hook.lastError) item.append(el("div", `last error: ${hook.lastError.message}`, { class: "warn" }));
+      list.append(item);
     }
-    $("webhooks-section").hidden = list.childElementCount === 0;
-  } catch {
-    // Shown by the status line.
+    $("webhooks-panel").hidden = list.childElementCount === 0;
+  } catch (error) {
+    failed("The webhooks", error);
   }
 }
 
-function when(time) {
-  return time ? new Date(time).toLocaleString() : "";
-}
-
-// Schedules (every principal's for the operator): when each fires next, how its last
-// firing went, what was missed; a delete button each.
 async function loadSchedules() {
   try {
-    const body = await (await api("/schedules")).json();
+    const response = await api("/schedules");
+    if (!response.ok) return;
+    const body = await response.json();
     const rows = $("schedules");
     rows.replaceChildren();
     for (const schedule of body.schedules) {
@@ -283,51 +305,99 @@ async function loadSchedules() {
       const thread = el("td");
       const shown = schedule.threadId || schedule.lastThreadId;
       if (shown) {
-        const open = el("button", shown, { type: "button", "aria-label": `Open ${shown}` });
-        open.addEventListener("click", () => openTranscript(shown, schedule.owner));
+        const open = el("button", titleOf(schedule.owner, shown), { type: "button", class: "link", "aria-label": `Open ${shown}` });
+        open.addEventListener("click", () => openThread(schedule.owner, shown));
         thread.append(open);
       }
-      if (!schedule.threadId) thread.append(" (new each time)");
-      let last = schedule.lastStatus ? `${schedule.lastStatus} ${when(schedule.lastRunAt)}` : "never";
-      if (schedule.lastError) last += `: ${schedule.lastError}`;
-      const missed = schedule.missed.count
-        ? `${schedule.missed.count} (${when(schedule.missed.first)} to ${when(schedule.missed.last)})`
-        : "0";
-      const remove = el("button", "Delete", { type: "button" });
-      remove.addEventListener("click", async () => {
-        remove.disabled = true;
-        const response = await api(`/schedules/${encodeURIComponent(schedule.id)}`, { method: "DELETE" });
-        if (!response.ok) status(`Schedule ${schedule.id} not deleted: HTTP ${response.status}`);
-        loadSchedules();
-      });
-      row.append(el("td", schedule.name || schedule.id), el("td", schedule.owner || "operator"));
-      row.append(el("td", schedule.agent), el("td", `${schedule.cron} ${schedule.timezone}`), thread);
-      row.append(el("td", when(schedule.nextRunAt)), el("td", last), el("td", missed));
+      if (!schedule.threadId) thread.append(el("span", " (new each time)", { class: "hint" }));
+      const last = el("td");
+      if (schedule.lastStatus) last.append(`${schedule.lastStatus} `, time(schedule.lastRunAt));
+      else last.append("never");
+      if (schedule.lastError) last.append(el("div", schedule.lastError, { class: "warn" }));
+      const missed = el("td", schedule.missed.count ? `${schedule.missed.count}` : "0");
+      if (schedule.missed.count) missed.append(" (last ", time(schedule.missed.last), ")");
       const actions = el("td");
-      actions.append(remove);
-      row.append(actions);
+      actions.append(
+        button("Delete", async () => {
+          const answer = await api(`/schedules/${encodeURIComponent(schedule.id)}`, { method: "DELETE" });
+          if (!answer.ok) status(`Schedule ${schedule.id} not deleted: HTTP ${answer.status}`, true);
+          await loadSchedules();
+        }),
+      );
+      const next = el("td");
+      next.append(time(schedule.nextRunAt));
+      row.append(el("td", schedule.name || schedule.id), el("td", principalName(schedule.owner)), el("td", schedule.agent), el("td", `${schedule.cron} ${schedule.timezone}`));
+      row.append(thread, next, last, missed, actions);
       rows.append(row);
     }
     $("no-schedules").hidden = body.schedules.length > 0;
-  } catch {
-    // Shown by the status line.
+  } catch (error) {
+    failed("The schedules", error);
   }
+}
+
+async function loadReach() {
+  try {
+    const info = await (await api("/info")).json();
+    state.reach = {};
+    for (const [name, agent] of Object.entries(info.agents || {})) {
+      if (agent.reach) state.reach[name] = agent.reach;
+    }
+    if (state.fleet) renderAgents();
+  } catch (error) {
+    failed("The agents' reach", error);
+  }
+}
+
+// --- the fleet ----------------------------------------------------------------------
+
+let reloadTimer = null;
+
+/** The thread list, schedules and webhooks again, once, shortly after runs came or went. */
+function reloadSoon() {
+  clearTimeout(reloadTimer);
+  reloadTimer = setTimeout(() => {
+    loadThreads();
+    loadSchedules();
+    loadWebhooks();
+  }, 250);
+}
+
+function render() {
+  if (!state.fleet) return;
+  renderRuns();
+  renderThreads();
+  renderWaits();
+  renderAgents();
+  renderPrincipals();
+  renderQueues();
+  // Runs came or went, or (`activity`) ended or a thread went between two rebuilds.
+  const now = entries(state.fleet.runs)
+    .map(([k, run]) => `${k}:${run.runId}`)
+    .sort()
+    .join(",") + JSON.stringify(state.fleet.activity || {});
+  if (now !== runSet) {
+    runSet = now;
+    reloadSoon();
+  }
+  refreshThread();
 }
 
 function connect() {
   if (source) source.close();
-  status("Connecting...");
+  status("Connecting…");
   source = new EventSource(`${base}/fleet/stream?token=${encodeURIComponent(token())}`);
   source.onopen = () => status("Live");
   source.onmessage = (message) => {
     const event = JSON.parse(message.data);
-    if (event.type === "STATE_SNAPSHOT") fleet = event.snapshot;
-    else if (event.type === "STATE_DELTA" && fleet) fleet = applyPatch(fleet, event.delta);
+    if (event.type === "STATE_SNAPSHOT") state.fleet = event.snapshot;
+    else if (event.type === "STATE_DELTA" && state.fleet) state.fleet = applyPatch(state.fleet, event.delta);
     render();
   };
-  source.onerror = () => status("Reconnecting...");
+  source.onerror = () => status("Reconnecting…", true);
   $("login").hidden = true;
-  $("fleet").hidden = false;
+  $("console").hidden = false;
+  $("sign-out").hidden = false;
   loadReach();
   loadThreads();
   loadWebhooks();
@@ -336,9 +406,12 @@ function connect() {
 
 function showLogin(message) {
   if (source) source.close();
+  source = null;
   $("login").hidden = false;
-  $("fleet").hidden = true;
+  $("console").hidden = true;
+  $("sign-out").hidden = true;
   status(message || "Enter the operator token.");
+  $("token").focus();
 }
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -346,18 +419,19 @@ document.addEventListener("DOMContentLoaded", () => {
     event.preventDefault();
     sessionStorage.setItem(TOKEN_KEY, $("token").value.trim());
     $("token").value = "";
+    state.operator = true;
     connect();
   });
-  $("close-transcript").addEventListener("click", () => {
-    $("transcript").hidden = true;
+  $("sign-out").addEventListener("click", () => {
+    sessionStorage.removeItem(TOKEN_KEY);
+    showLogin("Signed out.");
   });
-  setInterval(() => {
-    if (token() && !$("fleet").hidden) {
-      loadThreads();
-      loadWebhooks();
-      loadSchedules();
-    }
-  }, 5000);
+  for (const id of ["search", "filter-agent", "filter-owner", "filter-status"]) {
+    $(id).addEventListener("input", renderThreads);
+  }
+  $("more-threads").addEventListener("click", () => loadThreads({ more: true }));
+  // Relative times move on; nothing is fetched for it.
+  setInterval(() => refreshTimes(), 10_000);
   if (token()) connect();
   else showLogin();
 });
