@@ -43,8 +43,8 @@ status=0
 (cd "$app" && E2E_URL="$page" CHROMIUM="$chromium" AGUI_BASE="$daemon" AGUI_TOKEN_FILE="$work/token" \
   E2E_SCREENSHOTS="$screenshots" NODE_EXTRA_CA_CERTS="$work/data/tls/cert.pem" node e2e/run.mjs) || status=$?
 # The daemon's own operator console, in the same browser, on a daemon of its own serving
-# the demo agent and the scripted ACP agent (tool calls with diffs and terminal output,
-# approvals, forms). Its screenshots at desktop and phone widths are kept in
+# the demo agent, the scripted ACP agent (tool calls with diffs and terminal output,
+# approvals, forms), a demo agent with a token budget and one that asks by interrupt. Its screenshots at desktop and phone widths are kept in
 # target/console-screenshots (CONSOLE_SCREENSHOTS elsewhere).
 echo "== the built-in operator console"
 (cd "$root" && cargo build --quiet --example scripted_acp_agent)
@@ -57,6 +57,16 @@ kind = "demo"
 name = "scripted"
 kind = "acp"
 command = ["$root/target/debug/examples/scripted_acp_agent"]
+
+[[agents]]
+name = "metered"
+kind = "demo"
+budget = { tokens = 12 }
+
+[[agents]]
+name = "asking"
+kind = "demo"
+hitl = "interrupt"
 TOML
 "$bin" --config "$work/console.toml" --port 0 --data-dir "$work/console-data" --token-file "$work/token" \
   >"$work/console" 2>"$work/console.err" &

@@ -339,3 +339,55 @@ async fn wall_time_is_limited_too() {
     assert!(chunks(&frames) < 100);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn an_agent_that_ends_its_turn_while_the_budget_question_waits_is_still_held_to_the_answer() {
+    let server = TestServer::with(|config| {
+        interrupting(config);
+        config.budgets.run = tokens(12);
+    })
+    .await;
+    // Six chunks: the agent has produced the last two and ended its turn long before anyone
+    // answers the question the fourth one raised.
+    let first = run(&server, &run_body("held", "h1", "/slow 6 20")).await;
+    let interrupt = paused(&first);
+    assert_eq!(chunks(&first), 4);
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let thread: Value = server
+        .get("/threads/held")
+        .sent()
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(thread["status"], "suspended", "{thread}");
+    let said = transcript(&server, "held").await;
+    assert!(
+        !said.contains("chunk 5/6"),
+        "output past the budget was taken: {said}"
+    );
+
+    // Extended, the rest goes out and the run finishes.
+    let mut body = answer("held", "h2", &interrupt, "extend");
+    body["messages"][0]["content"] = json!("/slow 6 20");
+    let second = run(&server, &body).await;
+    assert_eq!(
+        second.last().expect("frame").kind(),
+        "RUN_FINISHED",
+        "{:?}",
+        kinds(&second)
+    );
+    assert_eq!(chunks(&second), 2, "{}", text_of(&second));
+    server.stop().await;
+}
+
+async fn transcript(server: &TestServer, thread: &str) -> String {
+    let body: Value = server
+        .get(&format!("/threads/{thread}/messages"))
+        .sent()
+        .await
+        .json()
+        .await
+        .expect("json");
+    body["messages"].to_string()
+}

@@ -6,7 +6,8 @@
 // thread list and the live table never disagree; at 390 px the page does not scroll
 // sideways. Screenshots at desktop and phone widths go to CONSOLE_SCREENSHOTS when set.
 //
-// The daemon serves `demo` and the scripted ACP agent as `scripted`:
+// The daemon serves `demo`, the scripted ACP agent as `scripted`, a demo agent with a budget
+// of 12 tokens a run as `metered` and one with `hitl = "interrupt"` as `asking`:
 //   AGUI_BASE=https://127.0.0.1:8443/agui AGUI_TOKEN_FILE=t \
 //     NODE_EXTRA_CA_CERTS=<data-dir>/tls/cert.pem node e2e/console.mjs
 import { chromium } from "playwright-core";
@@ -39,7 +40,7 @@ async function step(name, body) {
     console.log(`ok   console :: ${name}`);
   } catch (error) {
     failed += 1;
-    console.log(`FAIL console :: ${name} (${error.message.split("\n")[0]})`);
+    console.log(`FAIL console :: ${name} (${error.message.split("\n").slice(0, process.env.E2E_VERBOSE ? 30 : 1).join("\n")})`);
   }
 }
 
@@ -183,6 +184,37 @@ await step("a question is answered with its form from the strip", async () => {
   });
 });
 
+const meteredThread = unique("console-budget");
+await step("a run paused on its budget is extended from the strip, and the day's spending shows", async () => {
+  // 3 tokens a chunk: paused at the fourth, the rest within the budget extended to 24.
+  await startRun("metered", meteredThread, "/slow 6 20", { wait: true });
+  const card = page.locator(`#waits article[data-thread="${meteredThread}"]`);
+  await card.waitFor();
+  if ((await card.getAttribute("data-kind")) !== "budget") throw new Error("not a budget pause");
+  await card.getByText("budget of 12 is reached").waitFor();
+  await card.getByRole("button", { name: "Extend the budget once" }).click();
+  await card.waitFor({ state: "detached" });
+  await until("the run went on to its end", async () => {
+    const said = (await messages(meteredThread)).map((m) => m.content).filter((c) => typeof c === "string");
+    return said.some((text) => text.includes("chunk 6/6")) || said;
+  });
+  await page.locator('#principals li[data-principal="operator"]').getByText(/^tokens: \d+$/).waitFor();
+});
+
+const interruptThread = unique("console-interrupt");
+await step("an approval asked by interrupt is answered from the strip with resume", async () => {
+  await startRun("asking", interruptThread, "/approve open the gate", { wait: true });
+  const card = page.locator(`#waits article[data-thread="${interruptThread}"]`);
+  await card.waitFor();
+  await card.getByText("Allow the demo agent to open the gate?").waitFor();
+  await card.getByRole("button", { name: "Allow" }).click();
+  await card.waitFor({ state: "detached" });
+  await until("the run went on", async () => {
+    const said = (await messages(interruptThread)).map((m) => m.content).filter((c) => typeof c === "string");
+    return said.includes("Approved: open the gate") || said;
+  });
+});
+
 const longThread = unique("console-long");
 await step("a long run is stopped from the console", async () => {
   const run = startRun("demo", longThread, "/slow 600 100");
@@ -289,12 +321,46 @@ await step("a schedule shows when it fires next and how its last firing went, an
   if (left.schedules.some((s) => s.id === id)) throw new Error("still listed");
 });
 
+await step("a principal's token sees its own threads and runs only", async () => {
+  const minted = await fetch(`${base}/tokens`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" },
+    body: JSON.stringify({ sub: "alice", ttlSeconds: 600 }),
+  });
+  const alice = (await minted.json()).token;
+  const hers = unique("console-alice");
+  const run = await fetch(`${base}/demo`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${alice}`, "Content-Type": "application/json", Accept: "text/event-stream" },
+    body: JSON.stringify({ threadId: hers, runId: randomUUID(), protocolVersion: "1.0", messages: [{ id: randomUUID(), role: "user", content: "hers" }] }),
+  });
+  await run.text();
+  // The operator sees her thread, with her name.
+  await page.locator(`#threads li[data-thread="${hers}"][data-owner="alice"]`).waitFor();
+  const own = await browser.newContext({ ignoreHTTPSErrors: true, viewport: { width: 1280, height: 900 } });
+  const second = await own.newPage();
+  second.setDefaultTimeout(TIMEOUT);
+  await second.goto(`${base}/console`);
+  await second.getByLabel("Operator token").fill(alice);
+  await second.getByRole("button", { name: "Connect" }).click();
+  await second.getByText("Live", { exact: true }).waitFor();
+  await second.locator(`#threads li[data-thread="${hers}"]`).waitFor();
+  const listed = await second.locator("#threads li").evaluateAll((rows) => rows.map((row) => row.dataset.thread));
+  if (listed.length !== 1) throw new Error(`she sees ${JSON.stringify(listed)}`);
+  if (await second.locator("#webhooks-panel").isVisible()) throw new Error("she sees the webhooks");
+  await own.close();
+});
+
 const shownThread = unique("console-shown");
 await step("screenshots at desktop and phone widths; at 390 px nothing scrolls sideways", async () => {
   // A page worth looking at: a run waiting for approval, a long run, a thread with tools.
   await startRun("scripted", shownThread, "permission-edit", { wait: true });
-  const long = startRun("demo", unique("console-busy"), "/slow 100 100");
+  const busy = unique("console-busy");
+  const long = startRun("demo", busy, "/slow 600 100");
   await page.locator(`#waits article[data-thread="${shownThread}"] figure.diff`).waitFor();
+  // Titles come with the thread list, read again as the runs start.
+  await page.locator(`#runs li[data-thread="${busy}"] .title`).getByText("/slow 600 100").waitFor();
+  await page.locator(`#waits article[data-thread="${shownThread}"] h3`).getByText("permission-edit").waitFor();
   await page.locator("#threads").getByRole("button", { name: searched }).click();
   await page.locator("#messages figure.terminal").waitFor();
   if (shots) {
@@ -312,7 +378,7 @@ await step("screenshots at desktop and phone widths; at 390 px nothing scrolls s
   const card = page.locator(`#waits article[data-thread="${shownThread}"]`);
   await card.getByRole("button", { name: "Reject" }).click();
   await card.waitFor({ state: "detached" });
-  await page.locator("#runs li").first().getByRole("button", { name: /^Stop/ }).click();
+  await page.locator(`#runs li[data-thread="${busy}"]`).getByRole("button", { name: /^Stop/ }).click();
   await long;
 });
 

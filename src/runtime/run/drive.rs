@@ -141,7 +141,9 @@ pub(in crate::runtime) async fn drive(
                 pump.take_batch(*item, &mut items);
                 pump.settle().await;
             }
-            outcome = &mut turn_future => {
+            // Paused on its budget, the run takes nothing more of the agent, its turn's end
+            // included: whatever the agent produced meanwhile waits for the answer.
+            outcome = &mut turn_future, if !paused => {
                 if pump.deadline.is_some() {
                     pump.wake_closed("the agent stopped waiting");
                 }

@@ -185,7 +185,10 @@ export async function loadThreads({ more = false } = {}) {
     state.threads = more ? [...state.threads, ...body.threads] : body.threads;
     state.nextCursor = body.nextCursor || null;
     renderThreads();
-    if (state.fleet) renderRuns();
+    if (state.fleet) {
+      renderRuns();
+      renderWaits();
+    }
   } catch (error) {
     failed("The thread list", error);
   }

@@ -23,10 +23,14 @@ export function renderWaits() {
   }
   const list = $("waits");
   for (const [id, { run, wait }] of wanted) {
-    if (cards.has(id)) continue;
+    if (cards.has(id)) {
+      // The thread list may have learnt the title since.
+      cards.get(id).querySelector("h3").textContent = heading(run, wait);
+      continue;
+    }
     const card = el("article", undefined, { class: `wait ${wait.kind}`, "data-wait": wait.id, "data-thread": run.threadId, "data-kind": wait.kind });
     const head = el("header");
-    head.append(el("h3", `${KIND_TITLE[wait.kind] || wait.kind}: ${titleOf(run.owner, run.threadId)}`));
+    head.append(el("h3", heading(run, wait)));
     const meta = el("div", undefined, { class: "meta" });
     meta.append(el("span", run.agent), el("span", run.owner || "operator"), el("span", "started "), time(run.startedAt));
     head.append(meta);
@@ -38,6 +42,10 @@ export function renderWaits() {
   }
   $("waiting-count").textContent = wanted.size ? String(wanted.size) : "";
   $("nothing-waiting").hidden = wanted.size > 0;
+}
+
+function heading(run, wait) {
+  return `${KIND_TITLE[wait.kind] || wait.kind}: ${titleOf(run.owner, run.threadId)}`;
 }
 
 /** The suspended segment of `run`'s thread, replayed: its messages and its end. */
