@@ -400,11 +400,21 @@ pub fn bwrap_args(policy: &Policy, secrets: &[PathBuf], launcher: &Path) -> Vec<
     for path in hidden {
         args.extend(["--ro-bind".to_owned(), text(&path), text(&path)]);
     }
-    for secret in secrets.iter().filter(|s| s.parent().is_some()) {
+    // A secret named relative to the daemon's directory (`--config agui.toml`) is hidden
+    // at its absolute path: `bwrap` refuses a relative mount point.
+    let secrets = secrets
+        .iter()
+        .filter_map(|s| std::path::absolute(s).ok())
+        .filter(|s| s.parent().is_some());
+    for secret in secrets {
         if secret.is_dir() {
-            args.extend(["--tmpfs".to_owned(), text(secret)]);
+            args.extend(["--tmpfs".to_owned(), text(&secret)]);
         } else if secret.exists() {
-            args.extend(["--ro-bind".to_owned(), "/dev/null".to_owned(), text(secret)]);
+            args.extend([
+                "--ro-bind".to_owned(),
+                "/dev/null".to_owned(),
+                text(&secret),
+            ]);
         }
     }
     for path in &policy.write {
@@ -614,6 +624,24 @@ mod tests {
         assert_eq!(names, ["a"]);
         // `/` as a secret (a daemon whose HOME is `/`) takes nothing away.
         assert_eq!(carve(std::slice::from_ref(&root), &["/".into()]), [root]);
+    }
+
+    #[test]
+    fn a_secret_named_relative_to_the_daemon_s_directory_is_hidden_at_its_absolute_path() {
+        let here = std::env::current_dir().expect("cwd");
+        let name = format!("agui-relative-secret-{}.toml", std::process::id());
+        std::fs::write(here.join(&name), "token = 'x'").expect("write");
+        let args = bwrap_args(
+            &Policy::default(),
+            &[PathBuf::from(&name)],
+            Path::new("/bin/x"),
+        );
+        std::fs::remove_file(here.join(&name)).expect("remove");
+        let at = args
+            .windows(3)
+            .find(|w| w[0] == "--ro-bind" && w[1] == "/dev/null")
+            .map(|w| w[2].clone());
+        assert_eq!(at, Some(here.join(&name).display().to_string()));
     }
 
     #[test]
