@@ -41,6 +41,7 @@ impl Runtime {
             self.store().set_archived(row.key.as_str(), archived, now);
         }
         self.store().commit().await?;
+        self.fleet_activity(row.owner.as_str());
         self.visible_thread(principal, id).await
     }
 

@@ -43,6 +43,9 @@ pub enum Wait {
         /// mode) the interrupt id.
         answer_id: String,
         options: Vec<PermissionOption>,
+        /// The daemon's own question whether to extend a budget reached (never an
+        /// agent's: an agent may name its options anything).
+        budget: bool,
         reply: oneshot::Sender<PermissionOutcome>,
     },
     Input {
@@ -467,6 +470,7 @@ mod tests {
                     name: "OK".to_owned(),
                     kind: "allow_once".to_owned(),
                 }],
+                budget: false,
                 reply,
             },
             rx,

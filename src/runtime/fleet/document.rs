@@ -12,7 +12,6 @@ use crate::access::Principal;
 use crate::clock::{now_ms, rfc3339};
 use crate::runtime::Runtime;
 use crate::runtime::live::Phase;
-use crate::runtime::run::EXTEND;
 use crate::runtime::suspension::{self};
 use crate::sync::lock;
 
@@ -115,11 +114,7 @@ impl Runtime {
                     .map(|wait| {
                         let kind = match wait {
                             suspension::Wait::Tool { .. } => "tool",
-                            suspension::Wait::Permission { options, .. }
-                                if options.iter().any(|o| o.option_id == EXTEND) =>
-                            {
-                                "budget"
-                            }
+                            suspension::Wait::Permission { budget: true, .. } => "budget",
                             suspension::Wait::Permission { .. } => "approval",
                             suspension::Wait::Input { .. } => "input",
                         };

@@ -210,14 +210,17 @@ impl View {
             .filter(|(name, _)| self.allows_agent(name))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
+        // Keyed by owner: a view of one owner takes its own entry, every owner's all.
         let own = |section: &str| -> serde_json::Map<String, Value> {
-            doc[section]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .filter(|(owner, _)| self.owner.as_deref().is_none_or(|o| o == owner.as_str()))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect()
+            let all = doc[section].as_object();
+            match &self.owner {
+                None => all.cloned().unwrap_or_default(),
+                Some(owner) => all
+                    .and_then(|all| all.get(owner))
+                    .map(|entry| (owner.clone(), entry.clone()))
+                    .into_iter()
+                    .collect(),
+            }
         };
         let totals = totals(&runs);
         json!({"runs": runs, "agents": agents, "totals": totals,

@@ -27,7 +27,7 @@ use crate::sync::lock;
 use std::sync::Arc;
 
 /// The option of a budget question that extends the budget.
-pub(in crate::runtime) const EXTEND: &str = "extend";
+pub(super) const EXTEND: &str = "extend";
 /// The option that stops the run.
 pub(super) const STOP: &str = "stop";
 

@@ -141,6 +141,7 @@ impl Pump {
                     vec![Wait::Permission {
                         answer_id: id,
                         options: request.options,
+                        budget: false,
                         reply,
                     }],
                     Vec::new(),
@@ -165,6 +166,7 @@ impl Pump {
                     vec![Wait::Permission {
                         answer_id: id,
                         options: request.options,
+                        budget: false,
                         reply,
                     }],
                     vec![interrupt],

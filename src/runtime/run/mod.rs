@@ -11,5 +11,5 @@ mod segment;
 mod spending;
 mod start;
 
-pub(in crate::runtime) use budget::{EXTEND, RunBudget};
+pub(in crate::runtime) use budget::RunBudget;
 pub(in crate::runtime) use inputs::title_of;

@@ -205,6 +205,7 @@ impl Pump {
                     vec![Wait::Permission {
                         answer_id: id,
                         options,
+                        budget: true,
                         reply,
                     }],
                     Vec::new(),
@@ -226,6 +227,7 @@ impl Pump {
                     vec![Wait::Permission {
                         answer_id: id,
                         options,
+                        budget: true,
                         reply,
                     }],
                     vec![interrupt],

@@ -6,7 +6,7 @@
 // principal's runs; a principal's token its own). Everything the daemon or an agent says is
 // rendered as text, never as HTML.
 import { $, applyPatch, button, el, entries, refreshTimes, time } from "./view.js";
-import { openThread, refreshThread, selected } from "./thread.js";
+import { closeThread, openThread, refreshThread, selected } from "./thread.js";
 import { renderWaits } from "./waits.js";
 
 const base = location.pathname.replace(/\/console\/?$/, "");
@@ -16,11 +16,21 @@ export const state = {
   fleet: null,
   threads: [],
   nextCursor: null,
-  reach: {},
+  reach: new Map(),
   operator: true,
 };
 let source = null;
 let runSet = "";
+// What each part was last drawn from: a part whose data did not change is left alone (the
+// fleet changes every second while runs spend; redrawing would take the keyboard's focus).
+let drawn = {};
+
+function changed(part, data) {
+  const text = JSON.stringify(data ?? null);
+  if (drawn[part] === text) return false;
+  drawn[part] = text;
+  return true;
+}
 
 export function token() {
   return sessionStorage.getItem(TOKEN_KEY);
@@ -33,9 +43,9 @@ export function status(text, problem = false) {
 }
 
 /** A call of the daemon's API with the token; a refused token asks for it again. */
-/** Says on the status line that `what` could not be read (a refused token says itself). */
+/** Says on the status line that `what` failed (a refused token says itself). */
 export function failed(what, error) {
-  if (error.message !== "unauthorized") status(`${what} could not be read: ${error.message}`, true);
+  if (error.message !== "unauthorized") status(`${what} failed: ${error.message}`, true);
 }
 
 export async function api(path, init = {}) {
@@ -181,9 +191,15 @@ export async function loadThreads({ more = false } = {}) {
   try {
     const cursor = more && state.nextCursor ? `&cursor=${encodeURIComponent(state.nextCursor)}` : "";
     const limit = more ? 100 : Math.min(200, Math.max(100, state.threads.length));
-    const body = await (await api(`/threads?limit=${limit}${cursor}`)).json();
-    state.threads = more ? [...state.threads, ...body.threads] : body.threads;
-    state.nextCursor = body.nextCursor || null;
+    const response = await api(`/threads?limit=${limit}${cursor}`);
+    if (!response.ok) throw new Error(`HTTP ${response.status}`);
+    const body = await response.json();
+    const same = (a, b) => a.threadId === b.threadId && (a.owner || "") === (b.owner || "");
+    // Read again, the first page replaces what it holds; threads loaded past it stay.
+    const rest = more ? state.threads : state.threads.slice(body.threads.length).filter((t) => !body.threads.some((n) => same(n, t)));
+    state.threads = more ? [...rest, ...body.threads] : [...body.threads, ...rest];
+    if (!more && rest.length) state.nextCursor = state.nextCursor ?? body.nextCursor ?? null;
+    else state.nextCursor = body.nextCursor || null;
     renderThreads();
     if (state.fleet) {
       renderRuns();
@@ -205,7 +221,7 @@ function renderAgents() {
     head.append(el("strong", name), el("span", agent.state, { class: `badge ${agent.state === "ready" ? "ok" : "problem"}` }));
     if (agent.processes) head.append(el("span", `${agent.processes.busy} busy, ${agent.processes.idle} idle processes`));
     item.append(head);
-    const may = state.reach[name];
+    const may = state.reach.get(name);
     if (may) {
       const hosts = [...may.relays.map((host) => `${host} (relay)`), ...may.egress.allow];
       item.append(el("div", `reaches: ${hosts.length ? hosts.join(", ") : "nothing beyond its sandbox"}`, { class: "hint" }));
@@ -342,10 +358,11 @@ async function loadSchedules() {
 async function loadReach() {
   try {
     const info = await (await api("/info")).json();
-    state.reach = {};
-    for (const [name, agent] of Object.entries(info.agents || {})) {
-      if (agent.reach) state.reach[name] = agent.reach;
+    state.reach = new Map();
+    for (const [name, agent] of entries(info.agents)) {
+      if (agent && agent.reach) state.reach.set(name, agent.reach);
     }
+    drawn.agents = null;
     if (state.fleet) renderAgents();
   } catch (error) {
     failed("The agents' reach", error);
@@ -368,12 +385,15 @@ function reloadSoon() {
 
 function render() {
   if (!state.fleet) return;
-  renderRuns();
-  renderThreads();
-  renderWaits();
-  renderAgents();
-  renderPrincipals();
-  renderQueues();
+  const runs = changed("runs", state.fleet.runs);
+  if (runs) {
+    renderRuns();
+    renderThreads();
+    renderWaits();
+    renderQueues();
+  }
+  if (changed("agents", state.fleet.agents)) renderAgents();
+  if (changed("principals", state.fleet.principals)) renderPrincipals();
   // Runs came or went, or (`activity`) ended or a thread went between two rebuilds.
   const now = entries(state.fleet.runs)
     .map(([k, run]) => `${k}:${run.runId}`)
@@ -397,7 +417,15 @@ function connect() {
     else if (event.type === "STATE_DELTA" && state.fleet) state.fleet = applyPatch(state.fleet, event.delta);
     render();
   };
-  source.onerror = () => status("Reconnecting…", true);
+  source.onerror = () => {
+    status("Reconnecting…", true);
+    // A refused token closes the stream for good: a call of ours tells which.
+    if (source && source.readyState === EventSource.CLOSED) {
+      api("/info")
+        .then(() => setTimeout(connect, 2000))
+        .catch(() => {});
+    }
+  };
   $("login").hidden = true;
   $("console").hidden = false;
   $("sign-out").hidden = false;
@@ -410,6 +438,16 @@ function connect() {
 function showLogin(message) {
   if (source) source.close();
   source = null;
+  // Nothing of the previous token's view stays on the page.
+  state.fleet = null;
+  state.threads = [];
+  state.nextCursor = null;
+  runSet = "";
+  drawn = {};
+  for (const id of ["runs", "threads", "waits", "agents", "principals", "queues", "webhooks", "schedules", "messages"]) {
+    $(id).replaceChildren();
+  }
+  closeThread();
   $("login").hidden = false;
   $("console").hidden = true;
   $("sign-out").hidden = true;
@@ -433,6 +471,7 @@ document.addEventListener("DOMContentLoaded", () => {
     $(id).addEventListener("input", renderThreads);
   }
   $("more-threads").addEventListener("click", () => loadThreads({ more: true }));
+  document.addEventListener("action-failed", (event) => failed("The action", event.detail));
   // Relative times move on; nothing is fetched for it.
   setInterval(() => refreshTimes(), 10_000);
   if (token()) connect();

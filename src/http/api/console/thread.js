@@ -6,6 +6,8 @@ import { $, button, el, time, transcriptView } from "./view.js";
 
 let current = null;
 let seen = "";
+// Each read of the pane is numbered; an older read that answers late is dropped.
+let generation = 0;
 
 export function selected() {
   return current;
@@ -36,25 +38,37 @@ export function refreshThread() {
   }
 }
 
-function close() {
+export function closeThread() {
   current = null;
+  generation += 1;
   $("detail-body").hidden = true;
   $("detail-empty").hidden = false;
 }
 
 async function load() {
+  try {
+    await read();
+  } catch (error) {
+    if (error.message !== "unauthorized") status(`The thread could not be read: ${error.message}`, true);
+  }
+}
+
+async function read() {
+  if (!current) return;
+  const mine = ++generation;
   const { owner, threadId } = current;
   const query = ownerQuery(owner);
   const path = `/threads/${encodeURIComponent(threadId)}`;
   const [meta, messages] = await Promise.all([api(`${path}${query}`), api(`${path}/messages${query}`)]);
-  if (!current || current.threadId !== threadId || current.owner !== owner) return;
+  if (mine !== generation) return;
   if (!meta.ok || !messages.ok) {
     status(`Thread ${threadId} could not be read: HTTP ${meta.ok ? messages.status : meta.status}`, true);
-    close();
+    closeThread();
     return;
   }
   const thread = await meta.json();
   const body = await messages.json();
+  if (mine !== generation) return;
   $("detail-empty").hidden = true;
   $("detail-body").hidden = false;
   $("detail-title").textContent = thread.title || titleOf(owner, threadId);
@@ -93,7 +107,7 @@ function renderActions(thread, run) {
       });
       if (!response.ok) return status(`Not archived: HTTP ${response.status}`, true);
       status(`Archived ${thread.title || threadId}`);
-      close();
+      closeThread();
       await loadThreads();
     }),
   );
@@ -118,10 +132,10 @@ function renderActions(thread, run) {
     }
     status(`Deleted ${thread.title || threadId}`);
     state.threads = state.threads.filter((t) => !(t.threadId === threadId && (t.owner || "") === owner));
-    close();
+    closeThread();
     await loadThreads();
   });
-  actions.append(remove, button("Close", async () => close()));
+  actions.append(remove, button("Close", async () => closeThread()));
 }
 
 async function renderFiles(path, query) {

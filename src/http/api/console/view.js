@@ -14,13 +14,18 @@ export function el(tag, text, attrs = {}) {
   return node;
 }
 
-/** A button that runs `action` when pressed (disabled while it runs). */
+/**
+ * A button that runs `action` when pressed (disabled while it runs); an action that fails
+ * raises `action-failed` on the document with the error.
+ */
 export function button(text, action, attrs = {}) {
   const node = el("button", text, { type: "button", ...attrs });
   node.addEventListener("click", async () => {
     node.disabled = true;
     try {
       await action(node);
+    } catch (error) {
+      document.dispatchEvent(new CustomEvent("action-failed", { detail: error }));
     } finally {
       node.disabled = false;
     }

@@ -2,8 +2,10 @@
 // there is to decide (the tool and its input, the diff it would apply, the form, the budget
 // reached) and the answers. What a wait asks is read from the thread's reattach stream,
 // which replays a suspended run's segment: its messages, then `RUN_FINISHED` with the
-// pending tool calls or interrupts. The answer is posted as a run that no stream follows
-// (`POST {path}/threads/{id}/runs`), so the run goes on whether this page stays or not.
+// pending tool calls or interrupts. The answer goes to the run route as any client's
+// would (a tool message, or a `resume[]`; the stored history stands for the rest), so the
+// run keeps its own semantics (its budget questions, its disconnect grace); the answer's
+// stream is read to its end.
 import { api, ownerQuery, state, status, stopRun, titleOf } from "./app.js";
 import { $, button, diffView, el, entries, pretty, time } from "./view.js";
 
@@ -127,13 +129,15 @@ function question(wait, { messages, outcome }) {
 }
 
 async function describe(run, wait, body) {
-  let asked;
   try {
-    asked = question(wait, await segment(run));
+    ask(run, wait, body, question(wait, await segment(run)));
   } catch (error) {
+    body.className = "hint";
     body.textContent = `What it asks could not be read (${error.message}).`;
-    return;
   }
+}
+
+function ask(run, wait, body, asked) {
   body.className = "ask";
   body.replaceChildren();
   if (asked.message) body.append(el("p", asked.message, { class: "question" }));
@@ -181,7 +185,7 @@ function form(run, wait, asked) {
   const schema = asked.schema || {};
   const required = new Set(schema.required || []);
   const fields = [];
-  for (const [name, field] of entries(schema.properties)) {
+  for (const [name, field] of entries(schema.properties).filter(([, f]) => f && typeof f === "object")) {
     const id = `f-${wait.id}-${name}`.replace(/[^A-Za-z0-9_-]/g, "_");
     const label = el("label", field.title || name, { for: id });
     let input;
@@ -220,8 +224,8 @@ function form(run, wait, asked) {
 
 /** Posts the answer: a tool message (tool mode) or a `resume[]` (interrupt mode). */
 async function answer(run, wait, asked, { optionId, values, decline }) {
-  const messages = asked.messages.filter((m) => ["user", "assistant", "tool", "system", "developer"].includes(m.role));
-  const input = { agent: run.agent, threadId: run.threadId, runId: crypto.randomUUID(), protocolVersion: "1.0", messages };
+  const messages = [];
+  const input = { threadId: run.threadId, runId: crypto.randomUUID(), protocolVersion: "1.0", messages };
   if (asked.mode === "tool") {
     let content;
     if (optionId !== undefined) content = { optionId };
@@ -233,12 +237,12 @@ async function answer(run, wait, asked, { optionId, values, decline }) {
     input.resume = [{ interruptId: wait.id, status: "resolved", payload: optionId !== undefined ? { optionId } : values }];
   }
   try {
-    const response = await api(`/threads/${encodeURIComponent(run.threadId)}/runs${ownerQuery(run.owner)}`, {
+    const response = await api(`/${encodeURIComponent(run.agent)}${ownerQuery(run.owner)}`, {
       method: "POST",
-      headers: { "Content-Type": "application/json" },
+      headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
       body: JSON.stringify(input),
     });
-    if (response.status !== 202) {
+    if (!response.ok) {
       let said = "";
       try {
         said = (await response.json()).message || "";
@@ -249,6 +253,11 @@ async function answer(run, wait, asked, { optionId, values, decline }) {
       return;
     }
     status(`Answered ${titleOf(run.owner, run.threadId)}`);
+    // Followed to its end (the fleet shows how it goes), so the answer is never abandoned.
+    const reader = response.body.getReader();
+    while (!(await reader.read()).done) {
+      // Nothing to do with the events here.
+    }
   } catch (error) {
     if (error.message !== "unauthorized") status(`The answer failed: ${error.message}`, true);
   }
