@@ -378,6 +378,15 @@ async fn an_agent_that_ends_its_turn_while_the_budget_question_waits_is_still_he
         kinds(&second)
     );
     assert_eq!(chunks(&second), 2, "{}", text_of(&second));
+    // The message the pause cut is kept in two parts, the rest under an id of its own:
+    // nothing of the first part is lost from the stored transcript.
+    let said = transcript(&server, "held").await;
+    for n in 1..=6 {
+        assert!(
+            said.contains(&format!("chunk {n}/6")),
+            "chunk {n} lost: {said}"
+        );
+    }
     server.stop().await;
 }
 

@@ -53,6 +53,9 @@ pub(in crate::runtime) struct Pump {
     pub(in crate::runtime) buffered: VecDeque<SinkItem>,
     /// Tool calls opened in earlier segments (a later result may answer them).
     pub(in crate::runtime) known_tools: HashSet<String>,
+    /// The agent's messages the last park cut, and how many segments the run has had.
+    cut_messages: Vec<String>,
+    segments: u32,
     /// A suspension whose terminal event waits for the store (see [`Pump::settle`]).
     /// Boxed, as the next one: rare, and a run that never suspends keeps only a pointer.
     pub(in crate::runtime) pending_park: Option<Box<Ending>>,
@@ -245,6 +248,8 @@ impl Pump {
             deadline: None,
             buffered: VecDeque::new(),
             known_tools: HashSet::new(),
+            cut_messages: Vec::new(),
+            segments: 1,
             pending_park: None,
             pending_segment: None,
             budget: None,
@@ -382,6 +387,10 @@ impl Pump {
         for id in &self.known_tools {
             translator.know_tool_call(id);
         }
+        self.segments += 1;
+        for id in std::mem::take(&mut self.cut_messages) {
+            translator.carry(&id, self.segments);
+        }
         *lock(&self.writer.run.translator) = translator;
         self.writer
             .run
@@ -409,10 +418,13 @@ impl Pump {
         }
     }
 
+    /// Before a park: the tool calls a later segment's results may answer, and the
+    /// messages the park cuts.
     pub(in crate::runtime) fn remember_tools(&mut self) {
         let translator = lock(&self.writer.run.translator);
         self.known_tools
             .extend(translator.known_tool_calls().cloned());
+        self.cut_messages = translator.open_messages();
     }
 }
 

@@ -71,6 +71,9 @@ pub struct Translator {
     transcript: Vec<Produced>,
     /// Indexes into `transcript` of items completed since the last `take_completed`.
     completed: Vec<usize>,
+    /// Messages an earlier segment cut (closed at its park while the agent was still
+    /// writing them): the agent's id -> the id their rest goes out under here.
+    carried: HashMap<String, String>,
 }
 
 /// A message the agent produced in this segment, as it would appear in the transcript.
@@ -120,7 +123,34 @@ impl Translator {
             answered_tools: HashSet::new(),
             transcript: Vec::new(),
             completed: Vec::new(),
+            carried: HashMap::new(),
         }
+    }
+
+    /// The agent's ids of the text and reasoning messages open now (a park cuts them).
+    pub fn open_messages(&self) -> Vec<String> {
+        self.open_text
+            .iter()
+            .chain(&self.open_reasoning)
+            .map(|shown| {
+                self.carried
+                    .iter()
+                    .find(|(_, out)| *out == shown)
+                    .map_or_else(|| shown.clone(), |(agent, _)| agent.clone())
+            })
+            .collect()
+    }
+
+    /// The rest of message `agent_id`, cut by an earlier segment's park, goes out as a
+    /// message of its own, `<id>~<segment>`: a client (and the stored transcript) keeps the
+    /// part before the park under the first id.
+    pub fn carry(&mut self, agent_id: &str, segment: u32) {
+        self.carried
+            .insert(agent_id.to_owned(), format!("{agent_id}~{segment}"));
+    }
+
+    fn shown_id(&self, agent_id: String) -> String {
+        self.carried.get(&agent_id).cloned().unwrap_or(agent_id)
     }
 
     /// Every tool call this translator has seen opened (or was told of).
@@ -170,6 +200,29 @@ impl Translator {
         if let Some(start) = self.start(None) {
             out.push(start);
         }
+        let event = match event {
+            AgentEvent::TextStart { message_id } => AgentEvent::TextStart {
+                message_id: self.shown_id(message_id),
+            },
+            AgentEvent::TextDelta { message_id, delta } => AgentEvent::TextDelta {
+                message_id: self.shown_id(message_id),
+                delta,
+            },
+            AgentEvent::TextEnd { message_id } => AgentEvent::TextEnd {
+                message_id: self.shown_id(message_id),
+            },
+            AgentEvent::ReasoningStart { message_id } => AgentEvent::ReasoningStart {
+                message_id: self.shown_id(message_id),
+            },
+            AgentEvent::ReasoningDelta { message_id, delta } => AgentEvent::ReasoningDelta {
+                message_id: self.shown_id(message_id),
+                delta,
+            },
+            AgentEvent::ReasoningEnd { message_id } => AgentEvent::ReasoningEnd {
+                message_id: self.shown_id(message_id),
+            },
+            other => other,
+        };
         match event {
             AgentEvent::TextStart { message_id } => self.open_text_message(message_id, None, out),
             AgentEvent::SubagentTextStart {
