@@ -24,7 +24,29 @@ pub(in crate::runtime) struct FleetRoom {
     /// cue to read its thread list again (a short run may start and end between two
     /// rebuilds of the document, and never show in `runs`).
     activity: std::sync::Mutex<HashMap<String, u64>>,
+    /// Each principal's day as last shown (it changes with every token while runs work:
+    /// read anew every second, the document would take a patch a second).
+    spending: std::sync::Mutex<Shown>,
 }
+
+/// The principals' days as the document last showed them.
+#[derive(Default)]
+struct Shown {
+    at: u64,
+    mark: Mark,
+    doc: Value,
+}
+
+/// What, changed, has the days read anew: the runs (their keys, ids and phases) and the
+/// budgets reached by owner.
+#[derive(Default, PartialEq)]
+struct Mark {
+    runs: Vec<String>,
+    reached: Vec<(String, u64)>,
+}
+
+/// How often the fleet shows each principal's spending anew.
+const SPENDING_EVERY_MS: u64 = 10_000;
 
 impl FleetRoom {
     pub(in crate::runtime) fn new(fleet: Fleet) -> FleetRoom {
@@ -32,6 +54,7 @@ impl FleetRoom {
             fleet: Arc::new(fleet),
             dirty: Arc::default(),
             activity: std::sync::Mutex::default(),
+            spending: std::sync::Mutex::default(),
         }
     }
 
@@ -148,7 +171,7 @@ impl Runtime {
             })
             .collect();
         let totals = totals(&runs);
-        let principals = self.principals_today();
+        let principals = self.principals_today(&runs);
         let activity = json!(*lock(&self.fleet().activity));
         json!({"runs": runs, "agents": agents, "totals": totals, "principals": principals,
                "activity": activity})
@@ -156,11 +179,26 @@ impl Runtime {
 
     /// What each principal spent today (UTC) on this node, its daily ceiling and how many
     /// budgets its runs reached, keyed by owner (`""`: the operator). Counted while any
-    /// budget is configured.
-    fn principals_today(&self) -> serde_json::Map<String, Value> {
-        let today = crate::budget::day_of(now_ms());
-        self.days()
-            .on(today)
+    /// budget is configured. Read anew when the runs changed (`runs`: the document's runs
+    /// now), a budget was reached, or [`SPENDING_EVERY_MS`] passed; else as last shown.
+    fn principals_today(&self, runs: &serde_json::Map<String, Value>) -> Value {
+        let now = now_ms();
+        let days = self.days().on(crate::budget::day_of(now));
+        let mark = Mark {
+            runs: runs
+                .iter()
+                .map(|(key, run)| format!("{key}:{}:{}", run["runId"], run["phase"]))
+                .collect(),
+            reached: days
+                .iter()
+                .map(|day| (day.owner.clone(), day.reached))
+                .collect(),
+        };
+        let mut shown = lock(&self.fleet().spending);
+        if now.saturating_sub(shown.at) < SPENDING_EVERY_MS && shown.mark == mark {
+            return shown.doc.clone();
+        }
+        let doc: serde_json::Map<String, Value> = days
             .into_iter()
             .map(|day| {
                 let entry = json!({
@@ -170,7 +208,13 @@ impl Runtime {
                 });
                 (day.owner, entry)
             })
-            .collect()
+            .collect();
+        *shown = Shown {
+            at: now,
+            mark,
+            doc: Value::Object(doc),
+        };
+        shown.doc.clone()
     }
 
     /// A fleet stream for `principal` (its view of the fleet), from `from`.

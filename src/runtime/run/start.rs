@@ -242,7 +242,11 @@ impl Runtime {
             .seed(store.spent_on(principal.owner(), day_number))
             .await
             .map_err(|_| StartError::Store)?;
-        day_meter.started_under(day);
+        // The day's ceiling shown is the principal's own (an operator's run on its behalf
+        // has none of its own to show).
+        if principal.budget().is_some() || principal.is_capped() {
+            day_meter.started_under(day);
+        }
         if let Some(reached) = day.reached(&day_meter.spent()) {
             return Err(StartError::BudgetExceeded(format!(
                 "the principal's daily budget is spent ({reached}); it renews at 00:00 UTC"
