@@ -190,3 +190,31 @@ fn produced_transcript_accumulates_text() {
         }]
     );
 }
+
+#[test]
+fn a_message_a_park_cut_goes_on_under_an_id_of_its_own_and_is_cut_again_by_its_agent_id() {
+    let delta = |text: &str| AgentEvent::TextDelta {
+        message_id: "m1".into(),
+        delta: text.into(),
+    };
+    let mut first = Translator::new("t", "r1");
+    let mut out = Vec::new();
+    first.translate(delta("one "), &mut out);
+    assert_eq!(first.open_messages(), ["m1"]);
+
+    let mut second = Translator::new("t", "r2");
+    second.carry("m1", 2);
+    let mut out = Vec::new();
+    second.translate(delta("two"), &mut out);
+    let ids: Vec<&str> = out
+        .iter()
+        .filter_map(|event| match event {
+            Event::TextMessageStart { message_id, .. } => Some(message_id.as_str()),
+            Event::TextMessageContent { message_id, .. } => Some(message_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids, ["m1~2", "m1~2"]);
+    // Cut again, it is named by the agent's id, so the next segment carries it on.
+    assert_eq!(second.open_messages(), ["m1"]);
+}
