@@ -42,13 +42,11 @@ page="$(wait_for_url "$work/app" "copilotkit example listening on" "${pids[-1]}"
 status=0
 (cd "$app" && E2E_URL="$page" CHROMIUM="$chromium" AGUI_BASE="$daemon" AGUI_TOKEN_FILE="$work/token" \
   E2E_SCREENSHOTS="$screenshots" NODE_EXTRA_CA_CERTS="$work/data/tls/cert.pem" node e2e/run.mjs) || status=$?
-# The daemon's own operator console, in the same browser, on a daemon of its own serving
-# the demo agent, the scripted ACP agent (tool calls with diffs and terminal output,
-# approvals, forms), a demo agent with a token budget and one that asks by interrupt. Its screenshots at desktop and phone widths are kept in
-# target/console-screenshots (CONSOLE_SCREENSHOTS elsewhere).
-echo "== the built-in operator console"
+# The demo agent and the scripted ACP agent, as configuration (the daemons below serve
+# both).
 (cd "$root" && cargo build --quiet --example scripted_acp_agent)
-cat >"$work/console.toml" <<TOML
+two_agents() {
+  cat <<TOML
 [[agents]]
 name = "demo"
 kind = "demo"
@@ -57,6 +55,15 @@ kind = "demo"
 name = "scripted"
 kind = "acp"
 command = ["$root/target/debug/examples/scripted_acp_agent"]
+TOML
+}
+# The daemon's own operator console, in the same browser, on a daemon of its own serving
+# the demo agent, the scripted ACP agent (tool calls with diffs and terminal output,
+# approvals, forms), a demo agent with a token budget and one that asks by interrupt. Its
+# screenshots at desktop and phone widths are kept in target/console-screenshots
+# (CONSOLE_SCREENSHOTS elsewhere).
+echo "== the built-in operator console"
+{ two_agents; cat <<TOML
 
 [[agents]]
 name = "metered"
@@ -68,6 +75,7 @@ name = "asking"
 kind = "demo"
 hitl = "interrupt"
 TOML
+} >"$work/console.toml"
 "$bin" --config "$work/console.toml" --port 0 --data-dir "$work/console-data" --token-file "$work/token" \
   >"$work/console" 2>"$work/console.err" &
 pids+=($!)
@@ -91,17 +99,10 @@ free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1
 # Its own daemon on a fixed port and data directory, so the test can restart it; besides
 # the demo agent it serves the scripted ACP agent, taking images, for the upload case.
 direct_port="$(free_port)"
-cat >"$work/direct.toml" <<TOML
-[[agents]]
-name = "demo"
-kind = "demo"
-
-[[agents]]
-name = "scripted"
-kind = "acp"
-command = ["$root/target/debug/examples/scripted_acp_agent"]
+{ two_agents; cat <<TOML
 env = { SCRIPTED_AGENT_IMAGES = "1" }
 TOML
+} >"$work/direct.toml"
 cat >"$work/direct-daemon.sh" <<SH
 #!/usr/bin/env bash
 # (Re)starts the direct-mode daemon and waits until it listens.

@@ -70,6 +70,14 @@ async function messages(threadId) {
   return (await response.json()).messages ?? [];
 }
 
+/** Waits until the text messages of `threadId`'s transcript satisfy `check`. */
+async function agentSaid(what, threadId, check) {
+  await until(what, async () => {
+    const said = (await messages(threadId)).map((m) => m.content).filter((c) => typeof c === "string");
+    return check(said) || said;
+  });
+}
+
 async function until(what, check) {
   const deadline = Date.now() + TIMEOUT;
   for (;;) {
@@ -149,10 +157,7 @@ await step("a run waiting for approval is in the strip with its diff, and approv
   await agreeing("while it waits");
   await card.getByRole("button", { name: "Allow once" }).click();
   await card.waitFor({ state: "detached" });
-  await until("the agent heard the answer", async () => {
-    const said = (await messages(editThread)).map((m) => m.content).filter((c) => typeof c === "string");
-    return said.includes("Permission allowed.") || said;
-  });
+  await agentSaid("the agent heard the answer", editThread, (said) => said.includes("Permission allowed."));
 });
 
 const demoApproval = unique("console-approve");
@@ -162,10 +167,7 @@ await step("the demo agent's approval is denied from the strip", async () => {
   await card.waitFor();
   await card.getByRole("button", { name: "Deny" }).click();
   await card.waitFor({ state: "detached" });
-  await until("the run went on", async () => {
-    const said = (await messages(demoApproval)).map((m) => m.content).filter((c) => typeof c === "string");
-    return said.includes("Denied: ship the release") || said;
-  });
+  await agentSaid("the run went on", demoApproval, (said) => said.includes("Denied: ship the release"));
 });
 
 const formThread = unique("console-form");
@@ -178,10 +180,7 @@ await step("a question is answered with its form from the strip", async () => {
   await card.getByLabel("age").fill("36");
   await card.getByRole("button", { name: "Send answer" }).click();
   await card.waitFor({ state: "detached" });
-  await until("the form's answer reached the agent", async () => {
-    const said = (await messages(formThread)).map((m) => m.content).filter((c) => typeof c === "string");
-    return said.some((text) => text.startsWith("Form accepted") && text.includes("Ada")) || said;
-  });
+  await agentSaid("the form's answer reached the agent", formThread, (said) => said.some((text) => text.startsWith("Form accepted") && text.includes("Ada")));
 });
 
 const meteredThread = unique("console-budget");
@@ -194,10 +193,7 @@ await step("a run paused on its budget is extended from the strip, and the day's
   await card.getByText("budget of 12 is reached").waitFor();
   await card.getByRole("button", { name: "Extend the budget once" }).click();
   await card.waitFor({ state: "detached" });
-  await until("the run went on to its end", async () => {
-    const said = (await messages(meteredThread)).map((m) => m.content).filter((c) => typeof c === "string");
-    return said.some((text) => text.includes("chunk 6/6")) || said;
-  });
+  await agentSaid("the run went on to its end", meteredThread, (said) => said.some((text) => text.includes("chunk 6/6")));
   await page.locator('#principals li[data-principal="operator"]').getByText(/^tokens: \d+$/).waitFor();
 });
 
@@ -209,10 +205,7 @@ await step("an approval asked by interrupt is answered from the strip with resum
   await card.getByText("Allow the demo agent to open the gate?").waitFor();
   await card.getByRole("button", { name: "Allow" }).click();
   await card.waitFor({ state: "detached" });
-  await until("the run went on", async () => {
-    const said = (await messages(interruptThread)).map((m) => m.content).filter((c) => typeof c === "string");
-    return said.includes("Approved: open the gate") || said;
-  });
+  await agentSaid("the run went on", interruptThread, (said) => said.includes("Approved: open the gate"));
 });
 
 const longThread = unique("console-long");

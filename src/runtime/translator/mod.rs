@@ -149,6 +149,33 @@ impl Translator {
             .insert(agent_id.to_owned(), format!("{agent_id}~{segment}"));
     }
 
+    /// `event` with the id a carried message goes on under (see [`Translator::carry`]).
+    fn carried_on(&self, event: AgentEvent) -> AgentEvent {
+        match event {
+            AgentEvent::TextStart { message_id } => AgentEvent::TextStart {
+                message_id: self.shown_id(message_id),
+            },
+            AgentEvent::TextDelta { message_id, delta } => AgentEvent::TextDelta {
+                message_id: self.shown_id(message_id),
+                delta,
+            },
+            AgentEvent::TextEnd { message_id } => AgentEvent::TextEnd {
+                message_id: self.shown_id(message_id),
+            },
+            AgentEvent::ReasoningStart { message_id } => AgentEvent::ReasoningStart {
+                message_id: self.shown_id(message_id),
+            },
+            AgentEvent::ReasoningDelta { message_id, delta } => AgentEvent::ReasoningDelta {
+                message_id: self.shown_id(message_id),
+                delta,
+            },
+            AgentEvent::ReasoningEnd { message_id } => AgentEvent::ReasoningEnd {
+                message_id: self.shown_id(message_id),
+            },
+            other => other,
+        }
+    }
+
     fn shown_id(&self, agent_id: String) -> String {
         self.carried.get(&agent_id).cloned().unwrap_or(agent_id)
     }
@@ -200,29 +227,7 @@ impl Translator {
         if let Some(start) = self.start(None) {
             out.push(start);
         }
-        let event = match event {
-            AgentEvent::TextStart { message_id } => AgentEvent::TextStart {
-                message_id: self.shown_id(message_id),
-            },
-            AgentEvent::TextDelta { message_id, delta } => AgentEvent::TextDelta {
-                message_id: self.shown_id(message_id),
-                delta,
-            },
-            AgentEvent::TextEnd { message_id } => AgentEvent::TextEnd {
-                message_id: self.shown_id(message_id),
-            },
-            AgentEvent::ReasoningStart { message_id } => AgentEvent::ReasoningStart {
-                message_id: self.shown_id(message_id),
-            },
-            AgentEvent::ReasoningDelta { message_id, delta } => AgentEvent::ReasoningDelta {
-                message_id: self.shown_id(message_id),
-                delta,
-            },
-            AgentEvent::ReasoningEnd { message_id } => AgentEvent::ReasoningEnd {
-                message_id: self.shown_id(message_id),
-            },
-            other => other,
-        };
+        let event = self.carried_on(event);
         match event {
             AgentEvent::TextStart { message_id } => self.open_text_message(message_id, None, out),
             AgentEvent::SubagentTextStart {
