@@ -26,6 +26,7 @@ use super::compare::{self, DiffText};
 use super::tree::{self, Content, TEXT_TOTAL_CAP, Tree};
 use super::{ChangedFile, Changes, WorkspaceError};
 
+pub(super) mod checkpoints;
 mod neutral;
 pub(super) use neutral::Neutral;
 pub use neutral::protected_paths;

@@ -1,0 +1,339 @@
+//! Checkpoints of a workspace: the daemon's own bare repository per thread, under a
+//! directory of the daemon's (the data directory, which no agent reaches), never the
+//! workspace's `.git`. Written with `git fast-import` alone and read with `diff-tree`:
+//! no checkout, no index, no filter, no hook, so nothing in the workspace (a
+//! `.gitattributes`, a planted `.git/config`) runs or changes what is recorded. The files
+//! are read beneath the workspace without following a symlink (a symlink is recorded as
+//! one). Content-addressed: a file unchanged since the last checkpoint adds nothing.
+
+use std::fmt::Write as _;
+use std::fs::{self, Metadata};
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use sha2::{Digest, Sha256};
+
+use super::{bare_git, run, stdout_line};
+use crate::workspace::WorkspaceError;
+use crate::workspace::tree::{TREE_ENTRIES, Tree};
+
+/// Settings for every git command on a checkpoint repository: nothing of the host's or the
+/// user's configuration, and nothing that would run a program.
+const SETTINGS: [&str; 6] = [
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "core.attributesFile=/dev/null",
+    "gc.auto=0",
+    "maintenance.auto=false",
+    "core.quotePath=false",
+];
+
+/// The checkpoint repositories under one directory, one per thread.
+#[derive(Debug, Clone)]
+pub struct Checkpoints {
+    root: PathBuf,
+}
+
+/// One checkpoint recorded: its commit and how many entries it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub commit: String,
+    pub entries: usize,
+}
+
+/// A file that differs between two checkpoints.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CheckpointChange {
+    /// Relative, `/`-separated.
+    pub path: String,
+    /// `"added"`, `"modified"` or `"deleted"`.
+    pub status: String,
+    /// Lines added and removed; `None` for a binary file.
+    pub added: Option<u64>,
+    pub removed: Option<u64>,
+}
+
+impl Checkpoints {
+    pub fn new(root: &Path) -> Checkpoints {
+        Checkpoints {
+            root: root.to_owned(),
+        }
+    }
+
+    /// The repository of thread `thread` (its key): a name of fixed length whatever the key.
+    fn repo(&self, thread: &str) -> PathBuf {
+        let digest = Sha256::digest(thread.as_bytes());
+        self.root
+            .join(format!("{}.git", crate::hex::encode(&digest)))
+    }
+
+    fn git(&self, repo: &Path) -> Command {
+        let mut cmd = bare_git();
+        cmd.env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_DIR", repo)
+            .env_remove("HOME");
+        for setting in SETTINGS {
+            cmd.arg("-c").arg(setting);
+        }
+        cmd.current_dir(repo);
+        cmd
+    }
+
+    /// The repository of `thread`, made when it is not there yet.
+    fn open(&self, thread: &str) -> Result<PathBuf, WorkspaceError> {
+        let repo = self.repo(thread);
+        if !repo.join("HEAD").is_file() {
+            fs::create_dir_all(&repo)?;
+            fs::set_permissions(&repo, fs::Permissions::from_mode(0o700))?;
+            let mut cmd = bare_git();
+            cmd.env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .env_remove("HOME")
+                .args(["init", "--bare", "--quiet", "--template="])
+                .arg(&repo);
+            run(&mut cmd, "init")?;
+        }
+        Ok(repo)
+    }
+
+    /// Records the files of workspace `dir` as checkpoint `name` of thread `thread` (a ref
+    /// `refs/checkpoints/<name>`, its parent the checkpoint recorded before it); a
+    /// top-level `.git` is left out.
+    pub fn record(
+        &self,
+        thread: &str,
+        name: &str,
+        dir: &Path,
+    ) -> Result<Checkpoint, WorkspaceError> {
+        checked_name(name)?;
+        let tree = Tree::workspace(dir)?;
+        let repo = self.open(thread)?;
+        let parent = self.last(&repo)?;
+        let mut child = self
+            .git(&repo)
+            .args(["fast-import", "--quiet", "--done"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|err| WorkspaceError::Git(format!("cannot run git: {err}")))?;
+        let mut input = child.stdin.take().expect("piped");
+        let written = write_stream(&tree, &mut input, name, parent.as_deref());
+        drop(input);
+        let out = child.wait_with_output()?;
+        let entries = written?;
+        if !out.status.success() {
+            let said = String::from_utf8_lossy(&out.stderr);
+            return Err(WorkspaceError::Git(format!("fast-import: {}", said.trim())));
+        }
+        let commit = self.resolve(&repo, name)?;
+        Ok(Checkpoint { commit, entries })
+    }
+
+    /// The commit of checkpoint `name`.
+    fn resolve(&self, repo: &Path, name: &str) -> Result<String, WorkspaceError> {
+        let out = run(
+            self.git(repo)
+                .args(["rev-parse", "--verify", "--quiet"])
+                .arg(format!("refs/checkpoints/{name}^{{commit}}")),
+            "rev-parse",
+        )?;
+        Ok(stdout_line(out))
+    }
+
+    /// The newest checkpoint's commit, if any (`refs/agui/latest`, moved with each).
+    fn last(&self, repo: &Path) -> Result<Option<String>, WorkspaceError> {
+        let out = self
+            .git(repo)
+            .args([
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                "refs/agui/latest^{commit}",
+            ])
+            .output()
+            .map_err(|err| WorkspaceError::Git(format!("cannot run git: {err}")))?;
+        let line = stdout_line(out.stdout);
+        Ok((out.status.success() && !line.is_empty()).then_some(line))
+    }
+
+    /// What changed from checkpoint `from` to checkpoint `to` of `thread`, with line counts.
+    pub fn changes(
+        &self,
+        thread: &str,
+        from: &str,
+        to: &str,
+    ) -> Result<Vec<CheckpointChange>, WorkspaceError> {
+        checked_name(from)?;
+        checked_name(to)?;
+        let repo = self.repo(thread);
+        let from = self.resolve(&repo, from)?;
+        let to = self.resolve(&repo, to)?;
+        let statuses = run(
+            self.git(&repo)
+                .args(["diff-tree", "-r", "-z", "--no-renames", "--name-status"])
+                .args([&from, &to]),
+            "diff-tree",
+        )?;
+        let counts = run(
+            self.git(&repo)
+                .args(["diff-tree", "-r", "-z", "--no-renames", "--numstat"])
+                .args([&from, &to]),
+            "diff-tree",
+        )?;
+        let counts = numstat(&counts);
+        let mut out = Vec::new();
+        let mut fields = statuses.split(|b| *b == 0).filter(|f| !f.is_empty());
+        while let (Some(status), Some(path)) = (fields.next(), fields.next()) {
+            let path = String::from_utf8_lossy(path).into_owned();
+            let (added, removed) = counts.get(&path).copied().unwrap_or((None, None));
+            let status = match status {
+                b"A" => "added",
+                b"D" => "deleted",
+                _ => "modified",
+            };
+            out.push(CheckpointChange {
+                path,
+                status: status.to_owned(),
+                added,
+                removed,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Removes every checkpoint of `thread`.
+    pub fn remove(&self, thread: &str) -> std::io::Result<()> {
+        match fs::remove_dir_all(self.repo(thread)) {
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            other => other,
+        }
+    }
+}
+
+/// A checkpoint's name: letters, digits, `-`, `_` and `.`, not starting with `.`.
+fn checked_name(name: &str) -> Result<(), WorkspaceError> {
+    let fine = !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && !name.contains("..")
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if fine {
+        Ok(())
+    } else {
+        Err(WorkspaceError::BadPath(format!(
+            "not a checkpoint name: {name:?}"
+        )))
+    }
+}
+
+/// `--numstat -z` output: path -> (added, removed), `None` for a binary file.
+fn numstat(out: &[u8]) -> std::collections::HashMap<String, (Option<u64>, Option<u64>)> {
+    let mut counts = std::collections::HashMap::new();
+    for record in out.split(|b| *b == 0).filter(|r| !r.is_empty()) {
+        let text = String::from_utf8_lossy(record);
+        let mut parts = text.splitn(3, '\t');
+        if let (Some(added), Some(removed), Some(path)) = (parts.next(), parts.next(), parts.next())
+        {
+            counts.insert(path.to_owned(), (added.parse().ok(), removed.parse().ok()));
+        }
+    }
+    counts
+}
+
+/// Writes the fast-import stream of `tree` as commit `refs/checkpoints/<name>` on
+/// `parent`: every file and symlink as a blob, then the commit naming them all. The
+/// number of entries recorded.
+fn write_stream(
+    tree: &Tree,
+    out: &mut impl Write,
+    name: &str,
+    parent: Option<&str>,
+) -> Result<usize, WorkspaceError> {
+    let mut files: Vec<(Vec<u8>, &'static str, usize)> = Vec::new();
+    let mut mark = 0usize;
+    tree.walk(TREE_ENTRIES, true, |rel, meta| {
+        let Some(mode) = mode_of(meta) else {
+            return Ok(());
+        };
+        let data = if meta.file_type().is_symlink() {
+            fs::read_link(tree.path(rel))?
+                .as_os_str()
+                .as_bytes()
+                .to_vec()
+        } else {
+            let mut bytes = Vec::new();
+            tree.open(&tree.path(rel), false)?.read_to_end(&mut bytes)?;
+            bytes
+        };
+        mark += 1;
+        write!(out, "blob\nmark :{mark}\ndata {}\n", data.len())?;
+        out.write_all(&data)?;
+        out.write_all(b"\n")?;
+        files.push((rel.as_os_str().as_bytes().to_vec(), mode, mark));
+        Ok(())
+    })?;
+    let now = crate::clock::now_ms() / 1000;
+    let message = format!("checkpoint {name}\n");
+    let commit = mark + 1;
+    write!(
+        out,
+        "commit refs/checkpoints/{name}\nmark :{commit}\ncommitter agui-serve <agui-serve@localhost> {now} +0000\ndata {}\n{message}",
+        message.len()
+    )?;
+    if let Some(parent) = parent {
+        writeln!(out, "from {parent}")?;
+    }
+    out.write_all(b"deleteall\n")?;
+    for (path, mode, mark) in &files {
+        let mut line = format!("M {mode} :{mark} ");
+        quote_path(path, &mut line);
+        line.push('\n');
+        out.write_all(line.as_bytes())?;
+    }
+    write!(out, "\nreset refs/agui/latest\nfrom :{commit}\n\ndone\n")?;
+    Ok(files.len())
+}
+
+/// The git mode of a regular file or symlink; `None` for anything else (a directory is
+/// implied by its files; a device or FIFO is not recorded).
+fn mode_of(meta: &Metadata) -> Option<&'static str> {
+    let kind = meta.file_type();
+    if kind.is_symlink() {
+        Some("120000")
+    } else if kind.is_file() {
+        Some(if meta.permissions().mode() & 0o111 != 0 {
+            "100755"
+        } else {
+            "100644"
+        })
+    } else {
+        None
+    }
+}
+
+/// `path` as fast-import's C-style quoted string (any byte a name may hold: quotes,
+/// backslashes, newlines, control characters and bytes past ASCII as octal escapes).
+fn quote_path(path: &[u8], out: &mut String) {
+    out.push('"');
+    for &byte in path {
+        match byte {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            0x20..=0x7e => out.push(char::from(byte)),
+            _ => {
+                let _ = write!(out, "\\{byte:03o}");
+            }
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,208 @@
+//! The checkpoint store on real workspaces, hostile ones included.
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+
+use super::*;
+
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!(
+            "agui-checkpoints-{tag}-{}-{}",
+            std::process::id(),
+            crate::clock::now_ms()
+        ));
+        fs::create_dir_all(dir.join("workspace")).expect("mkdir");
+        fs::create_dir_all(dir.join("store")).expect("mkdir");
+        Scratch(dir)
+    }
+
+    fn workspace(&self) -> PathBuf {
+        self.0.join("workspace")
+    }
+
+    fn store(&self) -> Checkpoints {
+        Checkpoints::new(&self.0.join("store"))
+    }
+
+    fn write(&self, rel: &str, text: &str) {
+        let path = self.workspace().join(rel);
+        fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        fs::write(path, text).expect("write");
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What checkpoint `name` holds at `path`.
+fn shown(store: &Checkpoints, thread: &str, name: &str, path: &str) -> Vec<u8> {
+    let repo = store.repo(thread);
+    run(
+        store.git(&repo).args([
+            "cat-file",
+            "blob",
+            &format!("refs/checkpoints/{name}:{path}"),
+        ]),
+        "cat-file",
+    )
+    .expect("the blob")
+}
+
+fn tree_of(store: &Checkpoints, thread: &str, name: &str) -> String {
+    let repo = store.repo(thread);
+    stdout_line(
+        run(
+            store
+                .git(&repo)
+                .args(["rev-parse", &format!("refs/checkpoints/{name}^{{tree}}")]),
+            "rev-parse",
+        )
+        .expect("tree"),
+    )
+}
+
+#[test]
+fn a_workspace_is_recorded_and_two_checkpoints_compared_with_line_counts() {
+    let s = Scratch::new("compare");
+    s.write("a.txt", "one\ntwo\n");
+    s.write("src/b.py", "print(1)\n");
+    fs::set_permissions(
+        s.workspace().join("src/b.py"),
+        fs::Permissions::from_mode(0o755),
+    )
+    .expect("chmod");
+    std::os::unix::fs::symlink("/etc/passwd", s.workspace().join("link")).expect("symlink");
+    s.write(".git/HEAD", "ref: refs/heads/main\n");
+    let store = s.store();
+    let first = store.record("t1", "1", &s.workspace()).expect("recorded");
+    assert_eq!(first.entries, 3, "two files and a symlink, not .git");
+    assert_eq!(shown(&store, "t1", "1", "a.txt"), b"one\ntwo\n");
+    // The symlink is recorded as one: its target, not what it points to.
+    assert_eq!(shown(&store, "t1", "1", "link"), b"/etc/passwd");
+
+    fs::remove_file(s.workspace().join("a.txt")).expect("rm");
+    s.write("src/b.py", "print(1)\nprint(2)\nprint(3)\n");
+    s.write("c.md", "new\n");
+    let second = store.record("t1", "2", &s.workspace()).expect("recorded");
+    assert_ne!(first.commit, second.commit);
+    // Each checkpoint's parent is the one recorded before it.
+    let repo = store.repo("t1");
+    let parent = stdout_line(
+        run(
+            store.git(&repo).args(["rev-parse", "refs/checkpoints/2^"]),
+            "rev-parse",
+        )
+        .expect("parent"),
+    );
+    assert_eq!(parent, first.commit);
+    let mut changes = store.changes("t1", "1", "2").expect("changes");
+    changes.sort_by(|a, b| a.path.cmp(&b.path));
+    let seen: Vec<(&str, &str, Option<u64>, Option<u64>)> = changes
+        .iter()
+        .map(|c| (c.path.as_str(), c.status.as_str(), c.added, c.removed))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("a.txt", "deleted", Some(0), Some(2)),
+            ("c.md", "added", Some(1), Some(0)),
+            ("src/b.py", "modified", Some(2), Some(0)),
+        ]
+    );
+}
+
+#[test]
+fn an_unchanged_workspace_records_the_same_tree() {
+    let s = Scratch::new("same");
+    s.write("a.txt", "same\n");
+    let store = s.store();
+    store.record("t", "1", &s.workspace()).expect("recorded");
+    store.record("t", "2", &s.workspace()).expect("recorded");
+    assert_eq!(tree_of(&store, "t", "1"), tree_of(&store, "t", "2"));
+    assert!(store.changes("t", "1", "2").expect("changes").is_empty());
+}
+
+#[test]
+fn nothing_in_the_workspace_runs_or_changes_what_is_recorded() {
+    let s = Scratch::new("hostile");
+    let marker = s.0.join("ran");
+    // A filter the workspace's attributes name, defined in a config planted in its .git,
+    // a hook and an fsmonitor there too.
+    s.write(".gitattributes", "* filter=evil\n");
+    s.write(
+        ".git/config",
+        &format!(
+            "[filter \"evil\"]\n\tclean = touch {m}\n\tsmudge = touch {m}\n[core]\n\tfsmonitor = touch {m}\n\thooksPath = .\n",
+            m = marker.display()
+        ),
+    );
+    s.write("secret.txt", "as written\n");
+    let store = s.store();
+    store.record("t", "1", &s.workspace()).expect("recorded");
+    assert_eq!(shown(&store, "t", "1", "secret.txt"), b"as written\n");
+    assert!(!marker.exists(), "a program of the workspace's ran");
+}
+
+#[test]
+fn any_name_a_file_may_have_is_recorded() {
+    let s = Scratch::new("names");
+    let odd = [
+        b"quote\"d".to_vec(),
+        b"back\\slash".to_vec(),
+        b"new\nline".to_vec(),
+        b"tab\there".to_vec(),
+        b"\"leading".to_vec(),
+        b"caf\xc3\xa9".to_vec(),
+        b"raw\xff".to_vec(),
+    ];
+    for name in &odd {
+        let path = s.workspace().join(std::ffi::OsStr::from_bytes(name));
+        fs::write(path, name).expect("write");
+    }
+    let store = s.store();
+    let recorded = store.record("t", "1", &s.workspace()).expect("recorded");
+    assert_eq!(recorded.entries, odd.len());
+    let repo = store.repo("t");
+    let listed = run(
+        store
+            .git(&repo)
+            .args(["ls-tree", "-z", "--name-only", "refs/checkpoints/1"]),
+        "ls-tree",
+    )
+    .expect("listed");
+    let mut names: Vec<Vec<u8>> = listed
+        .split(|b| *b == 0)
+        .filter(|n| !n.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect();
+    names.sort();
+    let mut expected = odd.clone();
+    expected.sort();
+    assert_eq!(names, expected);
+}
+
+#[test]
+fn names_are_checked_and_a_thread_s_checkpoints_go_with_it() {
+    let s = Scratch::new("names-refused");
+    s.write("a", "a");
+    let store = s.store();
+    for bad in ["", "../x", ".hidden", "a/b", "a b", "x\n"] {
+        assert!(
+            matches!(
+                store.record("t", bad, &s.workspace()),
+                Err(WorkspaceError::BadPath(_))
+            ),
+            "{bad:?} was taken"
+        );
+    }
+    store.record("t", "1", &s.workspace()).expect("recorded");
+    assert!(store.repo("t").is_dir());
+    store.remove("t").expect("removed");
+    assert!(!store.repo("t").exists());
+    store.remove("t").expect("removing nothing is fine");
+}
