@@ -335,5 +335,7 @@ fn quote_path(path: &[u8], out: &mut String) {
     out.push('"');
 }
 
+mod restore;
+
 #[cfg(test)]
 mod tests;

@@ -206,3 +206,124 @@ fn names_are_checked_and_a_thread_s_checkpoints_go_with_it() {
     assert!(!store.repo("t").exists());
     store.remove("t").expect("removing nothing is fine");
 }
+
+/// The workspace as (path, kind and content) triples, `.git` left out.
+fn picture(dir: &Path) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(at) = stack.pop() {
+        for entry in fs::read_dir(&at).expect("read_dir").flatten() {
+            let path = entry.path();
+            let rel = path.strip_prefix(dir).expect("under").display().to_string();
+            if rel == ".git" {
+                continue;
+            }
+            let meta = fs::symlink_metadata(&path).expect("meta");
+            let what = if meta.file_type().is_symlink() {
+                format!("link {}", fs::read_link(&path).expect("link").display())
+            } else if meta.is_dir() {
+                stack.push(path.clone());
+                "dir".to_owned()
+            } else {
+                let exec = meta.permissions().mode() & 0o111 != 0;
+                format!(
+                    "file{} {}",
+                    if exec { " exec" } else { "" },
+                    String::from_utf8_lossy(&fs::read(&path).expect("read"))
+                )
+            };
+            out.push((rel, what));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_workspace_is_put_back_as_its_checkpoint_holds_it() {
+    let s = Scratch::new("restore");
+    s.write("a.txt", "one\n");
+    s.write("src/b.py", "print(1)\n");
+    fs::set_permissions(
+        s.workspace().join("src/b.py"),
+        fs::Permissions::from_mode(0o755),
+    )
+    .expect("chmod");
+    s.write("same.txt", "untouched\n");
+    std::os::unix::fs::symlink("/etc/passwd", s.workspace().join("link")).expect("symlink");
+    s.write(".git/HEAD", "ref: refs/heads/main\n");
+    let store = s.store();
+    store.record("t", "1", &s.workspace()).expect("recorded");
+    let before = picture(&s.workspace());
+    let untouched = fs::metadata(s.workspace().join("same.txt"))
+        .expect("meta")
+        .modified()
+        .expect("mtime");
+
+    // The turn after it: a file changed, one deleted, one made executable no more, new
+    // files and directories, the symlink pointed elsewhere.
+    s.write("a.txt", "changed\n");
+    fs::remove_file(s.workspace().join("src/b.py")).expect("rm");
+    s.write("new.txt", "new\n");
+    s.write("junk/deep/x", "x\n");
+    fs::remove_file(s.workspace().join("link")).expect("rm");
+    std::os::unix::fs::symlink("/etc/hostname", s.workspace().join("link")).expect("symlink");
+    s.write(".git/HEAD", "ref: refs/heads/other\n");
+
+    let written = store.restore("t", "1", &s.workspace()).expect("restored");
+    assert_eq!(picture(&s.workspace()), before);
+    assert_eq!(
+        written, 3,
+        "a.txt, src/b.py and link; same.txt is left as it was"
+    );
+    let after = fs::metadata(s.workspace().join("same.txt"))
+        .expect("meta")
+        .modified()
+        .expect("mtime");
+    assert_eq!(untouched, after);
+    // The workspace's own repository is not the checkpoint's business.
+    assert_eq!(
+        fs::read_to_string(s.workspace().join(".git/HEAD")).expect("read"),
+        "ref: refs/heads/other\n"
+    );
+}
+
+#[test]
+fn a_symlink_planted_where_a_directory_or_file_belongs_is_removed_not_written_through() {
+    let s = Scratch::new("restore-links");
+    let outside = s.0.join("outside");
+    fs::create_dir_all(&outside).expect("mkdir");
+    fs::write(outside.join("a.txt"), "outside\n").expect("write");
+    s.write("a.txt", "inside\n");
+    s.write("src/b.py", "print(1)\n");
+    let store = s.store();
+    store.record("t", "1", &s.workspace()).expect("recorded");
+    let before = picture(&s.workspace());
+
+    fs::remove_file(s.workspace().join("a.txt")).expect("rm");
+    std::os::unix::fs::symlink(outside.join("a.txt"), s.workspace().join("a.txt"))
+        .expect("symlink");
+    fs::remove_dir_all(s.workspace().join("src")).expect("rm");
+    std::os::unix::fs::symlink(&outside, s.workspace().join("src")).expect("symlink");
+
+    store.restore("t", "1", &s.workspace()).expect("restored");
+    assert_eq!(picture(&s.workspace()), before);
+    assert_eq!(
+        fs::read_to_string(outside.join("a.txt")).expect("read"),
+        "outside\n"
+    );
+    assert!(!outside.join("b.py").exists(), "written through a symlink");
+}
+
+#[test]
+fn an_unknown_checkpoint_changes_nothing() {
+    let s = Scratch::new("restore-unknown");
+    s.write("a.txt", "a\n");
+    let store = s.store();
+    store.record("t", "1", &s.workspace()).expect("recorded");
+    s.write("b.txt", "b\n");
+    let before = picture(&s.workspace());
+    assert!(store.restore("t", "9", &s.workspace()).is_err());
+    assert!(store.restore("other", "1", &s.workspace()).is_err());
+    assert_eq!(picture(&s.workspace()), before);
+}
