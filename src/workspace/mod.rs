@@ -56,7 +56,7 @@ mod spare;
 mod tree;
 
 pub use compare::{FileChange, Snapshot};
-pub use git::checkpoints::{Checkpoint, CheckpointChange, Checkpoints};
+pub use git::checkpoints::{Checkpoint, CheckpointChange, Checkpoints, Listed};
 pub use git::protected_paths as git_protected_paths;
 pub use tree::{Entry, EntryKind, list, read, usage};
 

@@ -44,6 +44,17 @@ pub struct Checkpoint {
     pub entries: usize,
 }
 
+/// A checkpoint as listed: its name, when it was recorded and what was said of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub name: String,
+    pub commit: String,
+    /// Seconds since the epoch.
+    pub at: i64,
+    /// The text recorded with it (`record`'s `about`).
+    pub about: String,
+}
+
 /// A file that differs between two checkpoints.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct CheckpointChange {
@@ -101,13 +112,14 @@ impl Checkpoints {
     }
 
     /// Records the files of workspace `dir` as checkpoint `name` of thread `thread` (a ref
-    /// `refs/checkpoints/<name>`, its parent the checkpoint recorded before it); a
-    /// top-level `.git` is left out.
+    /// `refs/checkpoints/<name>`, its parent the checkpoint recorded before it), with
+    /// `about` (one line) said of it; a top-level `.git` is left out.
     pub fn record(
         &self,
         thread: &str,
         name: &str,
         dir: &Path,
+        about: &str,
     ) -> Result<Checkpoint, WorkspaceError> {
         checked_name(name)?;
         let tree = Tree::workspace(dir)?;
@@ -122,7 +134,8 @@ impl Checkpoints {
             .spawn()
             .map_err(|err| WorkspaceError::Git(format!("cannot run git: {err}")))?;
         let mut input = child.stdin.take().expect("piped");
-        let written = write_stream(&tree, &mut input, name, parent.as_deref());
+        let message = format!("checkpoint {name}\n\n{}\n", about.replace('\n', " "));
+        let written = write_stream(&tree, &mut input, name, &message, parent.as_deref());
         drop(input);
         let out = child.wait_with_output()?;
         let entries = written?;
@@ -159,6 +172,41 @@ impl Checkpoints {
             .map_err(|err| WorkspaceError::Git(format!("cannot run git: {err}")))?;
         let line = stdout_line(out.stdout);
         Ok((out.status.success() && !line.is_empty()).then_some(line))
+    }
+
+    /// The checkpoints of `thread`, oldest first (none: an empty list).
+    pub fn list(&self, thread: &str) -> Result<Vec<Listed>, WorkspaceError> {
+        let repo = self.repo(thread);
+        if !repo.join("HEAD").is_file() {
+            return Ok(Vec::new());
+        }
+        let out = run(
+            self.git(&repo).args([
+                "for-each-ref",
+                "--sort=committerdate",
+                "--sort=refname",
+                "--format=%(refname:strip=2)%00%(objectname)%00%(committerdate:unix)%00%(contents:body)%00",
+                "refs/checkpoints/",
+            ]),
+            "for-each-ref",
+        )?;
+        let text = String::from_utf8_lossy(&out);
+        let mut fields = text.split('\0').map(|field| field.trim_matches('\n'));
+        let mut listed = Vec::new();
+        while let (Some(name), Some(commit), Some(at), Some(about)) =
+            (fields.next(), fields.next(), fields.next(), fields.next())
+        {
+            if name.is_empty() {
+                break;
+            }
+            listed.push(Listed {
+                name: name.to_owned(),
+                commit: commit.to_owned(),
+                at: at.parse().unwrap_or(0),
+                about: about.trim().to_owned(),
+            });
+        }
+        Ok(listed)
     }
 
     /// What changed from checkpoint `from` to checkpoint `to` of `thread`, with line counts.
@@ -254,6 +302,7 @@ fn write_stream(
     tree: &Tree,
     out: &mut impl Write,
     name: &str,
+    message: &str,
     parent: Option<&str>,
 ) -> Result<usize, WorkspaceError> {
     let mut files: Vec<(Vec<u8>, &'static str, usize)> = Vec::new();
@@ -280,7 +329,6 @@ fn write_stream(
         Ok(())
     })?;
     let now = crate::clock::now_ms() / 1000;
-    let message = format!("checkpoint {name}\n");
     let commit = mark + 1;
     write!(
         out,

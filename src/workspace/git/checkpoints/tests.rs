@@ -79,7 +79,9 @@ fn a_workspace_is_recorded_and_two_checkpoints_compared_with_line_counts() {
     std::os::unix::fs::symlink("/etc/passwd", s.workspace().join("link")).expect("symlink");
     s.write(".git/HEAD", "ref: refs/heads/main\n");
     let store = s.store();
-    let first = store.record("t1", "1", &s.workspace()).expect("recorded");
+    let first = store
+        .record("t1", "1", &s.workspace(), "")
+        .expect("recorded");
     assert_eq!(first.entries, 3, "two files and a symlink, not .git");
     assert_eq!(shown(&store, "t1", "1", "a.txt"), b"one\ntwo\n");
     // The symlink is recorded as one: its target, not what it points to.
@@ -88,7 +90,9 @@ fn a_workspace_is_recorded_and_two_checkpoints_compared_with_line_counts() {
     fs::remove_file(s.workspace().join("a.txt")).expect("rm");
     s.write("src/b.py", "print(1)\nprint(2)\nprint(3)\n");
     s.write("c.md", "new\n");
-    let second = store.record("t1", "2", &s.workspace()).expect("recorded");
+    let second = store
+        .record("t1", "2", &s.workspace(), "")
+        .expect("recorded");
     assert_ne!(first.commit, second.commit);
     // Each checkpoint's parent is the one recorded before it.
     let repo = store.repo("t1");
@@ -121,9 +125,21 @@ fn an_unchanged_workspace_records_the_same_tree() {
     let s = Scratch::new("same");
     s.write("a.txt", "same\n");
     let store = s.store();
-    store.record("t", "1", &s.workspace()).expect("recorded");
-    store.record("t", "2", &s.workspace()).expect("recorded");
+    store
+        .record("t", "1", &s.workspace(), "{\"n\":1}")
+        .expect("recorded");
+    store
+        .record("t", "2", &s.workspace(), "{\"n\":2}")
+        .expect("recorded");
     assert_eq!(tree_of(&store, "t", "1"), tree_of(&store, "t", "2"));
+    let listed = store.list("t").expect("listed");
+    let seen: Vec<(&str, &str)> = listed
+        .iter()
+        .map(|l| (l.name.as_str(), l.about.as_str()))
+        .collect();
+    assert_eq!(seen, [("1", "{\"n\":1}"), ("2", "{\"n\":2}")]);
+    assert!(listed[0].at > 1_700_000_000);
+    assert!(store.list("nobody").expect("listed").is_empty());
     assert!(store.changes("t", "1", "2").expect("changes").is_empty());
 }
 
@@ -143,7 +159,9 @@ fn nothing_in_the_workspace_runs_or_changes_what_is_recorded() {
     );
     s.write("secret.txt", "as written\n");
     let store = s.store();
-    store.record("t", "1", &s.workspace()).expect("recorded");
+    store
+        .record("t", "1", &s.workspace(), "")
+        .expect("recorded");
     assert_eq!(shown(&store, "t", "1", "secret.txt"), b"as written\n");
     assert!(!marker.exists(), "a program of the workspace's ran");
 }
@@ -165,7 +183,9 @@ fn any_name_a_file_may_have_is_recorded() {
         fs::write(path, name).expect("write");
     }
     let store = s.store();
-    let recorded = store.record("t", "1", &s.workspace()).expect("recorded");
+    let recorded = store
+        .record("t", "1", &s.workspace(), "")
+        .expect("recorded");
     assert_eq!(recorded.entries, odd.len());
     let repo = store.repo("t");
     let listed = run(
@@ -194,13 +214,15 @@ fn names_are_checked_and_a_thread_s_checkpoints_go_with_it() {
     for bad in ["", "../x", ".hidden", "a/b", "a b", "x\n"] {
         assert!(
             matches!(
-                store.record("t", bad, &s.workspace()),
+                store.record("t", bad, &s.workspace(), ""),
                 Err(WorkspaceError::BadPath(_))
             ),
             "{bad:?} was taken"
         );
     }
-    store.record("t", "1", &s.workspace()).expect("recorded");
+    store
+        .record("t", "1", &s.workspace(), "")
+        .expect("recorded");
     assert!(store.repo("t").is_dir());
     store.remove("t").expect("removed");
     assert!(!store.repo("t").exists());
@@ -253,7 +275,9 @@ fn a_workspace_is_put_back_as_its_checkpoint_holds_it() {
     std::os::unix::fs::symlink("/etc/passwd", s.workspace().join("link")).expect("symlink");
     s.write(".git/HEAD", "ref: refs/heads/main\n");
     let store = s.store();
-    store.record("t", "1", &s.workspace()).expect("recorded");
+    store
+        .record("t", "1", &s.workspace(), "")
+        .expect("recorded");
     let before = picture(&s.workspace());
     let untouched = fs::metadata(s.workspace().join("same.txt"))
         .expect("meta")
@@ -297,7 +321,9 @@ fn a_symlink_planted_where_a_directory_or_file_belongs_is_removed_not_written_th
     s.write("a.txt", "inside\n");
     s.write("src/b.py", "print(1)\n");
     let store = s.store();
-    store.record("t", "1", &s.workspace()).expect("recorded");
+    store
+        .record("t", "1", &s.workspace(), "")
+        .expect("recorded");
     let before = picture(&s.workspace());
 
     fs::remove_file(s.workspace().join("a.txt")).expect("rm");
@@ -320,7 +346,9 @@ fn an_unknown_checkpoint_changes_nothing() {
     let s = Scratch::new("restore-unknown");
     s.write("a.txt", "a\n");
     let store = s.store();
-    store.record("t", "1", &s.workspace()).expect("recorded");
+    store
+        .record("t", "1", &s.workspace(), "")
+        .expect("recorded");
     s.write("b.txt", "b\n");
     let before = picture(&s.workspace());
     assert!(store.restore("t", "9", &s.workspace()).is_err());
