@@ -154,6 +154,8 @@ pub struct WorkspaceConfig {
 pub struct Workspaces {
     agent: String,
     config: WorkspaceConfig,
+    /// Where each thread's checkpoints are kept, when they are.
+    checkpoints: Option<Checkpoints>,
 }
 
 /// What changed in a workspace against its source.
@@ -213,7 +215,23 @@ impl Workspaces {
         Workspaces {
             agent: agent.to_owned(),
             config,
+            checkpoints: None,
         }
+    }
+
+    /// The same, keeping each thread's checkpoints under `root` (a directory of the
+    /// daemon's, out of every agent's reach).
+    pub fn with_checkpoints(mut self, root: &Path) -> Workspaces {
+        self.checkpoints = Some(Checkpoints::new(root));
+        self
+    }
+
+    /// Where each thread's checkpoints are kept: only a workspace of its own is
+    /// checkpointed (one a principal's threads share is not a thread's to put back).
+    pub fn checkpoints(&self) -> Option<&Checkpoints> {
+        (self.config.unit == Unit::Thread)
+            .then_some(self.checkpoints.as_ref())
+            .flatten()
     }
 
     pub fn config(&self) -> &WorkspaceConfig {

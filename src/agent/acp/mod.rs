@@ -178,7 +178,10 @@ impl AcpBackend {
         AcpBackend {
             inner: Arc::new(Inner {
                 name: name.to_owned(),
-                workspaces: config.workspace.clone().map(|w| Workspaces::new(name, w)),
+                workspaces: config.workspace.clone().map(|w| {
+                    Workspaces::new(name, w)
+                        .with_checkpoints(&host.data_dir.join("checkpoints").join(name))
+                }),
                 confinement,
                 host,
                 config,

@@ -75,7 +75,7 @@ impl Inner {
         if let Some(bridge) = self.mcp.get().cloned().flatten() {
             bridge.set_tools(&session, &turn.tools);
         }
-        let workspace = self.turn_workspace(&turn.thread_id).await;
+        let workspace = self.turn_workspace(&turn).await;
         let over_quota = workspace
             .as_ref()
             .map_or_else(CancellationToken::new, |w| w.over_quota.clone());

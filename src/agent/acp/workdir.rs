@@ -13,6 +13,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::Inner;
+use crate::agent::Turn;
 use crate::agent::{AgentError, AgentEvent, EventSink, SinkClosed};
 use crate::workspace::{Snapshot, Unit, Workspaces};
 
@@ -28,6 +29,8 @@ pub(super) struct TurnWorkspace {
     home: PathBuf,
     before: Option<Snapshot>,
     workspaces: Workspaces,
+    /// The thread's key and the checkpoint taken before the turn, if one was.
+    checkpoint: Option<(String, String)>,
     /// Cancelled when the workspace grows past its quota during the turn.
     pub(super) over_quota: CancellationToken,
     watch: CancellationToken,
@@ -102,9 +105,15 @@ impl Inner {
         }
         let (principal, thread) = crate::access::split_key(thread_key);
         let (principal, thread) = (principal.to_owned(), thread.to_owned());
-        let removed =
-            tokio::task::spawn_blocking(move || workspaces.remove_thread(&principal, &thread))
-                .await;
+        let key = thread_key.to_owned();
+        // Its checkpoints go with it.
+        let removed = tokio::task::spawn_blocking(move || {
+            if let Some(checkpoints) = workspaces.checkpoints() {
+                checkpoints.remove(&key)?;
+            }
+            workspaces.remove_thread(&principal, &thread)
+        })
+        .await;
         let error = match removed {
             Ok(Ok(())) => return,
             Ok(Err(error)) => error.to_string(),
@@ -137,9 +146,10 @@ impl Inner {
         .map_err(|e| format!("cannot copy the workspace: {e}"))
     }
 
-    /// What a turn of thread `thread_key` watches: its workspace's files before it, and
-    /// the quota while it runs.
-    pub(super) async fn turn_workspace(&self, thread_key: &str) -> Option<TurnWorkspace> {
+    /// What a turn watches: its workspace's files before it (and a checkpoint of them,
+    /// where the thread's workspace is its own), and the quota while it runs.
+    pub(super) async fn turn_workspace(&self, turn: &Turn) -> Option<TurnWorkspace> {
+        let thread_key = turn.thread_id.as_str();
         let workspaces = self.workspaces.as_ref()?;
         let dir = self.thread_dir(thread_key).await?;
         let home = self.home(crate::access::split_key(thread_key).0);
@@ -147,6 +157,7 @@ impl Inner {
         let before = tokio::task::spawn_blocking(move || Snapshot::take(&at))
             .await
             .ok()?;
+        let checkpoint = checkpoint_before(workspaces, turn, &dir).await;
         let (over_quota, watch) = (CancellationToken::new(), CancellationToken::new());
         if workspaces.config().quota.is_some() {
             tokio::spawn(watch_quota(
@@ -161,6 +172,7 @@ impl Inner {
             home,
             before: Some(before),
             workspaces: workspaces.clone(),
+            checkpoint,
             over_quota,
             watch,
         })
@@ -175,6 +187,16 @@ impl TurnWorkspace {
         sink: &EventSink,
     ) -> Result<Result<(), AgentError>, SinkClosed> {
         let (dir, before) = (self.dir.clone(), self.before.take());
+        if let Some((thread, name)) = self.checkpoint.take() {
+            record(
+                &self.workspaces,
+                thread,
+                format!("{name}-after"),
+                dir.clone(),
+                String::new(),
+            )
+            .await;
+        }
         let changed = match before {
             Some(before) => tokio::task::spawn_blocking(move || before.changed(&dir))
                 .await
@@ -193,6 +215,61 @@ impl TurnWorkspace {
             true => Err(quota_error(self.workspaces.config().quota.unwrap_or(0))),
             false => Ok(()),
         })
+    }
+}
+
+/// The checkpoint of `dir` before `turn`, named by the time, saying which run and which
+/// message it comes before: the thread's key and its name, when it was taken.
+async fn checkpoint_before(
+    workspaces: &Workspaces,
+    turn: &Turn,
+    dir: &std::path::Path,
+) -> Option<(String, String)> {
+    workspaces.checkpoints()?;
+    let name = crate::clock::now_ms().to_string();
+    let message = turn
+        .new_messages
+        .iter()
+        .rev()
+        .find(|m| m.role() == "user")
+        .map(|m| m.id().to_owned());
+    let about = json!({"runId": turn.run_id, "messageId": message}).to_string();
+    let thread = turn.thread_id.clone();
+    record(
+        workspaces,
+        thread.clone(),
+        name.clone(),
+        dir.to_owned(),
+        about,
+    )
+    .await
+    .then_some((thread, name))
+}
+
+/// Records checkpoint `name` of `thread`'s workspace `dir`; whether it was. A failure is
+/// logged: the turn goes on without it.
+async fn record(
+    workspaces: &Workspaces,
+    thread: String,
+    name: String,
+    dir: PathBuf,
+    about: String,
+) -> bool {
+    let Some(checkpoints) = workspaces.checkpoints().cloned() else {
+        return false;
+    };
+    let recorded =
+        tokio::task::spawn_blocking(move || checkpoints.record(&thread, &name, &dir, &about)).await;
+    match recorded {
+        Ok(Ok(_)) => true,
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "no checkpoint of the workspace");
+            false
+        }
+        Err(error) => {
+            tracing::warn!(%error, "no checkpoint of the workspace");
+            false
+        }
     }
 }
 

@@ -124,6 +124,9 @@ impl Route {
             ["threads", id, "workspace", "changes"] if !id.is_empty() => {
                 Route::Workspace((*id).to_owned(), WorkspaceRoute::Changes)
             }
+            ["threads", id, "checkpoints"] if !id.is_empty() => {
+                Route::Workspace((*id).to_owned(), WorkspaceRoute::Checkpoints)
+            }
             ["agents", agent, "sessions"] if !agent.is_empty() => {
                 Route::AgentSessions((*agent).to_owned())
             }
@@ -256,6 +259,7 @@ impl Route {
             Route::Workspace(_, WorkspaceRoute::List) => "/threads/{id}/workspace",
             Route::Workspace(_, WorkspaceRoute::File) => "/threads/{id}/workspace/file",
             Route::Workspace(_, WorkspaceRoute::Changes) => "/threads/{id}/workspace/changes",
+            Route::Workspace(_, WorkspaceRoute::Checkpoints) => "/threads/{id}/checkpoints",
             Route::FleetStream => "/fleet/stream",
             Route::Console(None) => "/console",
             Route::Console(Some(_)) => "/console/{file}",
@@ -365,6 +369,7 @@ impl Route {
             Route::Workspace(_, WorkspaceRoute::List) => "workspace",
             Route::Workspace(_, WorkspaceRoute::File) => "workspace_file",
             Route::Workspace(_, WorkspaceRoute::Changes) => "workspace_changes",
+            Route::Workspace(_, WorkspaceRoute::Checkpoints) => "checkpoints",
             Route::Uploads => "uploads",
             Route::Upload(_) => "upload",
             Route::Webhooks => "webhooks",

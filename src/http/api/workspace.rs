@@ -6,6 +6,8 @@
 //!   [`MAX_FILE`], served as text or octet-stream with `nosniff` and a sandboxing CSP.
 //! - `GET {path}/threads/{id}/workspace/changes`: what changed against the source (a git
 //!   diff, or the changed files with sizes).
+//! - `GET {path}/threads/{id}/checkpoints`: the checkpoint taken before each turn, with
+//!   the message it came before and the files the turn changed.
 //!
 //! Paths are relative to the workspace: `..`, absolute paths and symlinks that lead out are
 //! refused (`crate::workspace` resolves them).
@@ -32,6 +34,7 @@ pub(super) enum WorkspaceRoute {
     List,
     File,
     Changes,
+    Checkpoints,
 }
 
 /// Answers one workspace route for thread `id`.
@@ -62,12 +65,57 @@ pub(super) async fn serve(
         WorkspaceRoute::Changes => workspaces
             .changes(&dir, MAX_DIFF)
             .map(|changes| Answer::Json(json!({"threadId": id, "changes": changes}))),
+        WorkspaceRoute::Checkpoints => checkpoints(&workspaces, &row.key, &id),
     });
     let answer = blocking.await.map_err(|_| ApiError::internal())??;
     Ok(match answer {
         Answer::Json(value) => json_response(StatusCode::OK, value),
         Answer::File(bytes) => file_response(bytes),
     })
+}
+
+/// Checkpoints listed at most, the newest.
+const MAX_CHECKPOINTS: usize = 200;
+
+/// The checkpoints of thread `key` (`id` to the client): each taken before a turn, with
+/// the run and message it came before, when, and the files that turn changed (with line
+/// counts; `null` while the turn runs, or when it ended without its closing checkpoint).
+fn checkpoints(
+    workspaces: &crate::workspace::Workspaces,
+    key: &crate::access::ThreadKey,
+    id: &str,
+) -> Result<Answer, crate::workspace::WorkspaceError> {
+    let Some(store) = workspaces.checkpoints() else {
+        return Ok(Answer::Json(json!({"threadId": id, "checkpoints": []})));
+    };
+    let listed = store.list(key.as_str())?;
+    let closing: std::collections::HashSet<&str> = listed
+        .iter()
+        .filter_map(|l| l.name.strip_suffix("-after"))
+        .collect();
+    let before: Vec<_> = listed
+        .iter()
+        .filter(|l| !l.name.ends_with("-after"))
+        .collect();
+    let skip = before.len().saturating_sub(MAX_CHECKPOINTS);
+    let mut out = Vec::new();
+    for taken in before.into_iter().skip(skip) {
+        let about: serde_json::Value = serde_json::from_str(&taken.about).unwrap_or_default();
+        let files = if closing.contains(taken.name.as_str()) {
+            json!(store.changes(key.as_str(), &taken.name, &format!("{}-after", taken.name))?)
+        } else {
+            serde_json::Value::Null
+        };
+        out.push(json!({
+            "id": taken.name,
+            "messageId": about["messageId"],
+            "runId": about["runId"],
+            // Named by the millisecond it was taken.
+            "at": crate::clock::rfc3339(taken.name.parse().unwrap_or(taken.at * 1000)),
+            "files": files,
+        }));
+    }
+    Ok(Answer::Json(json!({"threadId": id, "checkpoints": out})))
 }
 
 enum Answer {
