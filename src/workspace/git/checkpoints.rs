@@ -31,6 +31,11 @@ const SETTINGS: [&str; 6] = [
     "core.quotePath=false",
 ];
 
+/// The largest file a checkpoint records. A larger one is left out (its bytes are not
+/// read into memory), and putting a workspace back never removes a file this large: what
+/// could not be recorded is not the checkpoint's to take away.
+pub(in crate::workspace) const MAX_FILE: u64 = 64 * 1024 * 1024;
+
 /// The checkpoint repositories under one directory, one per thread.
 #[derive(Debug, Clone)]
 pub struct Checkpoints {
@@ -317,8 +322,16 @@ fn write_stream(
                 .as_bytes()
                 .to_vec()
         } else {
+            if meta.len() > MAX_FILE {
+                return Ok(());
+            }
             let mut bytes = Vec::new();
-            tree.open(&tree.path(rel), false)?.read_to_end(&mut bytes)?;
+            tree.open(&tree.path(rel), false)?
+                .take(MAX_FILE + 1)
+                .read_to_end(&mut bytes)?;
+            if bytes.len() as u64 > MAX_FILE {
+                return Ok(());
+            }
             bytes
         };
         mark += 1;

@@ -162,6 +162,9 @@ fn remove_unrecorded(
         }
         let keep = if meta.is_dir() {
             dirs.contains(rel)
+        } else if meta.is_file() && meta.len() > super::MAX_FILE && !dirs.contains(rel) {
+            // Too large to have been recorded: not the checkpoint's to remove.
+            !recorded.contains_key(rel)
         } else {
             recorded.contains_key(rel) && !dirs.contains(rel)
         };

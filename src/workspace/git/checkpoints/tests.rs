@@ -355,3 +355,21 @@ fn an_unknown_checkpoint_changes_nothing() {
     assert!(store.restore("other", "1", &s.workspace()).is_err());
     assert_eq!(picture(&s.workspace()), before);
 }
+
+#[test]
+fn a_file_too_large_to_record_is_left_out_and_never_removed() {
+    let s = Scratch::new("large");
+    s.write("small.txt", "small\n");
+    let big = s.workspace().join("big.bin");
+    let file = fs::File::create(&big).expect("create");
+    file.set_len(MAX_FILE + 1).expect("sparse");
+    let store = s.store();
+    let recorded = store
+        .record("t", "1", &s.workspace(), "")
+        .expect("recorded");
+    assert_eq!(recorded.entries, 1, "only the small file");
+    fs::remove_file(s.workspace().join("small.txt")).expect("rm");
+    store.restore("t", "1", &s.workspace()).expect("restored");
+    assert!(s.workspace().join("small.txt").is_file());
+    assert_eq!(fs::metadata(&big).expect("kept").len(), MAX_FILE + 1);
+}
