@@ -105,13 +105,12 @@ impl Checkpoints {
         if !repo.join("HEAD").is_file() {
             fs::create_dir_all(&repo)?;
             fs::set_permissions(&repo, fs::Permissions::from_mode(0o700))?;
-            let mut cmd = bare_git();
-            cmd.env("GIT_CONFIG_NOSYSTEM", "1")
-                .env("GIT_CONFIG_GLOBAL", "/dev/null")
-                .env_remove("HOME")
-                .args(["init", "--bare", "--quiet", "--template="])
-                .arg(&repo);
-            run(&mut cmd, "init")?;
+            // `GIT_DIR` names the directory made: `init` makes the repository there.
+            run(
+                self.git(&repo)
+                    .args(["init", "--bare", "--quiet", "--template="]),
+                "init",
+            )?;
         }
         Ok(repo)
     }
@@ -224,38 +223,55 @@ impl Checkpoints {
         checked_name(from)?;
         checked_name(to)?;
         let repo = self.repo(thread);
-        let from = self.resolve(&repo, from)?;
-        let to = self.resolve(&repo, to)?;
-        let statuses = run(
+        // One diff: each changed file's raw record (its status) and its line counts.
+        let out = run(
             self.git(&repo)
-                .args(["diff-tree", "-r", "-z", "--no-renames", "--name-status"])
-                .args([&from, &to]),
+                .args([
+                    "diff-tree",
+                    "-r",
+                    "-z",
+                    "--no-renames",
+                    "--raw",
+                    "--numstat",
+                ])
+                .arg(format!("refs/checkpoints/{from}"))
+                .arg(format!("refs/checkpoints/{to}")),
             "diff-tree",
         )?;
-        let counts = run(
-            self.git(&repo)
-                .args(["diff-tree", "-r", "-z", "--no-renames", "--numstat"])
-                .args([&from, &to]),
-            "diff-tree",
-        )?;
-        let counts = numstat(&counts);
-        let mut out = Vec::new();
-        let mut fields = statuses.split(|b| *b == 0).filter(|f| !f.is_empty());
-        while let (Some(status), Some(path)) = (fields.next(), fields.next()) {
-            let path = String::from_utf8_lossy(path).into_owned();
-            let (added, removed) = counts.get(&path).copied().unwrap_or((None, None));
-            let status = match status {
-                b"A" => "added",
-                b"D" => "deleted",
-                _ => "modified",
-            };
-            out.push(CheckpointChange {
-                path,
-                status: status.to_owned(),
-                added,
-                removed,
-            });
+        let mut statuses: Vec<(String, &'static str)> = Vec::new();
+        let mut counts = std::collections::HashMap::new();
+        let mut fields = out.split(|b| *b == 0).filter(|f| !f.is_empty());
+        while let Some(field) = fields.next() {
+            if field.starts_with(b":") {
+                let status = match field.last() {
+                    Some(b'A') => "added",
+                    Some(b'D') => "deleted",
+                    _ => "modified",
+                };
+                let Some(path) = fields.next() else { break };
+                statuses.push((String::from_utf8_lossy(path).into_owned(), status));
+            } else {
+                let text = String::from_utf8_lossy(field);
+                let mut parts = text.splitn(3, '\t');
+                if let (Some(added), Some(removed), Some(path)) =
+                    (parts.next(), parts.next(), parts.next())
+                {
+                    counts.insert(path.to_owned(), (added.parse().ok(), removed.parse().ok()));
+                }
+            }
         }
+        let out = statuses
+            .into_iter()
+            .map(|(path, status)| {
+                let (added, removed) = counts.get(&path).copied().unwrap_or((None, None));
+                CheckpointChange {
+                    path,
+                    status: status.to_owned(),
+                    added,
+                    removed,
+                }
+            })
+            .collect();
         Ok(out)
     }
 
@@ -284,20 +300,6 @@ fn checked_name(name: &str) -> Result<(), WorkspaceError> {
             "not a checkpoint name: {name:?}"
         )))
     }
-}
-
-/// `--numstat -z` output: path -> (added, removed), `None` for a binary file.
-fn numstat(out: &[u8]) -> std::collections::HashMap<String, (Option<u64>, Option<u64>)> {
-    let mut counts = std::collections::HashMap::new();
-    for record in out.split(|b| *b == 0).filter(|r| !r.is_empty()) {
-        let text = String::from_utf8_lossy(record);
-        let mut parts = text.splitn(3, '\t');
-        if let (Some(added), Some(removed), Some(path)) = (parts.next(), parts.next(), parts.next())
-        {
-            counts.insert(path.to_owned(), (added.parse().ok(), removed.parse().ok()));
-        }
-    }
-    counts
 }
 
 /// Writes the fast-import stream of `tree` as commit `refs/checkpoints/<name>` on
