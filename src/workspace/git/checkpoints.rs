@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 
 use sha2::{Digest, Sha256};
 
-use super::{bare_git, run, stdout_line};
+use super::{bare_git, parse_name_status, parse_numstat, run, stdout_line};
 use crate::workspace::WorkspaceError;
 use crate::workspace::tree::{TREE_ENTRIES, Tree};
 
@@ -223,49 +223,23 @@ impl Checkpoints {
         checked_name(from)?;
         checked_name(to)?;
         let repo = self.repo(thread);
-        // One diff: each changed file's raw record (its status) and its line counts.
-        let out = run(
-            self.git(&repo)
-                .args([
-                    "diff-tree",
-                    "-r",
-                    "-z",
-                    "--no-renames",
-                    "--raw",
-                    "--numstat",
-                ])
-                .arg(format!("refs/checkpoints/{from}"))
-                .arg(format!("refs/checkpoints/{to}")),
-            "diff-tree",
-        )?;
-        let mut statuses: Vec<(String, &'static str)> = Vec::new();
-        let mut counts = std::collections::HashMap::new();
-        let mut fields = out.split(|b| *b == 0).filter(|f| !f.is_empty());
-        while let Some(field) = fields.next() {
-            if field.starts_with(b":") {
-                let status = match field.last() {
-                    Some(b'A') => "added",
-                    Some(b'D') => "deleted",
-                    _ => "modified",
-                };
-                let Some(path) = fields.next() else { break };
-                statuses.push((String::from_utf8_lossy(path).into_owned(), status));
-            } else {
-                let text = String::from_utf8_lossy(field);
-                let mut parts = text.splitn(3, '\t');
-                if let (Some(added), Some(removed), Some(path)) =
-                    (parts.next(), parts.next(), parts.next())
-                {
-                    counts.insert(path.to_owned(), (added.parse().ok(), removed.parse().ok()));
-                }
-            }
-        }
-        let out = statuses
+        let diff = |format: &str| {
+            run(
+                self.git(&repo)
+                    .args(["diff-tree", "-r", "-z", "--no-renames", format])
+                    .arg(format!("refs/checkpoints/{from}"))
+                    .arg(format!("refs/checkpoints/{to}")),
+                "diff-tree",
+            )
+        };
+        let (statuses, numstat) = (diff("--name-status")?, diff("--numstat")?);
+        let counts = parse_numstat(&numstat);
+        let out = parse_name_status(&statuses)
             .into_iter()
-            .map(|(path, status)| {
-                let (added, removed) = counts.get(&path).copied().unwrap_or((None, None));
+            .map(|(status, path)| {
+                let (added, removed) = counts.get(path).copied().unwrap_or((None, None));
                 CheckpointChange {
-                    path,
+                    path: String::from_utf8_lossy(path).into_owned(),
                     status: status.to_owned(),
                     added,
                     removed,
