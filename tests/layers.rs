@@ -63,8 +63,8 @@ const INNER_LAYERS: &[(&str, &[&[&str]])] = &[
             &["attach", "runs"],
             &["thread"],
             &["queue", "notices"],
-            // The threads in memory; answers to a suspended run.
-            &["cache", "answer"],
+            // The threads in memory; answers to a suspended run; a rewind.
+            &["cache", "answer", "rewind"],
             // A run from its start to its end.
             &["run"],
             // What reads or drives the rest.

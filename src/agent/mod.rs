@@ -83,6 +83,14 @@ pub trait Agent: Send + Sync + 'static {
         Box::pin(async {})
     }
 
+    /// Thread `thread_key` was rewound: the agent's session no longer matches its
+    /// transcript. The backend lets the session go; the thread's next turn starts a new one
+    /// (given the kept transcript as [`Turn::messages`]).
+    fn let_session_go(&self, thread_key: &str) -> BoxFuture<()> {
+        let _ = thread_key;
+        Box::pin(async {})
+    }
+
     /// The workspace of thread `thread_key` (its directory, whether made yet or not) and
     /// the agent's workspace settings; `None` for an agent without workspaces.
     fn workspace(

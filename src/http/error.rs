@@ -510,6 +510,44 @@ impl From<ReattachError> for ApiError {
     }
 }
 
+impl From<crate::runtime::RewindError> for ApiError {
+    fn from(e: crate::runtime::RewindError) -> ApiError {
+        use crate::runtime::RewindError;
+        match e {
+            RewindError::UnknownThread => ApiError::not_found("thread"),
+            RewindError::UnknownMessage(id) => {
+                let mut e = ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "UNKNOWN_MESSAGE",
+                    format!("the thread has no message {id:?}"),
+                );
+                e.field = Some("messageId".to_owned());
+                e
+            }
+            RewindError::RunInProgress => ApiError::new(
+                StatusCode::CONFLICT,
+                "RUN_IN_PROGRESS",
+                "a run is live on this thread; rewind it once the run has ended",
+            ),
+            RewindError::NoCheckpoints(message) => {
+                let mut e = ApiError::new(StatusCode::CONFLICT, "NO_CHECKPOINTS", message);
+                e.field = Some("scope".to_owned());
+                e
+            }
+            RewindError::Workspace(message) => {
+                tracing::error!(%message, "a rewind could not put the workspace back");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "WORKSPACE_ERROR",
+                    "the thread's workspace could not be put back",
+                )
+            }
+            RewindError::Store => ApiError::store_unavailable(),
+            RewindError::Elsewhere(owner) => ApiError::elsewhere(owner),
+        }
+    }
+}
+
 impl From<SessionRequestError> for ApiError {
     fn from(e: SessionRequestError) -> ApiError {
         match e {

@@ -297,13 +297,18 @@ impl Runtime {
         let Some(stored) = self.store().load_thread(id.as_str()).await? else {
             return Ok(None);
         };
+        let rebuild = stored.row.rewound();
         let thread = threads.new_thread(
             id,
             &stored.row.agent,
             Some((stored.transcript, stored.state)),
             stored.row.session_id.clone(),
         );
-        lock(&thread.state).queue = super::queue::restored(id, stored.queue, threads.meter());
+        {
+            let mut state = lock(&thread.state);
+            state.queue = super::queue::restored(id, stored.queue, threads.meter());
+            state.rebuild = rebuild;
+        }
         let (thread, inserted) = threads.insert(thread);
         if inserted {
             thread.account();

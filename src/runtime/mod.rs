@@ -31,6 +31,7 @@ mod notices;
 mod observe;
 pub mod queue;
 mod reattach;
+mod rewind;
 mod run;
 mod runs;
 pub mod sanitize;
@@ -56,6 +57,7 @@ pub use errors::{CancelReason, ReattachError, StartError};
 pub use fleet::{FleetFrom, FleetFull, FleetItem, FleetLimits, FleetStream};
 pub use journal::{EventId, Gap, Journal, JournalLimits};
 pub(in crate::runtime) use live::{Control, LiveRun, NextSegment, Phase};
+pub use rewind::{RewindError, RewindScope, Rewound, answer_json as rewind_json};
 pub use schedule::{
     CronError, CronSchedule, LATE_TOLERANCE, MAX_SCHEDULES_PER_OWNER, NewSchedule, ScheduleClock,
     ScheduleError,

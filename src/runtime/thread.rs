@@ -84,6 +84,9 @@ pub(super) struct ThreadState {
     pub(super) expired_interrupts: HashSet<String>,
     /// The agent session bound to this thread, if any.
     pub(super) session_id: Option<String>,
+    /// A rewind let the agent's session go: until a turn binds a new one, each turn gives
+    /// the agent the whole transcript (see `rewind.rs`).
+    pub(super) rebuild: bool,
     /// Input waiting for runs of its own, in order (see `queue.rs`).
     pub(super) queue: std::collections::VecDeque<Queued>,
     /// How many transcript messages [`Thread::account`] has sized, and their JSON bytes.
@@ -116,6 +119,11 @@ impl ThreadState {
         }
         self.transcript.extend(new.iter().cloned());
         new
+    }
+
+    /// The transcript was cut: the next [`Thread::account`] sizes it anew.
+    pub(super) fn resize(&mut self) {
+        self.sized = (0, 0);
     }
 
     /// The messages of a request [`ThreadState::take_new`] would take, each with its index
@@ -190,6 +198,7 @@ pub(super) fn new_thread(
             profile: Profile::V1,
             expired_interrupts: HashSet::new(),
             session_id,
+            rebuild: false,
             queue: std::collections::VecDeque::new(),
             sized: (0, 0),
         }),

@@ -107,6 +107,17 @@ pub struct ThreadRow {
     pub last_run: Option<RunRow>,
 }
 
+impl ThreadRow {
+    /// Whether a rewind let the thread's session go, and no turn has bound a new one yet.
+    pub fn rewound(&self) -> bool {
+        self.session_id.is_none()
+            && self
+                .metadata
+                .as_ref()
+                .is_some_and(|m| m["session"]["how"] == "rewound")
+    }
+}
+
 /// One run as recorded.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunRow {
@@ -151,6 +162,10 @@ impl ThreadPage {
         }
     }
 }
+
+/// A rewound thread's metadata: its session was let go, and the next turn starts a new one
+/// given the kept transcript.
+pub const REWOUND_METADATA: &str = r#"{"session":{"id":null,"how":"rewound"}}"#;
 
 /// What the runtime needs to resume a thread after a restart.
 #[derive(Debug, Clone)]
@@ -390,6 +405,13 @@ impl Store {
     /// The keys of the threads with a non-empty queue.
     pub async fn queued_threads(&self) -> Result<Vec<String>, StoreError> {
         dispatch!(self.queued_threads().await)
+    }
+
+    /// Cuts thread `thread_id`'s transcript to its first `keep` messages (a rewind) and
+    /// lets its agent session go: the next turn starts a new one, given the kept transcript
+    /// (the metadata says `{"session": {"id": null, "how": "rewound"}}`).
+    pub fn rewind(&self, thread_id: &str, keep: usize, now: i64) {
+        dispatch!(self.rewind(thread_id, keep, now))
     }
 
     /// Binds a thread to an agent session; `how` (new, loaded, ...) goes into metadata.

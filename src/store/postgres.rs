@@ -345,6 +345,14 @@ impl PgStore {
         });
     }
 
+    pub(super) fn rewind(&self, thread_id: &str, keep: usize, now: i64) {
+        let key = thread_id.to_owned();
+        let keep = i64::try_from(keep).unwrap_or(i64::MAX);
+        self.write("rewind", thread_id, move |conn| async move {
+            rows::rewind(&conn, &key, keep, now).await
+        });
+    }
+
     pub(super) fn set_title(&self, thread_id: &str, title: &str, now: i64) {
         let (key, title) = (thread_id.to_owned(), title.to_owned());
         self.write("title", thread_id, move |conn| async move {

@@ -339,6 +339,26 @@ impl SqliteStore {
         });
     }
 
+    pub(super) fn rewind(&self, thread_id: &str, keep: usize, now: i64) {
+        let thread_id = thread_id.to_owned();
+        let keep = i64::try_from(keep).unwrap_or(i64::MAX);
+        self.enqueue("rewind", move |conn| {
+            let tx = conn.savepoint()?;
+            tx.prepare_cached(
+                "DELETE FROM messages WHERE thread_id = ?1 AND seq >= COALESCE(
+                     (SELECT seq FROM messages WHERE thread_id = ?1 ORDER BY seq
+                      LIMIT 1 OFFSET ?2), 9223372036854775807)",
+            )?
+            .execute(params![thread_id, keep])?;
+            tx.prepare_cached(
+                "UPDATE threads SET session_id = NULL, metadata = ?2, updated_at = ?3
+                 WHERE id = ?1",
+            )?
+            .execute(params![thread_id, super::REWOUND_METADATA, now])?;
+            tx.commit()
+        });
+    }
+
     /// Sets a thread's title.
     pub(super) fn set_title(&self, thread_id: &str, title: &str, now: i64) {
         let (thread_id, title) = (thread_id.to_owned(), title.to_owned());

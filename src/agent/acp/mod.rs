@@ -321,6 +321,17 @@ impl Agent for AcpBackend {
         })
     }
 
+    fn let_session_go(&self, thread_key: &str) -> BoxFuture<()> {
+        let inner = self.inner.clone();
+        let thread_key = thread_key.to_owned();
+        Box::pin(async move {
+            inner.forget_load(&thread_key);
+            if let Some(bound) = inner.bindings.forget(&thread_key) {
+                inner.close_session(bound, false).await;
+            }
+        })
+    }
+
     fn workspace(&self, thread_key: &str) -> Option<(PathBuf, Workspaces)> {
         let workspaces = self.inner.workspaces.as_ref()?;
         let (principal, thread) = crate::access::split_key(thread_key);

@@ -4,6 +4,8 @@
 //! the agent cannot take (`parts.rs` says what it takes), refused by name: before the
 //! stream when the agent's capabilities are known, else by the turn, before its prompt.
 
+use std::fmt::Write as _;
+
 use agent_client_protocol::v1::schema::{ContentBlock, PromptCapabilities, TextContent};
 
 use super::parts::{self, Refusal};
@@ -26,14 +28,27 @@ impl Inner {
     /// What this turn prompts: the thread's undelivered input, then the turn's new
     /// messages (each once). On a thread that never had a session, nothing was delivered:
     /// every user message of the client's transcript.
+    ///
+    /// When those earlier messages hold the agent's own answers (a thread whose session a
+    /// rewind let go), they go first as one recap of the conversation instead.
     pub(super) fn input_for(&self, turn: &Turn) -> Vec<Message> {
         let mut input = self.bindings.take_undelivered(&turn.thread_id);
         let sessionless = turn.session_id.is_none() && !self.bindings.has(&turn.thread_id);
-        let earlier = turn
+        let earlier: Vec<&Message> = turn
             .messages
             .iter()
-            .filter(|m| sessionless && matches!(m, Message::User(_)));
-        for message in earlier.chain(&turn.new_messages) {
+            .filter(|m| sessionless && !turn.new_messages.iter().any(|n| n.id() == m.id()))
+            .collect();
+        let earlier: Vec<Message> = match earlier.iter().any(|m| matches!(m, Message::Assistant(_)))
+        {
+            true => vec![recap(turn, &earlier)],
+            false => earlier
+                .into_iter()
+                .filter(|m| matches!(m, Message::User(_)))
+                .cloned()
+                .collect(),
+        };
+        for message in earlier.iter().chain(&turn.new_messages) {
             if !input.iter().any(|m| m.id() == message.id()) {
                 input.push(message.clone());
             }
@@ -77,6 +92,51 @@ impl Inner {
             message: invalid(&field, &refused.refusal, &self.name),
         })
     }
+}
+
+/// The most of a recap kept (its newest part), in bytes.
+const RECAP_MAX: usize = 256 * 1024;
+
+/// The conversation before this turn, as one user message of text: for an agent given a
+/// new session on a thread that has history (its own answers included).
+fn recap(turn: &Turn, earlier: &[&Message]) -> Message {
+    let mut lines = Vec::new();
+    for message in earlier {
+        let line = match message {
+            Message::User(user) => format!("User: {}", user.content.text()),
+            Message::Assistant(assistant) => {
+                let mut line = format!("Assistant: {}", assistant.content.as_deref().unwrap_or(""));
+                for call in &assistant.tool_calls {
+                    let _ = write!(
+                        line,
+                        "\n[called {} {}]",
+                        call.function.name, call.function.arguments
+                    );
+                }
+                line
+            }
+            Message::Tool(tool) => format!("[tool result] {}", tool.content.text()),
+            Message::System(m) | Message::Developer(m) => format!("System: {}", m.content),
+            Message::Activity(_) | Message::Reasoning(_) => continue,
+        };
+        lines.push(line);
+    }
+    let mut text = lines.join("\n\n");
+    if text.len() > RECAP_MAX {
+        let mut cut = text.len() - RECAP_MAX;
+        while !text.is_char_boundary(cut) {
+            cut += 1;
+        }
+        text = format!("[earlier turns left out]\n{}", &text[cut..]);
+    }
+    Message::User(UserMessage {
+        id: format!("{}-recap", turn.run_id),
+        content: Content::Text(format!(
+            "This conversation goes on in a new session. What was said before, in order:\n\n\
+             {text}\n\n(End of the earlier conversation. The next message is the new one.)"
+        )),
+        name: None,
+    })
 }
 
 /// The prompt for a turn: context first, then the user messages of `input`, each part as

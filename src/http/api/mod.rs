@@ -24,6 +24,7 @@ pub mod mcp;
 pub mod metrics_endpoint;
 pub mod policy;
 mod queue;
+mod rewind;
 mod route;
 mod runs;
 mod schedules;
@@ -398,6 +399,7 @@ async fn serve(
         }
         Route::Workspace(id, route) => workspace::serve(app, &principal, &id, route, query).await,
         Route::ForkThread(source) => threads::fork(app, &principal, &source, req, &conn).await,
+        Route::RewindThread(id) => rewind::rewind(app, &principal, &id, req, &conn).await,
         Route::Uploads => uploads::create(app, &principal, req, &conn).await,
         Route::Upload(id) if req.method() == Method::DELETE => {
             uploads::delete(app, &principal, &id).await

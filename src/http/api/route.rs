@@ -37,6 +37,8 @@ pub(super) enum Route {
     ImportSession(String, String),
     /// Fork a thread into a new one.
     ForkThread(String),
+    /// Take a thread back to one of its messages.
+    RewindThread(String),
     /// Archive a thread (CopilotKit's thread mutation).
     ArchiveThread(String),
     /// Start a run on a thread with no stream attached.
@@ -109,6 +111,7 @@ impl Route {
             }
             ["threads", id, "stream"] if !id.is_empty() => Route::ThreadStream((*id).to_owned()),
             ["threads", id, "fork"] if !id.is_empty() => Route::ForkThread((*id).to_owned()),
+            ["threads", id, "rewind"] if !id.is_empty() => Route::RewindThread((*id).to_owned()),
             ["threads", id, "runs"] if !id.is_empty() => Route::ThreadRuns((*id).to_owned()),
             ["threads", id, "archive"] if !id.is_empty() => Route::ArchiveThread((*id).to_owned()),
             ["threads", id, "queue"] if !id.is_empty() => Route::ThreadQueue((*id).to_owned()),
@@ -163,6 +166,7 @@ impl Route {
                 | Route::ThreadStream(_)
                 | Route::Cancel(_)
                 | Route::ForkThread(_)
+                | Route::RewindThread(_)
                 | Route::ArchiveThread(_)
                 | Route::ThreadRuns(_)
                 | Route::ThreadQueue(_)
@@ -183,6 +187,7 @@ impl Route {
             | Route::Tokens
             | Route::ImportSession(..)
             | Route::ForkThread(_)
+            | Route::RewindThread(_)
             | Route::ArchiveThread(_)
             | Route::ThreadRuns(_)
             | Route::Uploads => "POST, OPTIONS",
@@ -209,6 +214,7 @@ impl Route {
             | Route::ThreadMessages(id)
             | Route::ThreadStream(id)
             | Route::ForkThread(id)
+            | Route::RewindThread(id)
             | Route::ArchiveThread(id)
             | Route::ThreadRuns(id)
             | Route::ThreadQueue(id)
@@ -252,6 +258,7 @@ impl Route {
             Route::AgentSessions(_) => "/agents/{agent}/sessions",
             Route::ImportSession(..) => "/agents/{agent}/sessions/{sessionId}/import",
             Route::ForkThread(_) => "/threads/{id}/fork",
+            Route::RewindThread(_) => "/threads/{id}/rewind",
             Route::ArchiveThread(_) => "/threads/{id}/archive",
             Route::ThreadRuns(_) => "/threads/{id}/runs",
             Route::ThreadQueue(_) => "/threads/{id}/queue",
@@ -285,6 +292,7 @@ impl Route {
             | Route::Webhooks
             | Route::WebhookDeliveries => Need::Operator,
             Route::ForkThread(_)
+            | Route::RewindThread(_)
             | Route::ArchiveThread(_)
             | Route::ThreadRuns(_)
             | Route::Uploads => Need::Capability(Capability::Run),
@@ -326,6 +334,7 @@ impl Route {
             | Route::ThreadStream(id)
             | Route::AgentStop(_, id)
             | Route::ForkThread(id)
+            | Route::RewindThread(id)
             | Route::ArchiveThread(id)
             | Route::ThreadRuns(id)
             | Route::ThreadQueue(id)
@@ -362,6 +371,7 @@ impl Route {
             Route::AgentSessions(_) => "agent_sessions",
             Route::ImportSession(..) => "import_session",
             Route::ForkThread(_) => "fork_thread",
+            Route::RewindThread(_) => "rewind_thread",
             Route::ArchiveThread(_) => "archive_thread",
             Route::ThreadRuns(_) => "thread_runs",
             Route::ThreadQueue(_) => "thread_queue",

@@ -66,6 +66,8 @@ pub(super) struct TurnInputs {
     pub(super) new_messages: Vec<Message>,
     /// The transcript to replay to the client first, when one is owed.
     pub(super) history: Option<Value>,
+    /// The whole transcript, for an agent whose session a rewind let go (see `rewind.rs`).
+    pub(super) rebuilt: Option<Vec<Message>>,
     pub(super) session_id: Option<String>,
     pub(super) document: Value,
     pub(super) tool_call_ids: HashSet<String>,
@@ -94,9 +96,11 @@ pub(super) fn turn_inputs(
         );
         rt.shown(&thread.key, history)
     });
+    let rebuilt = (state.rebuild && state.session_id.is_none()).then(|| state.transcript.clone());
     TurnInputs {
         new_messages,
         history,
+        rebuilt,
         session_id: state.session_id.clone(),
         document: state.document.value(&thread.agent),
         tool_call_ids: tool_call_ids(&state.transcript),

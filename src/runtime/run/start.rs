@@ -515,6 +515,7 @@ pub(in crate::runtime) fn start(
     let TurnInputs {
         new_messages,
         history,
+        rebuilt,
         session_id,
         document,
         tool_call_ids,
@@ -536,7 +537,7 @@ pub(in crate::runtime) fn start(
 
     // The transcript keeps the parts as the client sent them; the agent gets the uploads'
     // data.
-    let (mut messages, mut new_messages) = (input.messages, new_messages);
+    let (mut messages, mut new_messages) = (rebuilt.unwrap_or(input.messages), new_messages);
     uploads.apply(&mut messages);
     uploads.apply(&mut new_messages);
     let turn = Box::new(Turn {

@@ -139,3 +139,21 @@ fn thread_from(r: &Row) -> Result<ThreadRow, StoreError> {
         last_run,
     })
 }
+
+/// Cuts thread `key`'s transcript to its first `keep` messages and lets its session go
+/// (see `Store::rewind`); the job's transaction holds both.
+pub(super) async fn rewind(conn: &Conn, key: &str, keep: i64, now: i64) -> Result<(), StoreError> {
+    conn.execute(
+        "DELETE FROM messages WHERE thread_id = $1 AND seq >= COALESCE(
+             (SELECT seq FROM messages WHERE thread_id = $1 ORDER BY seq
+              LIMIT 1 OFFSET $2), 9223372036854775807)",
+        &[&key, &keep],
+    )
+    .await?;
+    conn.execute(
+        "UPDATE threads SET session_id = NULL, metadata = $2, updated_at = $3 WHERE id = $1",
+        &[&key, &crate::store::REWOUND_METADATA, &now],
+    )
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,406 @@
+//! Rewind: a thread taken back to one of its messages. The conversation (the transcript
+//! cut after that message, the agent's session let go: the next turn starts a new one
+//! given the kept transcript), the files (the workspace put back to the checkpoint taken
+//! before the turn that followed that message), or both. Only between runs, in the
+//! thread's decide section, so no run starts meanwhile.
+//!
+//! Order, for kill -9: the transcript's cut is committed first, then the files are put
+//! back. A crash between the two leaves the conversation rewound and the files as the
+//! last turn left them; the rewind can be asked again (the same message, scope `files`).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use serde_json::{Value, json};
+
+use super::{Runtime, Thread};
+use crate::access::Principal;
+use crate::agent::Agent;
+use crate::clock::now_ms;
+use crate::protocol::Event;
+use crate::protocol::input::Message;
+use crate::sync::lock;
+
+/// What a rewind takes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RewindScope {
+    Conversation,
+    Files,
+    Both,
+}
+
+impl RewindScope {
+    /// `"conversation"`, `"files"` or `"both"`.
+    pub fn parse(text: &str) -> Option<RewindScope> {
+        match text {
+            "conversation" => Some(RewindScope::Conversation),
+            "files" => Some(RewindScope::Files),
+            "both" => Some(RewindScope::Both),
+            _ => None,
+        }
+    }
+
+    fn conversation(self) -> bool {
+        self != RewindScope::Files
+    }
+
+    fn files(self) -> bool {
+        self != RewindScope::Conversation
+    }
+}
+
+/// Why a rewind was refused; nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RewindError {
+    #[error("no such thread")]
+    UnknownThread,
+    #[error("the thread has no message {0:?}")]
+    UnknownMessage(String),
+    #[error("the thread has a live run")]
+    RunInProgress,
+    /// Files were asked for and the agent keeps no checkpoints of this thread.
+    #[error("{0}")]
+    NoCheckpoints(String),
+    #[error("the workspace could not be put back: {0}")]
+    Workspace(String),
+    #[error("the thread store is unavailable")]
+    Store,
+    #[error("another node owns the thread")]
+    Elsewhere(crate::cluster::Owner),
+}
+
+/// What a rewind did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rewound {
+    /// The transcript as it is now (as clients are shown it).
+    pub messages: Value,
+    /// The shared state document.
+    pub state: Value,
+    /// The checkpoint the files were put back to and how many entries that wrote or
+    /// removed; `None` when files were not asked for. A checkpoint of `None`: no turn
+    /// followed the message, so the files were already as it left them.
+    pub files: Option<(Option<String>, usize)>,
+    /// Whether the agent's session was let go (the conversation was rewound): its next
+    /// turn starts a new session given the kept transcript.
+    pub new_session: bool,
+    /// The run id of the short run that showed the rewound thread to its streams.
+    pub run_id: Option<String>,
+}
+
+impl Runtime {
+    /// Rewinds thread `thread_id` of `principal`'s namespace to just after its message
+    /// `message_id` (see the module's doc). Refused while a run is live.
+    pub async fn rewind_thread(
+        &self,
+        principal: &Principal,
+        thread_id: &str,
+        message_id: &str,
+        scope: RewindScope,
+    ) -> Result<Rewound, RewindError> {
+        let key = principal.key(thread_id);
+        if let Some(owner) = self.owner_elsewhere(&key).await {
+            return Err(RewindError::Elsewhere(owner));
+        }
+        loop {
+            let thread = match self.load_thread(&key).await {
+                Ok(Some(thread)) if principal.may_use(&thread.agent) => thread,
+                Ok(_) => return Err(RewindError::UnknownThread),
+                Err(super::LoadError::Elsewhere(owner)) => {
+                    return Err(RewindError::Elsewhere(owner));
+                }
+                Err(super::LoadError::Store) => return Err(RewindError::Store),
+            };
+            let decide = thread.decide.lock().await;
+            if thread.retired.load(Ordering::SeqCst) {
+                continue;
+            }
+            let keep = {
+                let state = lock(&thread.state);
+                if state.live.is_some() || !state.queue.is_empty() {
+                    return Err(RewindError::RunInProgress);
+                }
+                state
+                    .transcript
+                    .iter()
+                    .position(|m| m.id() == message_id)
+                    .ok_or_else(|| RewindError::UnknownMessage(message_id.to_owned()))?
+                    + 1
+            };
+            let mut rewound = self.rewind_to(&thread, keep, scope).await?;
+            rewound.run_id = Some(self.show_rewound(&thread, &rewound));
+            drop(decide);
+            self.fleet_activity(thread.owner());
+            return Ok(rewound);
+        }
+    }
+
+    /// Rewinds `thread` to its first `keep` messages, `scope` saying what; its decide
+    /// section is held and no run is live.
+    pub(super) async fn rewind_to(
+        &self,
+        thread: &Arc<Thread>,
+        keep: usize,
+        scope: RewindScope,
+    ) -> Result<Rewound, RewindError> {
+        let agent = self.agents().get(&thread.agent).cloned();
+        let (later, document) = {
+            let state = lock(&thread.state);
+            // From the last kept message on: a kept user message's own answer goes, so
+            // the files go back to before the turn that answered it.
+            let from = keep.saturating_sub(1).min(state.transcript.len());
+            let later: Vec<String> = state.transcript[from..]
+                .iter()
+                .map(|m| m.id().to_owned())
+                .collect();
+            (later, state.document.value(&thread.agent))
+        };
+        // Checked before anything changes: files asked of an agent that keeps none.
+        let files = match (scope.files(), &agent) {
+            (true, Some(agent)) => Some(files_to_restore(agent.as_ref(), thread, later).await?),
+            (true, None) => return Err(no_checkpoints()),
+            (false, _) => None,
+        };
+        let new_session = scope.conversation() && self.cut_transcript(thread, keep).await?;
+        if new_session && let Some(agent) = &agent {
+            agent.let_session_go(thread.key.as_str()).await;
+        }
+        let files = match files {
+            Some(restore) => Some(restore.run().await?),
+            None => None,
+        };
+        let transcript = lock(&thread.state).transcript.clone();
+        Ok(Rewound {
+            messages: self.shown(&thread.key, json!(transcript)),
+            state: document,
+            files,
+            new_session,
+            run_id: None,
+        })
+    }
+
+    /// Cuts the thread's transcript to its first `keep` messages, in the store (committed)
+    /// and in memory; the thread's session is let go. Whether it was cut (`false`: nothing
+    /// followed).
+    async fn cut_transcript(&self, thread: &Arc<Thread>, keep: usize) -> Result<bool, RewindError> {
+        if lock(&thread.state).transcript.len() <= keep {
+            return Ok(false);
+        }
+        let store = self.store();
+        store.rewind(thread.key.as_str(), keep, now_ms() as i64);
+        store.commit().await.map_err(|error| {
+            tracing::error!(%error, "a rewind could not be stored");
+            RewindError::Store
+        })?;
+        if self.lease_lost(&thread.key) {
+            return Err(RewindError::Store);
+        }
+        {
+            let mut state = lock(&thread.state);
+            state.transcript.truncate(keep);
+            state.transcript.shrink_to_fit();
+            state.seen = seen_in(&state.transcript);
+            state.session_id = None;
+            state.rebuild = true;
+            state.resize();
+        }
+        thread.account();
+        Ok(true)
+    }
+
+    /// Shows the rewound thread to the streams that follow it: a short run of its own
+    /// (`RUN_STARTED`, `MESSAGES_SNAPSHOT`, `STATE_SNAPSHOT`, `RUN_FINISHED` saying what was
+    /// rewound). Its run id.
+    fn show_rewound(&self, thread: &Thread, rewound: &Rewound) -> String {
+        let run_id = format!("rewind-{}", uuid::Uuid::new_v4());
+        let events = [
+            Event::run_started(&thread.id, &run_id, None),
+            Event::MessagesSnapshot {
+                messages: rewound.messages.clone(),
+            },
+            Event::StateSnapshot {
+                snapshot: rewound.state.clone(),
+            },
+            Event::RunFinished {
+                thread_id: thread.id.clone(),
+                run_id: run_id.clone(),
+                result: Some(json!({"rewound": answer_json(rewound)})),
+                outcome: None,
+                usage: None,
+            },
+        ];
+        thread.journal.push_all(&events, now_ms());
+        run_id
+    }
+}
+
+/// What a rewind says it did, beside the transcript and state: `files` (the checkpoint
+/// and the entries put back) and `session` (`"new"` when the agent's next turn starts a
+/// new session given the kept transcript, else `"kept"`).
+pub fn answer_json(rewound: &Rewound) -> Value {
+    json!({
+        "files": rewound.files.as_ref().map(|(checkpoint, written)| json!({
+            "checkpoint": checkpoint,
+            "written": written,
+        })),
+        "session": if rewound.new_session { "new" } else { "kept" },
+    })
+}
+
+/// Every id a transcript's messages and tool calls hold (what the thread has seen).
+fn seen_in(transcript: &[Message]) -> std::collections::HashSet<String> {
+    let mut seen = std::collections::HashSet::new();
+    for message in transcript {
+        seen.insert(message.id().to_owned());
+        if let Message::Assistant(assistant) = message {
+            seen.extend(assistant.tool_calls.iter().map(|call| call.id.clone()));
+        }
+    }
+    seen
+}
+
+fn no_checkpoints() -> RewindError {
+    RewindError::NoCheckpoints(
+        "the thread's agent keeps no checkpoints of its files (only an agent whose threads \
+         each have a workspace of their own does)"
+            .to_owned(),
+    )
+}
+
+/// A put-back of a thread's workspace, chosen and not yet done.
+struct Restore {
+    checkpoints: crate::workspace::Checkpoints,
+    thread: String,
+    dir: std::path::PathBuf,
+    /// `None`: nothing to put back.
+    name: Option<String>,
+}
+
+impl Restore {
+    async fn run(self) -> Result<(Option<String>, usize), RewindError> {
+        let Some(name) = self.name else {
+            return Ok((None, 0));
+        };
+        let (checkpoints, thread, dir, at) =
+            (self.checkpoints, self.thread, self.dir, name.clone());
+        let written = tokio::task::spawn_blocking(move || checkpoints.restore(&thread, &at, &dir))
+            .await
+            .map_err(|e| RewindError::Workspace(e.to_string()))?
+            .map_err(|e| RewindError::Workspace(e.to_string()))?;
+        tracing::info!(checkpoint = %name, written, "workspace put back to a checkpoint");
+        Ok((Some(name), written))
+    }
+}
+
+/// The put-back that makes `thread`'s files as they were before the turn that followed
+/// its kept messages: `later` are the ids of the last kept message and those after it.
+async fn files_to_restore(
+    agent: &dyn Agent,
+    thread: &Thread,
+    later: Vec<String>,
+) -> Result<Restore, RewindError> {
+    let (dir, workspaces) = agent
+        .workspace(thread.key.as_str())
+        .ok_or_else(no_checkpoints)?;
+    let checkpoints = workspaces
+        .checkpoints()
+        .cloned()
+        .ok_or_else(no_checkpoints)?;
+    let (store, key) = (checkpoints.clone(), thread.key.to_string());
+    let listed = tokio::task::spawn_blocking(move || store.list(&key))
+        .await
+        .map_err(|e| RewindError::Workspace(e.to_string()))?
+        .map_err(|e| RewindError::Workspace(e.to_string()))?;
+    let taken: Vec<(String, Option<String>)> = listed
+        .into_iter()
+        .filter(|l| !l.name.ends_with("-after"))
+        .map(|l| {
+            let about: Value = serde_json::from_str(&l.about).unwrap_or_default();
+            (l.name, about["messageId"].as_str().map(str::to_owned))
+        })
+        .collect();
+    Ok(Restore {
+        checkpoints,
+        thread: thread.key.to_string(),
+        dir,
+        name: checkpoint_before(&taken, &later),
+    })
+}
+
+/// Of the checkpoints taken before turns (`(name, the message the turn answered)`, oldest
+/// first), the one before the turn that followed the kept messages: the turn that answered
+/// the earliest of `later` (the last kept message and those after it, in order; a kept
+/// user message whose answer goes is one such turn); of several turns that
+/// answered it (a regenerated answer), the latest. `None` when no turn answered any.
+pub(super) fn checkpoint_before(
+    taken: &[(String, Option<String>)],
+    later: &[String],
+) -> Option<String> {
+    let place = |message: &Option<String>| {
+        message
+            .as_deref()
+            .and_then(|id| later.iter().position(|l| l == id))
+    };
+    let first = taken.iter().filter_map(|(_, m)| place(m)).min()?;
+    taken
+        .iter()
+        .rev()
+        .find(|(_, m)| place(m) == Some(first))
+        .map(|(name, _)| name.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn taken(list: &[(&str, Option<&str>)]) -> Vec<(String, Option<String>)> {
+        list.iter()
+            .map(|(n, m)| ((*n).to_owned(), m.map(str::to_owned)))
+            .collect()
+    }
+
+    fn ids(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_checkpoint_is_the_one_before_the_turn_that_followed() {
+        let taken = taken(&[
+            ("1", Some("u1")),
+            ("2", None),
+            ("3", Some("u2")),
+            ("4", Some("u3")),
+        ]);
+        // Kept through a1: u2 and what follows it go.
+        assert_eq!(
+            checkpoint_before(&taken, &ids(&["a1", "u2", "a2", "u3", "a3"])),
+            Some("3".into())
+        );
+        // Kept through u2 itself (its answer goes): the turn that answered u2.
+        assert_eq!(
+            checkpoint_before(&taken, &ids(&["u2", "a2", "u3", "a3"])),
+            Some("3".into())
+        );
+        // Kept through a2.
+        assert_eq!(
+            checkpoint_before(&taken, &ids(&["a2", "u3", "a3"])),
+            Some("4".into())
+        );
+        // Nothing followed.
+        assert_eq!(checkpoint_before(&taken, &ids(&["a3"])), None);
+        // Everything goes.
+        assert_eq!(
+            checkpoint_before(&taken, &ids(&["u1", "a1", "u2", "a2"])),
+            Some("1".into())
+        );
+    }
+
+    #[test]
+    fn a_regenerated_answer_puts_back_its_own_turn() {
+        // u2 answered twice (the second after a rewind): the latest turn that answered it.
+        let taken = taken(&[("1", Some("u1")), ("2", Some("u2")), ("5", Some("u2"))]);
+        assert_eq!(
+            checkpoint_before(&taken, &ids(&["u2", "a2"])),
+            Some("5".into())
+        );
+    }
+}

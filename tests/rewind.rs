@@ -1,0 +1,296 @@
+//! Rewind (`POST {path}/threads/{id}/rewind`): the scripted ACP agent writes files over
+//! three turns; the thread is taken back to a message, its conversation, its files or
+//! both, and the next turn's agent sees only the kept history.
+
+mod support;
+
+use agui_serve::confine::Confinement;
+use serde_json::{Value, json};
+use support::probe::*;
+use support::*;
+
+async fn get(server: &TestServer, path: &str, token: &str) -> reqwest::Response {
+    client()
+        .get(server.url(path))
+        .bearer_auth(token)
+        .sent()
+        .await
+}
+
+async fn rewind(server: &TestServer, token: &str, thread: &str, body: Value) -> reqwest::Response {
+    client()
+        .post(server.url(&format!("/threads/{thread}/rewind")))
+        .bearer_auth(token)
+        .json(&body)
+        .sent()
+        .await
+}
+
+/// The thread's stored transcript.
+async fn messages(server: &TestServer, token: &str, thread: &str) -> Vec<Value> {
+    let answer: Value = get(server, &format!("/threads/{thread}/messages"), token)
+        .await
+        .json()
+        .await
+        .expect("json");
+    answer["messages"].as_array().expect("messages").clone()
+}
+
+/// A file of the thread's workspace, `None` when it is not there.
+async fn file(server: &TestServer, token: &str, thread: &str, path: &str) -> Option<String> {
+    let response = get(
+        server,
+        &format!("/threads/{thread}/workspace/file?path={path}"),
+        token,
+    )
+    .await;
+    match response.status().as_u16() {
+        200 => Some(response.text().await.expect("text")),
+        404 => None,
+        other => panic!("workspace file {path}: {other}"),
+    }
+}
+
+fn ids(messages: &[Value]) -> Vec<String> {
+    messages
+        .iter()
+        .map(|m| m["id"].as_str().expect("id").to_owned())
+        .collect()
+}
+
+/// Three turns on `thread`: notes.md written "one" then "two", other.md "three".
+async fn three_turns(server: &TestServer, token: &str, thread: &str) -> Vec<Value> {
+    say(server, token, "probe", thread, "write notes.md one").await;
+    say(server, token, "probe", thread, "write notes.md two").await;
+    say(server, token, "probe", thread, "write other.md three").await;
+    let transcript = messages(server, token, thread).await;
+    assert_eq!(transcript.len(), 6, "{transcript:?}");
+    transcript
+}
+
+#[tokio::test]
+async fn rewinding_both_puts_back_files_and_transcript_and_the_next_turn_sees_the_kept_history() {
+    let s = setup("rewind-both", |c, d| {
+        c.agents = vec![probe_agent("probe", Confinement::Landlock, d, None)];
+    })
+    .await;
+    let alice = token_for(&s.server, "alice").await;
+    let transcript = three_turns(&s.server, &alice, "t").await;
+    // A client following every run of the thread sees the rewind.
+    let follow = client()
+        .get(s.server.url("/threads/t/stream?follow=all"))
+        .bearer_auth(&alice)
+        .sent()
+        .await;
+    assert_eq!(follow.status(), 200);
+
+    let first_answer = transcript[1]["id"].as_str().expect("id");
+    let answer = rewind(
+        &s.server,
+        &alice,
+        "t",
+        json!({"messageId": first_answer, "scope": "both"}),
+    )
+    .await;
+    assert_eq!(answer.status(), 200);
+    let answer: Value = answer.json().await.expect("json");
+    assert_eq!(answer["session"], "new", "{answer}");
+    assert!(answer["files"]["checkpoint"].is_string(), "{answer}");
+    assert_eq!(
+        ids(answer["messages"].as_array().expect("messages")),
+        ids(&transcript[..2])
+    );
+
+    assert_eq!(
+        ids(&messages(&s.server, &alice, "t").await),
+        ids(&transcript[..2])
+    );
+    assert_eq!(
+        file(&s.server, &alice, "t", "notes.md").await.as_deref(),
+        Some("one\n")
+    );
+    assert_eq!(file(&s.server, &alice, "t", "other.md").await, None);
+
+    let mut reader = SseReader::new(follow);
+    let mut seen = Vec::new();
+    while let Some(frame) = reader.next().await {
+        seen.push(frame.kind().to_owned());
+        if frame.kind() == "RUN_FINISHED" && frame.data["result"]["rewound"].is_object() {
+            break;
+        }
+    }
+    assert!(
+        seen.ends_with(&[
+            "RUN_STARTED".to_owned(),
+            "MESSAGES_SNAPSHOT".to_owned(),
+            "STATE_SNAPSHOT".to_owned(),
+            "RUN_FINISHED".to_owned()
+        ]),
+        "{seen:?}"
+    );
+
+    // The next turn runs in a new session given the kept history, and nothing later.
+    let heard = say(&s.server, &alice, "probe", "t", "recall").await;
+    assert!(heard.contains("User: write notes.md one"), "{heard}");
+    assert!(heard.contains("Assistant: Wrote notes.md"), "{heard}");
+    assert!(
+        !heard.contains("two") && !heard.contains("three"),
+        "{heard}"
+    );
+    let after = messages(&s.server, &alice, "t").await;
+    assert_eq!(after.len(), 4);
+    assert_eq!(ids(&after[..2]), ids(&transcript[..2]));
+
+    // A later turn goes on in that session, with nothing given twice.
+    let heard = say(&s.server, &alice, "probe", "t", "recall").await;
+    assert_eq!(
+        heard.matches("User: write notes.md one").count(),
+        1,
+        "{heard}"
+    );
+}
+
+#[tokio::test]
+async fn files_only_and_conversation_only_each_leave_the_other_alone() {
+    let s = setup("rewind-scopes", |c, d| {
+        c.agents = vec![probe_agent("probe", Confinement::Landlock, d, None)];
+    })
+    .await;
+    let alice = token_for(&s.server, "alice").await;
+
+    let transcript = three_turns(&s.server, &alice, "f").await;
+    let first_answer = transcript[1]["id"].as_str().expect("id");
+    let answer = rewind(
+        &s.server,
+        &alice,
+        "f",
+        json!({"messageId": first_answer, "scope": "files"}),
+    )
+    .await;
+    assert_eq!(answer.status(), 200);
+    let answer: Value = answer.json().await.expect("json");
+    assert_eq!(answer["session"], "kept");
+    assert_eq!(
+        file(&s.server, &alice, "f", "notes.md").await.as_deref(),
+        Some("one\n")
+    );
+    assert_eq!(file(&s.server, &alice, "f", "other.md").await, None);
+    assert_eq!(
+        ids(&messages(&s.server, &alice, "f").await),
+        ids(&transcript)
+    );
+
+    let transcript = three_turns(&s.server, &alice, "c").await;
+    // To the second user message: its answer goes too.
+    let second_question = transcript[2]["id"].as_str().expect("id");
+    let answer = rewind(
+        &s.server,
+        &alice,
+        "c",
+        json!({"messageId": second_question, "scope": "conversation"}),
+    )
+    .await;
+    assert_eq!(answer.status(), 200);
+    let answer: Value = answer.json().await.expect("json");
+    assert_eq!(answer["session"], "new");
+    assert!(answer["files"].is_null());
+    assert_eq!(
+        ids(&messages(&s.server, &alice, "c").await),
+        ids(&transcript[..3])
+    );
+    assert_eq!(
+        file(&s.server, &alice, "c", "notes.md").await.as_deref(),
+        Some("two\n")
+    );
+    assert_eq!(
+        file(&s.server, &alice, "c", "other.md").await.as_deref(),
+        Some("three\n")
+    );
+}
+
+#[tokio::test]
+async fn a_rewind_is_refused_while_a_run_is_live_and_for_what_does_not_exist() {
+    let s = setup("rewind-refused", |c, d| {
+        c.agents = vec![probe_agent("probe", Confinement::Landlock, d, None)];
+    })
+    .await;
+    let alice = token_for(&s.server, "alice").await;
+    say(&s.server, &alice, "probe", "r", "write a.md x").await;
+    let first = messages(&s.server, &alice, "r").await[0]["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+
+    let unknown = rewind(&s.server, &alice, "r", json!({"messageId": "nope"})).await;
+    assert_eq!(unknown.status(), 404);
+    let bad = rewind(
+        &s.server,
+        &alice,
+        "r",
+        json!({"messageId": first, "scope": "all"}),
+    )
+    .await;
+    assert_eq!(bad.status(), 400);
+    let missing = rewind(&s.server, &alice, "r", json!({"scope": "both"})).await;
+    assert_eq!(missing.status(), 400);
+    // Another principal's thread of that id does not exist for her.
+    let bob = token_for(&s.server, "bob").await;
+    let foreign = rewind(&s.server, &bob, "r", json!({"messageId": first})).await;
+    assert_eq!(foreign.status(), 404);
+
+    let started = client()
+        .post(s.server.url("/threads/r/runs"))
+        .bearer_auth(&alice)
+        .json(&json!({"agent": "probe", "runId": "slow-run",
+            "messages": [{"id": "s1", "role": "user", "content": "slow 100"}]}))
+        .sent()
+        .await;
+    assert_eq!(started.status(), 202);
+    let live = rewind(&s.server, &alice, "r", json!({"messageId": first})).await;
+    assert_eq!(live.status(), 409);
+    let error: Value = live.json().await.expect("json");
+    assert_eq!(error["code"], "RUN_IN_PROGRESS");
+    // Nothing changed.
+    assert_eq!(
+        file(&s.server, &alice, "r", "a.md").await.as_deref(),
+        Some("x\n")
+    );
+}
+
+#[tokio::test]
+async fn the_demo_agent_rewinds_its_conversation_but_has_no_files_to_put_back() {
+    let server = TestServer::start().await;
+    for (i, text) in ["one", "two"].iter().enumerate() {
+        let response = server
+            .post("/demo")
+            .json(&run_body("d", &format!("run-{i}"), text))
+            .sent()
+            .await;
+        SseReader::new(response).collect().await;
+    }
+    let transcript = messages(&server, TOKEN, "d").await;
+    assert_eq!(transcript.len(), 4);
+    let first_answer = transcript[1]["id"].as_str().expect("id");
+    let files = rewind(&server, TOKEN, "d", json!({"messageId": first_answer})).await;
+    assert_eq!(files.status(), 409);
+    let error: Value = files.json().await.expect("json");
+    assert_eq!(error["code"], "NO_CHECKPOINTS");
+    assert_eq!(
+        messages(&server, TOKEN, "d").await.len(),
+        4,
+        "nothing changed"
+    );
+
+    let conversation = rewind(
+        &server,
+        TOKEN,
+        "d",
+        json!({"messageId": first_answer, "scope": "conversation"}),
+    )
+    .await;
+    assert_eq!(conversation.status(), 200);
+    assert_eq!(
+        ids(&messages(&server, TOKEN, "d").await),
+        ids(&transcript[..2])
+    );
+}
