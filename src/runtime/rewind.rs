@@ -4,9 +4,10 @@
 //! before the turn that followed that message), or both. Only between runs, in the
 //! thread's decide section, so no run starts meanwhile.
 //!
-//! Order, for kill -9: the transcript's cut is committed first, then the files are put
-//! back. A crash between the two leaves the conversation rewound and the files as the
-//! last turn left them; the rewind can be asked again (the same message, scope `files`).
+//! Order, for kill -9: the files are put back first (writing the same checkpoint twice
+//! changes nothing), then the transcript's cut is committed. A crash between the two
+//! leaves the files put back and the conversation as it was, so the same rewind, asked
+//! again, finds the same checkpoint and finishes.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -160,14 +161,16 @@ impl Runtime {
             (true, None) => return Err(no_checkpoints()),
             (false, _) => None,
         };
-        let new_session = scope.conversation() && self.cut_transcript(thread, keep).await?;
-        if new_session && let Some(agent) = &agent {
-            agent.let_session_go(thread.key.as_str()).await;
-        }
+        // The files first: until the transcript is cut, the same rewind finds the same
+        // checkpoint, so one a crash interrupted can be asked again.
         let files = match files {
             Some(restore) => Some(restore.run().await?),
             None => None,
         };
+        let new_session = scope.conversation() && self.cut_transcript(thread, keep).await?;
+        if new_session && let Some(agent) = &agent {
+            agent.let_session_go(thread.key.as_str()).await;
+        }
         let transcript = lock(&thread.state).transcript.clone();
         Ok(Rewound {
             messages: self.shown(&thread.key, json!(transcript)),
