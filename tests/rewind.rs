@@ -294,3 +294,125 @@ async fn the_demo_agent_rewinds_its_conversation_but_has_no_files_to_put_back() 
         ids(&transcript[..2])
     );
 }
+
+/// A run of `messages` on `thread` (the probe agent) with `forwarded` as its
+/// `forwardedProps`: its frames.
+async fn run_with(
+    server: &TestServer,
+    token: &str,
+    thread: &str,
+    messages: Value,
+    forwarded: Value,
+) -> Vec<SseFrame> {
+    let response = client()
+        .post(server.url("/probe"))
+        .bearer_auth(token)
+        .json(
+            &json!({"threadId": thread, "runId": uuid::Uuid::new_v4().to_string(),
+            "messages": messages, "tools": [], "context": [], "state": {},
+            "forwardedProps": forwarded}),
+        )
+        .sent()
+        .await;
+    assert_eq!(response.status(), 200);
+    let frames = SseReader::new(response).collect().await;
+    assert_eq!(
+        frames.last().map(SseFrame::kind),
+        Some("RUN_FINISHED"),
+        "{:?}",
+        kinds(&frames)
+    );
+    frames
+}
+
+#[tokio::test]
+async fn a_client_that_owns_its_history_edits_and_regenerates() {
+    let s = setup("rewind-client", |c, d| {
+        c.agents = vec![probe_agent("probe", Confinement::Landlock, d, None)];
+    })
+    .await;
+    let alice = token_for(&s.server, "alice").await;
+    let client_owned = json!({"agui": {"history": "client"}});
+
+    // The second message edited: the thread and its files go back to after the first
+    // turn, and the edited message runs there.
+    let transcript = three_turns(&s.server, &alice, "e").await;
+    let edited = json!([transcript[0], transcript[1],
+        {"id": "edited", "role": "user", "content": "write notes.md edited"}]);
+    let frames = run_with(&s.server, &alice, "e", edited, client_owned.clone()).await;
+    assert_eq!(text_of(&frames), "Wrote notes.md");
+    let after = messages(&s.server, &alice, "e").await;
+    assert_eq!(
+        ids(&after[..3]),
+        [&ids(&transcript[..2])[..], &["edited".to_owned()]].concat()
+    );
+    assert_eq!(after.len(), 4);
+    assert_eq!(
+        file(&s.server, &alice, "e", "notes.md").await.as_deref(),
+        Some("edited\n")
+    );
+    assert_eq!(file(&s.server, &alice, "e", "other.md").await, None);
+
+    // Regenerate: the last answer dropped; its question runs again, and replaces it.
+    let transcript = three_turns(&s.server, &alice, "g").await;
+    let frames = run_with(
+        &s.server,
+        &alice,
+        "g",
+        json!(transcript[..5]),
+        client_owned.clone(),
+    )
+    .await;
+    assert_eq!(text_of(&frames), "Wrote other.md");
+    let after = messages(&s.server, &alice, "g").await;
+    assert_eq!(after.len(), 6);
+    assert_eq!(ids(&after[..5]), ids(&transcript[..5]));
+    assert_ne!(after[5]["id"], transcript[5]["id"], "a new answer");
+    assert_eq!(
+        file(&s.server, &alice, "g", "other.md").await.as_deref(),
+        Some("three\n")
+    );
+
+    // The same history sent again with new input: only appended.
+    let mut more = after.clone();
+    more.push(json!({"id": "more", "role": "user", "content": "pwd"}));
+    run_with(&s.server, &alice, "g", json!(more), client_owned).await;
+    assert_eq!(messages(&s.server, &alice, "g").await.len(), 8);
+}
+
+#[tokio::test]
+async fn a_client_that_is_behind_still_appends_and_is_told_what_it_missed() {
+    let s = setup("rewind-behind", |c, d| {
+        c.agents = vec![probe_agent("probe", Confinement::Landlock, d, None)];
+    })
+    .await;
+    let alice = token_for(&s.server, "alice").await;
+    say(&s.server, &alice, "probe", "b", "write notes.md one").await;
+    let first_tab = messages(&s.server, &alice, "b").await;
+    // Another tab runs a turn meanwhile.
+    say(&s.server, &alice, "probe", "b", "write notes.md two").await;
+    let stored = messages(&s.server, &alice, "b").await;
+
+    let behind = json!([first_tab[0], first_tab[1],
+        {"id": "late", "role": "user", "content": "write other.md three"}]);
+    let frames = run_with(&s.server, &alice, "b", behind, json!({})).await;
+    let told = frames
+        .iter()
+        .find(|f| f.kind() == "CUSTOM" && f.data["name"] == "agui.history.unsent")
+        .expect("the stream names what the client did not send");
+    assert_eq!(told.data["value"]["messageIds"], json!(ids(&stored[2..])));
+    let after = messages(&s.server, &alice, "b").await;
+    assert_eq!(after.len(), 6, "appended, nothing rewound");
+    assert_eq!(
+        file(&s.server, &alice, "b", "notes.md").await.as_deref(),
+        Some("two\n")
+    );
+
+    // A client that sends only its new input is not behind: nothing is said.
+    let frames = turn(&s.server, &alice, "probe", "b", "pwd").await;
+    assert!(
+        !frames
+            .iter()
+            .any(|f| f.data["name"] == "agui.history.unsent")
+    );
+}

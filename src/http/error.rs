@@ -473,6 +473,14 @@ impl From<StartError> for ApiError {
                 "QUEUE_FULL",
                 "the thread's queue holds its most items; wait for one to run or cancel one",
             ),
+            StartError::Rewind(why) => {
+                tracing::error!(%why, "the rewind of a client-owned history failed");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "REWIND_FAILED",
+                    "the thread could not be taken back to the history the client sent",
+                )
+            }
         }
     }
 }

@@ -45,11 +45,14 @@ pub enum StartError {
     /// The principal's daily budget is spent (why).
     #[error("{0}")]
     BudgetExceeded(String),
+    /// The rewind a client-owned history asked for failed (why); nothing ran.
+    #[error("{0}")]
+    Rewind(String),
 }
 
 impl StartError {
     /// Every [`StartError::reason`].
-    pub const REASONS: [&'static str; 14] = [
+    pub const REASONS: [&'static str; 15] = [
         "unknown_agent",
         "draining",
         "over_capacity",
@@ -64,6 +67,7 @@ impl StartError {
         "queue_full",
         "queue_memory",
         "budget_exceeded",
+        "rewind_failed",
     ];
 
     /// A stable snake_case word for the metrics.
@@ -83,6 +87,7 @@ impl StartError {
             StartError::QueueFull => "queue_full",
             StartError::QueueMemory(_) => "queue_memory",
             StartError::BudgetExceeded(_) => "budget_exceeded",
+            StartError::Rewind(_) => "rewind_failed",
         }
     }
 }
@@ -148,6 +153,7 @@ mod tests {
             StartError::QueueFull,
             StartError::QueueMemory(1),
             StartError::BudgetExceeded("b".to_owned()),
+            StartError::Rewind("w".to_owned()),
         ];
         for error in &all {
             match error {
@@ -164,7 +170,8 @@ mod tests {
                 | StartError::Input(_)
                 | StartError::QueueFull
                 | StartError::QueueMemory(_)
-                | StartError::BudgetExceeded(_) => {}
+                | StartError::BudgetExceeded(_)
+                | StartError::Rewind(_) => {}
             }
         }
         all

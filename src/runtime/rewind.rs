@@ -14,12 +14,12 @@ use std::sync::atomic::Ordering;
 
 use serde_json::{Value, json};
 
-use super::{Runtime, Thread};
-use crate::access::Principal;
+use super::{Runtime, StartError, Thread};
+use crate::access::{Capability, Principal};
 use crate::agent::Agent;
 use crate::clock::now_ms;
-use crate::protocol::Event;
 use crate::protocol::input::Message;
+use crate::protocol::{Event, InputError, RunAgentInput};
 use crate::sync::lock;
 
 /// What a rewind takes back.
@@ -133,6 +133,52 @@ impl Runtime {
             self.fleet_activity(thread.owner());
             return Ok(rewound);
         }
+    }
+
+    /// A request that owns its history, on a thread with no live run: the thread is first
+    /// rewound to where that history parts from the stored one (the files too, where the
+    /// agent keeps checkpoints), and streams following it see that. Its decide section is
+    /// held.
+    pub(super) async fn follow_client_history(
+        &self,
+        principal: &Principal,
+        thread: &Arc<Thread>,
+        input: &RunAgentInput,
+    ) -> Result<(), StartError> {
+        let keep = {
+            let state = lock(&thread.state);
+            if state.live.is_some() || !state.queue.is_empty() {
+                return Ok(());
+            }
+            client_history_point(&state.transcript, &input.messages)
+        };
+        let Some(keep) = keep else {
+            return Ok(());
+        };
+        if !principal.can(Capability::Run) {
+            return Err(StartError::Forbidden(Capability::Run));
+        }
+        let keeps_files = self
+            .agents()
+            .get(&thread.agent)
+            .and_then(|agent| agent.workspace(thread.key.as_str()))
+            .is_some_and(|(_, workspaces)| workspaces.checkpoints().is_some());
+        let scope = match keeps_files {
+            true => RewindScope::Both,
+            false => RewindScope::Conversation,
+        };
+        let rewound = self
+            .rewind_to(thread, keep, scope)
+            .await
+            .map_err(|error| match error {
+                RewindError::Store => StartError::Store,
+                RewindError::Elsewhere(owner) => StartError::Elsewhere(owner),
+                other => StartError::Rewind(other.to_string()),
+            })?;
+        self.show_rewound(thread, &rewound);
+        self.fleet_activity(thread.owner());
+        tracing::info!(thread.id = %thread.id, kept = keep, "rewound to the history the client sent");
+        Ok(())
     }
 
     /// Rewinds `thread` to its first `keep` messages, `scope` saying what; its decide
@@ -351,9 +397,112 @@ pub(super) fn checkpoint_before(
         .map(|(name, _)| name.clone())
 }
 
+/// Whether a request owns its history (`forwardedProps.agui.history`: `"client"`, or
+/// `"server"`, the default).
+pub(super) fn client_owned(input: &RunAgentInput) -> Result<bool, InputError> {
+    let value = input
+        .forwarded_props
+        .as_ref()
+        .and_then(|props| props.get("agui"))
+        .and_then(|agui| agui.get("history"));
+    match value.map(|v| v.as_str()) {
+        None | Some(Some("server")) => Ok(false),
+        Some(Some("client")) => Ok(true),
+        Some(_) => Err(InputError {
+            field: Some("forwardedProps.agui.history".to_owned()),
+            message: "must be \"client\" (the messages sent are the history) or \"server\" \
+                      (the stored history wins, the default)"
+                .to_owned(),
+        }),
+    }
+}
+
+/// Where a history the client owns (`sent`) parts from the stored `transcript`: the number
+/// of stored messages to keep before the request runs, or `None` when it only adds to
+/// them. Messages are matched by id, in order; stored messages a client keeps no copy of
+/// (reasoning, or its own copy of a tool call under another id) may be skipped. A sent
+/// user message whose text differs from the stored one of its id was edited: the stored
+/// history ends before it. Sent messages that end inside the stored history (the last
+/// answer dropped: "regenerate") keep what they name, less a last user message, which
+/// then runs again.
+pub(super) fn client_history_point(transcript: &[Message], sent: &[Message]) -> Option<usize> {
+    let mut next = 0;
+    for message in sent {
+        let found = transcript[next..]
+            .iter()
+            .position(|m| m.id() == message.id())
+            .map(|offset| next + offset);
+        match found {
+            Some(at) if edited(&transcript[at], message) => return Some(at),
+            Some(at) => next = at + 1,
+            None if is_copy_of_stored_call(transcript, message) => {}
+            None => return (next < transcript.len()).then_some(next),
+        }
+    }
+    if next >= transcript.len() {
+        return None;
+    }
+    match sent.last() {
+        Some(Message::User(last)) if transcript[next - 1].id() == last.id => Some(next - 1),
+        _ => Some(next),
+    }
+}
+
+/// A user message sent again with other text.
+fn edited(stored: &Message, sent: &Message) -> bool {
+    match (stored, sent) {
+        (Message::User(stored), Message::User(sent)) => {
+            stored.content.text() != sent.content.text()
+        }
+        _ => false,
+    }
+}
+
+/// A client's copy of an assistant tool-call message the transcript holds under another
+/// id: no text, and every call one the transcript has.
+fn is_copy_of_stored_call(transcript: &[Message], message: &Message) -> bool {
+    let Message::Assistant(copy) = message else {
+        return false;
+    };
+    copy.content.as_deref().unwrap_or("").is_empty()
+        && !copy.tool_calls.is_empty()
+        && copy.tool_calls.iter().all(|call| {
+            transcript.iter().any(|m| {
+                matches!(m, Message::Assistant(a) if a.tool_calls.iter().any(|c| c.id == call.id))
+            })
+        })
+}
+
+/// The stored messages a client that sent history (some stored message) left out after
+/// the first it sent: it is behind (another tab ran meanwhile). Empty for a client that
+/// sends only its new input.
+pub(super) fn unsent(transcript: &[Message], sent: &[Message]) -> Vec<String> {
+    let ids: std::collections::HashSet<&str> = sent.iter().map(Message::id).collect();
+    let Some(first) = transcript.iter().position(|m| ids.contains(m.id())) else {
+        return Vec::new();
+    };
+    transcript[first..]
+        .iter()
+        .filter(|m| !ids.contains(m.id()))
+        .filter(|m| {
+            matches!(
+                m,
+                Message::User(_) | Message::Assistant(_) | Message::Tool(_)
+            )
+        })
+        .filter(|m| {
+            !sent
+                .iter()
+                .any(|s| is_copy_of_stored_call(std::slice::from_ref(m), s))
+        })
+        .map(|m| m.id().to_owned())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn taken(list: &[(&str, Option<&str>)]) -> Vec<(String, Option<String>)> {
         list.iter()
@@ -395,6 +544,76 @@ mod tests {
             checkpoint_before(&taken, &ids(&["u1", "a1", "u2", "a2"])),
             Some("1".into())
         );
+    }
+
+    fn messages(list: serde_json::Value) -> Vec<Message> {
+        serde_json::from_value(list).expect("messages")
+    }
+
+    fn stored() -> Vec<Message> {
+        messages(json!([
+            {"id": "u1", "role": "user", "content": "one"},
+            {"id": "a1", "role": "assistant", "content": "One."},
+            {"id": "u2", "role": "user", "content": "two"},
+            {"id": "a2", "role": "assistant", "toolCalls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {"id": "t1", "role": "tool", "toolCallId": "c1", "content": "done"},
+            {"id": "a3", "role": "assistant", "content": "Two."},
+        ]))
+    }
+
+    #[test]
+    fn a_client_history_is_read_against_the_stored_one() {
+        let stored = stored();
+        let all = serde_json::to_value(&stored).expect("json");
+        // The same history, or more after it: nothing to rewind.
+        assert_eq!(client_history_point(&stored, &stored), None);
+        let mut more = stored.clone();
+        more.extend(messages(
+            json!([{"id": "u3", "role": "user", "content": "three"}]),
+        ));
+        assert_eq!(client_history_point(&stored, &more), None);
+        // Only new input: the history it owns is that (the first message edited).
+        assert_eq!(client_history_point(&stored, &more[6..]), Some(0));
+        // The second message edited under a new id: kept through a1.
+        let edited =
+            messages(json!([all[0], all[1], {"id": "u2b", "role": "user", "content": "2"}]));
+        assert_eq!(client_history_point(&stored, &edited), Some(2));
+        // Edited under its own id.
+        let in_place =
+            messages(json!([all[0], all[1], {"id": "u2", "role": "user", "content": "2"}]));
+        assert_eq!(client_history_point(&stored, &in_place), Some(2));
+        // Regenerate: the answer to u2 dropped; u2 runs again.
+        assert_eq!(client_history_point(&stored, &stored[..3]), Some(2));
+        // The client's own copy of the tool call (another id) is the stored one.
+        let copy = messages(json!([all[0], all[1], all[2],
+            {"id": "mine", "role": "assistant", "toolCalls": all[3]["toolCalls"]},
+            all[4], all[5]]));
+        assert_eq!(client_history_point(&stored, &copy), None);
+        // Reasoning the client keeps no copy of is skipped.
+        assert_eq!(
+            client_history_point(
+                &stored,
+                &messages(json!([all[0], all[2], all[3], all[4], all[5]]))
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn a_client_behind_is_told_what_it_did_not_send() {
+        let stored = stored();
+        let all = serde_json::to_value(&stored).expect("json");
+        let behind =
+            messages(json!([all[0], all[1], {"id": "u9", "role": "user", "content": "x"}]));
+        assert_eq!(unsent(&stored, &behind), ["u2", "a2", "t1", "a3"]);
+        let copy = messages(json!([all[0], all[1], all[2],
+            {"id": "mine", "role": "assistant", "toolCalls": all[3]["toolCalls"]},
+            all[4], all[5]]));
+        assert!(unsent(&stored, &copy).is_empty());
+        // A client that sends only its new input is not behind.
+        let only_new = messages(json!([{"id": "u9", "role": "user", "content": "x"}]));
+        assert!(unsent(&stored, &only_new).is_empty());
     }
 
     #[test]

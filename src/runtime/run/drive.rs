@@ -77,14 +77,14 @@ pub(in crate::runtime) async fn drive(
     agent: Arc<dyn Agent>,
     turn: Box<Turn>,
     parent_run_id: Option<String>,
-    history: Option<Value>,
+    opening: super::segment::Opening,
 ) {
     tracing::info!("run started");
     let started = std::time::Instant::now();
     // Accepted means stored: the thread row and the new input are committed before the
     // client sees RUN_STARTED.
     let stored = Box::pin(pump.writer.commit()).await;
-    pump.writer.start(parent_run_id, history);
+    pump.writer.start(parent_run_id, opening);
     if !stored {
         drop(agent);
         let ending = pump.writer.failed_ending();
@@ -402,7 +402,7 @@ impl Pump {
             trace.client_answered(&next.abandoned);
         }
         self.writer.link = next.link;
-        self.writer.start(next.parent_run_id, None);
+        self.writer.start(next.parent_run_id, Default::default());
         for tool_call_id in next.abandoned {
             self.writer.translate(AgentEvent::ToolCallResult {
                 message_id: format!("{tool_call_id}-cancelled"),

@@ -10,6 +10,7 @@ use serde_json::Value;
 use crate::clock::now_ms;
 use crate::protocol::{Message, RunAgentInput};
 use crate::runtime::live::LiveRun;
+use crate::runtime::run::segment::Opening;
 use crate::runtime::thread::Thread;
 use crate::runtime::{Runtime, notices, state};
 use crate::sync::lock;
@@ -64,8 +65,9 @@ pub(in crate::runtime) fn title_of(text: &str) -> String {
 pub(super) struct TurnInputs {
     /// The input's messages the thread has not seen.
     pub(super) new_messages: Vec<Message>,
-    /// The transcript to replay to the client first, when one is owed.
-    pub(super) history: Option<Value>,
+    /// The transcript to replay to the client first, when one is owed, and the stored
+    /// messages the client left out.
+    pub(super) opening: Opening,
     /// The whole transcript, for an agent whose session a rewind let go (see `rewind.rs`).
     pub(super) rebuilt: Option<Vec<Message>>,
     pub(super) session_id: Option<String>,
@@ -83,6 +85,7 @@ pub(super) fn turn_inputs(
 ) -> TurnInputs {
     let options = rt.options();
     let mut state = lock(&thread.state);
+    let unsent = crate::runtime::rewind::unsent(&state.transcript, &input.messages);
     let new_messages = state.take_new(&input.messages);
     state.live = Some(run.clone());
     if let Some(client) = &input.state {
@@ -99,7 +102,7 @@ pub(super) fn turn_inputs(
     let rebuilt = (state.rebuild && state.session_id.is_none()).then(|| state.transcript.clone());
     TurnInputs {
         new_messages,
-        history,
+        opening: Opening { history, unsent },
         rebuilt,
         session_id: state.session_id.clone(),
         document: state.document.value(&thread.agent),

@@ -24,6 +24,18 @@ use crate::sync::lock;
 use crate::traces::{RunTrace, TurnOutcome};
 use opentelemetry::trace::SpanContext;
 
+/// The `CUSTOM` event naming the stored messages a client that sent history left out.
+pub(in crate::runtime) const UNSENT_EVENT: &str = "agui.history.unsent";
+
+/// What a run's first segment opens with besides the state: the transcript owed to the
+/// client, and the ids of the stored messages a client that sent history left out (it is
+/// behind: a second tab), so the page can read the thread again.
+#[derive(Default)]
+pub(in crate::runtime) struct Opening {
+    pub(in crate::runtime) history: Option<Value>,
+    pub(in crate::runtime) unsent: Vec<String>,
+}
+
 /// Writes segments into the journal and cleans up after the run, even on panic.
 pub(in crate::runtime) struct SegmentWriter {
     pub(in crate::runtime) rt: Runtime,
@@ -74,15 +86,17 @@ impl SegmentWriter {
     }
 
     /// `RUN_STARTED`, the history snapshot when due, and the state snapshot.
-    pub(in crate::runtime) fn start(
-        &mut self,
-        parent_run_id: Option<String>,
-        history: Option<Value>,
-    ) {
+    pub(in crate::runtime) fn start(&mut self, parent_run_id: Option<String>, opening: Opening) {
         let mut translator = lock(&self.run.translator);
         let mut out: Vec<Event> = translator.start(parent_run_id).into_iter().collect();
-        if let Some(messages) = history {
+        if let Some(messages) = opening.history {
             out.push(Event::MessagesSnapshot { messages });
+        }
+        if !opening.unsent.is_empty() {
+            out.push(Event::Custom {
+                name: UNSENT_EVENT.to_owned(),
+                value: serde_json::json!({ "messageIds": opening.unsent }),
+            });
         }
         out.push(Event::StateSnapshot {
             snapshot: lock(&self.thread.state).document.value(&self.thread.agent),

@@ -24,7 +24,7 @@ use crate::runtime::attach::{Attachment, Mode};
 use crate::runtime::live::{DisconnectWatch, LiveRun};
 use crate::runtime::thread::{Decision, Retry, Thread};
 use crate::runtime::{CancelReason, StartError};
-use crate::runtime::{LoadError, answer, attach};
+use crate::runtime::{LoadError, answer, attach, rewind};
 use crate::sync::lock;
 use crate::uploads::Resolved;
 
@@ -52,6 +52,10 @@ impl Runtime {
             Ok(strategy) => strategy,
             Err(error) => return Ok(Err(StartError::Input(error))),
         };
+        let owns_history = match rewind::client_owned(input) {
+            Ok(owns) => owns,
+            Err(error) => return Ok(Err(StartError::Input(error))),
+        };
         let mut found = match self
             .thread_for_run(principal, (agent, backend), input)
             .await
@@ -64,6 +68,11 @@ impl Runtime {
         let decide = thread.decide.lock().await;
         if thread.retired.load(Ordering::SeqCst) {
             return Err(Retry);
+        }
+        if owns_history
+            && let Err(error) = self.follow_client_history(principal, &thread, input).await
+        {
+            return Ok(Err(self.refused(&found, error)));
         }
         let decision = match decision(principal, &thread, input, profile) {
             Ok(decision) => decision,
@@ -514,7 +523,7 @@ pub(in crate::runtime) fn start(
     ));
     let TurnInputs {
         new_messages,
-        history,
+        opening,
         rebuilt,
         session_id,
         document,
@@ -558,7 +567,7 @@ pub(in crate::runtime) fn start(
     let mut pump = Box::new(Pump::new(writer, hitl, options.suspend_timeout));
     pump.budget = budget;
     rt.admission()
-        .spawn(drive(pump, agent, turn, input.parent_run_id, history).instrument(span));
+        .spawn(drive(pump, agent, turn, input.parent_run_id, opening).instrument(span));
     attachment
 }
 
