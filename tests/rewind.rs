@@ -416,3 +416,175 @@ async fn a_client_that_is_behind_still_appends_and_is_told_what_it_missed() {
             .any(|f| f.data["name"] == "agui.history.unsent")
     );
 }
+
+async fn fork(server: &TestServer, token: &str, thread: &str, body: Value) -> Value {
+    let response = client()
+        .post(server.url(&format!("/threads/{thread}/fork")))
+        .bearer_auth(token)
+        .json(&body)
+        .sent()
+        .await;
+    assert_eq!(response.status(), 201);
+    response.json().await.expect("json")
+}
+
+#[tokio::test]
+async fn a_fork_at_a_message_starts_from_there_with_or_without_its_files() {
+    let s = setup("rewind-fork", |c, d| {
+        c.agents = vec![probe_agent("probe", Confinement::Landlock, d, None)];
+    })
+    .await;
+    let alice = token_for(&s.server, "alice").await;
+    let transcript = three_turns(&s.server, &alice, "s").await;
+    let first_answer = transcript[1]["id"].as_str().expect("id");
+
+    let forked = fork(
+        &s.server,
+        &alice,
+        "s",
+        json!({"threadId": "then", "messageId": first_answer, "files": true}),
+    )
+    .await;
+    assert_eq!(forked["messageCount"], 2);
+    assert!(forked["sessionId"].is_null(), "{forked}");
+    assert_eq!(
+        ids(&messages(&s.server, &alice, "then").await),
+        ids(&transcript[..2])
+    );
+    assert_eq!(
+        file(&s.server, &alice, "then", "notes.md").await.as_deref(),
+        Some("one\n")
+    );
+    assert_eq!(file(&s.server, &alice, "then", "other.md").await, None);
+    // The source is as it was.
+    assert_eq!(messages(&s.server, &alice, "s").await.len(), 6);
+    assert_eq!(
+        file(&s.server, &alice, "s", "notes.md").await.as_deref(),
+        Some("two\n")
+    );
+    // The fork's first turn starts a session given its history, and nothing after it.
+    let heard = say(&s.server, &alice, "probe", "then", "recall").await;
+    assert!(heard.contains("User: write notes.md one"), "{heard}");
+    assert!(
+        !heard.contains("two") && !heard.contains("three"),
+        "{heard}"
+    );
+
+    // Without files: the transcript ends there, the files are the source's as they are.
+    fork(
+        &s.server,
+        &alice,
+        "s",
+        json!({"threadId": "now", "messageId": first_answer}),
+    )
+    .await;
+    assert_eq!(messages(&s.server, &alice, "now").await.len(), 2);
+    assert_eq!(
+        file(&s.server, &alice, "now", "notes.md").await.as_deref(),
+        Some("two\n")
+    );
+    assert_eq!(
+        file(&s.server, &alice, "now", "other.md").await.as_deref(),
+        Some("three\n")
+    );
+
+    // A message the thread does not hold.
+    let unknown = client()
+        .post(s.server.url("/threads/s/fork"))
+        .bearer_auth(&alice)
+        .json(&json!({"messageId": "nope"}))
+        .sent()
+        .await;
+    assert_eq!(unknown.status(), 404);
+    let bad = client()
+        .post(s.server.url("/threads/s/fork"))
+        .bearer_auth(&alice)
+        .json(&json!({"files": "yes"}))
+        .sent()
+        .await;
+    assert_eq!(bad.status(), 400);
+}
+
+#[tokio::test]
+async fn checkpoints_survive_a_restart_and_the_agent_cannot_reach_them() {
+    let s = setup("rewind-restart", |c, d| {
+        c.agents = vec![probe_agent("probe", Confinement::Landlock, d, None)];
+    })
+    .await;
+    let alice = token_for(&s.server, "alice").await;
+    let transcript = three_turns(&s.server, &alice, "k").await;
+
+    // The agent tries the daemon's checkpoint store: to list it, read it, write into it.
+    let store = s.data.join("checkpoints").join("probe");
+    let repo = std::fs::read_dir(&store)
+        .expect("the checkpoint store")
+        .next()
+        .expect("the thread's repository")
+        .expect("entry")
+        .path();
+    let refs = repo.join("refs").join("checkpoints");
+    let planted = refs.join("planted");
+    let outcomes = probe(
+        &s.server,
+        &alice,
+        "probe",
+        "k",
+        json!({"list": [store.display().to_string()],
+               "read": [repo.join("HEAD").display().to_string()],
+               "write": [planted.display().to_string()]}),
+    )
+    .await;
+    let Value::Object(outcomes) = outcomes else {
+        panic!("outcomes: {outcomes}");
+    };
+    assert_eq!(outcomes.len(), 3, "{outcomes:?}");
+    for (attempt, outcome) in &outcomes {
+        assert_eq!(outcome, "denied", "{attempt}");
+    }
+    assert!(!planted.exists());
+
+    // A restart on the same data directory: the checkpoints are still there, and rewind.
+    let (data, token_file) = (s.data.clone(), s.token_file.clone());
+    s.server.stop().await;
+    let d = data.clone();
+    let server = TestServer::with(move |c| {
+        c.data_dir = d.clone();
+        c.private_files = vec![token_file];
+        c.agents = vec![probe_agent("probe", Confinement::Landlock, &d, None)];
+    })
+    .await;
+    let alice = token_for(&server, "alice").await;
+    let listed: Value = get(&server, "/threads/k/checkpoints", &alice)
+        .await
+        .json()
+        .await
+        .expect("json");
+    // Three turns, and the probe's.
+    assert_eq!(
+        listed["checkpoints"].as_array().map(Vec::len),
+        Some(4),
+        "{listed}"
+    );
+    let answer = rewind(
+        &server,
+        &alice,
+        "k",
+        json!({"messageId": transcript[1]["id"], "scope": "both"}),
+    )
+    .await;
+    assert_eq!(answer.status(), 200);
+    assert_eq!(
+        file(&server, &alice, "k", "notes.md").await.as_deref(),
+        Some("one\n")
+    );
+    assert_eq!(file(&server, &alice, "k", "other.md").await, None);
+
+    // They go with the thread.
+    let deleted = client()
+        .delete(server.url("/threads/k"))
+        .bearer_auth(&alice)
+        .sent()
+        .await;
+    assert_eq!(deleted.status(), 204);
+    eventually("the thread's checkpoints are removed", || !repo.exists()).await;
+}

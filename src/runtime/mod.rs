@@ -62,7 +62,7 @@ pub use schedule::{
     CronError, CronSchedule, LATE_TOLERANCE, MAX_SCHEDULES_PER_OWNER, NewSchedule, ScheduleClock,
     ScheduleError,
 };
-pub use sessions::{NewThread, SessionRequestError};
+pub use sessions::{ForkAt, NewThread, SessionRequestError};
 
 use crate::access::{Principal, ThreadKey};
 use crate::agent::Agent;

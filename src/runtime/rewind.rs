@@ -21,6 +21,7 @@ use crate::clock::now_ms;
 use crate::protocol::input::Message;
 use crate::protocol::{Event, InputError, RunAgentInput};
 use crate::sync::lock;
+use crate::workspace::Unit;
 
 /// What a rewind takes back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,7 +204,9 @@ impl Runtime {
         };
         // Checked before anything changes: files asked of an agent that keeps none.
         let files = match (scope.files(), &agent) {
-            (true, Some(agent)) => Some(files_to_restore(agent.as_ref(), thread, later).await?),
+            (true, Some(agent)) => {
+                Some(files_to_restore(agent.as_ref(), thread.key.as_str(), later).await?)
+            }
             (true, None) => return Err(no_checkpoints()),
             (false, _) => None,
         };
@@ -318,6 +321,7 @@ fn no_checkpoints() -> RewindError {
 /// A put-back of a thread's workspace, chosen and not yet done.
 struct Restore {
     checkpoints: crate::workspace::Checkpoints,
+    workspaces: crate::workspace::Workspaces,
     thread: String,
     dir: std::path::PathBuf,
     /// `None`: nothing to put back.
@@ -344,17 +348,15 @@ impl Restore {
 /// its kept messages: `later` are the ids of the last kept message and those after it.
 async fn files_to_restore(
     agent: &dyn Agent,
-    thread: &Thread,
+    thread: &str,
     later: Vec<String>,
 ) -> Result<Restore, RewindError> {
-    let (dir, workspaces) = agent
-        .workspace(thread.key.as_str())
-        .ok_or_else(no_checkpoints)?;
+    let (dir, workspaces) = agent.workspace(thread).ok_or_else(no_checkpoints)?;
     let checkpoints = workspaces
         .checkpoints()
         .cloned()
         .ok_or_else(no_checkpoints)?;
-    let (store, key) = (checkpoints.clone(), thread.key.to_string());
+    let (store, key) = (checkpoints.clone(), thread.to_owned());
     let listed = tokio::task::spawn_blocking(move || store.list(&key))
         .await
         .map_err(|e| RewindError::Workspace(e.to_string()))?
@@ -369,10 +371,52 @@ async fn files_to_restore(
         .collect();
     Ok(Restore {
         checkpoints,
-        thread: thread.key.to_string(),
+        workspaces,
+        thread: thread.to_owned(),
         dir,
         name: checkpoint_before(&taken, &later),
     })
+}
+
+/// The workspace of `fork`, a new thread forked from thread `source` of `agent`: a copy of
+/// `source`'s as it is now, put back (with `later`, as for a rewind) to the checkpoint
+/// before the turn that followed the fork's last message. An agent without workspaces of
+/// each thread's own has none to copy (and, with `later`, no checkpoints: refused).
+pub(super) async fn fork_files(
+    agent: &dyn Agent,
+    source: &str,
+    fork: &str,
+    later: Option<Vec<String>>,
+) -> Result<(), RewindError> {
+    let (dir, workspaces, put_back) = match later {
+        Some(later) => {
+            let restore = files_to_restore(agent, source, later).await?;
+            let put_back = restore.name.map(|name| (restore.checkpoints, name));
+            (restore.dir, restore.workspaces, put_back)
+        }
+        None => match agent.workspace(source) {
+            Some((dir, workspaces)) if workspaces.config().unit == Unit::Thread => {
+                (dir, workspaces, None)
+            }
+            _ => return Ok(()),
+        },
+    };
+    let (principal, thread) = crate::access::split_key(fork);
+    let to = workspaces.dir_for(principal, thread);
+    let source = source.to_owned();
+    tokio::task::spawn_blocking(move || {
+        if !dir.exists() {
+            workspaces.prepare(&dir)?;
+        }
+        workspaces.fork(&dir, &to)?;
+        match put_back {
+            Some((checkpoints, name)) => checkpoints.restore(&source, &name, &to).map(drop),
+            None => Ok(()),
+        }
+    })
+    .await
+    .map_err(|e| RewindError::Workspace(e.to_string()))?
+    .map_err(|e| RewindError::Workspace(e.to_string()))
 }
 
 /// Of the checkpoints taken before turns (`(name, the message the turn answered)`, oldest

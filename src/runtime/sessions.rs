@@ -47,11 +47,20 @@ impl From<StoreError> for SessionRequestError {
     }
 }
 
+/// Where a fork starts: at a message (`None`: the last), and with the files as they were
+/// then (else as they are now).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ForkAt {
+    pub message_id: Option<String>,
+    pub files: bool,
+}
+
 /// A thread created from an agent session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewThread {
     pub thread_id: String,
-    pub session_id: String,
+    /// `None` for a fork at an earlier message: its first turn starts a session.
+    pub session_id: Option<String>,
     pub message_count: usize,
 }
 
@@ -100,24 +109,34 @@ impl Runtime {
             _ => None,
         });
         let message_count = transcript.len();
-        self.write_thread(&key, agent_name, title, transcript, session_id, "imported")
-            .await?;
+        self.write_thread(
+            &key,
+            agent_name,
+            title,
+            transcript,
+            Some(session_id),
+            "imported",
+        )
+        .await?;
         tracing::info!(thread.id = %thread_id, session = %session_id, "session imported as a thread");
         Ok(NewThread {
             thread_id,
-            session_id: session_id.to_owned(),
+            session_id: Some(session_id.to_owned()),
             message_count,
         })
     }
 
     /// Forks thread `source` of `principal`'s namespace into a new thread there
     /// (`thread_id`, or a new id) with the same transcript, on a session the agent forks
-    /// from the thread's.
+    /// from the thread's. At an earlier message (`at.message_id`), the transcript ends
+    /// there and the fork's first turn starts a new session given it; with `at.files`, the
+    /// fork's workspace is put back to the checkpoint before the turn that followed.
     pub async fn fork_thread(
         &self,
         principal: &Principal,
         source: &str,
         thread_id: Option<String>,
+        at: ForkAt,
     ) -> Result<NewThread, SessionRequestError> {
         let source_key = principal.key(source);
         if let Some(owner) = self.owner_elsewhere(&source_key).await {
@@ -138,8 +157,31 @@ impl Runtime {
             .agents()
             .get(&stored.row.agent)
             .ok_or(SessionRequestError::UnknownAgent)?;
+        let keep = match &at.message_id {
+            None => stored.transcript.len(),
+            Some(id) => {
+                let at = stored.transcript.iter().position(|m| m.id() == id);
+                at.ok_or_else(|| {
+                    SessionRequestError::Agent(SessionError::NotFound(format!(
+                        "the thread has no message {id:?}"
+                    )))
+                })? + 1
+            }
+        };
         let thread_id = self.fresh_thread_id(principal, thread_id).await?;
         let key = principal.key(&thread_id);
+        if keep < stored.transcript.len() || at.files {
+            return self
+                .fork_at(
+                    agent.as_ref(),
+                    &source_key,
+                    stored,
+                    (thread_id, key),
+                    keep,
+                    at.files,
+                )
+                .await;
+        }
         let session_id = agent
             .fork_session(
                 source_key.as_str(),
@@ -155,15 +197,61 @@ impl Runtime {
             &stored.row.agent,
             title,
             stored.transcript,
-            &session_id,
+            Some(&session_id),
             "forked",
         )
         .await?;
         tracing::info!(thread.id = %thread_id, from = %source, "thread forked");
         Ok(NewThread {
             thread_id,
-            session_id,
+            session_id: Some(session_id),
             message_count,
+        })
+    }
+
+    /// A fork of the first `keep` messages of `stored` (thread `source`) as thread
+    /// `(id, key)`, with no session: its first turn starts one given the transcript. Its
+    /// workspace is the source's as it is now, or with `files`, as it was before the turn
+    /// that followed its last message.
+    async fn fork_at(
+        &self,
+        agent: &dyn crate::agent::Agent,
+        source: &ThreadKey,
+        mut stored: crate::store::StoredThread,
+        (thread_id, key): (String, ThreadKey),
+        keep: usize,
+        files: bool,
+    ) -> Result<NewThread, SessionRequestError> {
+        let later = files.then(|| {
+            stored.transcript[keep.saturating_sub(1)..]
+                .iter()
+                .map(|m| m.id().to_owned())
+                .collect()
+        });
+        super::rewind::fork_files(agent, source.as_str(), key.as_str(), later)
+            .await
+            .map_err(|error| match error {
+                super::RewindError::NoCheckpoints(_) => SessionRequestError::Agent(
+                    SessionError::unsupported("keeps no checkpoints of its threads' files"),
+                ),
+                other => SessionRequestError::Agent(SessionError::Failed(other.to_string())),
+            })?;
+        stored.transcript.truncate(keep);
+        let title = stored.row.title.clone();
+        self.write_thread(
+            &key,
+            &stored.row.agent,
+            title,
+            stored.transcript,
+            None,
+            "forked",
+        )
+        .await?;
+        tracing::info!(thread.id = %thread_id, kept = keep, files, "thread forked at a message");
+        Ok(NewThread {
+            thread_id,
+            session_id: None,
+            message_count: keep,
         })
     }
 
@@ -195,14 +283,15 @@ impl Runtime {
         Ok(id)
     }
 
-    /// Writes a new idle thread (by key) bound to `session_id`, and waits for the commit.
+    /// Writes a new idle thread (by key) bound to `session_id` (`None`: its first turn
+    /// starts a session given the transcript, as after a rewind), and waits for the commit.
     async fn write_thread(
         &self,
         thread_id: &ThreadKey,
         agent: &str,
         title: Option<String>,
         transcript: Vec<Message>,
-        session_id: &str,
+        session_id: Option<&str>,
         how: &str,
     ) -> Result<(), SessionRequestError> {
         match self.claim(thread_id).await {
@@ -218,7 +307,11 @@ impl Runtime {
         let reported = created.is_some();
         store.record_run_start_notifying(key, agent, title, &run_id, transcript, now, created);
         store.record_run_end(key, &run_id, how, "idle", now);
-        store.set_session(key, session_id, how, now);
+        match session_id {
+            Some(session_id) => store.set_session(key, session_id, how, now),
+            // Nothing is cut: the thread is marked to give its transcript to a new session.
+            None => store.rewind(key, usize::MAX, now),
+        }
         self.outgoing_queued(reported);
         store.commit().await?;
         if self.lease_lost(thread_id) {

@@ -274,7 +274,8 @@ pub(super) fn last_event_id(headers: &HeaderMap, query: Option<&str>) -> Option<
         .or_else(|| query_param(query, "lastEventId"))
 }
 
-/// `POST {path}/threads/{id}/fork`: a new thread with this one's transcript.
+/// `POST {path}/threads/{id}/fork`: a new thread with this one's transcript (up to a
+/// message, with the files as they were then, when the body says so).
 pub(super) async fn fork(
     app: &App,
     principal: &Principal,
@@ -282,10 +283,10 @@ pub(super) async fn fork(
     req: Request<RequestBody>,
     conn: &ConnInfo,
 ) -> Result<Response<Body>, ApiError> {
-    let thread_id = requested_thread_id(req, conn).await?;
+    let (thread_id, at) = super::rewind::fork_request(req, conn).await?;
     let new = app
         .runtime
-        .fork_thread(principal, source, thread_id)
+        .fork_thread(principal, source, thread_id, at)
         .await?;
     Ok(json_response(
         StatusCode::CREATED,
