@@ -20,7 +20,7 @@
 //! | `permission` | a tool call, then `session/request_permission`; reports what was chosen |
 //! | `permission-later` | the same after 1 s |
 //! | `permission-edit` | the same for an edit of `src/app.py` whose tool call carries its diff |
-//! | `slow N` | N chunks 50 ms apart; honours `session/cancel` |
+//! | `slow N` | N chunks 50 ms apart; honours `session/cancel`; a steering message that arrives meanwhile shows as `[steered: TEXT] ` in the next chunk |
 //! | `pid` | `Pid: <this process's id>` |
 //! | `late-title TITLE` | `Titled later.`, then 200 ms after the turn a session title update |
 //! | `crash` | one chunk, a line on stderr, then exits with status 3 |
@@ -50,6 +50,10 @@
 //! `<session>.closed` / `.deleted` marker there. `session/list` lists the sessions with a
 //! history there (title: the first prompt), and `session/fork` copies a session's history
 //! to a new session.
+//!
+//! Steering: `_session/steering` (advertised as `_meta.steering.supported`, unless
+//! `SCRIPTED_AGENT_NO_STEERING` is set) hands its text to the session's running turn
+//! (`{"outcome":"injected"}`), or answers `{"outcome":"promptRequired"}` with none running.
 //!
 //! Request log: with `SCRIPTED_AGENT_LOG=<path>`, a line is appended there for each
 //! `initialize` (`initialize <pid>`), `session/new` (`new <session> <pid> <cwd> <the names
@@ -103,6 +107,10 @@ struct Shared {
     config_sets: Mutex<std::collections::HashMap<String, usize>>,
     /// session id -> its working directory.
     cwds: Mutex<std::collections::HashMap<String, std::path::PathBuf>>,
+    /// Sessions with a turn running.
+    running: Mutex<HashSet<String>>,
+    /// session id -> steering messages not yet taken by its running turn.
+    steered: Mutex<std::collections::HashMap<String, Vec<String>>>,
 }
 
 impl Shared {
@@ -686,6 +694,21 @@ async fn play(
                     return Ok(PromptResponse::new(StopReason::Cancelled));
                 }
                 chunk(&cx, &session, "agent_message_chunk", &mid, &format!("{i} "))?;
+                let steered = shared
+                    .steered
+                    .lock()
+                    .map(|mut s| s.remove(&session).unwrap_or_default())
+                    .unwrap_or_default();
+                for text in steered {
+                    remember(&session, "user", &text);
+                    chunk(
+                        &cx,
+                        &session,
+                        "agent_message_chunk",
+                        &mid,
+                        &format!("[steered: {text}] "),
+                    )?;
+                }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
@@ -815,6 +838,7 @@ async fn play(
 async fn main() -> Result<(), Error> {
     let shared = Arc::new(Shared::default());
     let on_cancel = shared.clone();
+    let on_steer = shared.clone();
     let on_prompt = shared.clone();
     let on_new = shared.clone();
     let on_load = shared.clone();
@@ -869,7 +893,10 @@ async fn main() -> Result<(), Error> {
                     )
                     .mcp_capabilities(McpCapabilities::new().http(true))
                     .session_capabilities(sessions);
+                let steering = std::env::var_os("SCRIPTED_AGENT_NO_STEERING").is_none();
+                let meta = json!({"steering": {"supported": steering}});
                 let response = InitializeResponse::new(request.protocol_version)
+                    .meta(meta.as_object().cloned())
                     .agent_capabilities(capabilities)
                     .auth_methods(auth_methods)
                     .agent_info(Implementation::new("scripted-acp-agent", "1.0.0"));
@@ -1093,8 +1120,15 @@ async fn main() -> Result<(), Error> {
                     return responder.respond_with_error(auth_required());
                 }
                 let worker = cx.clone();
+                if let Ok(mut running) = shared.running.lock() {
+                    running.insert(session.clone());
+                }
                 cx.spawn(async move {
-                    match play(worker, shared, session, text, blocks).await {
+                    let played = play(worker, shared.clone(), session.clone(), text, blocks).await;
+                    if let Ok(mut running) = shared.running.lock() {
+                        running.remove(&session);
+                    }
+                    match played {
                         Ok(response) => responder.respond(response),
                         Err(error) => responder.respond_with_error(error),
                     }
@@ -1111,8 +1145,42 @@ async fn main() -> Result<(), Error> {
             },
             agent_client_protocol::on_receive_notification!(),
         )
+        .on_receive_request(
+            async move |request: UntypedMessage, responder, _cx| {
+                if request.method != "_session/steering" {
+                    return responder.respond_with_error(Error::method_not_found());
+                }
+                responder.respond(steer(&on_steer, &request.params))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
         .connect_to(transport)
         .await
+}
+
+/// `_session/steering`: the prompt's text handed to the session's running turn
+/// (`injected`); with no turn running, `promptRequired` when the request opts in.
+fn steer(shared: &Shared, params: &Value) -> Value {
+    let session = params["sessionId"].as_str().unwrap_or_default().to_owned();
+    let text: Vec<&str> = params["prompt"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|b| b["text"].as_str())
+        .collect();
+    log_request(&format!("steer {session} {}", process_identity()));
+    let running = shared
+        .running
+        .lock()
+        .map(|r| r.contains(&session))
+        .unwrap_or(false);
+    if !running {
+        return json!({"outcome": "promptRequired", "reason": "noRunningTurn"});
+    }
+    if let Ok(mut steered) = shared.steered.lock() {
+        steered.entry(session).or_default().push(text.join("\n"));
+    }
+    json!({"outcome": "injected"})
 }
 
 /// Appends `line` to `$SCRIPTED_AGENT_LOG`, when set.

@@ -95,7 +95,7 @@ const INNER_LAYERS: &[(&str, &[&[&str]])] = &[
             &["workdir", "settings", "health"],
             &["pool"],
             &["bind"],
-            &["bindings", "prepare", "spares", "sessions"],
+            &["bindings", "prepare", "spares", "sessions", "steer"],
             // A turn.
             &["turn"],
         ],

@@ -83,6 +83,14 @@ pub trait Agent: Send + Sync + 'static {
         Box::pin(async {})
     }
 
+    /// New input for thread `thread_key`'s running turn, now (steering): `Ok` when the
+    /// agent took it into that turn, else why not (the runtime then falls back to the
+    /// agent's `enqueue` or `interrupt` strategy).
+    fn steer(&self, thread_key: &str, messages: Vec<Message>) -> BoxFuture<Result<(), String>> {
+        let _ = (thread_key, messages);
+        Box::pin(async { Err("the agent takes no input while a turn runs".to_owned()) })
+    }
+
     /// Thread `thread_key` was rewound: the agent's session no longer matches its
     /// transcript. The backend lets the session go; the thread's next turn starts a new one
     /// (given the kept transcript as [`Turn::messages`]).
@@ -730,6 +738,9 @@ pub enum Multitask {
     /// The input waits in the thread's queue and runs, as a run of its own, once the runs
     /// before it have ended.
     Enqueue,
+    /// The input goes to the running turn now, where the agent takes input mid-turn;
+    /// else it falls back to `interrupt` (when that is the agent's strategy) or `enqueue`.
+    Steer,
 }
 
 impl Multitask {
@@ -738,6 +749,7 @@ impl Multitask {
             Multitask::Reject => "reject",
             Multitask::Interrupt => "interrupt",
             Multitask::Enqueue => "enqueue",
+            Multitask::Steer => "steer",
         }
     }
 
@@ -753,8 +765,9 @@ impl Multitask {
             "reject" => Ok(Multitask::Reject),
             "interrupt" => Ok(Multitask::Interrupt),
             "enqueue" => Ok(Multitask::Enqueue),
+            "steer" => Ok(Multitask::Steer),
             other => Err(format!(
-                "{other:?} is not a multitask strategy (reject, interrupt or enqueue)"
+                "{other:?} is not a multitask strategy (reject, interrupt, enqueue or steer)"
             )),
         }
     }

@@ -69,6 +69,9 @@ impl PhaseCell {
 pub(in crate::runtime) enum Control {
     /// The waits were answered (or failed closed): open the next segment.
     Resume(Box<NextSegment>),
+    /// The agent took these messages into the running turn (steering): show and record
+    /// them where they landed.
+    Steered(Vec<crate::protocol::input::Message>),
 }
 
 /// The commands to a run's pump, in order: a queue and a wake-up. (A channel would do,

@@ -51,6 +51,7 @@ mod router;
 mod sessions;
 mod settings;
 mod spares;
+mod steer;
 mod transcript;
 mod translate;
 mod turn;
@@ -319,6 +320,12 @@ impl Agent for AcpBackend {
             }
             inner.remove_workspace(&thread_id).await;
         })
+    }
+
+    fn steer(&self, thread_key: &str, messages: Vec<Message>) -> BoxFuture<Result<(), String>> {
+        let inner = self.inner.clone();
+        let thread_key = thread_key.to_owned();
+        Box::pin(async move { inner.steer(&thread_key, &messages).await })
     }
 
     fn let_session_go(&self, thread_key: &str) -> BoxFuture<()> {

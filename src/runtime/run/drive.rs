@@ -21,12 +21,13 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::segment::{SegmentWriter, ending_kind};
 use crate::agent::Hitl;
 use crate::agent::{Agent, AgentEvent, EventSink, SinkItem, Turn};
 use crate::protocol::events::Interrupt;
+use crate::protocol::input::Message;
 use crate::runtime::CancelReason;
 use crate::runtime::live::{Control, NextSegment, Phase, pending_len};
 use crate::runtime::suspension::{Channel, Suspension, Wait};
@@ -351,6 +352,7 @@ impl Pump {
     pub(in crate::runtime) fn on_control(&mut self, command: Control) {
         match command {
             Control::Resume(next) => self.next_segment(next),
+            Control::Steered(messages) => self.writer.steered(messages),
         }
     }
 
@@ -434,5 +436,62 @@ fn panicked() -> Ending {
     Ending::Error {
         code: "AGENT_ERROR".to_owned(),
         message: "the agent failed unexpectedly".to_owned(),
+    }
+}
+
+impl SegmentWriter {
+    /// Messages the agent took into the running turn: shown as user text messages and a
+    /// `CUSTOM` `agui.steer` where the stream is now, and recorded in the transcript
+    /// there. (A run that ended meanwhile records them after its output.)
+    pub(in crate::runtime) fn steered(&mut self, messages: Vec<Message>) {
+        use crate::protocol::{Event, TextRole};
+        let mut out = Vec::new();
+        for message in &messages {
+            let Message::User(user) = message else {
+                continue;
+            };
+            let id = user.id.clone();
+            out.push(Event::TextMessageStart {
+                message_id: id.clone(),
+                role: Some(TextRole::User),
+                name: None,
+                subagent_run_id: None,
+            });
+            let text = user.content.text();
+            if !text.is_empty() {
+                out.push(Event::TextMessageContent {
+                    message_id: id.clone(),
+                    delta: text,
+                    subagent_run_id: None,
+                });
+            }
+            out.push(Event::TextMessageEnd {
+                message_id: id,
+                subagent_run_id: None,
+            });
+        }
+        let ids: Vec<&str> = messages.iter().map(Message::id).collect();
+        out.push(Event::Custom {
+            name: super::steer_note::STEER_EVENT.to_owned(),
+            value: json!({"messageIds": ids, "delivery": "steered"}),
+        });
+        let mut translator = lock(&self.run.translator);
+        if !translator.is_ended() {
+            self.emit(&mut translator, &out);
+        }
+        drop(translator);
+        {
+            let mut state = lock(&self.thread.state);
+            for message in &messages {
+                state.seen.insert(message.id().to_owned());
+                state.transcript.push(message.clone());
+            }
+        }
+        self.thread.account();
+        self.rt.store().record_messages(
+            self.thread.key.as_str(),
+            messages,
+            crate::clock::now_ms() as i64,
+        );
     }
 }

@@ -99,10 +99,15 @@ pub(super) fn turn_inputs(
         );
         rt.shown(&thread.key, history)
     });
+    let steer = super::steer_note::fallback_note(input, &new_messages);
     let rebuilt = (state.rebuild && state.session_id.is_none()).then(|| state.transcript.clone());
     TurnInputs {
         new_messages,
-        opening: Opening { history, unsent },
+        opening: Opening {
+            history,
+            unsent,
+            steer,
+        },
         rebuilt,
         session_id: state.session_id.clone(),
         document: state.document.value(&thread.agent),

@@ -10,6 +10,8 @@ mod items;
 mod segment;
 mod spending;
 mod start;
+mod steer;
+mod steer_note;
 
 pub(in crate::runtime) use budget::RunBudget;
 pub(in crate::runtime) use inputs::title_of;

@@ -34,6 +34,8 @@ pub(in crate::runtime) const UNSENT_EVENT: &str = "agui.history.unsent";
 pub(in crate::runtime) struct Opening {
     pub(in crate::runtime) history: Option<Value>,
     pub(in crate::runtime) unsent: Vec<String>,
+    /// How steering input this run carries was delivered instead (see `steer.rs`).
+    pub(in crate::runtime) steer: Option<Value>,
 }
 
 /// Writes segments into the journal and cleans up after the run, even on panic.
@@ -91,6 +93,12 @@ impl SegmentWriter {
         let mut out: Vec<Event> = translator.start(parent_run_id).into_iter().collect();
         if let Some(messages) = opening.history {
             out.push(Event::MessagesSnapshot { messages });
+        }
+        if let Some(note) = opening.steer {
+            out.push(Event::Custom {
+                name: super::steer_note::STEER_EVENT.to_owned(),
+                value: note,
+            });
         }
         if !opening.unsent.is_empty() {
             out.push(Event::Custom {

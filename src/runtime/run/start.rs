@@ -117,8 +117,12 @@ impl Runtime {
                 new_input: true, ..
             } => self.multitask(&thread.agent, strategy, true) == Multitask::Enqueue,
             Decision::Suspended(run) => {
-                self.multitask(&thread.agent, strategy, true) == Multitask::Enqueue
-                    && self.would_supersede(thread, run, input)
+                // A run that waits on the client takes no steering: its fallback applies.
+                let strategy = match self.multitask(&thread.agent, strategy, true) {
+                    Multitask::Steer => self.steer_fallback(&thread.agent),
+                    other => other,
+                };
+                strategy == Multitask::Enqueue && self.would_supersede(thread, run, input)
             }
             _ => false,
         }
@@ -144,6 +148,10 @@ impl Runtime {
             Decision::Attach(run) => Ok(self.segment_attachment(&thread, run, profile)),
             Decision::Busy { run, new_input } => {
                 let strategy = self.multitask(&thread.agent, strategy, new_input);
+                if strategy == Multitask::Steer {
+                    let request = (principal, input, profile);
+                    return self.steer(found, request, run, decide).await;
+                }
                 Err(busy(principal, &run, strategy, decide).await?)
             }
             Decision::Suspended(run) => match self.answer(&thread, &run, input, profile) {
@@ -454,7 +462,9 @@ async fn busy(
     decide: tokio::sync::MutexGuard<'_, ()>,
 ) -> Result<StartError, Retry> {
     match strategy {
-        Multitask::Reject | Multitask::Enqueue => Ok(StartError::RunInProgress(run.id.clone())),
+        Multitask::Reject | Multitask::Enqueue | Multitask::Steer => {
+            Ok(StartError::RunInProgress(run.id.clone()))
+        }
         // New input: the principal must be able to start runs.
         Multitask::Interrupt if !principal.can(Capability::Run) => {
             Ok(StartError::Forbidden(Capability::Run))
@@ -485,7 +495,7 @@ fn requested_multitask(input: &RunAgentInput) -> Result<Option<Multitask>, Input
             .map_err(|message| InputError { field, message }),
         None => Err(InputError {
             field,
-            message: "must be a string: reject, interrupt or enqueue".to_owned(),
+            message: "must be a string: reject, interrupt, enqueue or steer".to_owned(),
         }),
     }
 }
@@ -573,9 +583,9 @@ pub(in crate::runtime) fn start(
 
 /// What a run request found: its agent, its thread, whether the request created it, and
 /// the admission a brand-new thread came with.
-struct ThreadForRun {
-    backend: Arc<dyn Agent>,
-    thread: Arc<Thread>,
+pub(super) struct ThreadForRun {
+    pub(super) backend: Arc<dyn Agent>,
+    pub(super) thread: Arc<Thread>,
     created: bool,
     permit: Option<Slot>,
 }

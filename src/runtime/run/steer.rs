@@ -1,0 +1,111 @@
+//! Steering: new input on a running turn (`multitask = "steer"`) handed to the agent now,
+//! where it takes input mid-turn (the turn goes on with it, and the input lands in the
+//! stream and the transcript where the agent took it); else the input falls back to the
+//! agent's `interrupt` strategy when that is its own, or to `enqueue`, and the run that
+//! carries it says so.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use serde_json::json;
+
+use super::start::ThreadForRun;
+use crate::access::{Capability, Principal};
+use crate::agent::Multitask;
+use crate::protocol::input::Message;
+use crate::protocol::{Profile, RunAgentInput};
+use crate::runtime::attach::Attachment;
+use crate::runtime::live::{Control, LiveRun};
+use crate::runtime::thread::Retry;
+use crate::runtime::{CancelReason, Runtime, StartError};
+use crate::sync::lock;
+
+impl Runtime {
+    /// What steering input on `agent`'s threads falls back to: `interrupt` when that is
+    /// the agent's own strategy, else `enqueue`.
+    pub(super) fn steer_fallback(&self, agent: &str) -> Multitask {
+        match self.options().multitask.get(agent) {
+            Some(Multitask::Interrupt) => Multitask::Interrupt,
+            _ => Multitask::Enqueue,
+        }
+    }
+
+    /// New input for `run`, the thread's running turn, with the steer strategy. The
+    /// thread's decide section (`decide`) is let go while the agent is asked.
+    pub(super) async fn steer(
+        &self,
+        found: &mut ThreadForRun,
+        (principal, input, profile): (&Principal, &RunAgentInput, Profile),
+        run: Arc<LiveRun>,
+        decide: tokio::sync::MutexGuard<'_, ()>,
+    ) -> Result<Result<Attachment, StartError>, Retry> {
+        if !principal.can(Capability::Run) {
+            return Ok(Err(StartError::Forbidden(Capability::Run)));
+        }
+        let thread = found.thread.clone();
+        let new: Vec<Message> = lock(&thread.state)
+            .peek_new(&input.messages)
+            .into_iter()
+            .map(|(_, m)| m.clone())
+            .collect();
+        drop(decide);
+        let answer = found.backend.steer(thread.key.as_str(), new.clone()).await;
+        let decide = thread.decide.lock().await;
+        if thread.retired.load(Ordering::SeqCst) {
+            return Err(Retry);
+        }
+        let reason = match answer {
+            Ok(()) => {
+                // Seen now, so the same input sent again is not taken twice; the pump
+                // records it where it landed.
+                let mut state = lock(&thread.state);
+                for message in &new {
+                    state.seen.insert(message.id().to_owned());
+                }
+                drop(state);
+                run.control.send(Control::Steered(new));
+                tracing::info!(thread.id = %thread.id, run.id = %run.id, "input steered into the running turn");
+                return Ok(Ok(self.segment_attachment(&thread, run, profile)));
+            }
+            Err(reason) => reason,
+        };
+        let fallback = self.steer_fallback(&thread.agent);
+        tracing::info!(thread.id = %thread.id, %reason, fallback = fallback.name(), "steering fell back");
+        let delivery = match fallback {
+            Multitask::Interrupt => "interrupted",
+            _ => "enqueued",
+        };
+        let marked = marked(input, delivery, &reason);
+        if fallback == Multitask::Enqueue {
+            let queued = self
+                .enqueue(principal, &thread, &*found.backend, &marked, profile)
+                .await;
+            return Ok(queued);
+        }
+        run.cancel_with(CancelReason::Requested);
+        drop(decide);
+        run.finished.cancelled().await;
+        // Decided again from scratch, as the input that says what happened.
+        let agent = thread.agent.clone();
+        loop {
+            match Box::pin(self.decide_run(principal, &agent, &marked)).await {
+                Ok(decided) => return Ok(decided),
+                Err(Retry) => continue,
+            }
+        }
+    }
+}
+
+/// `input` with `forwardedProps.agui.steered` saying how it was delivered instead.
+fn marked(input: &RunAgentInput, delivery: &str, reason: &str) -> RunAgentInput {
+    let mut marked = input.clone();
+    let props = marked.forwarded_props.get_or_insert_with(|| json!({}));
+    if !props.is_object() {
+        *props = json!({});
+    }
+    if !props["agui"].is_object() {
+        props["agui"] = json!({});
+    }
+    props["agui"]["steered"] = json!({"delivery": delivery, "reason": reason});
+    marked
+}
