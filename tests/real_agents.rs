@@ -1141,3 +1141,174 @@ async fn init_sets_up_claude_code_and_the_daemon_serves_it() {
             .all(|r| r.credential.as_deref() == Some(MODEL_KEY))
     );
 }
+
+/// A file of thread `thread`'s workspace, as the workspace route shows it.
+async fn workspace_file(server: &TestServer, thread: &str, path: &str) -> Option<String> {
+    let response = server
+        .get(&format!("/threads/{thread}/workspace/file?path={path}"))
+        .sent()
+        .await;
+    (response.status() == 200).then_some(response.text().await.expect("text"))
+}
+
+/// The stored transcript of `thread`.
+async fn stored_messages(server: &TestServer, thread: &str) -> Vec<Value> {
+    let answer: Value = server
+        .get(&format!("/threads/{thread}/messages"))
+        .sent()
+        .await
+        .json()
+        .await
+        .expect("json");
+    answer["messages"].as_array().expect("messages").clone()
+}
+
+#[tokio::test]
+#[ignore = "needs the real adapters: scripts/test.sh installs them"]
+async fn claude_rewound_has_its_file_back_and_goes_on_in_a_consistent_session() {
+    let model = ScriptedModel::start().await;
+    for (marker, text) in [("write-one", "one"), ("write-two", "two")] {
+        model.script(
+            marker,
+            vec![
+                Step::Tool(
+                    "Write".to_owned(),
+                    json!({"file_path": "{cwd}/notes.md", "content": format!("{text}\n")}),
+                ),
+                Step::Say(format!("Wrote {text}.")),
+            ],
+        );
+    }
+    model.script("after-rewind", vec![Step::Say("Back at one.".to_owned())]);
+    model.script("and-then", vec![Step::Say("Still consistent.".to_owned())]);
+    let data = temp_dir("real");
+    let server = server(&model, &data).await;
+    let say = |thread: &str, run: &str, text: &str| {
+        json!({"threadId": thread, "runId": run, "protocolVersion": "1.0",
+            "messages": [{"id": format!("{run}-u"), "role": "user", "content": text}]})
+    };
+    let first = run_on(&server, "claude-allow", &say("rw", "rw-1", "write-one: go")).await;
+    assert!(message_texts(&first).contains(&"Wrote one.".to_owned()));
+    run_on(&server, "claude-allow", &say("rw", "rw-2", "write-two: go")).await;
+    assert_eq!(
+        workspace_file(&server, "rw", "notes.md").await.as_deref(),
+        Some("two\n")
+    );
+
+    // Back to the first turn's answer: the file as that turn left it, a new session.
+    let transcript = stored_messages(&server, "rw").await;
+    let second_question = transcript
+        .iter()
+        .position(|m| m["id"] == "rw-2-u")
+        .expect("the second question");
+    let first_answer = transcript[second_question - 1]["id"].clone();
+    let rewound = server
+        .post("/threads/rw/rewind")
+        .json(&json!({"messageId": first_answer, "scope": "both"}))
+        .sent()
+        .await;
+    assert_eq!(rewound.status(), 200);
+    let rewound: Value = rewound.json().await.expect("json");
+    assert_eq!(rewound["session"], "new", "{rewound}");
+    assert_eq!(
+        workspace_file(&server, "rw", "notes.md").await.as_deref(),
+        Some("one\n")
+    );
+    assert_eq!(stored_messages(&server, "rw").await.len(), second_question);
+
+    // The next turn's model request holds the kept conversation and nothing after it.
+    let next = run_on(
+        &server,
+        "claude-allow",
+        &say("rw", "rw-3", "after-rewind: where"),
+    )
+    .await;
+    assert!(
+        message_texts(&next).contains(&"Back at one.".to_owned()),
+        "{:?}",
+        message_texts(&next)
+    );
+    let request = model
+        .scripted_requests("after-rewind")
+        .pop()
+        .expect("asked");
+    let sent = texts_sent(&request, "user").join("\n");
+    assert!(
+        sent.contains("write-one: go") && sent.contains("Wrote one."),
+        "{sent}"
+    );
+    assert!(
+        !sent.contains("write-two") && !sent.contains("Wrote two."),
+        "{sent}"
+    );
+    // And the session goes on from there.
+    run_on(
+        &server,
+        "claude-allow",
+        &say("rw", "rw-4", "and-then: go on"),
+    )
+    .await;
+    let request = model.scripted_requests("and-then").pop().expect("asked");
+    let answers = texts_sent(&request, "assistant").join("\n");
+    assert!(answers.contains("Back at one."), "{answers}");
+    assert!(!answers.contains("Wrote two."), "{answers}");
+}
+
+#[tokio::test]
+#[ignore = "needs the real adapters: scripts/test.sh installs them"]
+async fn claude_takes_a_steering_message_during_a_long_turn() {
+    let model = ScriptedModel::start().await;
+    model.script(
+        "long-task",
+        vec![
+            Step::Tool(
+                "Bash".to_owned(),
+                json!({"command": "sleep 6 && echo slept", "description": "Wait a while"}),
+            ),
+            Step::Say("Task done.".to_owned()),
+        ],
+    );
+    model.script("steer-note", vec![Step::Say("Noted: tabs.".to_owned())]);
+    let data = temp_dir("real");
+    let server = server(&model, &data).await;
+    let body = json!({"threadId": "st", "runId": "st-1", "protocolVersion": "1.0",
+        "messages": [{"id": "st-u1", "role": "user", "content": "long-task: go"}]});
+    let mut live = SseReader::new(post_run(&server, "claude-allow", &body).await);
+    while let Some(frame) = live.next().await {
+        if frame.kind() == "TOOL_CALL_END" {
+            break;
+        }
+    }
+    let steer = json!({"threadId": "st", "runId": "st-2", "protocolVersion": "1.0",
+        "messages": [{"id": "st-u2", "role": "user", "content": "steer-note: use tabs"}],
+        "forwardedProps": {"agui": {"multitask": "steer"}}});
+    let response = post_run(&server, "claude-allow", &steer).await;
+    assert_eq!(response.status(), 200);
+    let frames = SseReader::new(response).collect().await;
+    let note = frames
+        .iter()
+        .find(|f| f.kind() == "CUSTOM" && f.data["name"] == "agui.steer")
+        .map(|f| f.data["value"].clone())
+        .expect("the stream says how the input went");
+    assert_eq!(note["delivery"], "steered", "{note}");
+    // The running turn took it: the model was asked about it before the turn ended.
+    assert_eq!(frames[0].data["runId"], "st-1");
+    assert!(
+        !model.scripted_requests("steer-note").is_empty(),
+        "the model saw the steering message"
+    );
+    assert!(
+        message_texts(&frames).contains(&"Noted: tabs.".to_owned()),
+        "{:?}",
+        message_texts(&frames)
+    );
+    let transcript = stored_messages(&server, "st").await;
+    let at = transcript
+        .iter()
+        .position(|m| m["id"] == "st-u2")
+        .expect("the steering message in the transcript");
+    assert!(
+        at > 0 && at < transcript.len() - 1,
+        "it landed inside the turn: {transcript:?}"
+    );
+}

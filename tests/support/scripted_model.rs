@@ -253,16 +253,20 @@ fn user_text(message: &Value) -> Option<String> {
     }
 }
 
-/// The marker of the newest user message that holds one of `markers`, and how many
+/// The marker of the newest user message that holds one of `markers` (the last written,
+/// of several), and how many
 /// assistant turns came after that message.
 fn scripted_turn(body: &Value, markers: &[&String]) -> Option<(String, usize)> {
     let all = messages(body);
     let (at, marker) = all.iter().enumerate().rev().find_map(|(i, m)| {
         let text = user_text(m)?;
+        // Of several markers in one message (a recap of earlier turns before the new
+        // text), the one written last.
         markers
             .iter()
-            .find(|marker| text.contains(marker.as_str()))
-            .map(|marker| (i, (*marker).clone()))
+            .filter_map(|marker| text.rfind(marker.as_str()).map(|at| (at, marker)))
+            .max_by_key(|(at, _)| *at)
+            .map(|(_, marker)| (i, (*marker).clone()))
     })?;
     let answers = all[at..]
         .iter()
