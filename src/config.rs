@@ -460,6 +460,7 @@ fn add_acp_json(value: &mut serde_json::Value, acp: &AcpConfig) {
             "root": w.root,
             "quota": w.quota.map(|q| format_size(q as usize)),
             "unit": format!("{:?}", w.unit).to_lowercase(),
+            "checkpoints": w.checkpoints,
         })
     });
     value["confinement"] = json!(confinement_in_force(acp.confinement));

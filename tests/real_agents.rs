@@ -81,6 +81,7 @@ fn claude(model: &ScriptedModel, workspaces: &Path, permissions: Permissions) ->
                 root: workspaces.to_owned(),
                 quota: None,
                 unit: agui_serve::workspace::Unit::Thread,
+                checkpoints: agui_serve::workspace::DEFAULT_CHECKPOINTS,
             }),
             sandbox: agui_serve::confine::Sandbox {
                 read: vec![tools.clone()],
@@ -152,6 +153,7 @@ enabled = false
                 root: workspaces.to_owned(),
                 quota: None,
                 unit: agui_serve::workspace::Unit::Thread,
+                checkpoints: agui_serve::workspace::DEFAULT_CHECKPOINTS,
             }),
             sandbox: agui_serve::confine::Sandbox {
                 read: vec![tools.clone()],

@@ -35,6 +35,7 @@ fn agent(name: &str, spares: usize, log: &Path, workspaces: Option<&Path>) -> Ag
             root: data.join("workspaces"),
             quota: None,
             unit: Unit::Thread,
+            checkpoints: agui_serve::workspace::DEFAULT_CHECKPOINTS,
         });
     }
     config.warm = Warm {

@@ -280,6 +280,9 @@ fn workspace_config(
         root,
         quota,
         unit: file.unit.unwrap_or(Unit::Thread),
+        checkpoints: file
+            .checkpoints
+            .unwrap_or(crate::workspace::DEFAULT_CHECKPOINTS),
     })
 }
 

@@ -242,6 +242,8 @@ pub(super) struct FileWorkspace {
     pub(super) root: Option<PathBuf>,
     pub(super) quota: Option<String>,
     pub(super) unit: Option<crate::workspace::Unit>,
+    /// How many turns' checkpoints each thread keeps (0: none).
+    pub(super) checkpoints: Option<usize>,
 }
 
 /// Reads and parses the config file.

@@ -209,6 +209,17 @@ fn agents_take_workspaces_by_default_and_never_the_daemons_ports() {
     assert!(err.to_string().contains("not both"), "{err}");
     let relative = format!("{agent}[agents.workspace]\nroot = \"rel\"\n");
     assert!(resolve(&relative).is_err());
+    assert_eq!(workspace.checkpoints, crate::workspace::DEFAULT_CHECKPOINTS);
+    let none = format!("{agent}[agents.workspace]\ncheckpoints = 0\n");
+    let config = resolve(&none).expect("valid").config;
+    let AgentKind::Acp(acp) = &config.agents[0].kind else {
+        panic!("an ACP agent");
+    };
+    let workspace = acp.workspace.as_ref().expect("a workspace");
+    assert_eq!(workspace.checkpoints, 0);
+    let workspaces = crate::workspace::Workspaces::new("a", workspace.clone())
+        .with_checkpoints(Path::new("/var/lib/a/checkpoints/a"));
+    assert!(workspaces.checkpoints().is_none(), "no checkpoints taken");
 }
 
 /// A relative data directory is taken from the daemon's working directory, once: the

@@ -369,12 +369,22 @@ async fn files_to_restore(
             (l.name, about["messageId"].as_str().map(str::to_owned))
         })
         .collect();
+    let name = checkpoint_before(&taken, &later);
+    if name.is_none() && later.len() > 1 {
+        // A turn followed, and no checkpoint of before it is kept.
+        return Err(RewindError::NoCheckpoints(
+            "no checkpoint holds the files as they were then: the turn that followed came \
+             before checkpoints were kept, or its checkpoint was let go (an agent keeps its \
+             newest `checkpoints` turns')"
+                .to_owned(),
+        ));
+    }
     Ok(Restore {
         checkpoints,
         workspaces,
         thread: thread.to_owned(),
         dir,
-        name: checkpoint_before(&taken, &later),
+        name,
     })
 }
 

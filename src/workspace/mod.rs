@@ -147,7 +147,13 @@ pub struct WorkspaceConfig {
     /// Bytes a workspace may use; `None` is no quota.
     pub quota: Option<u64>,
     pub unit: Unit,
+    /// How many turns' checkpoints each thread keeps, the newest (`checkpoints`; 0: none
+    /// are taken, and nothing can be rewound).
+    pub checkpoints: usize,
 }
+
+/// The turns' checkpoints a thread keeps unless its agent says otherwise.
+pub const DEFAULT_CHECKPOINTS: usize = 100;
 
 /// The workspaces of one agent.
 #[derive(Clone, Debug)]
@@ -229,7 +235,7 @@ impl Workspaces {
     /// Where each thread's checkpoints are kept: only a workspace of its own is
     /// checkpointed (one a principal's threads share is not a thread's to put back).
     pub fn checkpoints(&self) -> Option<&Checkpoints> {
-        (self.config.unit == Unit::Thread)
+        (self.config.unit == Unit::Thread && self.config.checkpoints > 0)
             .then_some(self.checkpoints.as_ref())
             .flatten()
     }

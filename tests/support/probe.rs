@@ -25,6 +25,7 @@ pub fn probe_agent(
         root: data.join("workspaces"),
         quota,
         unit: Unit::Thread,
+        checkpoints: agui_serve::workspace::DEFAULT_CHECKPOINTS,
     });
     AgentConfig {
         name: name.to_owned(),

@@ -235,15 +235,34 @@ async fn checkpoint_before(
         .map(|m| m.id().to_owned());
     let about = json!({"runId": turn.run_id, "messageId": message}).to_string();
     let thread = turn.thread_id.clone();
-    record(
+    let recorded = record(
         workspaces,
         thread.clone(),
         name.clone(),
         dir.to_owned(),
         about,
     )
-    .await
-    .then_some((thread, name))
+    .await;
+    if recorded {
+        keep_newest(workspaces, thread.clone()).await;
+    }
+    recorded.then_some((thread, name))
+}
+
+/// Lets go of the thread's oldest checkpoints past what its agent keeps (the retention,
+/// `[agents.workspace] checkpoints`). A failure is logged: the turn goes on.
+async fn keep_newest(workspaces: &Workspaces, thread: String) {
+    let Some(checkpoints) = workspaces.checkpoints().cloned() else {
+        return;
+    };
+    let turns = workspaces.config().checkpoints;
+    let pruned = tokio::task::spawn_blocking(move || checkpoints.keep_newest(&thread, turns)).await;
+    match pruned {
+        Ok(Ok(0)) => {}
+        Ok(Ok(gone)) => tracing::debug!(gone, "old checkpoints let go"),
+        Ok(Err(error)) => tracing::warn!(%error, "old checkpoints not let go"),
+        Err(error) => tracing::warn!(%error, "old checkpoints not let go"),
+    }
 }
 
 /// Records checkpoint `name` of `thread`'s workspace `dir`; whether it was. A failure is

@@ -31,6 +31,10 @@ const SETTINGS: [&str; 6] = [
     "core.quotePath=false",
 ];
 
+/// How many turns' checkpoints past the number kept accumulate before the oldest are let
+/// go (and the store compacted) at once.
+pub(in crate::workspace) const PRUNE_SLACK: usize = 10;
+
 /// The largest file a checkpoint records. A larger one is left out (its bytes are not
 /// read into memory), and putting a workspace back never removes a file this large: what
 /// could not be recorded is not the checkpoint's to take away.
@@ -116,8 +120,9 @@ impl Checkpoints {
     }
 
     /// Records the files of workspace `dir` as checkpoint `name` of thread `thread` (a ref
-    /// `refs/checkpoints/<name>`, its parent the checkpoint recorded before it), with
-    /// `about` (one line) said of it; a top-level `.git` is left out.
+    /// `refs/checkpoints/<name>`, a commit of its own with no parent, so letting go of an
+    /// old one frees what only it held), with `about` (one line) said of it; a top-level
+    /// `.git` is left out.
     pub fn record(
         &self,
         thread: &str,
@@ -128,7 +133,6 @@ impl Checkpoints {
         checked_name(name)?;
         let tree = Tree::workspace(dir)?;
         let repo = self.open(thread)?;
-        let parent = self.last(&repo)?;
         let mut child = self
             .git(&repo)
             .args(["fast-import", "--quiet", "--done"])
@@ -139,7 +143,7 @@ impl Checkpoints {
             .map_err(|err| WorkspaceError::Git(format!("cannot run git: {err}")))?;
         let mut input = child.stdin.take().expect("piped");
         let message = format!("checkpoint {name}\n\n{}\n", about.replace('\n', " "));
-        let written = write_stream(&tree, &mut input, name, &message, parent.as_deref());
+        let written = write_stream(&tree, &mut input, name, &message);
         drop(input);
         let out = child.wait_with_output()?;
         let entries = written?;
@@ -160,22 +164,6 @@ impl Checkpoints {
             "rev-parse",
         )?;
         Ok(stdout_line(out))
-    }
-
-    /// The newest checkpoint's commit, if any (`refs/agui/latest`, moved with each).
-    fn last(&self, repo: &Path) -> Result<Option<String>, WorkspaceError> {
-        let out = self
-            .git(repo)
-            .args([
-                "rev-parse",
-                "--verify",
-                "--quiet",
-                "refs/agui/latest^{commit}",
-            ])
-            .output()
-            .map_err(|err| WorkspaceError::Git(format!("cannot run git: {err}")))?;
-        let line = stdout_line(out.stdout);
-        Ok((out.status.success() && !line.is_empty()).then_some(line))
     }
 
     /// The checkpoints of `thread`, oldest first (none: an empty list).
@@ -249,6 +237,52 @@ impl Checkpoints {
         Ok(out)
     }
 
+    /// Lets go of all but the newest `turns` turns' checkpoints of `thread` (a turn's are
+    /// the one before it and its `-after`), and of what only they held, once there are
+    /// [`PRUNE_SLACK`] more than that (so the store is compacted now and then, not after
+    /// every turn). How many turns' were let go.
+    pub fn keep_newest(&self, thread: &str, turns: usize) -> Result<usize, WorkspaceError> {
+        let listed = self.list(thread)?;
+        let names: std::collections::HashSet<&str> =
+            listed.iter().map(|l| l.name.as_str()).collect();
+        let before: Vec<&str> = listed
+            .iter()
+            .map(|l| l.name.as_str())
+            .filter(|name| !name.ends_with("-after"))
+            .collect();
+        if before.len() <= turns + PRUNE_SLACK {
+            return Ok(0);
+        }
+        let gone = &before[..before.len() - turns];
+        let mut commands = String::new();
+        for name in gone {
+            let _ = writeln!(commands, "delete refs/checkpoints/{name}");
+            let after = format!("{name}-after");
+            if names.contains(after.as_str()) {
+                let _ = writeln!(commands, "delete refs/checkpoints/{after}");
+            }
+        }
+        let repo = self.repo(thread);
+        let mut child = self
+            .git(&repo)
+            .args(["update-ref", "--stdin"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|err| WorkspaceError::Git(format!("cannot run git: {err}")))?;
+        let mut input = child.stdin.take().expect("piped");
+        input.write_all(commands.as_bytes())?;
+        drop(input);
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            let said = String::from_utf8_lossy(&out.stderr);
+            return Err(WorkspaceError::Git(format!("update-ref: {}", said.trim())));
+        }
+        run(self.git(&repo).args(["gc", "--prune=now", "--quiet"]), "gc")?;
+        Ok(gone.len())
+    }
+
     /// Removes every checkpoint of `thread`.
     pub fn remove(&self, thread: &str) -> std::io::Result<()> {
         match fs::remove_dir_all(self.repo(thread)) {
@@ -276,15 +310,14 @@ fn checked_name(name: &str) -> Result<(), WorkspaceError> {
     }
 }
 
-/// Writes the fast-import stream of `tree` as commit `refs/checkpoints/<name>` on
-/// `parent`: every file and symlink as a blob, then the commit naming them all. The
+/// Writes the fast-import stream of `tree` as commit `refs/checkpoints/<name>`: every file
+/// and symlink as a blob, then the commit naming them all. The
 /// number of entries recorded.
 fn write_stream(
     tree: &Tree,
     out: &mut impl Write,
     name: &str,
     message: &str,
-    parent: Option<&str>,
 ) -> Result<usize, WorkspaceError> {
     let mut files: Vec<(Vec<u8>, &'static str, usize)> = Vec::new();
     let mut mark = 0usize;
@@ -324,9 +357,6 @@ fn write_stream(
         "commit refs/checkpoints/{name}\nmark :{commit}\ncommitter agui-serve <agui-serve@localhost> {now} +0000\ndata {}\n{message}",
         message.len()
     )?;
-    if let Some(parent) = parent {
-        writeln!(out, "from {parent}")?;
-    }
     out.write_all(b"deleteall\n")?;
     for (path, mode, mark) in &files {
         let mut line = format!("M {mode} :{mark} ");
@@ -334,7 +364,7 @@ fn write_stream(
         line.push('\n');
         out.write_all(line.as_bytes())?;
     }
-    write!(out, "\nreset refs/agui/latest\nfrom :{commit}\n\ndone\n")?;
+    write!(out, "\ndone\n")?;
     Ok(files.len())
 }
 

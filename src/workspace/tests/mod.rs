@@ -66,6 +66,7 @@ fn workspaces(root: &Path, source: Source, unit: Unit) -> Workspaces {
         root: root.to_path_buf(),
         quota: None,
         unit,
+        checkpoints: crate::workspace::DEFAULT_CHECKPOINTS,
     };
     Workspaces::new("coder", config)
 }
