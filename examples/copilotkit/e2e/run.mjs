@@ -702,6 +702,77 @@ if (process.env.E2E_RESTART) {
   ]);
 }
 
+// Edit and regenerate from CopilotChat's own buttons (the page sends the history it owns,
+// forwardedProps.agui.history = "client"), on a thread of their own; a reload shows what
+// the daemon kept, which is what the page showed.
+cases.push([
+  "an earlier message edited and the last answer regenerated; a reload shows the same",
+  async () => {
+    const fresh = new URL(base);
+    fresh.searchParams.set("thread", `edit-${randomUUID()}`);
+    await page.goto(fresh.toString());
+    await page.getByTestId("copilot-chat-textarea").waitFor();
+    await send("first question");
+    await reply("You said: first question");
+    await idle();
+    await send("second question");
+    await reply("You said: second question");
+    await idle();
+    // The first question edited: the conversation goes back to before it and goes on.
+    page.once("dialog", (dialog) => dialog.accept("first, edited"));
+    const first = user.filter({ hasText: "first question" }).first();
+    await first.hover();
+    await first.getByTestId("copilot-edit-button").click();
+    await reply("You said: first, edited");
+    await idle();
+    const texts = async () => ({
+      users: await user.allInnerTexts(),
+      answers: await assistant.allInnerTexts(),
+    });
+    let shown = await texts();
+    check(shown.users.length === 1 && shown.users[0].includes("first, edited"), `questions after the edit: ${JSON.stringify(shown.users)}`);
+    check(shown.answers.length === 1, `answers after the edit: ${JSON.stringify(shown.answers)}`);
+    const thread = new URL(page.url()).searchParams.get("thread");
+    const stored = async () => {
+      if (!daemon) return null;
+      const response = await fetch(`${daemon}/threads/${encodeURIComponent(thread)}/messages`, {
+        headers: { Authorization: `Bearer ${daemonToken}` },
+      });
+      return (await response.json()).messages.filter((m) => m.role === "user" || m.role === "assistant");
+    };
+    const afterEdit = await stored();
+    if (afterEdit) {
+      check(
+        JSON.stringify(afterEdit.map((m) => m.content)) === JSON.stringify(["first, edited", "You said: first, edited"]),
+        `the daemon's transcript after the edit: ${JSON.stringify(afterEdit)}`,
+      );
+    }
+    // The last answer regenerated: asked again, answered anew, in its place.
+    const answer = assistant.last();
+    await answer.hover();
+    await answer.getByTestId("copilot-regenerate-button").click();
+    if (afterEdit) {
+      for (let i = 0; i < 100; i += 1) {
+        const now = await stored();
+        if (now.length === 2 && now[1].id !== afterEdit[1].id) break;
+        await page.waitForTimeout(100);
+      }
+      const now = await stored();
+      check(now.length === 2 && now[1].id !== afterEdit[1].id, `the daemon's transcript after regenerate: ${JSON.stringify(now)}`);
+    }
+    await idle();
+    await reply("You said: first, edited");
+    shown = await texts();
+    check(shown.users.length === 1 && shown.answers.length === 1, `after regenerate: ${JSON.stringify(shown)}`);
+    // A reload shows what the daemon kept: the same conversation.
+    await page.reload();
+    await reply("You said: first, edited");
+    await idle();
+    const reloaded = await texts();
+    check(JSON.stringify(reloaded) === JSON.stringify(shown), `after a reload ${JSON.stringify(reloaded)}, before ${JSON.stringify(shown)}`);
+  },
+]);
+
 let failed = 0;
 let passed = 0;
 for (const [name, run] of cases) {

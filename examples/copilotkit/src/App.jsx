@@ -97,6 +97,12 @@ export function App() {
 // isRecordedError) and the "stopped" marker of a reply the person stopped.
 const Notes = createContext({ errors: new Map(), stopped: new Set() });
 
+// Edit and regenerate: the page sends the conversation as it should be from then on, and
+// says it owns that history (forwardedProps.agui.history = "client"), so agui-serve rewinds
+// the thread (its transcript, and an agent's files where it keeps checkpoints) to where
+// the two part, then runs.
+const Edits = createContext({});
+
 function Chat({ threadId }) {
   const { agent } = useAgent({ agentId: AGENT_ID });
   const { copilotkit } = useCopilotKit();
@@ -129,6 +135,31 @@ function Chat({ threadId }) {
     });
     return () => subscription.unsubscribe();
   }, [agent, copilotkit]);
+  const edits = useMemo(() => {
+    const rerun = (messages) => {
+      if (agent.isRunning) return;
+      agent.setMessages(messages);
+      copilotkit.runAgent({ agent, forwardedProps: { agui: { history: "client" } } }).catch(() => {});
+    };
+    return {
+      // Regenerate an answer: the conversation up to the question it answered, asked again.
+      onRegenerate: (message) => {
+        const at = agent.messages.findIndex((m) => m.id === message.id);
+        let question = at;
+        while (question >= 0 && agent.messages[question].role !== "user") question -= 1;
+        if (question >= 0) rerun(agent.messages.slice(0, question + 1));
+      },
+      // Edit a question: the conversation before it, then the question as edited.
+      onEditMessage: ({ message }) => {
+        const before = typeof message.content === "string" ? message.content : "";
+        const text = window.prompt("Edit your message", before);
+        if (text == null || text.trim() === "" || text === before) return;
+        const at = agent.messages.findIndex((m) => m.id === message.id);
+        if (at < 0) return;
+        rerun([...agent.messages.slice(0, at), { id: crypto.randomUUID(), role: "user", content: text }]);
+      },
+    };
+  }, [agent, copilotkit]);
   const empty = agent.messages.length === 0 && !agent.isRunning;
   return (
     <section className="chat" aria-label="Chat">
@@ -144,6 +175,7 @@ function Chat({ threadId }) {
       {/* The chat fills what the banner and the hint leave, so its input stays on screen. */}
       <div className="chat-body">
         <Notes.Provider value={notes}>
+          <Edits.Provider value={edits}>
           <CopilotChat
             agentId={AGENT_ID}
             threadId={threadId}
@@ -153,6 +185,7 @@ function Chat({ threadId }) {
             messageView={MESSAGE_VIEW}
             attachments={DIRECT ? ATTACHMENTS : undefined}
           />
+          </Edits.Provider>
         </Notes.Provider>
       </div>
     </section>
@@ -220,20 +253,22 @@ function NotesAfter({ id }) {
 }
 
 function AssistantMessage(props) {
+  const { onRegenerate } = useContext(Edits);
   if (isRecordedError(props.message))
     return <RunError text={props.message.content.slice("Error: ".length)} />;
   return (
     <>
-      <CopilotChatAssistantMessage {...props} />
+      <CopilotChatAssistantMessage {...props} onRegenerate={props.isRunning ? undefined : onRegenerate} />
       <NotesAfter id={props.message.id} />
     </>
   );
 }
 
 function UserMessage(props) {
+  const { onEditMessage } = useContext(Edits);
   return (
     <>
-      <CopilotChatUserMessage {...props} />
+      <CopilotChatUserMessage {...props} onEditMessage={onEditMessage} />
       <NotesAfter id={props.message.id} />
     </>
   );
