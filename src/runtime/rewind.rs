@@ -480,6 +480,10 @@ pub(super) fn client_owned(input: &RunAgentInput) -> Result<bool, InputError> {
 /// answer dropped: "regenerate") keep what they name, less a last user message, which
 /// then runs again.
 pub(super) fn client_history_point(transcript: &[Message], sent: &[Message]) -> Option<usize> {
+    // No messages at all is no history to follow (a thread is emptied by deleting it).
+    if sent.is_empty() {
+        return None;
+    }
     let mut next = 0;
     for message in sent {
         let found = transcript[next..]
@@ -629,6 +633,8 @@ mod tests {
         assert_eq!(client_history_point(&stored, &more), None);
         // Only new input: the history it owns is that (the first message edited).
         assert_eq!(client_history_point(&stored, &more[6..]), Some(0));
+        // No messages at all rewinds nothing.
+        assert_eq!(client_history_point(&stored, &[]), None);
         // The second message edited under a new id: kept through a1.
         let edited =
             messages(json!([all[0], all[1], {"id": "u2b", "role": "user", "content": "2"}]));

@@ -480,18 +480,6 @@ impl SegmentWriter {
             self.emit(&mut translator, &out);
         }
         drop(translator);
-        {
-            let mut state = lock(&self.thread.state);
-            for message in &messages {
-                state.seen.insert(message.id().to_owned());
-                state.transcript.push(message.clone());
-            }
-        }
-        self.thread.account();
-        self.rt.store().record_messages(
-            self.thread.key.as_str(),
-            messages,
-            crate::clock::now_ms() as i64,
-        );
+        self.record_steered(messages);
     }
 }

@@ -15,7 +15,7 @@ use crate::protocol::input::{
 };
 use crate::protocol::{Event, Message};
 use crate::runtime::CancelReason;
-use crate::runtime::live::{LiveRun, Phase};
+use crate::runtime::live::{Control, LiveRun, Phase};
 use crate::runtime::suspension::{Channel, Suspension};
 use crate::runtime::thread::Thread;
 use crate::runtime::translator::{Ending, Produced, Translator};
@@ -509,6 +509,16 @@ impl Drop for SegmentWriter {
                 state.live = None;
             }
         }
+        // Steering input handed to this run as it ended: recorded after its output.
+        let mut late = Vec::new();
+        while let Some(command) = self.run.control.try_recv() {
+            if let Control::Steered(messages) = command {
+                late.extend(messages);
+            }
+        }
+        if !late.is_empty() {
+            self.record_steered(late);
+        }
         {
             let aliases = lock(&self.run.aliases).clone();
             let keys = aliases.iter().map(|alias| self.thread.run_key(alias));
@@ -522,6 +532,23 @@ impl Drop for SegmentWriter {
         self.permit.take();
         self.rt.threads().run_ended(&self.thread);
         self.rt.kick_queue(&self.thread);
+    }
+}
+
+impl SegmentWriter {
+    /// Steering input the agent took, added to the transcript where the run is now and
+    /// stored.
+    pub(in crate::runtime) fn record_steered(&self, messages: Vec<Message>) {
+        if messages.is_empty() {
+            return;
+        }
+        lock(&self.thread.state)
+            .transcript
+            .extend(messages.iter().cloned());
+        self.thread.account();
+        self.rt
+            .store()
+            .record_messages(self.thread.key.as_str(), messages, now_ms() as i64);
     }
 }
 

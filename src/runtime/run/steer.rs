@@ -56,14 +56,31 @@ impl Runtime {
         }
         let reason = match answer {
             Ok(()) => {
-                // Seen now, so the same input sent again is not taken twice; the pump
-                // records it where it landed.
+                // Seen now, so the same input sent again is not taken twice. While the run
+                // is live its pump records the input where it landed (a run that ends
+                // records what it was handed, see `SegmentWriter`'s `Drop`); a run that
+                // ended meanwhile has it recorded after its output.
                 let mut state = lock(&thread.state);
-                for message in &new {
-                    state.seen.insert(message.id().to_owned());
+                let new: Vec<Message> = new
+                    .into_iter()
+                    .filter(|m| state.seen.insert(m.id().to_owned()))
+                    .collect();
+                if state
+                    .live
+                    .as_ref()
+                    .is_some_and(|live| Arc::ptr_eq(live, &run))
+                {
+                    run.control.send(Control::Steered(new));
+                } else {
+                    state.transcript.extend(new.iter().cloned());
+                    drop(state);
+                    thread.account();
+                    self.store().record_messages(
+                        thread.key.as_str(),
+                        new,
+                        crate::clock::now_ms() as i64,
+                    );
                 }
-                drop(state);
-                run.control.send(Control::Steered(new));
                 tracing::info!(thread.id = %thread.id, run.id = %run.id, "input steered into the running turn");
                 return Ok(Ok(self.segment_attachment(&thread, run, profile)));
             }
