@@ -103,6 +103,18 @@ impl Checkpoints {
         cmd
     }
 
+    /// `git ARGS` on `repo`, fed what is written to its standard input (what it says on
+    /// its standard error kept for the error).
+    fn fed(&self, repo: &Path, args: &[&str]) -> Result<std::process::Child, WorkspaceError> {
+        self.git(repo)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|err| WorkspaceError::Git(format!("cannot run git: {err}")))
+    }
+
     /// The repository of `thread`, made when it is not there yet.
     fn open(&self, thread: &str) -> Result<PathBuf, WorkspaceError> {
         let repo = self.repo(thread);
@@ -133,24 +145,14 @@ impl Checkpoints {
         checked_name(name)?;
         let tree = Tree::workspace(dir)?;
         let repo = self.open(thread)?;
-        let mut child = self
-            .git(&repo)
-            .args(["fast-import", "--quiet", "--done"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|err| WorkspaceError::Git(format!("cannot run git: {err}")))?;
+        let mut child = self.fed(&repo, &["fast-import", "--quiet", "--done"])?;
         let mut input = child.stdin.take().expect("piped");
         let message = format!("checkpoint {name}\n\n{}\n", about.replace('\n', " "));
         let written = write_stream(&tree, &mut input, name, &message);
         drop(input);
         let out = child.wait_with_output()?;
         let entries = written?;
-        if !out.status.success() {
-            let said = String::from_utf8_lossy(&out.stderr);
-            return Err(WorkspaceError::Git(format!("fast-import: {}", said.trim())));
-        }
+        succeeded(&out, "fast-import")?;
         let commit = self.resolve(&repo, name)?;
         Ok(Checkpoint { commit, entries })
     }
@@ -263,22 +265,11 @@ impl Checkpoints {
             }
         }
         let repo = self.repo(thread);
-        let mut child = self
-            .git(&repo)
-            .args(["update-ref", "--stdin"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|err| WorkspaceError::Git(format!("cannot run git: {err}")))?;
+        let mut child = self.fed(&repo, &["update-ref", "--stdin"])?;
         let mut input = child.stdin.take().expect("piped");
         input.write_all(commands.as_bytes())?;
         drop(input);
-        let out = child.wait_with_output()?;
-        if !out.status.success() {
-            let said = String::from_utf8_lossy(&out.stderr);
-            return Err(WorkspaceError::Git(format!("update-ref: {}", said.trim())));
-        }
+        succeeded(&child.wait_with_output()?, "update-ref")?;
         run(self.git(&repo).args(["gc", "--prune=now", "--quiet"]), "gc")?;
         Ok(gone.len())
     }
@@ -290,6 +281,15 @@ impl Checkpoints {
             other => other,
         }
     }
+}
+
+/// A fed git command's failure, with what it said.
+fn succeeded(out: &std::process::Output, what: &str) -> Result<(), WorkspaceError> {
+    if out.status.success() {
+        return Ok(());
+    }
+    let said = String::from_utf8_lossy(&out.stderr);
+    Err(WorkspaceError::Git(format!("{what}: {}", said.trim())))
 }
 
 /// A checkpoint's name: letters, digits, `-`, `_` and `.`, not starting with `.`.
