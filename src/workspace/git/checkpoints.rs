@@ -402,6 +402,7 @@ fn quote_path(path: &[u8], out: &mut String) {
     out.push('"');
 }
 
+mod beneath;
 mod restore;
 
 #[cfg(test)]

@@ -1,22 +1,20 @@
 //! Putting a workspace back as a checkpoint holds it: the checkpoint's files and symlinks
 //! written back, everything else removed. Nothing is followed: a symlink where a directory
-//! or file of the checkpoint belongs is removed, never written through. The thread's agent
-//! is stopped first (the caller's part), so nothing races the writes.
+//! or file of the checkpoint belongs is removed, never written through, and every write
+//! and removal is made from a directory handle opened beneath the workspace's
+//! (`beneath.rs`), so an agent still at work in it cannot lead one elsewhere.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
-use std::fs::{self, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
 
-use nix::fcntl::OFlag;
-
 use super::Checkpoints;
+use super::beneath::{Beneath, Standing, holds, remove_at, standing, write_at};
 use crate::workspace::WorkspaceError;
-use crate::workspace::tree::{TREE_ENTRIES, Tree, remove_tree};
+use crate::workspace::tree::{TREE_ENTRIES, Tree};
 
 /// One entry of a checkpoint: its mode, its blob and its path.
 struct Recorded {
@@ -36,11 +34,12 @@ impl Checkpoints {
         let repo = self.repo(thread);
         let commit = self.resolve(&repo, name)?;
         let recorded = self.entries(&repo, &commit)?;
-        remove_unrecorded(&tree, &recorded)?;
+        let beneath = Beneath::open(dir)?;
+        remove_unrecorded(&tree, &beneath, &recorded)?;
         let contents = self.blobs(&repo, &recorded)?;
         let mut written = 0;
         for (entry, content) in recorded.values().zip(contents) {
-            if write_entry(&tree, entry, &content)? {
+            if write_entry(&beneath, entry, &content)? {
                 written += 1;
             }
         }
@@ -148,6 +147,7 @@ fn checked(path: &[u8]) -> Result<PathBuf, WorkspaceError> {
 /// holding nothing of it, and whatever stands where a directory of it belongs.
 fn remove_unrecorded(
     tree: &Tree,
+    beneath: &Beneath,
     recorded: &BTreeMap<PathBuf, Recorded>,
 ) -> Result<(), WorkspaceError> {
     let dirs: BTreeSet<&Path> = recorded
@@ -174,78 +174,42 @@ fn remove_unrecorded(
         Ok(())
     })?;
     for rel in doomed {
-        remove_tree(&tree.path(&rel))?;
+        let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+            continue;
+        };
+        // A directory above it that is gone or no directory any more: nothing to remove
+        // there (what stands in its place is dealt with as its own entry is written).
+        if let Some(dir) = beneath.dir(parent, false)? {
+            remove_at(&dir, name)?;
+        }
     }
     Ok(())
 }
 
 /// Writes one entry back unless it is already as recorded; whether it was written.
-fn write_entry(tree: &Tree, entry: &Recorded, content: &[u8]) -> Result<bool, WorkspaceError> {
-    let path = tree.path(&entry.path);
-    make_parents(tree, &entry.path)?;
+fn write_entry(
+    beneath: &Beneath,
+    entry: &Recorded,
+    content: &[u8],
+) -> Result<bool, WorkspaceError> {
+    let name = entry
+        .path
+        .file_name()
+        .ok_or_else(|| WorkspaceError::BadPath(format!("{}", entry.path.display())))?;
+    let parent = entry.path.parent().unwrap_or(Path::new(""));
+    let dir = beneath
+        .dir(parent, true)?
+        .ok_or_else(|| WorkspaceError::BadPath(format!("{}", parent.display())))?;
     let symlink = entry.mode == 0o120000;
-    let current = fs::symlink_metadata(&path).ok();
-    if let Some(meta) = &current {
-        let same_kind = if symlink {
-            meta.file_type().is_symlink()
-        } else {
-            meta.is_file() && (meta.permissions().mode() & 0o111 != 0) == (entry.mode & 0o111 != 0)
-        };
-        if same_kind && unchanged(tree, &path, symlink, content) {
-            return Ok(false);
-        }
-        remove_tree(&path)?;
-    }
-    if symlink {
-        std::os::unix::fs::symlink(OsStr::from_bytes(content), &path)?;
-        return Ok(true);
-    }
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(if entry.mode & 0o111 != 0 {
-            0o755
-        } else {
-            0o644
-        })
-        .custom_flags(OFlag::O_NOFOLLOW.bits())
-        .open(&path)?;
-    file.write_all(content)?;
-    Ok(true)
-}
-
-/// Whether the entry at `path` already holds `content`.
-fn unchanged(tree: &Tree, path: &Path, symlink: bool, content: &[u8]) -> bool {
-    if symlink {
-        return fs::read_link(path).is_ok_and(|target| target.as_os_str().as_bytes() == content);
-    }
-    let Ok(file) = tree.open(path, false) else {
-        return false;
+    let exec = entry.mode & 0o111 != 0;
+    let same_kind = match standing(&dir, name)? {
+        Standing::Symlink => symlink,
+        Standing::File(executable) => !symlink && executable == exec,
+        Standing::Nothing | Standing::Other => false,
     };
-    let mut now = Vec::with_capacity(content.len());
-    file.take(content.len() as u64 + 1)
-        .read_to_end(&mut now)
-        .is_ok_and(|_| now == content)
-}
-
-/// Makes the directories above `rel`, each a real directory: whatever else stands there
-/// (a file, a symlink) is removed first.
-fn make_parents(tree: &Tree, rel: &Path) -> Result<(), WorkspaceError> {
-    let mut at = PathBuf::new();
-    let parents: Vec<_> = rel
-        .parent()
-        .map(|p| p.components().collect())
-        .unwrap_or_default();
-    for component in parents {
-        at.push(component);
-        let path = tree.path(&at);
-        match fs::symlink_metadata(&path) {
-            Ok(meta) if meta.is_dir() => continue,
-            Ok(_) => remove_tree(&path)?,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-            Err(err) => return Err(err.into()),
-        }
-        fs::create_dir(&path)?;
+    if same_kind && holds(&dir, name, symlink, content) {
+        return Ok(false);
     }
-    Ok(())
+    write_at(&dir, name, symlink, exec, content)?;
+    Ok(true)
 }

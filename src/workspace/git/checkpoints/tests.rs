@@ -427,3 +427,44 @@ fn only_the_newest_turns_are_kept_and_what_only_older_ones_held_is_freed() {
         format!("turn {}\n", total + 1 - turns).as_bytes()
     );
 }
+
+#[test]
+fn writes_go_through_the_handle_held_not_a_symlink_swapped_in_meanwhile() {
+    use super::beneath::{Beneath, write_at};
+    let s = Scratch::new("beneath");
+    let outside = s.0.join("outside");
+    fs::create_dir_all(&outside).expect("mkdir");
+    // A symlink where a directory belongs is replaced by a real directory.
+    std::os::unix::fs::symlink(&outside, s.workspace().join("a")).expect("symlink");
+    let beneath = Beneath::open(&s.workspace()).expect("open");
+    let a = beneath
+        .dir(Path::new("a/b"), true)
+        .expect("made")
+        .expect("a directory");
+    assert!(
+        fs::symlink_metadata(s.workspace().join("a"))
+            .expect("a")
+            .is_dir()
+    );
+    // The directory held is swapped for a symlink to elsewhere after it was opened: the
+    // write still lands in the directory held, never elsewhere.
+    fs::rename(s.workspace().join("a"), s.0.join("moved")).expect("move");
+    std::os::unix::fs::symlink(&outside, s.workspace().join("a")).expect("symlink");
+    write_at(&a, std::ffi::OsStr::new("f"), false, false, b"x").expect("written");
+    assert_eq!(
+        fs::read(s.0.join("moved/b/f")).expect("written there"),
+        b"x"
+    );
+    assert_eq!(
+        fs::read_dir(&outside).expect("outside").count(),
+        0,
+        "nothing outside"
+    );
+    // Without making, a symlink on the way is no directory.
+    assert!(
+        beneath
+            .dir(Path::new("a/b"), false)
+            .expect("looked")
+            .is_none()
+    );
+}
