@@ -191,21 +191,17 @@ impl Runtime {
         scope: RewindScope,
     ) -> Result<Rewound, RewindError> {
         let agent = self.agents().get(&thread.agent).cloned();
-        let (later, document) = {
+        let (cut, document) = {
             let state = lock(&thread.state);
-            // From the last kept message on: a kept user message's own answer goes, so
-            // the files go back to before the turn that answered it.
-            let from = keep.saturating_sub(1).min(state.transcript.len());
-            let later: Vec<String> = state.transcript[from..]
-                .iter()
-                .map(|m| m.id().to_owned())
-                .collect();
-            (later, state.document.value(&thread.agent))
+            (
+                Cut::of(&state.transcript, keep),
+                state.document.value(&thread.agent),
+            )
         };
         // Checked before anything changes: files asked of an agent that keeps none.
         let files = match (scope.files(), &agent) {
             (true, Some(agent)) => {
-                Some(files_to_restore(agent.as_ref(), thread.key.as_str(), later).await?)
+                Some(files_to_restore(agent.as_ref(), thread.key.as_str(), cut).await?)
             }
             (true, None) => return Err(no_checkpoints()),
             (false, _) => None,
@@ -344,12 +340,32 @@ impl Restore {
     }
 }
 
+/// Where a transcript is cut: its messages' ids (each with whether it is a user's), and
+/// the last message kept.
+pub(super) struct Cut {
+    messages: Vec<(String, bool)>,
+    from: usize,
+}
+
+impl Cut {
+    /// `transcript` keeping its first `keep` messages.
+    pub(super) fn of(transcript: &[Message], keep: usize) -> Cut {
+        Cut {
+            messages: transcript
+                .iter()
+                .map(|m| (m.id().to_owned(), matches!(m, Message::User(_))))
+                .collect(),
+            from: keep.saturating_sub(1).min(transcript.len()),
+        }
+    }
+}
+
 /// The put-back that makes `thread`'s files as they were before the turn that followed
-/// its kept messages: `later` are the ids of the last kept message and those after it.
+/// its kept messages (`cut`).
 async fn files_to_restore(
     agent: &dyn Agent,
     thread: &str,
-    later: Vec<String>,
+    cut: Cut,
 ) -> Result<Restore, RewindError> {
     let (dir, workspaces) = agent.workspace(thread).ok_or_else(no_checkpoints)?;
     let checkpoints = workspaces
@@ -369,16 +385,14 @@ async fn files_to_restore(
             (l.name, about["messageId"].as_str().map(str::to_owned))
         })
         .collect();
-    let name = checkpoint_before(&taken, &later);
-    if name.is_none() && later.len() > 1 {
-        // A turn followed, and no checkpoint of before it is kept.
-        return Err(RewindError::NoCheckpoints(
+    let name = checkpoint_before(&taken, &cut).map_err(|Gone| {
+        RewindError::NoCheckpoints(
             "no checkpoint holds the files as they were then: the turn that followed came \
              before checkpoints were kept, or its checkpoint was let go (an agent keeps its \
              newest `checkpoints` turns')"
                 .to_owned(),
-        ));
-    }
+        )
+    })?;
     Ok(Restore {
         checkpoints,
         workspaces,
@@ -389,18 +403,18 @@ async fn files_to_restore(
 }
 
 /// The workspace of `fork`, a new thread forked from thread `source` of `agent`: a copy of
-/// `source`'s as it is now, put back (with `later`, as for a rewind) to the checkpoint
+/// `source`'s as it is now, put back (with `cut`, as for a rewind) to the checkpoint
 /// before the turn that followed the fork's last message. An agent without workspaces of
-/// each thread's own has none to copy (and, with `later`, no checkpoints: refused).
+/// each thread's own has none to copy (and, with `cut`, no checkpoints: refused).
 pub(super) async fn fork_files(
     agent: &dyn Agent,
     source: &str,
     fork: &str,
-    later: Option<Vec<String>>,
+    cut: Option<Cut>,
 ) -> Result<(), RewindError> {
-    let (dir, workspaces, put_back) = match later {
-        Some(later) => {
-            let restore = files_to_restore(agent, source, later).await?;
+    let (dir, workspaces, put_back) = match cut {
+        Some(cut) => {
+            let restore = files_to_restore(agent, source, cut).await?;
             let put_back = restore.name.map(|name| (restore.checkpoints, name));
             (restore.dir, restore.workspaces, put_back)
         }
@@ -429,26 +443,56 @@ pub(super) async fn fork_files(
     .map_err(|e| RewindError::Workspace(e.to_string()))
 }
 
+/// No checkpoint is kept of before the turn that followed a cut.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Gone;
+
 /// Of the checkpoints taken before turns (`(name, the message the turn answered)`, oldest
-/// first), the one before the turn that followed the kept messages: the turn that answered
-/// the earliest of `later` (the last kept message and those after it, in order; a kept
-/// user message whose answer goes is one such turn); of several turns that
-/// answered it (a regenerated answer), the latest. `None` when no turn answered any.
+/// first), the one before the turn that followed `cut`: the turn of the first user message
+/// from the last kept one on (a kept user message whose answer goes is one such turn); of
+/// several turns that answered it (a regenerated answer), the latest. A user message on
+/// the way with no checkpoint (a steering message, which lands inside a turn) is passed
+/// over, but not one older than every checkpoint kept: that turn's checkpoint was let go,
+/// or never taken ([`Gone`]). `None`: no turn followed, nothing to put back.
 pub(super) fn checkpoint_before(
     taken: &[(String, Option<String>)],
-    later: &[String],
-) -> Option<String> {
+    cut: &Cut,
+) -> Result<Option<String>, Gone> {
     let place = |message: &Option<String>| {
-        message
-            .as_deref()
-            .and_then(|id| later.iter().position(|l| l == id))
+        let id = message.as_deref()?;
+        cut.messages.iter().position(|(m, _)| m == id)
     };
-    let first = taken.iter().filter_map(|(_, m)| place(m)).min()?;
-    taken
+    // A turn starts at a user message, or at the input a checkpoint names (a tool result
+    // that resumed the agent).
+    let starts = |(id, user): &(String, bool)| {
+        *user || taken.iter().any(|(_, m)| m.as_deref() == Some(id.as_str()))
+    };
+    let Some(first_turn) = cut.messages[cut.from..]
+        .iter()
+        .position(starts)
+        .map(|at| cut.from + at)
+    else {
+        return Ok(None);
+    };
+    let oldest = taken
+        .iter()
+        .filter_map(|(_, m)| place(m))
+        .min()
+        .ok_or(Gone)?;
+    if first_turn < oldest {
+        return Err(Gone);
+    }
+    let first = taken
+        .iter()
+        .filter_map(|(_, m)| place(m))
+        .filter(|at| *at >= first_turn)
+        .min()
+        .ok_or(Gone)?;
+    Ok(taken
         .iter()
         .rev()
         .find(|(_, m)| place(m) == Some(first))
-        .map(|(name, _)| name.clone())
+        .map(|(name, _)| name.clone()))
 }
 
 /// Whether a request owns its history (`forwardedProps.agui.history`: `"client"`, or
@@ -493,16 +537,45 @@ pub(super) fn client_history_point(transcript: &[Message], sent: &[Message]) -> 
         match found {
             Some(at) if edited(&transcript[at], message) => return Some(at),
             Some(at) => next = at + 1,
+            // Already passed: the client holds it in another order (a steering message
+            // it saw after the answer the transcript records it before).
+            None if transcript[..next].iter().any(|m| m.id() == message.id()) => {}
             None if is_copy_of_stored_call(transcript, message) => {}
-            None => return (next < transcript.len()).then_some(next),
+            None => return parts_at(transcript, next),
         }
     }
-    if next >= transcript.len() {
+    if parts_at(transcript, next).is_none() {
         return None;
     }
     match sent.last() {
         Some(Message::User(last)) if transcript[next - 1].id() == last.id => Some(next - 1),
         _ => Some(next),
+    }
+}
+
+/// `Some(next)` when the stored messages from `next` on hold one the client would have
+/// had (it left them out on purpose); `None` when it lacks only what a client keeps no
+/// copy of: a failed run's recorded error (the stream said `RUN_ERROR`), reasoning,
+/// activity.
+fn parts_at(transcript: &[Message], next: usize) -> Option<usize> {
+    transcript[next.min(transcript.len())..]
+        .iter()
+        .any(|m| !kept_by_no_client(m))
+        .then_some(next)
+}
+
+/// A stored message a client need not hold.
+fn kept_by_no_client(message: &Message) -> bool {
+    match message {
+        Message::Reasoning(_) | Message::Activity(_) => true,
+        Message::Assistant(a) => {
+            a.id.contains("-error")
+                && a.tool_calls.is_empty()
+                && a.content
+                    .as_deref()
+                    .is_some_and(|c| c.starts_with("Error: "))
+        }
+        _ => false,
     }
 }
 
@@ -568,9 +641,18 @@ mod tests {
             .collect()
     }
 
-    fn ids(list: &[&str]) -> Vec<String> {
-        list.iter().map(|s| (*s).to_owned()).collect()
+    /// A transcript of ids (a `u` first letter: a user's), cut after `kept` messages.
+    fn cut(ids: &[&str], kept: usize) -> Cut {
+        Cut {
+            messages: ids
+                .iter()
+                .map(|id| ((*id).to_owned(), id.starts_with('u')))
+                .collect(),
+            from: kept.saturating_sub(1),
+        }
     }
+
+    const SIX: [&str; 6] = ["u1", "a1", "u2", "a2", "u3", "a3"];
 
     #[test]
     fn the_checkpoint_is_the_one_before_the_turn_that_followed() {
@@ -580,27 +662,65 @@ mod tests {
             ("3", Some("u2")),
             ("4", Some("u3")),
         ]);
-        // Kept through a1: u2 and what follows it go.
+        // Kept through a1: the turn of u2 goes.
         assert_eq!(
-            checkpoint_before(&taken, &ids(&["a1", "u2", "a2", "u3", "a3"])),
-            Some("3".into())
+            checkpoint_before(&taken, &cut(&SIX, 2)),
+            Ok(Some("3".into()))
         );
         // Kept through u2 itself (its answer goes): the turn that answered u2.
         assert_eq!(
-            checkpoint_before(&taken, &ids(&["u2", "a2", "u3", "a3"])),
-            Some("3".into())
+            checkpoint_before(&taken, &cut(&SIX, 3)),
+            Ok(Some("3".into()))
         );
         // Kept through a2.
         assert_eq!(
-            checkpoint_before(&taken, &ids(&["a2", "u3", "a3"])),
-            Some("4".into())
+            checkpoint_before(&taken, &cut(&SIX, 4)),
+            Ok(Some("4".into()))
         );
         // Nothing followed.
-        assert_eq!(checkpoint_before(&taken, &ids(&["a3"])), None);
+        assert_eq!(checkpoint_before(&taken, &cut(&SIX, 6)), Ok(None));
         // Everything goes.
         assert_eq!(
-            checkpoint_before(&taken, &ids(&["u1", "a1", "u2", "a2"])),
-            Some("1".into())
+            checkpoint_before(&taken, &cut(&SIX, 0)),
+            Ok(Some("1".into()))
+        );
+    }
+
+    #[test]
+    fn a_regenerated_answer_puts_back_its_own_turn() {
+        // u2 answered twice (the second after a rewind): the latest turn that answered it.
+        let taken = taken(&[("1", Some("u1")), ("2", Some("u2")), ("5", Some("u2"))]);
+        assert_eq!(
+            checkpoint_before(&taken, &cut(&["u1", "a1", "u2", "a2"], 2)),
+            Ok(Some("5".into()))
+        );
+    }
+
+    #[test]
+    fn a_turn_whose_checkpoint_was_let_go_is_refused_not_put_back_later() {
+        // The checkpoints of u1's and u2's turns were let go: a cut after a1 cannot be
+        // put back by u3's (that would keep what u2's turn did).
+        let kept = taken(&[("3", Some("u3"))]);
+        assert_eq!(checkpoint_before(&kept, &cut(&SIX, 2)), Err(Gone));
+        assert_eq!(
+            checkpoint_before(&kept, &cut(&SIX, 4)),
+            Ok(Some("3".into()))
+        );
+        // A turn resumed by a tool result names that input.
+        let resumed = taken(&[("1", Some("u1")), ("2", Some("t1")), ("3", Some("u2"))]);
+        let tools = ["u1", "a1", "t1", "a2", "u2", "a3"];
+        assert_eq!(
+            checkpoint_before(&resumed, &cut(&tools, 2)),
+            Ok(Some("2".into()))
+        );
+        // No checkpoint at all.
+        assert_eq!(checkpoint_before(&[], &cut(&SIX, 2)), Err(Gone));
+        // A steering message inside u1's turn has no checkpoint: passed over.
+        let steered = ["u1", "a1", "us", "a1b", "u2", "a2"];
+        let both = taken(&[("1", Some("u1")), ("2", Some("u2"))]);
+        assert_eq!(
+            checkpoint_before(&both, &cut(&steered, 2)),
+            Ok(Some("2".into()))
         );
     }
 
@@ -635,6 +755,39 @@ mod tests {
         assert_eq!(client_history_point(&stored, &more[6..]), Some(0));
         // No messages at all rewinds nothing.
         assert_eq!(client_history_point(&stored, &[]), None);
+        // A failed run's recorded error is no message a client holds: new input after it
+        // only adds.
+        let mut failed = stored.clone();
+        failed.extend(messages(json!([
+            {"id": "u3", "role": "user", "content": "three"},
+            {"id": "r3-error", "role": "assistant", "content": "Error: the agent failed"},
+        ])));
+        let mut after = stored.clone();
+        after.extend(messages(json!([
+            {"id": "u3", "role": "user", "content": "three"},
+            {"id": "u4", "role": "user", "content": "four"},
+        ])));
+        assert_eq!(client_history_point(&failed, &after), None);
+        assert_eq!(
+            client_history_point(&failed, &failed[..7]),
+            None,
+            "nothing left out"
+        );
+        // A steering message the client holds after the answer the transcript puts it
+        // before: the same history.
+        let steered = messages(json!([
+            {"id": "u1", "role": "user", "content": "one"},
+            {"id": "s1", "role": "user", "content": "steer"},
+            {"id": "a1", "role": "assistant", "content": "One."},
+            {"id": "u2", "role": "user", "content": "two"},
+            {"id": "a2", "role": "assistant", "content": "Two."},
+        ]));
+        let client = serde_json::to_value(&steered).expect("json");
+        let reordered = messages(
+            json!([client[0], client[2], client[1], client[3], client[4],
+            {"id": "u3", "role": "user", "content": "three"}]),
+        );
+        assert_eq!(client_history_point(&steered, &reordered), None);
         // The second message edited under a new id: kept through a1.
         let edited =
             messages(json!([all[0], all[1], {"id": "u2b", "role": "user", "content": "2"}]));
@@ -674,15 +827,5 @@ mod tests {
         // A client that sends only its new input is not behind.
         let only_new = messages(json!([{"id": "u9", "role": "user", "content": "x"}]));
         assert!(unsent(&stored, &only_new).is_empty());
-    }
-
-    #[test]
-    fn a_regenerated_answer_puts_back_its_own_turn() {
-        // u2 answered twice (the second after a rewind): the latest turn that answered it.
-        let taken = taken(&[("1", Some("u1")), ("2", Some("u2")), ("5", Some("u2"))]);
-        assert_eq!(
-            checkpoint_before(&taken, &ids(&["u2", "a2"])),
-            Some("5".into())
-        );
     }
 }

@@ -222,13 +222,8 @@ impl Runtime {
         keep: usize,
         files: bool,
     ) -> Result<NewThread, SessionRequestError> {
-        let later = files.then(|| {
-            stored.transcript[keep.saturating_sub(1)..]
-                .iter()
-                .map(|m| m.id().to_owned())
-                .collect()
-        });
-        super::rewind::fork_files(agent, source.as_str(), key.as_str(), later)
+        let cut = files.then(|| super::rewind::Cut::of(&stored.transcript, keep));
+        super::rewind::fork_files(agent, source.as_str(), key.as_str(), cut)
             .await
             .map_err(|error| match error {
                 super::RewindError::NoCheckpoints(_) => SessionRequestError::Agent(

@@ -227,11 +227,13 @@ async fn checkpoint_before(
 ) -> Option<(String, String)> {
     workspaces.checkpoints()?;
     let name = crate::clock::now_ms().to_string();
+    // The user message the turn answers; else the input that resumed it (a tool result).
     let message = turn
         .new_messages
         .iter()
         .rev()
         .find(|m| m.role() == "user")
+        .or_else(|| turn.new_messages.first())
         .map(|m| m.id().to_owned());
     let about = json!({"runId": turn.run_id, "messageId": message}).to_string();
     let thread = turn.thread_id.clone();
