@@ -544,9 +544,7 @@ pub(super) fn client_history_point(transcript: &[Message], sent: &[Message]) -> 
             None => return parts_at(transcript, next),
         }
     }
-    if parts_at(transcript, next).is_none() {
-        return None;
-    }
+    parts_at(transcript, next)?;
     match sent.last() {
         Some(Message::User(last)) if transcript[next - 1].id() == last.id => Some(next - 1),
         _ => Some(next),
