@@ -136,10 +136,10 @@ impl Runtime {
         }
     }
 
-    /// A request that owns its history, on a thread with no live run: the thread is first
-    /// rewound to where that history parts from the stored one (the files too, where the
-    /// agent keeps checkpoints), and streams following it see that. Its decide section is
-    /// held.
+    /// A request that owns its history, about to start a run (its decide section held, no
+    /// run live): the thread is first rewound to where that history parts from the stored
+    /// one (the files too, where the agent keeps checkpoints), and streams following it see
+    /// that.
     pub(super) async fn follow_client_history(
         &self,
         principal: &Principal,
@@ -148,7 +148,7 @@ impl Runtime {
     ) -> Result<(), StartError> {
         let keep = {
             let state = lock(&thread.state);
-            if state.live.is_some() || !state.queue.is_empty() {
+            if state.live.is_some() {
                 return Ok(());
             }
             client_history_point(&state.transcript, &input.messages)
@@ -168,14 +168,36 @@ impl Runtime {
             true => RewindScope::Both,
             false => RewindScope::Conversation,
         };
-        let rewound = self
-            .rewind_to(thread, keep, scope)
-            .await
-            .map_err(|error| match error {
-                RewindError::Store => StartError::Store,
-                RewindError::Elsewhere(owner) => StartError::Elsewhere(owner),
-                other => StartError::Rewind(other.to_string()),
-            })?;
+        let rewound = match self.rewind_to(thread, keep, scope).await {
+            // No checkpoint of that point (let go, or never taken): the conversation alone.
+            Err(RewindError::NoCheckpoints(why)) => {
+                tracing::info!(thread.id = %thread.id, %why, "the client's history rewinds the conversation only");
+                self.rewind_to(thread, keep, RewindScope::Conversation)
+                    .await
+            }
+            other => other,
+        };
+        let rewound = rewound.map_err(|error| match error {
+            RewindError::Store => StartError::Store,
+            RewindError::Elsewhere(owner) => StartError::Elsewhere(owner),
+            other => StartError::Rewind(other.to_string()),
+        })?;
+        // What the client sends beyond what was kept is its new input, seen before or not
+        // (a regenerated question, a message edited under its own id).
+        {
+            let mut state = lock(&thread.state);
+            let kept: std::collections::HashSet<&str> =
+                state.transcript.iter().map(Message::id).collect();
+            let again: Vec<&str> = input
+                .messages
+                .iter()
+                .map(Message::id)
+                .filter(|id| !kept.contains(id))
+                .collect();
+            for id in again {
+                state.seen.remove(id);
+            }
+        }
         self.show_rewound(thread, &rewound);
         self.fleet_activity(thread.owner());
         tracing::info!(thread.id = %thread.id, kept = keep, "rewound to the history the client sent");
@@ -244,9 +266,10 @@ impl Runtime {
         }
         {
             let mut state = lock(&thread.state);
+            // What was cut stays seen: a client that is behind (and sends the old history
+            // again) does not bring it back as new input.
             state.transcript.truncate(keep);
             state.transcript.shrink_to_fit();
-            state.seen = seen_in(&state.transcript);
             state.session_id = None;
             state.rebuild = true;
             state.resize();
@@ -292,18 +315,6 @@ pub fn answer_json(rewound: &Rewound) -> Value {
         })),
         "session": if rewound.new_session { "new" } else { "kept" },
     })
-}
-
-/// Every id a transcript's messages and tool calls hold (what the thread has seen).
-fn seen_in(transcript: &[Message]) -> std::collections::HashSet<String> {
-    let mut seen = std::collections::HashSet::new();
-    for message in transcript {
-        seen.insert(message.id().to_owned());
-        if let Message::Assistant(assistant) = message {
-            seen.extend(assistant.tool_calls.iter().map(|call| call.id.clone()));
-        }
-    }
-    seen
 }
 
 fn no_checkpoints() -> RewindError {

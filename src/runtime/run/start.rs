@@ -52,10 +52,9 @@ impl Runtime {
             Ok(strategy) => strategy,
             Err(error) => return Ok(Err(StartError::Input(error))),
         };
-        let owns_history = match rewind::client_owned(input) {
-            Ok(owns) => owns,
-            Err(error) => return Ok(Err(StartError::Input(error))),
-        };
+        if let Err(error) = rewind::client_owned(input) {
+            return Ok(Err(StartError::Input(error)));
+        }
         let mut found = match self
             .thread_for_run(principal, (agent, backend), input)
             .await
@@ -68,11 +67,6 @@ impl Runtime {
         let decide = thread.decide.lock().await;
         if thread.retired.load(Ordering::SeqCst) {
             return Err(Retry);
-        }
-        if owns_history
-            && let Err(error) = self.follow_client_history(principal, &thread, input).await
-        {
-            return Ok(Err(self.refused(&found, error)));
         }
         let decision = match decision(principal, &thread, input, profile) {
             Ok(decision) => decision,
@@ -199,6 +193,12 @@ impl Runtime {
         profile: Profile,
         permit: Option<Slot>,
     ) -> Result<Attachment, StartError> {
+        // A client that owns its history has the thread taken back to where it parts from
+        // the stored one first (decided already: nothing else runs on the thread), so the
+        // input is checked against the thread it runs on.
+        if rewind::client_owned(input).unwrap_or(false) {
+            self.follow_client_history(principal, thread, input).await?;
+        }
         let resolved = self
             .checked_input(principal, thread, &*backend, input)
             .await?;
