@@ -147,6 +147,18 @@ async fn a_threads_state_is_kept() {
 
 #[tokio::test]
 #[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
+async fn a_rewind_cuts_the_transcript_and_lets_the_session_go() {
+    let on = Fresh::new().await;
+    store_contract::a_rewind_cuts_the_transcript_and_lets_the_session_go(
+        &on.store,
+        async |key: &str| on.hold(key).await,
+    )
+    .await;
+    on.drop().await;
+}
+
+#[tokio::test]
+#[ignore = "needs PostgreSQL: AGUI_TEST_PG_URL"]
 async fn a_principal_s_spending_is_added_up_per_day() {
     let on = Fresh::new().await;
     store_contract::a_principal_s_spending_is_added_up_per_day(&on.store).await;

@@ -51,6 +51,11 @@ async fn a_threads_state_is_kept() {
 }
 
 #[tokio::test]
+async fn a_rewind_cuts_the_transcript_and_lets_the_session_go() {
+    store_contract::a_rewind_cuts_the_transcript_and_lets_the_session_go(&open(), any).await;
+}
+
+#[tokio::test]
 async fn a_principal_s_spending_is_added_up_per_day() {
     store_contract::a_principal_s_spending_is_added_up_per_day(&open()).await;
 }

@@ -129,7 +129,10 @@ impl Runtime {
                     + 1
             };
             let mut rewound = self.rewind_to(&thread, keep, scope).await?;
-            rewound.run_id = Some(self.show_rewound(&thread, &rewound));
+            let put_back = rewound.files.as_ref().is_some_and(|(at, _)| at.is_some());
+            if rewound.new_session || put_back {
+                rewound.run_id = Some(self.show_rewound(&thread, &rewound));
+            }
             drop(decide);
             self.fleet_activity(thread.owner());
             return Ok(rewound);
@@ -252,11 +255,15 @@ impl Runtime {
     /// and in memory; the thread's session is let go. Whether it was cut (`false`: nothing
     /// followed).
     async fn cut_transcript(&self, thread: &Arc<Thread>, keep: usize) -> Result<bool, RewindError> {
-        if lock(&thread.state).transcript.len() <= keep {
+        let Some(first_cut) = lock(&thread.state)
+            .transcript
+            .get(keep)
+            .map(|m| m.id().to_owned())
+        else {
             return Ok(false);
-        }
+        };
         let store = self.store();
-        store.rewind(thread.key.as_str(), keep, now_ms() as i64);
+        store.rewind(thread.key.as_str(), Some(&first_cut), now_ms() as i64);
         store.commit().await.map_err(|error| {
             tracing::error!(%error, "a rewind could not be stored");
             RewindError::Store

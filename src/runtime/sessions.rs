@@ -305,7 +305,7 @@ impl Runtime {
         match session_id {
             Some(session_id) => store.set_session(key, session_id, how, now),
             // Nothing is cut: the thread is marked to give its transcript to a new session.
-            None => store.rewind(key, usize::MAX, now),
+            None => store.rewind(key, None, now),
         }
         self.outgoing_queued(reported);
         store.commit().await?;

@@ -407,11 +407,12 @@ impl Store {
         dispatch!(self.queued_threads().await)
     }
 
-    /// Cuts thread `thread_id`'s transcript to its first `keep` messages (a rewind) and
-    /// lets its agent session go: the next turn starts a new one, given the kept transcript
-    /// (the metadata says `{"session": {"id": null, "how": "rewound"}}`).
-    pub fn rewind(&self, thread_id: &str, keep: usize, now: i64) {
-        dispatch!(self.rewind(thread_id, keep, now))
+    /// Cuts thread `thread_id`'s transcript from its message `first_cut` on (a rewind;
+    /// `None` cuts nothing) and lets its agent session go: the next turn starts a new one,
+    /// given the kept transcript (the metadata says `{"session": {"id": null, "how":
+    /// "rewound"}}`).
+    pub fn rewind(&self, thread_id: &str, first_cut: Option<&str>, now: i64) {
+        dispatch!(self.rewind(thread_id, first_cut, now))
     }
 
     /// Binds a thread to an agent session; `how` (new, loaded, ...) goes into metadata.

@@ -345,11 +345,10 @@ impl PgStore {
         });
     }
 
-    pub(super) fn rewind(&self, thread_id: &str, keep: usize, now: i64) {
-        let key = thread_id.to_owned();
-        let keep = i64::try_from(keep).unwrap_or(i64::MAX);
+    pub(super) fn rewind(&self, thread_id: &str, first_cut: Option<&str>, now: i64) {
+        let (key, first_cut) = (thread_id.to_owned(), first_cut.map(str::to_owned));
         self.write("rewind", thread_id, move |conn| async move {
-            rows::rewind(&conn, &key, keep, now).await
+            rows::rewind(&conn, &key, first_cut.as_deref(), now).await
         });
     }
 

@@ -339,17 +339,15 @@ impl SqliteStore {
         });
     }
 
-    pub(super) fn rewind(&self, thread_id: &str, keep: usize, now: i64) {
-        let thread_id = thread_id.to_owned();
-        let keep = i64::try_from(keep).unwrap_or(i64::MAX);
+    pub(super) fn rewind(&self, thread_id: &str, first_cut: Option<&str>, now: i64) {
+        let (thread_id, first_cut) = (thread_id.to_owned(), first_cut.map(str::to_owned));
         self.enqueue("rewind", move |conn| {
             let tx = conn.savepoint()?;
             tx.prepare_cached(
-                "DELETE FROM messages WHERE thread_id = ?1 AND seq >= COALESCE(
-                     (SELECT seq FROM messages WHERE thread_id = ?1 ORDER BY seq
-                      LIMIT 1 OFFSET ?2), 9223372036854775807)",
+                "DELETE FROM messages WHERE thread_id = ?1 AND seq >=
+                     (SELECT seq FROM messages WHERE thread_id = ?1 AND id = ?2)",
             )?
-            .execute(params![thread_id, keep])?;
+            .execute(params![thread_id, first_cut])?;
             tx.prepare_cached(
                 "UPDATE threads SET session_id = NULL, metadata = ?2, updated_at = ?3
                  WHERE id = ?1",

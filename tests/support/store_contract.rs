@@ -112,6 +112,55 @@ pub async fn a_threads_state_is_kept(store: &Store, hold: impl AsyncFn(&str)) {
     assert_eq!(kept.transcript.len(), 1);
 }
 
+/// A rewind cuts the transcript from a message on and lets the session go (the thread
+/// says it was rewound until a session is bound again); with no message it cuts nothing.
+pub async fn a_rewind_cuts_the_transcript_and_lets_the_session_go(
+    store: &Store,
+    hold: impl AsyncFn(&str),
+) {
+    hold("w1").await;
+    let messages = vec![
+        user("u1", "one"),
+        user("u2", "two"),
+        user("u3", "three"),
+        user("u4", "four"),
+    ];
+    store.record_run_start("w1", "demo", None, "r1", messages, 10);
+    store.record_run_end("w1", "r1", "finished", "idle", 11);
+    store.set_session("w1", "sess-1", "new", 12);
+    store.rewind("w1", Some("u3"), 13);
+    store.commit().await.expect("commit");
+    let kept = store
+        .load_thread("w1")
+        .await
+        .expect("read")
+        .expect("exists");
+    let ids: Vec<&str> = kept.transcript.iter().map(|m| m.id()).collect();
+    assert_eq!(ids, ["u1", "u2"]);
+    assert_eq!(kept.row.session_id, None);
+    assert!(kept.row.rewound());
+    assert_eq!(kept.row.message_count, 2);
+    // A message appended after the cut takes the next place.
+    store.record_messages("w1", vec![user("u5", "five")], 14);
+    store.rewind("w1", None, 15);
+    store.commit().await.expect("commit");
+    let kept = store
+        .load_thread("w1")
+        .await
+        .expect("read")
+        .expect("exists");
+    let ids: Vec<&str> = kept.transcript.iter().map(|m| m.id()).collect();
+    assert_eq!(ids, ["u1", "u2", "u5"]);
+    store.set_session("w1", "sess-2", "new", 16);
+    store.commit().await.expect("commit");
+    let bound = store
+        .load_thread("w1")
+        .await
+        .expect("read")
+        .expect("exists");
+    assert!(!bound.row.rewound());
+}
+
 /// An archived thread leaves the listing unless archived ones are asked for, and comes
 /// back when taken out of the archive; its row says which it is.
 pub async fn archived_threads_are_listed_only_when_asked(store: &Store, hold: impl AsyncFn(&str)) {

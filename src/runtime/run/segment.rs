@@ -17,7 +17,7 @@ use crate::protocol::{Event, Message};
 use crate::runtime::CancelReason;
 use crate::runtime::live::{Control, LiveRun, Phase};
 use crate::runtime::suspension::{Channel, Suspension};
-use crate::runtime::thread::Thread;
+use crate::runtime::thread::{Thread, ThreadState};
 use crate::runtime::translator::{Ending, Produced, Translator};
 use crate::runtime::{Runtime, notices, state};
 use crate::sync::lock;
@@ -508,17 +508,15 @@ impl Drop for SegmentWriter {
             {
                 state.live = None;
             }
-        }
-        // Steering input handed to this run as it ended: recorded after its output.
-        let mut late = Vec::new();
-        while let Some(command) = self.run.control.try_recv() {
-            if let Control::Steered(messages) = command {
-                late.extend(messages);
+            // Steering input handed to this run as it ended (handed over only while it
+            // was live, under this lock): recorded after its output.
+            while let Some(command) = self.run.control.try_recv() {
+                if let Control::Steered(messages) = command {
+                    self.record_steered_in(&mut state, messages);
+                }
             }
         }
-        if !late.is_empty() {
-            self.record_steered(late);
-        }
+        self.thread.account();
         {
             let aliases = lock(&self.run.aliases).clone();
             let keys = aliases.iter().map(|alias| self.thread.run_key(alias));
@@ -539,13 +537,17 @@ impl SegmentWriter {
     /// Steering input the agent took, added to the transcript where the run is now and
     /// stored.
     pub(in crate::runtime) fn record_steered(&self, messages: Vec<Message>) {
+        self.record_steered_in(&mut lock(&self.thread.state), messages);
+        self.thread.account();
+    }
+
+    /// [`SegmentWriter::record_steered`] under the thread's state lock, held: stored in the
+    /// order of the transcript.
+    fn record_steered_in(&self, state: &mut ThreadState, messages: Vec<Message>) {
         if messages.is_empty() {
             return;
         }
-        lock(&self.thread.state)
-            .transcript
-            .extend(messages.iter().cloned());
-        self.thread.account();
+        state.transcript.extend(messages.iter().cloned());
         self.rt
             .store()
             .record_messages(self.thread.key.as_str(), messages, now_ms() as i64);

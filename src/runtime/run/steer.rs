@@ -43,11 +43,23 @@ impl Runtime {
             return Ok(Err(StartError::Forbidden(Capability::Run)));
         }
         let thread = found.thread.clone();
-        let new: Vec<Message> = lock(&thread.state)
-            .peek_new(&input.messages)
-            .into_iter()
-            .map(|(_, m)| m.clone())
-            .collect();
+        // Marked seen before the agent is asked, so the same input sent again meanwhile is
+        // not handed over twice; unmarked if the agent does not take it.
+        let new: Vec<Message> = {
+            let mut state = lock(&thread.state);
+            let new: Vec<Message> = state
+                .peek_new(&input.messages)
+                .into_iter()
+                .map(|(_, m)| m.clone())
+                .collect();
+            for message in &new {
+                state.seen.insert(message.id().to_owned());
+            }
+            new
+        };
+        if new.is_empty() {
+            return Ok(Ok(self.segment_attachment(&thread, run, profile)));
+        }
         drop(decide);
         let answer = found.backend.steer(thread.key.as_str(), new.clone()).await;
         let decide = thread.decide.lock().await;
@@ -61,10 +73,6 @@ impl Runtime {
                 // records what it was handed, see `SegmentWriter`'s `Drop`); a run that
                 // ended meanwhile has it recorded after its output.
                 let mut state = lock(&thread.state);
-                let new: Vec<Message> = new
-                    .into_iter()
-                    .filter(|m| state.seen.insert(m.id().to_owned()))
-                    .collect();
                 if state
                     .live
                     .as_ref()
@@ -73,18 +81,25 @@ impl Runtime {
                     run.control.send(Control::Steered(new));
                 } else {
                     state.transcript.extend(new.iter().cloned());
-                    drop(state);
-                    thread.account();
+                    // Stored in the order of the transcript: enqueued under its lock.
                     self.store().record_messages(
                         thread.key.as_str(),
                         new,
                         crate::clock::now_ms() as i64,
                     );
+                    drop(state);
+                    thread.account();
                 }
                 tracing::info!(thread.id = %thread.id, run.id = %run.id, "input steered into the running turn");
                 return Ok(Ok(self.segment_attachment(&thread, run, profile)));
             }
-            Err(reason) => reason,
+            Err(reason) => {
+                let mut state = lock(&thread.state);
+                for message in &new {
+                    state.seen.remove(message.id());
+                }
+                self.sanitized(&reason)
+            }
         };
         let fallback = self.steer_fallback(&thread.agent);
         tracing::info!(thread.id = %thread.id, %reason, fallback = fallback.name(), "steering fell back");
@@ -113,7 +128,8 @@ impl Runtime {
     }
 }
 
-/// `input` with `forwardedProps.agui.steered` saying how it was delivered instead.
+/// `input` with `forwardedProps.agui.steered` saying how it was delivered instead, with
+/// this process's mark (see `steer_note.rs`).
 fn marked(input: &RunAgentInput, delivery: &str, reason: &str) -> RunAgentInput {
     let mut marked = input.clone();
     let props = marked.forwarded_props.get_or_insert_with(|| json!({}));
@@ -123,6 +139,7 @@ fn marked(input: &RunAgentInput, delivery: &str, reason: &str) -> RunAgentInput 
     if !props["agui"].is_object() {
         props["agui"] = json!({});
     }
-    props["agui"]["steered"] = json!({"delivery": delivery, "reason": reason});
+    props["agui"]["steered"] =
+        json!({"delivery": delivery, "reason": reason, "mark": super::steer_note::mark()});
     marked
 }

@@ -18,6 +18,16 @@ pub(in crate::runtime) fn fallback_note(input: &RunAgentInput, new: &[Message]) 
         .as_ref()?
         .get("agui")?
         .get("steered")?;
+    // Only the daemon's own note, not one a client wrote.
+    if note["mark"].as_str() != Some(mark()) {
+        return None;
+    }
     let ids: Vec<&str> = new.iter().map(Message::id).collect();
     Some(json!({"messageIds": ids, "delivery": note["delivery"], "reason": note["reason"]}))
+}
+
+/// A mark of this process's own, unknown to clients, that its notes carry.
+pub(in crate::runtime) fn mark() -> &'static str {
+    static MARK: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    MARK.get_or_init(|| uuid::Uuid::new_v4().simple().to_string())
 }

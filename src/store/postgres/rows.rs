@@ -140,14 +140,18 @@ fn thread_from(r: &Row) -> Result<ThreadRow, StoreError> {
     })
 }
 
-/// Cuts thread `key`'s transcript to its first `keep` messages and lets its session go
+/// Cuts thread `key`'s transcript from its message `first_cut` on and lets its session go
 /// (see `Store::rewind`); the job's transaction holds both.
-pub(super) async fn rewind(conn: &Conn, key: &str, keep: i64, now: i64) -> Result<(), StoreError> {
+pub(super) async fn rewind(
+    conn: &Conn,
+    key: &str,
+    first_cut: Option<&str>,
+    now: i64,
+) -> Result<(), StoreError> {
     conn.execute(
-        "DELETE FROM messages WHERE thread_id = $1 AND seq >= COALESCE(
-             (SELECT seq FROM messages WHERE thread_id = $1 ORDER BY seq
-              LIMIT 1 OFFSET $2), 9223372036854775807)",
-        &[&key, &keep],
+        "DELETE FROM messages WHERE thread_id = $1 AND seq >=
+             (SELECT seq FROM messages WHERE thread_id = $1 AND id = $2)",
+        &[&key, &first_cut],
     )
     .await?;
     conn.execute(

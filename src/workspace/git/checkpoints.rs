@@ -265,6 +265,15 @@ impl Checkpoints {
             }
         }
         let repo = self.repo(thread);
+        // A store from before checkpoints stood alone chained them under this ref.
+        if self
+            .git(&repo)
+            .args(["rev-parse", "--verify", "--quiet", "refs/agui/latest"])
+            .output()
+            .is_ok_and(|out| out.status.success())
+        {
+            commands.push_str("delete refs/agui/latest\n");
+        }
         let mut child = self.fed(&repo, &["update-ref", "--stdin"])?;
         let mut input = child.stdin.take().expect("piped");
         input.write_all(commands.as_bytes())?;
