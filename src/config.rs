@@ -145,6 +145,8 @@ pub struct AgentConfig {
     pub hitl: Hitl,
     /// What new input does while a run is live (`multitask`; a request may choose its own).
     pub multitask: crate::agent::Multitask,
+    /// Whose history its runs follow when a request does not say (`history`).
+    pub history: crate::agent::History,
     /// Its per-run budget, over `[budgets]`'s.
     pub budget: Option<crate::budget::Limits>,
     pub kind: AgentKind,
@@ -405,6 +407,7 @@ impl AgentConfig {
             description: "Built-in deterministic demo agent".to_owned(),
             hitl: Hitl::Tool,
             multitask: crate::agent::Multitask::Reject,
+            history: crate::agent::History::Server,
             budget: None,
             kind: AgentKind::Demo,
         }

@@ -498,6 +498,12 @@ fn runtime_options(config: &Config) -> Result<RuntimeOptions, ServeError> {
         .iter()
         .map(|a| (a.name.clone(), a.multitask))
         .collect();
+    options.client_history = config
+        .agents
+        .iter()
+        .filter(|a| a.history == crate::agent::History::Client)
+        .map(|a| a.name.clone())
+        .collect();
     options.budgets = config.budgets.clone();
     options.agent_budgets = config
         .agents

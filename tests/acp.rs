@@ -28,6 +28,7 @@ fn acp_agent(
         description: "scripted ACP agent".to_owned(),
         hitl: Hitl::Tool,
         multitask: Default::default(),
+        history: Default::default(),
         budget: None,
         kind: AgentKind::Acp(AcpConfig {
             command: vec![scripted_agent().to_str().expect("utf8").to_owned()],
@@ -469,6 +470,7 @@ async fn readyz_reports_whether_agents_can_start() {
             description: String::new(),
             hitl: Hitl::Tool,
             multitask: Default::default(),
+            history: Default::default(),
             budget: None,
             kind: AgentKind::Acp(AcpConfig {
                 command: vec!["/nonexistent/agent-binary".into()],
@@ -1035,6 +1037,7 @@ async fn an_agent_whose_command_is_missing_is_unavailable_on_the_agents_route() 
             description: String::new(),
             hitl: Hitl::Tool,
             multitask: Default::default(),
+            history: Default::default(),
             budget: None,
             kind: AgentKind::Acp(AcpConfig {
                 command: vec!["/nonexistent/agent-binary".into()],

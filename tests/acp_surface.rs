@@ -25,6 +25,7 @@ fn agent(name: &str, hitl: Hitl, state: &std::path::Path) -> AgentConfig {
         description: "scripted ACP agent".to_owned(),
         hitl,
         multitask: Default::default(),
+        history: Default::default(),
         budget: None,
         kind: AgentKind::Acp(AcpConfig {
             command: vec![scripted_agent().to_str().expect("utf8").to_owned()],

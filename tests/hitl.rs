@@ -205,6 +205,7 @@ async fn interrupt_server(timeout: Duration) -> TestServer {
         c.agents = vec![AgentConfig {
             hitl: Hitl::Interrupt,
             multitask: Default::default(),
+            history: Default::default(),
             ..AgentConfig::demo()
         }];
     })

@@ -1417,6 +1417,7 @@ async fn start_server(dir: &Path) -> TestServer {
                 name: "demoi".to_owned(),
                 hitl: Hitl::Interrupt,
                 multitask: Default::default(),
+                history: Default::default(),
                 ..AgentConfig::demo()
             },
         ];

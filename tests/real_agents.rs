@@ -70,6 +70,7 @@ fn claude(model: &ScriptedModel, workspaces: &Path, permissions: Permissions) ->
         description: "Claude Code".to_owned(),
         hitl: Hitl::Tool,
         multitask: Default::default(),
+        history: Default::default(),
         budget: None,
         kind: AgentKind::Acp(AcpConfig {
             env,
@@ -145,6 +146,7 @@ enabled = false
         description: "Codex".to_owned(),
         hitl: Hitl::Tool,
         multitask: Default::default(),
+        history: Default::default(),
         budget: None,
         kind: AgentKind::Acp(AcpConfig {
             env,

@@ -588,3 +588,36 @@ async fn checkpoints_survive_a_restart_and_the_agent_cannot_reach_them() {
     assert_eq!(deleted.status(), 204);
     eventually("the thread's checkpoints are removed", || !repo.exists()).await;
 }
+
+#[tokio::test]
+async fn an_agent_whose_history_is_the_client_s_follows_it_unless_a_request_says_otherwise() {
+    let server = TestServer::with(|c| {
+        for agent in &mut c.agents {
+            agent.history = agui_serve::agent::History::Client;
+        }
+    })
+    .await;
+    // Requests that say "server" append, though each sends only its new message.
+    for (i, text) in ["one", "two", "three"].iter().enumerate() {
+        let mut body = run_body("h", &format!("run-{i}"), text);
+        body["forwardedProps"] = json!({"agui": {"history": "server"}});
+        SseReader::new(server.post("/demo").json(&body).sent().await)
+            .collect()
+            .await;
+    }
+    let transcript = messages(&server, TOKEN, "h").await;
+    assert_eq!(transcript.len(), 6);
+    // No word from the request: the agent's own says the client's history, so the second
+    // question edited takes the thread back to after the first answer.
+    let body = json!({"threadId": "h", "runId": "run-4", "tools": [], "context": [], "state": {},
+        "messages": [transcript[0], transcript[1],
+            {"id": "edited", "role": "user", "content": "deux"}]});
+    let frames = SseReader::new(server.post("/demo").json(&body).sent().await)
+        .collect()
+        .await;
+    assert_eq!(text_of(&frames), "You said: deux");
+    let after = messages(&server, TOKEN, "h").await;
+    assert_eq!(after.len(), 4);
+    assert_eq!(after[2]["id"], "edited");
+    server.stop().await;
+}

@@ -332,6 +332,7 @@ async fn an_agent_s_multitask_default_and_a_request_s_own() {
     let server = TestServer::with(|c| {
         c.agents = vec![AgentConfig {
             multitask: agui_serve::agent::Multitask::Interrupt,
+            history: Default::default(),
             ..AgentConfig::demo()
         }];
     })

@@ -30,6 +30,7 @@ fn scripted(state: &std::path::Path) -> AgentConfig {
         description: "scripted ACP agent".to_owned(),
         hitl: Hitl::Tool,
         multitask: Default::default(),
+        history: Default::default(),
         budget: None,
         kind: AgentKind::Acp(AcpConfig {
             command: vec![scripted_agent().to_str().expect("utf8").to_owned()],

@@ -47,6 +47,7 @@ fn agent(name: &str, spares: usize, log: &Path, workspaces: Option<&Path>) -> Ag
         description: "scripted".to_owned(),
         hitl: Hitl::Tool,
         multitask: Default::default(),
+        history: Default::default(),
         budget: None,
         kind: AgentKind::Acp(config),
     }

@@ -773,6 +773,19 @@ impl Multitask {
     }
 }
 
+/// Whose history a run follows when the request does not say
+/// (`forwardedProps.agui.history`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum History {
+    /// The stored history wins; the client's messages only add to it.
+    #[default]
+    Server,
+    /// The messages a client sends are the conversation: where they part from the stored
+    /// ones, the thread is rewound first (edit, regenerate).
+    Client,
+}
+
 /// How a human-in-the-loop question reaches the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]

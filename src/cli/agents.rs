@@ -109,6 +109,7 @@ fn agent_from_file(agent: FileAgent, data_dir: &Path) -> Result<AgentConfig, Con
         name: agent.name,
         hitl,
         multitask: agent.multitask.unwrap_or_default(),
+        history: agent.history.unwrap_or_default(),
         budget,
         kind,
     })
@@ -307,6 +308,7 @@ fn agent_from_flag(spec: &str, data_dir: &Path) -> Result<AgentConfig, ConfigErr
             permissions: None,
             hitl: None,
             multitask: None,
+            history: None,
             budget: None,
             mcp_frontend_tools: None,
             workspace: None,

@@ -209,6 +209,9 @@ pub(super) struct FileAgent {
     /// What new input does while a run is live: `reject` (default), `interrupt` or
     /// `enqueue`.
     pub(super) multitask: Option<crate::agent::Multitask>,
+    /// Whose history a run follows when the request does not say: `server` (default) or
+    /// `client`.
+    pub(super) history: Option<crate::agent::History>,
     /// The agent's per-run budget, over `[budgets]`'s.
     pub(super) budget: Option<FileLimits>,
     pub(super) mcp_frontend_tools: Option<FrontendMcp>,

@@ -119,6 +119,8 @@ pub struct RuntimeOptions {
     pub hitl: HashMap<String, Hitl>,
     /// What new input does to each agent's busy threads (default: reject).
     pub multitask: HashMap<String, crate::agent::Multitask>,
+    /// The agents whose runs follow the client's history unless a request says otherwise.
+    pub client_history: std::collections::HashSet<String>,
     /// What runs, threads and principals may spend (`[budgets]`).
     pub budgets: crate::budget::Budgets,
     /// Agents whose runs have a budget of their own, over `budgets.run`.
@@ -165,6 +167,7 @@ impl RuntimeOptions {
             memory_reserved: 0,
             hitl: HashMap::new(),
             multitask: HashMap::new(),
+            client_history: Default::default(),
             budgets: crate::budget::Budgets::default(),
             agent_budgets: HashMap::new(),
             secrets: Vec::new(),

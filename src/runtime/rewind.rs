@@ -513,17 +513,19 @@ pub(super) fn checkpoint_before(
         .map(|(name, _)| name.clone()))
 }
 
-/// Whether a request owns its history (`forwardedProps.agui.history`: `"client"`, or
-/// `"server"`, the default).
-pub(super) fn client_owned(input: &RunAgentInput) -> Result<bool, InputError> {
+/// Whose history a request says it follows (`forwardedProps.agui.history`: `"client"`
+/// is `Some(true)`, `"server"` `Some(false)`); `None` when it does not say (the agent's
+/// `history` applies).
+pub(super) fn client_owned(input: &RunAgentInput) -> Result<Option<bool>, InputError> {
     let value = input
         .forwarded_props
         .as_ref()
         .and_then(|props| props.get("agui"))
         .and_then(|agui| agui.get("history"));
     match value.map(|v| v.as_str()) {
-        None | Some(Some("server")) => Ok(false),
-        Some(Some("client")) => Ok(true),
+        None => Ok(None),
+        Some(Some("server")) => Ok(Some(false)),
+        Some(Some("client")) => Ok(Some(true)),
         Some(_) => Err(InputError {
             field: Some("forwardedProps.agui.history".to_owned()),
             message: "must be \"client\" (the messages sent are the history) or \"server\" \

@@ -32,6 +32,7 @@ pub fn probe_agent(
         description: "probe".to_owned(),
         hitl: Hitl::Tool,
         multitask: Default::default(),
+        history: Default::default(),
         budget: None,
         kind: AgentKind::Acp(config),
     }

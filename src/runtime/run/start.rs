@@ -196,7 +196,8 @@ impl Runtime {
         // A client that owns its history has the thread taken back to where it parts from
         // the stored one first (decided already: nothing else runs on the thread), so the
         // input is checked against the thread it runs on.
-        if rewind::client_owned(input).unwrap_or(false) {
+        let owned = rewind::client_owned(input).ok().flatten();
+        if owned.unwrap_or_else(|| self.options().client_history.contains(&thread.agent)) {
             self.follow_client_history(principal, thread, input).await?;
         }
         let resolved = self
