@@ -217,6 +217,10 @@ fn agents_take_workspaces_by_default_and_never_the_daemons_ports() {
     };
     let workspace = acp.workspace.as_ref().expect("a workspace");
     assert_eq!(workspace.checkpoints, 0);
+    let owned = format!("{agent}history = \"client\"\n");
+    let config = resolve(&owned).expect("valid").config;
+    assert_eq!(config.agents[0].history, crate::agent::History::Client);
+    assert!(resolve(&format!("{agent}history = \"both\"\n")).is_err());
     let workspaces = crate::workspace::Workspaces::new("a", workspace.clone())
         .with_checkpoints(Path::new("/var/lib/a/checkpoints/a"));
     assert!(workspaces.checkpoints().is_none(), "no checkpoints taken");
