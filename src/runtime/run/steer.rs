@@ -68,29 +68,7 @@ impl Runtime {
         }
         let reason = match answer {
             Ok(()) => {
-                // Seen now, so the same input sent again is not taken twice. While the run
-                // is live its pump records the input where it landed (a run that ends
-                // records what it was handed, see `SegmentWriter`'s `Drop`); a run that
-                // ended meanwhile has it recorded after its output.
-                let mut state = lock(&thread.state);
-                if state
-                    .live
-                    .as_ref()
-                    .is_some_and(|live| Arc::ptr_eq(live, &run))
-                {
-                    run.control.send(Control::Steered(new));
-                } else {
-                    state.transcript.extend(new.iter().cloned());
-                    // Stored in the order of the transcript: enqueued under its lock.
-                    self.store().record_messages(
-                        thread.key.as_str(),
-                        new,
-                        crate::clock::now_ms() as i64,
-                    );
-                    drop(state);
-                    thread.account();
-                }
-                tracing::info!(thread.id = %thread.id, run.id = %run.id, "input steered into the running turn");
+                self.hand_over(&thread, &run, new);
                 return Ok(Ok(self.segment_attachment(&thread, run, profile)));
             }
             Err(reason) => {
@@ -125,6 +103,36 @@ impl Runtime {
                 Err(Retry) => continue,
             }
         }
+    }
+}
+
+impl Runtime {
+    /// Input the agent took into `run`, already seen: while the run is live its pump
+    /// records it where it landed (a run that ends records what it was handed, see
+    /// `SegmentWriter`'s `Drop`); a run that ended meanwhile has it recorded after its
+    /// output.
+    fn hand_over(
+        &self,
+        thread: &Arc<crate::runtime::thread::Thread>,
+        run: &Arc<LiveRun>,
+        new: Vec<Message>,
+    ) {
+        let mut state = lock(&thread.state);
+        if state
+            .live
+            .as_ref()
+            .is_some_and(|live| Arc::ptr_eq(live, run))
+        {
+            run.control.send(Control::Steered(new));
+        } else {
+            state.transcript.extend(new.iter().cloned());
+            // Stored in the order of the transcript: enqueued under its lock.
+            self.store()
+                .record_messages(thread.key.as_str(), new, crate::clock::now_ms() as i64);
+            drop(state);
+            thread.account();
+        }
+        tracing::info!(thread.id = %thread.id, run.id = %run.id, "input steered into the running turn");
     }
 }
 
