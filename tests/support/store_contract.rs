@@ -112,6 +112,12 @@ pub async fn a_threads_state_is_kept(store: &Store, hold: impl AsyncFn(&str)) {
     assert_eq!(kept.transcript.len(), 1);
 }
 
+/// Thread `id` as stored once what was written is committed.
+async fn committed(id: &str, store: &Store) -> agui_serve::store::StoredThread {
+    store.commit().await.expect("commit");
+    store.load_thread(id).await.expect("read").expect("exists")
+}
+
 /// A rewind cuts the transcript from a message on and lets the session go (the thread
 /// says it was rewound until a session is bound again); with no message it cuts nothing.
 pub async fn a_rewind_cuts_the_transcript_and_lets_the_session_go(
@@ -129,12 +135,7 @@ pub async fn a_rewind_cuts_the_transcript_and_lets_the_session_go(
     store.record_run_end("w1", "r1", "finished", "idle", 11);
     store.set_session("w1", "sess-1", "new", 12);
     store.rewind("w1", Some("u3"), 13);
-    store.commit().await.expect("commit");
-    let kept = store
-        .load_thread("w1")
-        .await
-        .expect("read")
-        .expect("exists");
+    let kept = committed("w1", store).await;
     let ids: Vec<&str> = kept.transcript.iter().map(|m| m.id()).collect();
     assert_eq!(ids, ["u1", "u2"]);
     assert_eq!(kept.row.session_id, None);
@@ -143,22 +144,11 @@ pub async fn a_rewind_cuts_the_transcript_and_lets_the_session_go(
     // A message appended after the cut takes the next place.
     store.record_messages("w1", vec![user("u5", "five")], 14);
     store.rewind("w1", None, 15);
-    store.commit().await.expect("commit");
-    let kept = store
-        .load_thread("w1")
-        .await
-        .expect("read")
-        .expect("exists");
+    let kept = committed("w1", store).await;
     let ids: Vec<&str> = kept.transcript.iter().map(|m| m.id()).collect();
     assert_eq!(ids, ["u1", "u2", "u5"]);
     store.set_session("w1", "sess-2", "new", 16);
-    store.commit().await.expect("commit");
-    let bound = store
-        .load_thread("w1")
-        .await
-        .expect("read")
-        .expect("exists");
-    assert!(!bound.row.rewound());
+    assert!(!committed("w1", store).await.row.rewound());
 }
 
 /// An archived thread leaves the listing unless archived ones are asked for, and comes
