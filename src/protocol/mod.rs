@@ -14,7 +14,7 @@ pub mod sse;
 pub use accept::{Negotiated, Offer, negotiate};
 pub use events::{Event, Outcome, TextRole};
 pub use input::{InputError, Message, RunAgentInput, decode_run_input};
-pub use sse::{KEEP_ALIVE, encode_event, event_frame, sse_frame};
+pub use sse::{KEEP_ALIVE, encode_event, event_frame, frame_into, sse_frame};
 
 /// The AG-UI protocol version this server speaks.
 pub const PROTOCOL_VERSION: &str = "1.0";

@@ -55,13 +55,23 @@ pub fn event_frame(id: &str, event: &Event, timestamp_ms: Option<u64>) -> Bytes 
     SCRATCH.with(|scratch| {
         let mut scratch = scratch.borrow_mut();
         scratch.clear();
-        encode_into(&mut scratch, event, timestamp_ms);
-        let frame = sse_frame(id, &scratch);
+        frame_into(&mut scratch, id, event, timestamp_ms);
+        let frame = Bytes::copy_from_slice(&scratch);
         if scratch.capacity() > SCRATCH_KEEP {
             *scratch = Vec::new();
         }
         frame
     })
+}
+
+/// Appends the SSE frame of `event` under event id `id` to `out` (the bytes of
+/// [`event_frame`], written where a caller gathers several frames in one buffer).
+pub fn frame_into(out: &mut Vec<u8>, id: &str, event: &Event, timestamp_ms: Option<u64>) {
+    out.extend_from_slice(b"id: ");
+    out.extend_from_slice(id.as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+    encode_into(out, event, timestamp_ms);
+    out.extend_from_slice(b"\n\n");
 }
 
 /// One SSE frame carrying `data` (already-encoded JSON) under event id `id`.

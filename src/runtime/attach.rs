@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
@@ -325,7 +325,7 @@ impl Attachment {
     }
 
     /// Takes one pending frame: moves the cursor past it and says what to do with it.
-    fn take(&mut self, frame: Frame) -> Taken {
+    fn take(&mut self, frame: &Frame) -> Taken {
         self.cursor = frame.seq;
         if self.mode == Mode::NextSegment {
             if !frame.starts_segment {
@@ -349,53 +349,45 @@ impl Attachment {
                 Mode::EveryRun => false,
             };
         }
-        Taken::Send(frame.bytes(self.profile))
+        Taken::Send
     }
 
-    /// `first`, and the frames already pending after it (up to [`BATCH_BYTES`], and not
-    /// past a terminal frame), as one buffer: one chunk and one write for the lot, where
-    /// hyper wrote at most 16 frames per write (the kernel's cost per write was a quarter of
-    /// the daemon's CPU under load). The bytes are the same.
+    /// `first`, and the frames already pending after it that follow it in the same block of
+    /// the journal (up to [`BATCH_BYTES`], and not past a terminal frame), as one slice of
+    /// that block: one chunk for the lot, without a copy. The next chunk starts where a
+    /// frame is not part of the slice (another block, or another encoding for this
+    /// client); hyper writes the chunks that are ready together (a vectored write), so a
+    /// write carries many frames where it once carried at most 16.
     fn with_ready(&mut self, first: Bytes) -> Bytes {
         if self.done {
             return first;
         }
-        let mut len = first.len();
-        let mut count = 0;
-        for frame in &self.pending {
-            let next = frame.len(self.profile);
-            if len + next > BATCH_BYTES {
+        let mut chunk = first;
+        while let Some(frame) = self.pending.front() {
+            if chunk.len() + frame.len(self.profile) > BATCH_BYTES {
                 break;
             }
-            len += next;
-            count += 1;
-            if frame.ends_segment {
+            let Some(longer) = frame.continues(&chunk, self.profile) else {
                 break;
-            }
-        }
-        if count == 0 {
-            return first;
-        }
-        let mut batch = BytesMut::with_capacity(len);
-        batch.extend_from_slice(&first);
-        for _ in 0..count {
+            };
             let Some(frame) = self.pending.pop_front() else {
                 break;
             };
-            match self.take(frame) {
-                Taken::Send(bytes) => batch.extend_from_slice(&bytes),
-                Taken::Skip => {}
+            match self.take(&frame) {
+                Taken::Send => chunk = longer,
+                // Not for this stream: the chunk ends before it.
+                Taken::Skip => break,
                 Taken::Cut => {
-                    // Cut for stalling: what is batched goes out, then the stream ends.
+                    // Cut for stalling: what is taken goes out, then the stream ends.
                     self.done = true;
                     break;
                 }
             }
-            if self.done {
+            if self.done || frame.ends_segment {
                 break;
             }
         }
-        batch.freeze()
+        chunk
     }
 
     /// The next chunk of the response body: [`Attachment::next`], with the frames already
@@ -442,8 +434,8 @@ impl Attachment {
                 return self.end();
             }
             if let Some(frame) = self.pending.pop_front() {
-                match self.take(frame) {
-                    Taken::Send(bytes) => return Some(bytes),
+                match self.take(&frame) {
+                    Taken::Send => return Some(frame.bytes(self.profile)),
                     Taken::Skip => continue,
                     Taken::Cut => return self.end(),
                 }
@@ -518,7 +510,7 @@ impl Attachment {
 /// What [`Attachment::take`] makes of a pending frame.
 enum Taken {
     /// Goes out.
-    Send(Bytes),
+    Send,
     /// Not for this stream (before the segment an answer's stream follows).
     Skip,
     /// The reader was cut for stalling: the stream ends.

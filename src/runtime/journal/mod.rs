@@ -22,7 +22,44 @@ use bytes::Bytes;
 use tokio::sync::{Notify, watch};
 
 use super::memory::Meter;
-use crate::protocol::{Event, Profile, event_frame};
+use crate::protocol::{Event, Profile, event_frame, frame_into};
+
+/// A block is sealed once its frames reach this many bytes, so a reader's chunk (16 kB at
+/// most) is a slice of one block, and a block a retained frame keeps alive stays small.
+const BLOCK_BYTES: usize = 16 * 1024;
+
+/// The writing buffer a journal takes for a block and gives back once it is sealed, kept
+/// per worker thread: a journal holds none between its batches (an idle stream's thread
+/// holds no buffer), and a batch grows no new one.
+mod spare {
+    use std::cell::RefCell;
+
+    /// A buffer grown larger than this is let go rather than kept.
+    const KEEP: usize = 64 * 1024;
+
+    thread_local! {
+        static SPARE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// The thread's spare buffer (empty, perhaps without capacity).
+    pub(super) fn take() -> Vec<u8> {
+        SPARE.with(|spare| std::mem::take(&mut *spare.borrow_mut()))
+    }
+
+    /// Keeps `buffer` (cleared) as the thread's spare, unless a larger one is kept already.
+    pub(super) fn put(mut buffer: Vec<u8>) {
+        if buffer.capacity() > KEEP {
+            return;
+        }
+        buffer.clear();
+        SPARE.with(|spare| {
+            let mut spare = spare.borrow_mut();
+            if spare.capacity() < buffer.capacity() {
+                *spare = buffer;
+            }
+        });
+    }
+}
 
 /// Bounds of one thread's journal.
 #[derive(Debug, Clone, Copy)]
@@ -117,12 +154,22 @@ impl EventId {
 }
 
 /// One journal entry: the frame as each client profile receives it.
+///
+/// The frames the writer appends between two wake-ups of the readers are encoded one after
+/// another into one buffer, the block, that they share (see [`Journal::publish`]): one
+/// allocation for the lot, and a reader sends consecutive frames of a block as one slice
+/// of it, without copying them ([`Frame::continues`]).
 #[derive(Debug, Clone)]
 pub struct Frame {
     pub seq: u64,
-    v1: Bytes,
-    /// The pre-1.0 encoding, when it differs.
-    legacy: Option<Bytes>,
+    /// The encodings of this frame's block (empty until the block is sealed).
+    block: Bytes,
+    /// This frame's 1.0 encoding: `block[start..end]`.
+    start: usize,
+    end: usize,
+    /// The pre-1.0 encoding, when it differs (rare: a run's end; boxed, so the ring's slots
+    /// stay small).
+    legacy: Option<Box<Bytes>>,
     /// This frame is a segment's terminal event: a stream following the segment ends here.
     pub ends_segment: bool,
     /// This frame is a segment's `RUN_STARTED`.
@@ -134,28 +181,43 @@ pub struct Frame {
 impl Frame {
     /// Bytes of this frame's encodings.
     fn size(&self) -> usize {
-        self.v1.len() + self.legacy.as_ref().map_or(0, Bytes::len)
+        self.end - self.start + self.legacy.as_ref().map_or(0, |legacy| legacy.len())
     }
 
-    /// Heap allocations holding the encodings.
+    /// Heap allocations holding the encodings: a block's first frame counts the block.
     fn buffers(&self) -> usize {
-        1 + usize::from(self.legacy.is_some())
+        usize::from(self.start == 0) + 2 * usize::from(self.legacy.is_some())
     }
 
     /// Bytes of the frame a client of `profile` receives.
     pub fn len(&self, profile: Profile) -> usize {
         match (profile, &self.legacy) {
             (Profile::Legacy, Some(legacy)) => legacy.len(),
-            _ => self.v1.len(),
+            _ => self.end - self.start,
         }
     }
 
     /// The bytes for a client of `profile`.
     pub fn bytes(&self, profile: Profile) -> Bytes {
         match (profile, &self.legacy) {
-            (Profile::Legacy, Some(legacy)) => legacy.clone(),
-            _ => self.v1.clone(),
+            (Profile::Legacy, Some(legacy)) => Bytes::clone(legacy),
+            _ => self.block.slice(self.start..self.end),
         }
+    }
+
+    /// When `chunk` (bytes already taken for a client of `profile`) ends right where this
+    /// frame's bytes for that client begin, in the same block: `chunk` and this frame as
+    /// one slice of the block, without a copy. A chunk can only lie inside the block's
+    /// memory if it is part of it: both are alive.
+    pub fn continues(&self, chunk: &Bytes, profile: Profile) -> Option<Bytes> {
+        if profile == Profile::Legacy && self.legacy.is_some() {
+            return None;
+        }
+        let base = self.block.as_ptr() as usize;
+        let at = chunk.as_ptr() as usize;
+        let from = at.checked_sub(base)?;
+        (!chunk.is_empty() && from + chunk.len() == self.start && self.end <= self.block.len())
+            .then(|| self.block.slice(from..self.end))
     }
 }
 
@@ -195,6 +257,11 @@ pub struct Cut;
 #[derive(Debug)]
 struct Inner {
     frames: VecDeque<Frame>,
+    /// The encodings of the frames after `sealed_through`, the block being written.
+    open: Vec<u8>,
+    /// Frames up to this sequence have their bytes; later ones are in `open` and are not
+    /// handed to readers until [`Inner::seal`].
+    sealed_through: u64,
     /// Bytes of the retained frames' encodings (what the window bounds).
     bytes: usize,
     /// Heap allocations of the retained frames' encodings.
@@ -224,6 +291,23 @@ impl Inner {
         self.bytes
             + self.buffers * PER_BUFFER
             + self.frames.capacity() * std::mem::size_of::<Frame>()
+            + self.open.capacity()
+    }
+
+    /// Gives the frames written since the last seal their bytes: one buffer of exactly the
+    /// block's size, shared by them. The writing buffer goes back to the thread's spare.
+    fn seal(&mut self) {
+        let last = self.next_seq - 1;
+        if self.sealed_through == last {
+            return;
+        }
+        let block = Bytes::copy_from_slice(&self.open);
+        let first = self.index_of(self.sealed_through + 1);
+        for frame in self.frames.range_mut(first..) {
+            frame.block = block.clone();
+        }
+        self.sealed_through = last;
+        spare::put(std::mem::take(&mut self.open));
     }
 
     /// Forgets the oldest retained frame.
@@ -275,6 +359,8 @@ impl Journal {
             limits,
             inner: Mutex::new(Inner {
                 frames: VecDeque::new(),
+                open: Vec::new(),
+                sealed_through: 0,
                 bytes: 0,
                 buffers: 0,
                 next_seq: 1,
@@ -422,21 +508,28 @@ impl Journal {
     /// Encodes and appends `events` in order, waking readers once; returns the id of the
     /// last one (`None` when `events` is empty).
     pub fn push_all(&self, events: &[Event], timestamp_ms: u64) -> Option<EventId> {
-        let last = self.append(events, timestamp_ms)?;
+        let last = self.append(events, timestamp_ms, true)?;
         self.latest.send_replace(last.seq);
         Some(last)
     }
 
     /// [`Journal::push_all`] without waking readers: the writer appends a batch and then
-    /// calls [`Journal::publish`] once. (Readers waiting on [`Journal::room`] are never
-    /// left waiting on unpublished frames: `room` publishes before it waits.)
+    /// calls [`Journal::publish`] once. The batch's frames are one block, handed to readers
+    /// once published. (Readers waiting on [`Journal::room`] are never left waiting on
+    /// unpublished frames: `room` publishes before it waits.)
     pub fn push_all_quietly(&self, events: &[Event], timestamp_ms: u64) -> Option<EventId> {
-        self.append(events, timestamp_ms)
+        self.append(events, timestamp_ms, false)
     }
 
     /// Wakes readers for everything appended so far.
     pub fn publish(&self) {
-        let last = self.last_seq();
+        let last = {
+            let mut inner = self.lock();
+            let before = inner.held();
+            inner.seal();
+            self.meter.replace(before, inner.held());
+            inner.next_seq - 1
+        };
         self.latest.send_if_modified(|latest| {
             let changed = *latest != last;
             *latest = last;
@@ -449,7 +542,9 @@ impl Journal {
         !self.lock().window_full(&self.limits)
     }
 
-    fn append(&self, events: &[Event], timestamp_ms: u64) -> Option<EventId> {
+    /// Encodes `events` into the open block and appends their frames; `seal` hands them to
+    /// readers now (else [`Journal::publish`] does).
+    fn append(&self, events: &[Event], timestamp_ms: u64, seal: bool) -> Option<EventId> {
         if events.is_empty() {
             return None;
         }
@@ -457,17 +552,27 @@ impl Journal {
         let before = inner.held();
         let mut id_buf = IdBuf::default();
         for event in events {
+            if inner.open.len() >= BLOCK_BYTES {
+                inner.seal();
+            }
+            if inner.open.capacity() == 0 {
+                inner.open = spare::take();
+            }
             let seq = inner.next_seq;
             inner.next_seq += 1;
             let id = self.id(seq);
             let id = id.encode(&mut id_buf);
-            let v1 = event_frame(id, event, Some(timestamp_ms));
+            let start = inner.open.len();
+            frame_into(&mut inner.open, id, event, Some(timestamp_ms));
+            let end = inner.open.len();
             let legacy = Profile::Legacy
                 .adapt(event)
-                .map(|adapted| event_frame(id, &adapted, Some(timestamp_ms)));
+                .map(|adapted| Box::new(event_frame(id, &adapted, Some(timestamp_ms))));
             let frame = Frame {
                 seq,
-                v1,
+                block: Bytes::new(),
+                start,
+                end,
                 legacy,
                 ends_segment: event.is_terminal(),
                 starts_segment: matches!(event, Event::RunStarted { .. }),
@@ -489,6 +594,9 @@ impl Journal {
             {
                 inner.evict_oldest();
             }
+        }
+        if seal {
+            inner.seal();
         }
         let last = inner.next_seq - 1;
         let after = inner.held();
@@ -551,8 +659,12 @@ impl Journal {
             return Err(Gap);
         }
         let start = inner.index_of(after + 1);
-        out.extend(inner.frames.range(start..).cloned());
-        Ok(inner.frames.len() - start)
+        let end = inner.index_of(inner.sealed_through + 1);
+        if start >= end {
+            return Ok(0);
+        }
+        out.extend(inner.frames.range(start..end).cloned());
+        Ok(end - start)
     }
 
     /// Resolves a client-supplied id to a cursor in this journal, or [`Gap`] when it cannot

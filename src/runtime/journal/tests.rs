@@ -225,3 +225,62 @@ fn frames_are_profile_specific_only_where_needed() {
     assert!(legacy.contains(r#""type":"RUN_ERROR""#), "{legacy}");
     assert!(legacy.contains(r#""code":"cancelled""#), "{legacy}");
 }
+
+#[test]
+fn a_quiet_batch_is_one_block_handed_out_once_published() {
+    let j = Journal::new(1, JournalLimits::default());
+    j.push(&text(1), 5);
+    let batch: Vec<Event> = (2..=4).map(text).collect();
+    for event in &batch {
+        j.push_all_quietly(std::slice::from_ref(event), 6);
+    }
+    // Positioned, but not handed out before the batch is published.
+    assert_eq!(j.last_seq(), 4);
+    assert_eq!(j.replay_after(1).expect("kept").len(), 0);
+    j.publish();
+    let frames = j.replay_after(0).expect("kept");
+    assert_eq!(frames.len(), 4);
+    // The bytes are each event's own frame, as encoded alone.
+    for (frame, (seq, event)) in frames
+        .iter()
+        .zip((1..).zip(std::iter::once(text(1)).chain(batch.iter().cloned())))
+    {
+        let id = j.id(seq).to_string();
+        let stamp = if seq == 1 { 5 } else { 6 };
+        assert_eq!(
+            frame.bytes(Profile::V1),
+            event_frame(&id, &event, Some(stamp))
+        );
+    }
+    // Frames of one block continue each other as one slice; across blocks they do not.
+    let second = frames[1].bytes(Profile::V1);
+    let both = frames[2]
+        .continues(&second, Profile::V1)
+        .expect("same block");
+    assert_eq!(both.len(), second.len() + frames[2].len(Profile::V1));
+    assert!(frames[3].continues(&both, Profile::V1).is_some());
+    assert!(
+        frames[1]
+            .continues(&frames[0].bytes(Profile::V1), Profile::V1)
+            .is_none()
+    );
+    assert!(frames[3].continues(&second, Profile::V1).is_none());
+}
+
+#[test]
+fn a_block_is_sealed_at_its_bound_and_counted_while_open() {
+    let meter = Arc::new(Meter::default());
+    let j = Journal::metered(1, JournalLimits::default(), meter.clone());
+    for _ in 0..40 {
+        j.push_all_quietly(&[text(1000)], 1);
+    }
+    // Past the block's bound, the first frames were sealed without a publish.
+    let early = j.replay_after(0).expect("kept");
+    assert!(!early.is_empty() && early.len() < 40, "{}", early.len());
+    assert_eq!(meter.get(), j.retained_bytes());
+    j.publish();
+    assert_eq!(j.replay_after(0).expect("kept").len(), 40);
+    assert_eq!(meter.get(), j.retained_bytes());
+    drop(j);
+    assert_eq!(meter.get(), 0);
+}
