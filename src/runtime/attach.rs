@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
@@ -352,29 +352,42 @@ impl Attachment {
         Taken::Send
     }
 
-    /// `first`, and the frames already pending after it that follow it in the same block of
-    /// the journal (up to [`BATCH_BYTES`], and not past a terminal frame), as one slice of
-    /// that block: one chunk for the lot, without a copy. The next chunk starts where a
-    /// frame is not part of the slice (another block, or another encoding for this
-    /// client); hyper writes the chunks that are ready together (a vectored write), so a
-    /// write carries many frames where it once carried at most 16.
+    /// `first`, and the frames already pending after it (up to [`BATCH_BYTES`], and not
+    /// past a terminal frame), as one chunk: one write for the lot, where hyper wrote at
+    /// most 16 frames per write (the kernel's cost per write was a quarter of the daemon's
+    /// CPU under load). While the frames follow each other in one block of the journal the
+    /// chunk is a slice of that block, without a copy; past it they are copied into one
+    /// buffer. The bytes are the same.
     fn with_ready(&mut self, first: Bytes) -> Bytes {
         if self.done {
             return first;
         }
         let mut chunk = first;
+        let mut copied: Option<BytesMut> = None;
         while let Some(frame) = self.pending.front() {
-            if chunk.len() + frame.len(self.profile) > BATCH_BYTES {
+            let len = copied.as_ref().map_or(chunk.len(), BytesMut::len);
+            if len + frame.len(self.profile) > BATCH_BYTES {
                 break;
             }
-            let Some(longer) = frame.continues(&chunk, self.profile) else {
-                break;
+            let longer = match &copied {
+                None => frame.continues(&chunk, self.profile),
+                Some(_) => None,
             };
             let Some(frame) = self.pending.pop_front() else {
                 break;
             };
             match self.take(&frame) {
-                Taken::Send => chunk = longer,
+                Taken::Send => match longer {
+                    Some(longer) => chunk = longer,
+                    None => copied
+                        .get_or_insert_with(|| {
+                            let ready = frame.len(self.profile) + self.ready_len(len);
+                            let mut buffer = BytesMut::with_capacity(len + ready);
+                            buffer.extend_from_slice(&chunk);
+                            buffer
+                        })
+                        .extend_from_slice(frame.data(self.profile)),
+                },
                 // Not for this stream: the chunk ends before it.
                 Taken::Skip => break,
                 Taken::Cut => {
@@ -387,7 +400,24 @@ impl Attachment {
                 break;
             }
         }
-        chunk
+        copied.map_or(chunk, BytesMut::freeze)
+    }
+
+    /// Bytes of the pending frames that fit in a chunk already `len` long (see
+    /// [`Attachment::with_ready`]).
+    fn ready_len(&self, mut len: usize) -> usize {
+        let start = len;
+        for frame in &self.pending {
+            let next = frame.len(self.profile);
+            if len + next > BATCH_BYTES {
+                break;
+            }
+            len += next;
+            if frame.ends_segment {
+                break;
+            }
+        }
+        len - start
     }
 
     /// The next chunk of the response body: [`Attachment::next`], with the frames already

@@ -22,6 +22,9 @@ use bytes::Bytes;
 use tokio::sync::{Notify, watch};
 
 use super::memory::Meter;
+use ring::Ring;
+
+mod ring;
 use crate::protocol::{Event, Profile, event_frame, frame_into};
 
 /// A block is sealed once its frames reach this many bytes, so a reader's chunk (16 kB at
@@ -205,6 +208,14 @@ impl Frame {
         }
     }
 
+    /// The bytes for a client of `profile`, borrowed.
+    pub fn data(&self, profile: Profile) -> &[u8] {
+        match (profile, &self.legacy) {
+            (Profile::Legacy, Some(legacy)) => legacy,
+            _ => &self.block[self.start..self.end],
+        }
+    }
+
     /// When `chunk` (bytes already taken for a client of `profile`) ends right where this
     /// frame's bytes for that client begin, in the same block: `chunk` and this frame as
     /// one slice of the block, without a copy. A chunk can only lie inside the block's
@@ -256,7 +267,7 @@ pub struct Cut;
 
 #[derive(Debug)]
 struct Inner {
-    frames: VecDeque<Frame>,
+    frames: Ring<Frame>,
     /// The encodings of the frames after `sealed_through`, the block being written.
     open: Vec<u8>,
     /// Frames up to this sequence have their bytes; later ones are in `open` and are not
@@ -303,9 +314,8 @@ impl Inner {
         }
         let block = Bytes::copy_from_slice(&self.open);
         let first = self.index_of(self.sealed_through + 1);
-        for frame in self.frames.range_mut(first..) {
-            frame.block = block.clone();
-        }
+        self.frames
+            .for_each_from(first, |frame| frame.block = block.clone());
         self.sealed_through = last;
         spare::put(std::mem::take(&mut self.open));
     }
@@ -358,7 +368,7 @@ impl Journal {
             tag: getrandom::u32().expect("the OS random generator"),
             limits,
             inner: Mutex::new(Inner {
-                frames: VecDeque::new(),
+                frames: Ring::default(),
                 open: Vec::new(),
                 sealed_through: 0,
                 bytes: 0,
@@ -663,7 +673,7 @@ impl Journal {
         if start >= end {
             return Ok(0);
         }
-        out.extend(inner.frames.range(start..end).cloned());
+        out.extend(inner.frames.range(start, end).cloned());
         Ok(end - start)
     }
 

@@ -139,9 +139,10 @@ impl SegmentWriter {
             }
         }
         let mut translator = lock(&self.run.translator);
-        let mut out = Vec::new();
+        let mut out = scratch::take();
         translator.translate(event, &mut out);
         self.emit(&mut translator, &out);
+        scratch::put(out);
     }
 
     /// Sets a member of the shared state and sends the delta.
@@ -649,5 +650,33 @@ pub(in crate::runtime) fn store_failed() -> Ending {
     Ending::Error {
         code: "STORE_UNAVAILABLE".to_owned(),
         message: "the run could not be stored; send it again".to_owned(),
+    }
+}
+
+/// The events one agent event translates to, in a buffer kept per worker thread: no
+/// allocation per event, and an idle run holds none.
+mod scratch {
+    use std::cell::Cell;
+
+    use crate::protocol::Event;
+
+    /// A buffer grown larger than this many events is let go rather than kept.
+    const KEEP: usize = 64;
+
+    thread_local! {
+        static EVENTS: Cell<Vec<Event>> = const { Cell::new(Vec::new()) };
+    }
+
+    /// The thread's buffer (empty), or a new one when it is in use.
+    pub(super) fn take() -> Vec<Event> {
+        EVENTS.take()
+    }
+
+    /// Gives `events` back, emptied, to be used again.
+    pub(super) fn put(mut events: Vec<Event>) {
+        events.clear();
+        if events.capacity() <= KEEP {
+            EVENTS.set(events);
+        }
     }
 }
