@@ -14,6 +14,7 @@ use sd_notify::NotifyState;
 /// jemalloc: less resident memory per open stream and less CPU per event than the system
 /// allocator (see docs/benchmark.md). Its options are built in from
 /// `.cargo/config.toml`.
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -494,6 +494,11 @@ impl Attachment {
                 Ok(_) => {}
                 Err(_gap) => return self.end_behind(),
             }
+            // Caught up: the queue of frames read ahead is let go while the stream waits
+            // (an idle stream holds none; a busy one makes it again per batch it reads).
+            if self.pending.capacity() > 0 {
+                self.pending = VecDeque::new();
+            }
             let run_over = self.run_over.clone().filter(|_| !self.open);
             tokio::select! {
                 biased;

@@ -14,7 +14,7 @@
 //! Frame ids carry the daemon's boot epoch and a per-thread sequence number, so they are
 //! strictly increasing within a thread and an id from an earlier boot is recognisable.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
@@ -22,8 +22,10 @@ use bytes::Bytes;
 use tokio::sync::{Notify, watch};
 
 use super::memory::Meter;
+use readers::Readers;
 use ring::Ring;
 
+mod readers;
 mod ring;
 use crate::protocol::{Event, Profile, event_frame, frame_into};
 
@@ -287,7 +289,7 @@ struct Inner {
     total: u64,
     /// Registered readers by cursor (the last sequence each has taken) and id; the value
     /// is when the stall check first saw the reader behind at that cursor (ms), if it has.
-    readers: BTreeMap<(u64, u64), Option<u64>>,
+    readers: Readers,
     next_reader: u64,
     /// Readers cut for stalling that have not noticed yet.
     cut: HashSet<u64>,
@@ -332,8 +334,7 @@ impl Inner {
     /// The oldest sequence a registered reader still needs (`u64::MAX` when none).
     fn needed_from(&self) -> u64 {
         self.readers
-            .keys()
-            .next()
+            .first()
             .map_or(u64::MAX, |(cursor, _)| cursor + 1)
     }
 
@@ -377,7 +378,7 @@ impl Journal {
                 boundary: 0,
                 evicted_through: 0,
                 total: 0,
-                readers: BTreeMap::new(),
+                readers: Readers::default(),
                 next_reader: 0,
                 cut: HashSet::new(),
             }),
@@ -444,7 +445,7 @@ impl Journal {
         let mut inner = self.lock();
         let last = inner.next_seq - 1;
         let mut stalled = Vec::new();
-        for (&(cursor, id), behind_since) in inner.readers.range_mut(..(last, 0)) {
+        for ((cursor, id), behind_since) in inner.readers.below_mut((last, 0)) {
             debug_assert!(cursor < last);
             match behind_since {
                 None => *behind_since = Some(now_ms),
@@ -673,6 +674,7 @@ impl Journal {
         if start >= end {
             return Ok(0);
         }
+        out.reserve(end - start);
         out.extend(inner.frames.range(start, end).cloned());
         Ok(end - start)
     }

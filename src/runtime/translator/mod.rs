@@ -547,14 +547,17 @@ impl Translator {
             tracing::warn!(message.id = %message_id, "second start of an open text message dropped");
             return;
         }
-        self.open_text.push(message_id.clone());
+        push_exact_first(&mut self.open_text, message_id.clone());
         if let Some(subagent) = &subagent_run_id {
             self.text_owner.insert(message_id.clone(), subagent.clone());
         }
-        self.transcript.push(Produced::Text {
-            id: message_id.clone(),
-            content: String::new(),
-        });
+        push_exact_first(
+            &mut self.transcript,
+            Produced::Text {
+                id: message_id.clone(),
+                content: String::new(),
+            },
+        );
         out.push(Event::TextMessageStart {
             message_id,
             role: Some(TextRole::Assistant),
@@ -604,6 +607,15 @@ enum Kind {
     Text,
     Reasoning,
     Tool,
+}
+
+/// Pushes `item`; an empty vector gets room for it alone (a run that sits idle holds one
+/// message, not room for four), later pushes grow it as usual.
+pub(super) fn push_exact_first<T>(items: &mut Vec<T>, item: T) {
+    if items.capacity() == 0 {
+        items.reserve_exact(1);
+    }
+    items.push(item);
 }
 
 fn close_reasoning(message_id: String, out: &mut Vec<Event>) {
