@@ -443,7 +443,8 @@ impl Journal {
     pub fn cut_stalled(&self, now_ms: u64, stall: std::time::Duration) -> usize {
         let stall_ms = stall.as_millis() as u64;
         let mut inner = self.lock();
-        let last = inner.next_seq - 1;
+        // Behind is behind what a reader can take: a batch not yet sealed is not counted.
+        let last = inner.sealed_through;
         let mut stalled = Vec::new();
         for ((cursor, id), behind_since) in inner.readers.below_mut((last, 0)) {
             debug_assert!(cursor < last);

@@ -284,3 +284,20 @@ fn a_block_is_sealed_at_its_bound_and_counted_while_open() {
     drop(j);
     assert_eq!(meter.get(), 0);
 }
+
+#[test]
+fn a_later_push_hands_out_an_unpublished_batch_and_no_reader_stalls_on_one() {
+    use std::time::Duration;
+    let j = Journal::new(1, JournalLimits::default());
+    j.push(&text(1), 1);
+    let mut slot = j.register(1).expect("registered");
+    j.push_all_quietly(&[text(2), text(3)], 2);
+    // The reader has taken everything it can: a batch being written is not a stall.
+    assert_eq!(j.cut_stalled(0, Duration::ZERO), 0);
+    assert_eq!(j.cut_stalled(10, Duration::ZERO), 0);
+    // A run's end written outside a batch (as after a panic in one) hands out the batch too.
+    j.push(&text(4), 3);
+    assert_eq!(j.replay_after(1).expect("kept").len(), 3);
+    assert_eq!(j.advance(&mut slot, 4), Ok(()));
+    j.unregister(slot);
+}

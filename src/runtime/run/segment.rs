@@ -489,6 +489,10 @@ impl SegmentWriter {
 
 impl Drop for SegmentWriter {
     fn drop(&mut self) {
+        // A panic inside a batch leaves it unpublished: what is written from here on (and
+        // the batch with it) is handed to the readers at once.
+        self.quiet = false;
+        self.thread.journal.publish();
         let open = !lock(&self.run.translator).is_ended();
         if open {
             tracing::error!("run ended without a terminal event; ending it with RUN_ERROR");
