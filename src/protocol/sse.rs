@@ -5,7 +5,7 @@
 
 use std::cell::RefCell;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 
 use super::events::Event;
 
@@ -67,22 +67,23 @@ pub fn event_frame(id: &str, event: &Event, timestamp_ms: Option<u64>) -> Bytes 
 /// Appends the SSE frame of `event` under event id `id` to `out` (the bytes of
 /// [`event_frame`], written where a caller gathers several frames in one buffer).
 pub fn frame_into(out: &mut Vec<u8>, id: &str, event: &Event, timestamp_ms: Option<u64>) {
-    out.extend_from_slice(b"id: ");
-    out.extend_from_slice(id.as_bytes());
-    out.extend_from_slice(b"\ndata: ");
-    encode_into(out, event, timestamp_ms);
-    out.extend_from_slice(b"\n\n");
+    put_frame(out, id, |out| encode_into(out, event, timestamp_ms));
 }
 
 /// One SSE frame carrying `data` (already-encoded JSON) under event id `id`.
 pub fn sse_frame(id: &str, data: &[u8]) -> Bytes {
-    let mut buf = BytesMut::with_capacity(id.len() + data.len() + FRAMING);
-    buf.put_slice(b"id: ");
-    buf.put_slice(id.as_bytes());
-    buf.put_slice(b"\ndata: ");
-    buf.put_slice(data);
-    buf.put_slice(b"\n\n");
-    buf.freeze()
+    let mut out = Vec::with_capacity(id.len() + data.len() + FRAMING);
+    put_frame(&mut out, id, |out| out.extend_from_slice(data));
+    Bytes::from(out)
+}
+
+/// The one place the framing is written: `id: <id>\ndata: `, what `data` appends, `\n\n`.
+fn put_frame(out: &mut Vec<u8>, id: &str, data: impl FnOnce(&mut Vec<u8>)) {
+    out.extend_from_slice(b"id: ");
+    out.extend_from_slice(id.as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+    data(out);
+    out.extend_from_slice(b"\n\n");
 }
 
 /// Bytes of framing around the id and the data: `id: `, `\ndata: `, `\n\n`.

@@ -611,7 +611,7 @@ enum Kind {
 
 /// Pushes `item`; an empty vector gets room for it alone (a run that sits idle holds one
 /// message, not room for four), later pushes grow it as usual.
-pub(super) fn push_exact_first<T>(items: &mut Vec<T>, item: T) {
+fn push_exact_first<T>(items: &mut Vec<T>, item: T) {
     if items.capacity() == 0 {
         items.reserve_exact(1);
     }
