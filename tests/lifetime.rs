@@ -336,3 +336,33 @@ async fn an_agent_that_never_forgets_does_not_freeze_a_deleted_thread() {
         .await;
     assert!(again.is_ok(), "{:?}", again.err());
 }
+
+/// An agent that ignores its turn's cancel and never ends.
+struct IgnoresCancel;
+
+impl Agent for IgnoresCancel {
+    fn run(&self, _turn: Turn, _sink: EventSink) -> BoxFuture<Result<TurnEnd, AgentError>> {
+        Box::pin(std::future::pending())
+    }
+}
+
+/// A cancelled run whose agent does not stop ends without it, the cancel bound (1.5 s)
+/// after the cancel, as cancelled.
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_run_whose_agent_never_stops_ends_a_bound_later() {
+    let mut agents: BTreeMap<String, Arc<dyn Agent>> = BTreeMap::new();
+    agents.insert("stuck".into(), Arc::new(IgnoresCancel));
+    let mut options = RuntimeOptions::new(2);
+    options.disconnect_grace = Duration::from_secs(30);
+    let store = Store::open(&support::temp_dir("stuck")).expect("store");
+    let runtime = Runtime::new(agents, options, store);
+    let attachment = runtime
+        .start_run("stuck", run_input("t", "r", "go"))
+        .await
+        .expect("start");
+    let detached_at = Instant::now();
+    drop(attachment);
+    // The grace cancels the run at 30 s; the agent ignores it; the run ends 1.5 s later.
+    assert_cancelled_after(&runtime, detached_at, Duration::from_millis(31_500)).await;
+    assert_eq!(runtime.gauge().active, 0, "slot released");
+}

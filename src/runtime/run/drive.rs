@@ -16,6 +16,7 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -68,6 +69,14 @@ pub(in crate::runtime) struct Pump {
     pub(in crate::runtime) budget_changed: bool,
 }
 
+/// What a run starts with, used once its start is stored: boxed, so the run's task keeps
+/// a pointer to it, not room for it.
+pub(in crate::runtime) struct Launch {
+    pub(in crate::runtime) turn: Turn,
+    pub(in crate::runtime) parent_run_id: Option<String>,
+    pub(in crate::runtime) opening: super::segment::Opening,
+}
+
 /// Drives a run to its end. The pump and the turn come boxed, and the awaits made once
 /// are boxed: an async fn keeps room for its arguments twice, and for the largest future
 /// it awaits, for as long as it lives (an idle run too).
@@ -76,62 +85,69 @@ pub(in crate::runtime) struct Pump {
 pub(in crate::runtime) async fn drive(
     mut pump: Box<Pump>,
     agent: Arc<dyn Agent>,
-    turn: Box<Turn>,
-    parent_run_id: Option<String>,
-    opening: super::segment::Opening,
+    launch: Box<Launch>,
 ) {
     tracing::info!("run started");
     let started = std::time::Instant::now();
     // Accepted means stored: the thread row and the new input are committed before the
     // client sees RUN_STARTED.
     let stored = Box::pin(pump.writer.commit()).await;
+    // The launch out of its box, and the box freed now, not when the run ends.
+    let Launch {
+        turn,
+        parent_run_id,
+        opening,
+    } = *launch;
     pump.writer.start(parent_run_id, opening);
     if !stored {
-        drop(agent);
+        drop((agent, turn));
         let ending = pump.writer.failed_ending();
         Box::pin(pump.writer.finish(ending)).await;
         return;
     }
     let run = pump.writer.run.clone();
     let (sink, mut items) = EventSink::channel(SINK_CAPACITY);
-    // The turn out of its box, and the box freed now, not when the run ends.
-    let turn = {
-        let boxed = turn;
-        *boxed
-    };
     let mut turn_future = AssertUnwindSafe(agent.run(turn, sink)).catch_unwind();
-    let overdue = async {
-        run.cancel.cancelled().await;
-        tokio::time::sleep(CANCEL_BOUND).await;
-    };
-    tokio::pin!(overdue);
+    // Once the run is cancelled: when it ends without the agent. Made at the cancel, so a
+    // run that is not cancelled keeps no timer for it (nor does an idle run's task keep
+    // room for one: one timer below serves the suspension and the budget).
+    let mut overdue: Option<Pin<Box<tokio::time::Sleep>>> = None;
 
     let ending = loop {
         pump.check_budget();
         pump.settle().await;
         let suspended = pump.deadline.is_some();
-        let deadline = pump.deadline.unwrap_or_else(Instant::now);
         let paused = pump.budget_paused();
-        let wall_due = pump.budget_wall_due();
+        let wall_due = pump.budget_wall_due().filter(|_| !paused);
+        // The suspension's deadline or the budget's wall time, whichever comes first.
+        let wake_at = match (pump.deadline, wall_due) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         tokio::select! {
             biased;
             command = run.control.recv() => {
                 pump.on_control(command);
                 pump.settle().await;
             }
-            () = run.cancel.cancelled(), if suspended => {
-                pump.wake_closed("the run was cancelled");
-                pump.settle().await;
+            () = run.cancel.cancelled(), if suspended || overdue.is_none() => {
+                overdue.get_or_insert_with(|| Box::pin(tokio::time::sleep(CANCEL_BOUND)));
+                if suspended {
+                    pump.wake_closed("the run was cancelled");
+                    pump.settle().await;
+                }
             }
-            () = tokio::time::sleep_until(deadline), if suspended => {
-                tracing::info!("suspension timed out; failing closed");
-                pump.wake_closed("nobody answered within the suspension timeout");
-                pump.settle().await;
+            // The budget's wall time needs nothing here: the loop's next budget check acts.
+            () = tokio::time::sleep_until(wake_at.unwrap_or_else(Instant::now)), if wake_at.is_some() => {
+                if pump.deadline.is_some_and(|deadline| deadline <= Instant::now()) {
+                    tracing::info!("suspension timed out; failing closed");
+                    pump.wake_closed("nobody answered within the suspension timeout");
+                    pump.settle().await;
+                }
             }
             outcome = pump.budget_answer(), if paused => {
                 pump.on_budget_answer(outcome);
             }
-            () = tokio::time::sleep_until(wall_due.unwrap_or_else(Instant::now)), if wall_due.is_some() && !paused => {}
             Some(item) = items.recv(), if !paused => {
                 // Backpressure: a reader that keeps reading is never left a whole window
                 // behind (a cancelled run no longer waits; its stalled readers are cut).
@@ -161,7 +177,12 @@ pub(in crate::runtime) async fn drive(
                     Err(_panic) => panicked(),
                 };
             }
-            () = &mut overdue => {
+            () = async {
+                match overdue.as_mut() {
+                    Some(sleep) => sleep.await,
+                    None => std::future::pending().await,
+                }
+            }, if overdue.is_some() => {
                 tracing::warn!(bound_ms = CANCEL_BOUND.as_millis() as u64, "agent did not stop after cancel; ending the run without it");
                 if pump.deadline.is_some() {
                     pump.wake_closed("the run was cancelled");

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use tracing::Instrument;
 
 use super::RunBudget;
-use super::drive::{Pump, drive};
+use super::drive::{Launch, Pump, drive};
 use super::inputs::{TurnInputs, record_start, turn_inputs};
 use super::segment::SegmentWriter;
 use crate::access::{Capability, Principal};
@@ -560,7 +560,7 @@ pub(in crate::runtime) fn start(
     let (mut messages, mut new_messages) = (rebuilt.unwrap_or(input.messages), new_messages);
     uploads.apply(&mut messages);
     uploads.apply(&mut new_messages);
-    let turn = Box::new(Turn {
+    let turn = Turn {
         thread_id: thread.key.to_string(),
         run_id: run.id.clone(),
         messages,
@@ -573,12 +573,17 @@ pub(in crate::runtime) fn start(
         document,
         tool_call_ids,
         cancel: run.cancel.child_token(),
+    };
+    let launch = Box::new(Launch {
+        turn,
+        parent_run_id: input.parent_run_id,
+        opening,
     });
     let writer = SegmentWriter::first(rt, thread, &run, permit);
     let mut pump = Box::new(Pump::new(writer, hitl, options.suspend_timeout));
     pump.budget = budget;
     rt.admission()
-        .spawn(drive(pump, agent, turn, input.parent_run_id, opening).instrument(span));
+        .spawn(drive(pump, agent, launch).instrument(span));
     attachment
 }
 
