@@ -8,7 +8,7 @@
 //! first (new input superseding a suspended turn, a delete), the request leaves the section,
 //! waits, and decides again from scratch.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -81,7 +81,7 @@ pub(super) struct ThreadState {
     /// The client profile of the last request on this thread (for reattach).
     pub(super) profile: Profile,
     /// Interrupts that failed closed (a late resume for them is "expired", not "unknown").
-    pub(super) expired_interrupts: HashSet<String>,
+    pub(super) expired_interrupts: BTreeSet<String>,
     /// The agent session bound to this thread, if any.
     pub(super) session_id: Option<String>,
     /// A rewind let the agent's session go: until a turn binds a new one, each turn gives
@@ -196,7 +196,7 @@ pub(super) fn new_thread(
             transcript,
             document: state::Document::stored(document),
             profile: Profile::V1,
-            expired_interrupts: HashSet::new(),
+            expired_interrupts: BTreeSet::new(),
             session_id,
             rebuild: false,
             queue: std::collections::VecDeque::new(),

@@ -14,7 +14,7 @@
 //! segment gets its terminal event, the thread's live run is cleared and the admission slot
 //! is released exactly once.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -54,7 +54,7 @@ pub(in crate::runtime) struct Pump {
     /// Agent output that arrived while suspended, for the next segment.
     pub(in crate::runtime) buffered: VecDeque<SinkItem>,
     /// Tool calls opened in earlier segments (a later result may answer them).
-    pub(in crate::runtime) known_tools: HashSet<String>,
+    pub(in crate::runtime) known_tools: BTreeSet<String>,
     /// The agent's messages the last park cut, and how many segments the run has had.
     cut_messages: Vec<String>,
     segments: u32,
@@ -98,7 +98,7 @@ pub(in crate::runtime) async fn drive(
         parent_run_id,
         opening,
     } = *launch;
-    pump.writer.start(parent_run_id, opening);
+    pump.writer.start(parent_run_id, opening, None);
     if !stored {
         drop((agent, turn));
         let ending = pump.writer.failed_ending();
@@ -269,7 +269,7 @@ impl Pump {
             suspend_timeout,
             deadline: None,
             buffered: VecDeque::new(),
-            known_tools: HashSet::new(),
+            known_tools: BTreeSet::new(),
             cut_messages: Vec::new(),
             segments: 1,
             pending_park: None,
@@ -424,8 +424,8 @@ impl Pump {
         if let Some(trace) = &mut self.writer.trace {
             trace.client_answered(&next.abandoned);
         }
-        self.writer.link = next.link;
-        self.writer.start(next.parent_run_id, Default::default());
+        self.writer
+            .start(next.parent_run_id, Default::default(), next.link);
         for tool_call_id in next.abandoned {
             self.writer.translate(AgentEvent::ToolCallResult {
                 message_id: format!("{tool_call_id}-cancelled"),

@@ -52,10 +52,8 @@ pub(in crate::runtime) struct SegmentWriter {
     pub(in crate::runtime) admitted: std::time::Instant,
     /// The agent has produced something (its first output is timed).
     pub(in crate::runtime) produced: bool,
-    /// The run's spans, when traces are on.
-    pub(in crate::runtime) trace: Option<RunTrace>,
-    /// The span of the request that opens the next segment (its turn links to it).
-    pub(in crate::runtime) link: Option<SpanContext>,
+    /// The run's spans, when traces are on (boxed: a run without keeps a pointer).
+    pub(in crate::runtime) trace: Option<Box<RunTrace>>,
 }
 
 impl SegmentWriter {
@@ -71,7 +69,7 @@ impl SegmentWriter {
             .options()
             .tracer
             .as_ref()
-            .map(|tracer| tracer.run(&thread.agent, &thread.id, &run.id));
+            .map(|tracer| Box::new(tracer.run(&thread.agent, &thread.id, &run.id)));
         rt.run_metrics().agent(&thread.agent).started();
         SegmentWriter {
             rt: rt.clone(),
@@ -83,12 +81,17 @@ impl SegmentWriter {
             admitted: std::time::Instant::now(),
             produced: false,
             trace,
-            link: None,
         }
     }
 
     /// `RUN_STARTED`, the history snapshot when due, and the state snapshot.
-    pub(in crate::runtime) fn start(&mut self, parent_run_id: Option<String>, opening: Opening) {
+    /// `link`: the span of the request that opened this segment (its turn links to it).
+    pub(in crate::runtime) fn start(
+        &mut self,
+        parent_run_id: Option<String>,
+        opening: Opening,
+        link: Option<SpanContext>,
+    ) {
         let mut translator = lock(&self.run.translator);
         let mut out: Vec<Event> = translator.start(parent_run_id).into_iter().collect();
         if let Some(messages) = opening.history {
@@ -113,7 +116,7 @@ impl SegmentWriter {
         let run_id = translator.run_id().to_owned();
         drop(translator);
         if let Some(trace) = &mut self.trace {
-            trace.turn_started(&run_id, self.link.take());
+            trace.turn_started(&run_id, link);
         }
         if run_id != self.run.id {
             // A later segment: counted on the run, shown as running again.

@@ -12,7 +12,7 @@
 //! An agent that breaks a rule is corrected (a delta for an unopened message opens it) or,
 //! when no correction exists, the event is dropped with a warning in the log.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
@@ -58,22 +58,22 @@ pub struct Translator {
     open_tools: Vec<String>,
     open_steps: Vec<String>,
     /// Open text messages that are a subagent's: message id -> `subagentRunId`.
-    text_owner: HashMap<String, String>,
+    text_owner: BTreeMap<String, String>,
     /// Subagents started and not finished: id, name, description.
     open_subagents: Vec<(String, String, Option<String>)>,
     /// Subagents finished in this segment (an id is not reused within one).
-    finished_subagents: HashSet<String>,
+    finished_subagents: BTreeSet<String>,
     /// Tool calls opened in this thread that a result may answer.
-    known_tools: HashSet<String>,
+    known_tools: BTreeSet<String>,
     /// Tool calls already answered by a `TOOL_CALL_RESULT`.
-    answered_tools: HashSet<String>,
+    answered_tools: BTreeSet<String>,
     /// What the agent produced in this segment, content accumulated as it streams.
     transcript: Vec<Produced>,
     /// Indexes into `transcript` of items completed since the last `take_completed`.
     completed: Vec<usize>,
     /// Messages an earlier segment cut (closed at its park while the agent was still
     /// writing them): the agent's id -> the id their rest goes out under here.
-    carried: HashMap<String, String>,
+    carried: BTreeMap<String, String>,
 }
 
 /// A message the agent produced in this segment, as it would appear in the transcript.
@@ -116,14 +116,14 @@ impl Translator {
             open_reasoning: Vec::new(),
             open_tools: Vec::new(),
             open_steps: Vec::new(),
-            text_owner: HashMap::new(),
+            text_owner: BTreeMap::new(),
             open_subagents: Vec::new(),
-            finished_subagents: HashSet::new(),
-            known_tools: HashSet::new(),
-            answered_tools: HashSet::new(),
+            finished_subagents: BTreeSet::new(),
+            known_tools: BTreeSet::new(),
+            answered_tools: BTreeSet::new(),
             transcript: Vec::new(),
             completed: Vec::new(),
-            carried: HashMap::new(),
+            carried: BTreeMap::new(),
         }
     }
 
