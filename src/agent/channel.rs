@@ -5,6 +5,11 @@
 //! let go whenever the pump finds it empty and waits, so a run whose agent is quiet (an idle
 //! stream) keeps only the shared state and its two wake-ups. A general-purpose channel
 //! keeps a block of slots and cache-padded fields for its whole life instead.
+//!
+//! Senders waiting for room are all woken when an item leaves a full queue, and are not
+//! served in the order they came: one that arrives while they wake may take the room
+//! first. Every agent here reports from its turn's one task; a backend that reports from
+//! several tasks at once gets no order between them.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -64,17 +69,17 @@ impl<T> Sender<T> {
     /// gone. Dropping the future while it waits queues nothing.
     pub(crate) async fn send(&self, item: T) -> Result<(), T> {
         loop {
-            // Registered before the check, so room made after it wakes this sender.
-            let room = self.shared.room.notified();
-            tokio::pin!(room);
-            room.as_mut().enable();
-            {
+            let room = {
                 let mut state = lock(&self.shared.state);
                 if state.receiver_gone {
                     return Err(item);
                 }
                 if state.queue.len() < state.capacity {
                     let was_empty = state.queue.is_empty();
+                    if state.queue.capacity() == 0 {
+                        // One slot where the pump keeps up; more as a burst needs them.
+                        state.queue.reserve_exact(1);
+                    }
                     state.queue.push_back(item);
                     drop(state);
                     // The receiver waits only on an empty queue (it checks under the lock
@@ -84,7 +89,10 @@ impl<T> Sender<T> {
                     }
                     return Ok(());
                 }
-            }
+                // Made under the lock: the room the receiver makes next (it wakes every
+                // waiting sender after taking an item under this lock) reaches this one.
+                self.shared.room.notified()
+            };
             room.await;
         }
     }
@@ -124,17 +132,21 @@ impl<T> Receiver<T> {
     pub(crate) async fn recv(&mut self) -> Option<T> {
         loop {
             let arrived = self.shared.arrived.notified();
-            {
+            let buffer = {
                 let mut state = lock(&self.shared.state);
-                if let Some(item) = self.take(&mut state) {
+                if let Some(item) = state.queue.pop_front() {
+                    let was_full = state.queue.len() + 1 >= state.capacity;
+                    drop(state);
+                    self.made_room(was_full);
                     return Some(item);
                 }
                 if state.senders == 0 {
                     return None;
                 }
                 // About to wait: the buffer goes (a quiet run keeps none).
-                state.queue = VecDeque::new();
-            }
+                std::mem::take(&mut state.queue)
+            };
+            drop(buffer);
             arrived.await;
         }
     }
@@ -142,16 +154,19 @@ impl<T> Receiver<T> {
     /// The next item if one is queued.
     pub(crate) fn try_recv(&mut self) -> Option<T> {
         let mut state = lock(&self.shared.state);
-        self.take(&mut state)
+        let item = state.queue.pop_front()?;
+        let was_full = state.queue.len() + 1 >= state.capacity;
+        drop(state);
+        self.made_room(was_full);
+        Some(item)
     }
 
-    fn take(&self, state: &mut State<T>) -> Option<T> {
-        let was_full = state.queue.len() >= state.capacity;
-        let item = state.queue.pop_front()?;
+    /// Wakes the senders waiting for room once an item left a full queue (after the lock
+    /// is let go: they take it next).
+    fn made_room(&self, was_full: bool) {
         if was_full {
             self.shared.room.notify_waiters();
         }
-        Some(item)
     }
 }
 
@@ -268,5 +283,47 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(10)).await;
         tx.send(42).await.expect("open");
         assert_eq!(within(waiting).await.expect("task"), Some(42));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_receiver_learns_the_last_sender_left() {
+        let (tx, mut rx) = bounded::<u32>(4);
+        let waiting = tokio::spawn(async move { rx.recv().await });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        drop(tx);
+        assert_eq!(within(waiting).await.expect("task"), None);
+    }
+
+    /// Polled by hand: a wait dropped part-way (as a `select!` drops the branches it did
+    /// not take) loses neither an item nor another sender's wake-up.
+    #[test]
+    fn a_wait_dropped_part_way_loses_nothing() {
+        use std::future::Future;
+        use std::task::{Context, Poll, Waker};
+        let mut cx = Context::from_waker(Waker::noop());
+
+        let (tx, mut rx) = bounded::<u32>(1);
+        {
+            let mut waiting = std::pin::pin!(rx.recv());
+            assert!(waiting.as_mut().poll(&mut cx).is_pending());
+            assert!(std::pin::pin!(tx.send(7)).poll(&mut cx).is_ready());
+            // Woken, then dropped without being polled again.
+        }
+        assert_eq!(
+            std::pin::pin!(rx.recv()).poll(&mut cx),
+            Poll::Ready(Some(7))
+        );
+
+        let other = tx.clone();
+        assert!(std::pin::pin!(tx.send(0)).poll(&mut cx).is_ready());
+        let mut first = Box::pin(tx.send(1));
+        let mut second = Box::pin(other.send(2));
+        assert!(first.as_mut().poll(&mut cx).is_pending());
+        assert!(second.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(rx.try_recv(), Some(0));
+        // Both were woken; the first gives up: the second still gets the room.
+        drop(first);
+        assert!(second.as_mut().poll(&mut cx).is_ready());
+        assert_eq!(rx.try_recv(), Some(2));
     }
 }

@@ -617,7 +617,7 @@ pub(crate) enum SinkItem {
 
 /// Where an agent reports its events. Cheap to clone.
 ///
-/// The queue behind it ([`channel`]) keeps no buffer while the pump waits on it, so its
+/// The queue behind it (`channel.rs`) keeps no buffer while the pump waits on it, so its
 /// items go unboxed: a run that sits idle holds none of them.
 #[derive(Debug, Clone)]
 pub struct EventSink {
