@@ -10,7 +10,6 @@
 //! the same trait.
 
 pub mod acp;
-mod channel;
 pub mod demo;
 
 use std::collections::HashSet;
@@ -19,7 +18,7 @@ use std::pin::Pin;
 
 use serde::Deserialize;
 use serde_json::Value;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::protocol::InputError;
@@ -617,15 +616,13 @@ pub(crate) enum SinkItem {
 
 /// Where an agent reports its events. Cheap to clone.
 ///
-/// The queue behind it (`channel.rs`) keeps no buffer while the pump waits on it, so its
-/// items go unboxed: a run that sits idle holds none of them.
+/// The channel carries boxed items: a bounded channel allocates its first block of slots
+/// up front, and a block of pointers is a sixteenth of a block of items (a run that sits
+/// idle holds one).
 #[derive(Debug, Clone)]
 pub struct EventSink {
-    tx: channel::Sender<SinkItem>,
+    tx: mpsc::Sender<Box<SinkItem>>,
 }
-
-/// The pump's end of an [`EventSink`].
-pub(crate) type SinkReceiver = channel::Receiver<SinkItem>;
 
 /// The run this sink fed has ended; nobody is listening any more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -634,14 +631,14 @@ pub struct SinkClosed;
 
 impl EventSink {
     /// A sink and the receiving end the runtime's pump reads.
-    pub(crate) fn channel(capacity: usize) -> (EventSink, SinkReceiver) {
-        let (tx, rx) = channel::bounded(capacity);
+    pub(crate) fn channel(capacity: usize) -> (EventSink, mpsc::Receiver<Box<SinkItem>>) {
+        let (tx, rx) = mpsc::channel(capacity);
         (EventSink { tx }, rx)
     }
 
     /// Hands `item` to the pump, waiting while it is behind.
     async fn put(&self, item: SinkItem) -> Result<(), SinkClosed> {
-        self.tx.send(item).await.map_err(|_| SinkClosed)
+        self.tx.send(Box::new(item)).await.map_err(|_| SinkClosed)
     }
 
     /// Reports one event, waiting while the pump is behind (backpressure).

@@ -105,7 +105,7 @@ pub async fn translate_updates(updates: &[Value], frontend_tools: Vec<String>) -
     let collect = async {
         let mut events = Vec::new();
         while let Some(item) = items.recv().await {
-            if let crate::agent::SinkItem::Event(event) = item {
+            if let crate::agent::SinkItem::Event(event) = *item {
                 events.push(event);
             }
         }

@@ -712,7 +712,7 @@ mod tests {
         drop(sink);
         let mut out = Vec::new();
         while let Some(item) = items.recv().await {
-            match item {
+            match *item {
                 SinkItem::Event(event) => out.push(format!("{event:?}")),
                 SinkItem::State { pointer, value } => out.push(format!("state {pointer} {value}")),
                 _ => {}

@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 
 use super::segment::{SegmentWriter, ending_kind};
 use crate::agent::Hitl;
-use crate::agent::{Agent, AgentEvent, EventSink, SinkItem, SinkReceiver, Turn};
+use crate::agent::{Agent, AgentEvent, EventSink, SinkItem, Turn};
 use crate::protocol::events::Interrupt;
 use crate::protocol::input::Message;
 use crate::runtime::CancelReason;
@@ -158,7 +158,7 @@ pub(in crate::runtime) async fn drive(
                 // What the agent has already produced goes out as one batch: one wake-up
                 // of the readers, one write. The batch stops where a step needs the store
                 // (a suspension, a new segment) or the window is full.
-                pump.take_batch(item, &mut items);
+                pump.take_batch(*item, &mut items);
                 pump.settle().await;
             }
             // Paused on its budget, the run takes nothing more of the agent, its turn's end
@@ -168,8 +168,8 @@ pub(in crate::runtime) async fn drive(
                     pump.wake_closed("the agent stopped waiting");
                 }
                 pump.settle().await;
-                while let Some(item) = items.try_recv() {
-                    pump.on_item(item);
+                while let Ok(item) = items.try_recv() {
+                    pump.on_item(*item);
                     pump.settle().await;
                 }
                 break match outcome {
@@ -202,6 +202,9 @@ pub(in crate::runtime) async fn drive(
     );
 }
 
+/// The pump's end of the agent's sink.
+type SinkReceiver = tokio::sync::mpsc::Receiver<Box<SinkItem>>;
+
 impl Pump {
     /// Takes `first` and what the agent has already produced after it as one batch: one
     /// wake-up of the readers, one write. The batch stops where a step needs the store (a
@@ -217,10 +220,10 @@ impl Pump {
             {
                 break;
             }
-            let Some(item) = items.try_recv() else {
+            let Ok(item) = items.try_recv() else {
                 break;
             };
-            self.on_item(item);
+            self.on_item(*item);
         }
         self.writer.quiet = false;
         self.writer.thread.journal.publish();
