@@ -17,11 +17,16 @@ use agui_serve::store::Store;
 use tokio::time::Instant;
 
 fn runtime(grace: Duration) -> Runtime {
+    runtime_of("demo", Arc::new(DemoAgent), grace)
+}
+
+/// A runtime serving `agent` as `name`, with a disconnect grace of `grace`.
+fn runtime_of(name: &str, agent: Arc<dyn Agent>, grace: Duration) -> Runtime {
     let mut agents: BTreeMap<String, Arc<dyn Agent>> = BTreeMap::new();
-    agents.insert("demo".into(), Arc::new(DemoAgent));
+    agents.insert(name.into(), agent);
     let mut options = RuntimeOptions::new(2);
     options.disconnect_grace = grace;
-    let store = Store::open(&support::temp_dir("life")).expect("store");
+    let store = Store::open(&support::temp_dir(name)).expect("store");
     Runtime::new(agents, options, store)
 }
 
@@ -350,12 +355,7 @@ impl Agent for IgnoresCancel {
 /// after the cancel, as cancelled.
 #[tokio::test(start_paused = true)]
 async fn a_cancelled_run_whose_agent_never_stops_ends_a_bound_later() {
-    let mut agents: BTreeMap<String, Arc<dyn Agent>> = BTreeMap::new();
-    agents.insert("stuck".into(), Arc::new(IgnoresCancel));
-    let mut options = RuntimeOptions::new(2);
-    options.disconnect_grace = Duration::from_secs(30);
-    let store = Store::open(&support::temp_dir("stuck")).expect("store");
-    let runtime = Runtime::new(agents, options, store);
+    let runtime = runtime_of("stuck", Arc::new(IgnoresCancel), Duration::from_secs(30));
     let attachment = runtime
         .start_run("stuck", run_input("t", "r", "go"))
         .await
