@@ -97,7 +97,12 @@ pub(in crate::runtime) async fn drive(
         turn,
         parent_run_id,
         opening,
-    } = *launch;
+    } = {
+        // Moved out of its own binding, so the box is freed here (a move out of `*launch`
+        // would leave the allocation held until `launch` goes out of scope: the run's end).
+        let launch = launch;
+        *launch
+    };
     pump.writer.start(parent_run_id, opening, None);
     if !stored {
         drop((agent, turn));
