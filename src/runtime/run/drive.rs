@@ -92,7 +92,6 @@ pub(in crate::runtime) async fn drive(
     // Accepted means stored: the thread row and the new input are committed before the
     // client sees RUN_STARTED.
     let stored = Box::pin(pump.writer.commit()).await;
-    // The launch out of its box, and the box freed now, not when the run ends.
     let Launch {
         turn,
         parent_run_id,
@@ -125,10 +124,7 @@ pub(in crate::runtime) async fn drive(
         let paused = pump.budget_paused();
         let wall_due = pump.budget_wall_due().filter(|_| !paused);
         // The suspension's deadline or the budget's wall time, whichever comes first.
-        let wake_at = match (pump.deadline, wall_due) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let wake_at = pump.deadline.into_iter().chain(wall_due).min();
         tokio::select! {
             biased;
             command = run.control.recv() => {
