@@ -39,10 +39,13 @@ use tokio::time::Instant;
 /// How long an agent may take to stop after its run was cancelled before the pump gives up
 /// on it and ends the segment anyway.
 const CANCEL_BOUND: Duration = Duration::from_millis(1500);
-/// Agent events buffered between the agent and the pump.
-const SINK_CAPACITY: usize = 64;
+/// Agent events buffered between the agent and the pump. An agent that streams fast fills
+/// it while the pump works, so it is also how many items a batch takes: 256 short deltas
+/// make about 20 kB of frames, more than the attachment's 16 kB chunk, so a batch is one
+/// full write (64 made twice the `writev`s of the coalescing baseline; docs/benchmark.md).
+const SINK_CAPACITY: usize = 256;
 /// Agent items the pump turns into frames before it wakes the readers.
-const DRAIN_BATCH: usize = 64;
+const DRAIN_BATCH: usize = SINK_CAPACITY;
 
 /// The pump's own state, beside the segment writer.
 pub(in crate::runtime) struct Pump {
