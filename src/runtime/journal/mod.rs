@@ -285,6 +285,9 @@ struct Inner {
     boundary: u64,
     /// Frames with a sequence at or below this were evicted.
     evicted_through: u64,
+    /// Frames with a sequence at or below this were released (see [`Journal::release`]):
+    /// those a registered reader was still taking leave as it takes them.
+    released_through: u64,
     /// Bytes of every frame ever journaled.
     total: u64,
     /// Registered readers by cursor (the last sequence each has taken) and id; the value
@@ -320,6 +323,24 @@ impl Inner {
             .for_each_from(first, |frame| frame.block = block.clone());
         self.sealed_through = last;
         spare::put(std::mem::take(&mut self.open));
+    }
+
+    /// Evicts the released frames no registered reader needs any more (see
+    /// [`Journal::release`]); returns the bytes freed.
+    fn drop_released(&mut self) -> usize {
+        let released = self.released_through;
+        if self.frames.front().is_none_or(|f| f.seq > released) {
+            return 0;
+        }
+        let before = self.held();
+        let until = self.needed_from().min(released + 1);
+        while self.frames.front().is_some_and(|f| f.seq < until) {
+            self.evict_oldest();
+        }
+        if self.frames.front().is_none_or(|f| f.seq > released) {
+            self.frames.shrink_to_fit();
+        }
+        before.saturating_sub(self.held())
     }
 
     /// Forgets the oldest retained frame.
@@ -377,6 +398,7 @@ impl Journal {
                 next_seq: 1,
                 boundary: 0,
                 evicted_through: 0,
+                released_through: 0,
                 total: 0,
                 readers: Readers::default(),
                 next_reader: 0,
@@ -417,6 +439,7 @@ impl Journal {
             inner.readers.remove(&(slot.cursor, slot.id));
             inner.readers.insert((cursor, slot.id), None);
             slot.cursor = cursor;
+            self.drop_released_for(&mut inner);
             if !was_full {
                 return Ok(());
             }
@@ -431,6 +454,7 @@ impl Journal {
             let mut inner = self.lock();
             inner.readers.remove(&(slot.cursor, slot.id));
             inner.cut.remove(&slot.id);
+            self.drop_released_for(&mut inner);
         }
         self.advanced.notify_waiters();
     }
@@ -485,21 +509,28 @@ impl Journal {
         }
     }
 
-    /// Drops every retained frame no registered reader needs (a finished run's frames,
-    /// once nobody can still be catching up on them): a later cursor into them is a
-    /// [`Gap`], answered by a resync.
-    /// Returns the bytes freed.
+    /// Releases every frame journaled so far (a finished run's frames, once nobody can
+    /// still be catching up on them): those no registered reader needs go now, the others
+    /// as their readers take them. A later cursor into them is a [`Gap`], answered by a
+    /// resync. Returns the bytes freed now.
     pub fn release(&self) -> usize {
         let mut inner = self.lock();
         let before = inner.held();
-        let needed_from = inner.needed_from();
-        while inner.frames.front().is_some_and(|f| f.seq < needed_from) {
-            inner.evict_oldest();
-        }
+        inner.released_through = inner.next_seq - 1;
+        inner.drop_released();
         inner.frames.shrink_to_fit();
         let freed = before - inner.held();
         self.meter.sub(freed);
         freed
+    }
+
+    /// Takes the released frames a reader has just stopped needing off the meter (see
+    /// [`Inner::drop_released`]).
+    fn drop_released_for(&self, inner: &mut Inner) {
+        let freed = inner.drop_released();
+        if freed > 0 {
+            self.meter.sub(freed);
+        }
     }
 
     /// What the retained frames cost in memory.

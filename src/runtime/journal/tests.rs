@@ -286,6 +286,35 @@ fn a_block_is_sealed_at_its_bound_and_counted_while_open() {
 }
 
 #[test]
+fn released_frames_a_reader_is_still_taking_leave_as_it_takes_them() {
+    let meter = Arc::new(Meter::default());
+    let j = Journal::metered(1, JournalLimits::default(), meter.clone());
+    for n in 1..=10 {
+        j.push(&text(100 * n), 1);
+    }
+    let mut slot = j.register(4).expect("registered");
+    // The run is over; its reader is still taking frames 5 to 10.
+    j.release();
+    assert_eq!(j.replay_after(4).expect("kept").len(), 6);
+    assert_eq!(j.replay_after(3).err(), Some(Gap));
+    let held = meter.get();
+    assert_eq!(held, j.retained_bytes());
+    // A next run's frames, journaled after the release, are not released with them.
+    j.push(&text(5), 2);
+    assert_eq!(j.advance(&mut slot, 7), Ok(()));
+    assert_eq!(j.replay_after(7).expect("kept").len(), 4);
+    assert_eq!(j.replay_after(6).err(), Some(Gap));
+    // Frames 5 to 7 (1.5 kB) left; the next run's (about 100 bytes) came.
+    assert!(meter.get() < held, "{} of {held}", meter.get());
+    assert_eq!(meter.get(), j.retained_bytes());
+    j.unregister(slot);
+    let frames = j.replay_after(10).expect("the next run's frame is kept");
+    assert_eq!(frames.len(), 1);
+    assert_eq!(j.replay_after(9).err(), Some(Gap));
+    assert_eq!(meter.get(), j.retained_bytes());
+}
+
+#[test]
 fn a_later_push_hands_out_an_unpublished_batch_and_no_reader_stalls_on_one() {
     use std::time::Duration;
     let j = Journal::new(1, JournalLimits::default());
