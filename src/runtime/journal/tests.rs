@@ -304,7 +304,7 @@ fn released_frames_a_reader_is_still_taking_leave_as_it_takes_them() {
     assert_eq!(j.advance(&mut slot, 7), Ok(()));
     assert_eq!(j.replay_after(7).expect("kept").len(), 4);
     assert_eq!(j.replay_after(6).err(), Some(Gap));
-    // Frames 5 to 7 (1.5 kB) left; the next run's (about 100 bytes) came.
+    // Frames 5 to 7 (about 2 kB) left; the next run's (about 100 bytes) came.
     assert!(meter.get() < held, "{} of {held}", meter.get());
     assert_eq!(meter.get(), j.retained_bytes());
     j.unregister(slot);
