@@ -98,8 +98,9 @@ impl SqliteStore {
         // After the pragma, which replaces any WAL hook: each commit says how long the log is.
         conn.wal_hook(Some(note_wal));
         let page: u64 = conn.pragma_query_value(None, "page_size", |r| r.get(0))?;
-        // When the log restarts (its frames all copied), its file shrinks to this.
-        conn.pragma_update(None, "journal_size_limit", (WAL_LIMIT / 16) as i64)?;
+        // The log's file is not cut when the log restarts (see `wal`): it stays at most the
+        // bound, and is written over.
+        conn.pragma_update(None, "journal_size_limit", WAL_LIMIT as i64)?;
         conn.set_prepared_statement_cache_capacity(64);
         let checkpointing = Arc::new(Mutex::new(()));
         let checkpointer = spawn_checkpointer(&path, checkpointing.clone())?;

@@ -1,6 +1,13 @@
 //! The WAL's bound: a thread that checkpoints it on a connection of its own, so a commit
-//! never waits behind a checkpoint's fsync, and the runner's truncation when back-to-back
-//! commits leave the background checkpoint no moment to restart the log.
+//! never waits behind a checkpoint's fsync, and the runner's restart of the log when
+//! back-to-back commits leave the background checkpoint no moment to restart it.
+//!
+//! The log's file is not cut short while the store is open (`journal_size_limit` is the
+//! bound itself): a restarted log is written over the file's blocks, which the page cache
+//! still holds. A truncated file is extended again by the next commits, a page at a time
+//! (new blocks, new cache pages zeroed): under back-to-back short runs the truncations and
+//! those extensions took about a seventh of the daemon's CPU (docs/benchmark.md). At close
+//! the checkpoint thread truncates it.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, mpsc};
@@ -16,17 +23,19 @@ pub(super) const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::fr
 /// The WAL's bound. The background checkpoint copies frames without blocking a commit, but
 /// under back-to-back commits it never finds the log fully copied, and SQLite restarts
 /// the log only then; so a runner that finds the log longer than this, between two
-/// batches, checkpoints and truncates it itself (the batches queued meanwhile wait for
-/// that one fsync of the database, the only one a commit ever waits for).
+/// batches, checkpoints it and restarts it itself (the batches queued meanwhile wait for
+/// that one fsync of the database, the only one a commit ever waits for). The log's file
+/// never grows past it either.
 pub(super) const WAL_LIMIT: u64 = 64 << 20;
 
 impl Shared {
     /// When the log (as the batch's commit reported it) has no room left under
     /// [`WAL_LIMIT`] for another batch as large as the largest so far, copies the rest of
-    /// the log into the database and truncates it: so the log stays under the bound, not
-    /// a batch past it. No transaction is open, and this runner is the only writer, so
-    /// the checkpoint completes (after the background one's, if that is running). A batch
-    /// that wrote nothing leaves the log as it was.
+    /// the log into the database and restarts it (the next commit writes from the file's
+    /// start): so the log stays under the bound, not a batch past it. No transaction is
+    /// open, and this runner is the only writer, so the checkpoint completes (after the
+    /// background one's, if that is running). A batch that wrote nothing leaves the log as
+    /// it was.
     pub(super) fn bound_wal(&self, conn: &Connection) {
         use std::sync::atomic::Ordering::Relaxed;
         let Some(frames) = WAL_FRAMES.take() else {
@@ -42,11 +51,9 @@ impl Shared {
             .min(WAL_LIMIT / 2);
         if wal + room > WAL_LIMIT {
             let _checkpointing = lock(&self.checkpointing);
-            match conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
-                r.get::<_, i64>(0)
-            }) {
+            match conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |r| r.get::<_, i64>(0)) {
                 Ok(0) => {
-                    tracing::debug!(bytes = wal, "WAL truncated");
+                    tracing::debug!(bytes = wal, "WAL restarted");
                     wal = 0;
                     self.last_wal.store(0, Relaxed);
                 }
