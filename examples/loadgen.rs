@@ -23,7 +23,7 @@
 //! `one-stream` and `concurrent`.
 //!
 //! `--scenario` takes a comma-separated list. With `--pid` (the server's process id) it
-//! also reads the server's CPU time (utime + stime from `/proc/<pid>/stat`) around
+//! also reads the server's CPU time (its process CPU-time clock, all its threads) around
 //! `one-stream`, `concurrent` and `ttfe` and reports CPU seconds per million events (per
 //! run for `ttfe`); `idle` and `rss-after` need `--pid` (they read `/proc/<pid>/status`).
 //!
@@ -94,7 +94,8 @@ struct Args {
     /// The daemon's process id, to report its CPU time.
     #[arg(long)]
     pid: Option<u32>,
-    /// Clock ticks per second of /proc/<pid>/stat (`getconf CLK_TCK`).
+    /// Clock ticks per second of /proc/<pid>/stat (`getconf CLK_TCK`), read where the
+    /// process's CPU-time clock cannot be.
     #[arg(long, default_value_t = 100)]
     clk_tck: u64,
     /// Copied into every output line (e.g. which binary).
@@ -478,8 +479,14 @@ fn words(n: usize) -> String {
     text
 }
 
-/// Daemon CPU seconds so far (user + system, all threads, living or not).
+/// Daemon CPU seconds so far (user + system, all threads, living or not): its CPU-time
+/// clock (`clock_getcpuclockid`), to the nanosecond; where that clock cannot be read,
+/// `/proc/<pid>/stat`'s clock ticks (10 ms, too coarse for a quick run's short measures).
 fn cpu_seconds(pid: u32, clk_tck: u64) -> Option<f64> {
+    let process = nix::unistd::Pid::from_raw(i32::try_from(pid).ok()?);
+    if let Ok(time) = nix::time::clock_getcpuclockid(process).and_then(nix::time::clock_gettime) {
+        return Some(time.tv_sec() as f64 + time.tv_nsec() as f64 * 1e-9);
+    }
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name (which is in parentheses and may hold spaces):
     // state is field 3, utime field 14, stime field 15.
