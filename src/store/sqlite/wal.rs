@@ -5,9 +5,9 @@
 //! The log's file is not cut short while the store is open (`journal_size_limit` is the
 //! bound itself): a restarted log is written over the file's blocks, which the page cache
 //! still holds. A truncated file is extended again by the next commits, a page at a time
-//! (new blocks, new cache pages zeroed): under back-to-back short runs, restarting the log
-//! instead took 0.87x the daemon's CPU per run (docs/benchmark.md). At close the
-//! checkpoint thread truncates it.
+//! (new blocks, new cache pages zeroed): under sustained back-to-back short runs,
+//! restarting the log instead took 0.87x to 0.95x the daemon's CPU per run
+//! (docs/benchmark.md). At close the checkpoint thread truncates it.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, mpsc};
