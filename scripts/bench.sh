@@ -9,9 +9,11 @@
 #   scripts/bench.sh BIN_A BIN_B [rounds]      # two daemon builds, A B, B A, ..., ratio B/A
 #
 # --quick runs every measure of the full benchmark, against the same baselines, once: the
-# same runs (events per run, sizes) but fewer of them (LOADGEN_ARGS below), one idle level
-# (2,000 streams), two conversations per real-agent configuration, 5 s of settling. Its
-# ratios are noisier than a full run's (one round); it leaves docs/benchmark.md as it is.
+# one-stream, concurrent and short-run measures as the full run has them (they take
+# seconds), the others with the same runs (events per run, sizes) but fewer of them
+# (LOADGEN_ARGS below), one idle level (2,000 streams), two conversations per real-agent
+# configuration, 5 s of settling. Its ratios are noisier than a full run's (one round); it
+# leaves docs/benchmark.md as it is.
 #
 # With no BIN it builds what it needs and compares agui-serve with baselines that answer the
 # demo agent's requests with the same events and sizes but have no runtime:
@@ -90,7 +92,7 @@ if [ "${1:-}" = --quick ]; then
   set -- 1
   IDLE_STREAMS="${IDLE_STREAMS:-2000}"
   AGENT_SETTLE="${AGENT_SETTLE:-5}"
-  LOADGEN_ARGS="${LOADGEN_ARGS:---stream-repeat 10 --waves 2 --runs 200 --storm-streams 200 --paced-streams 200 --rss-runs 300 --warmup 10 --turn-threads 2 --warm-turns 2}"
+  LOADGEN_ARGS="${LOADGEN_ARGS:---storm-streams 200 --paced-streams 200 --rss-runs 300 --warmup 10 --turn-threads 2 --warm-turns 2}"
   BENCH_DOC=""
 fi
 loadgen="${LOADGEN:-$root/target/release/examples/loadgen}"
